@@ -1,0 +1,1 @@
+//! Dolphin benchmarks: router overhead, KV transfer throughput, routing decision time.

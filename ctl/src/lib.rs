@@ -1,0 +1,1 @@
+//! Dolphin operator CLI: local clusters, workers, tables, learning and replay.

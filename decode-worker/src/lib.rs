@@ -1,0 +1,1 @@
+//! Dolphin decode worker: decodes requests, prefilling locally or through a prefill worker.

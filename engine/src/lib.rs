@@ -1,0 +1,1 @@
+//! Dolphin's model runtime: scheduler with continuous batching and chunked prefill, paged KV pool with prefix cache, simulated and real backends.

@@ -1,0 +1,1 @@
+//! Moving KV cache blocks between Dolphin workers over TCP.

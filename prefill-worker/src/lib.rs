@@ -1,0 +1,1 @@
+//! Dolphin prefill worker: computes prompt KV and pushes it to decode workers.

@@ -1,0 +1,23 @@
+//! Generates the dolphin.v1 tonic/prost code and the file descriptor set used by reflection.
+
+use std::{env, path::PathBuf};
+
+const PROTOS: &[&str] = &[
+    "proto/dolphin/v1/common.proto",
+    "proto/dolphin/v1/inference.proto",
+    "proto/dolphin/v1/worker.proto",
+    "proto/dolphin/v1/prefill.proto",
+    "proto/dolphin/v1/decode.proto",
+    "proto/dolphin/v1/admin.proto",
+];
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let out = PathBuf::from(env::var("OUT_DIR")?);
+    tonic_prost_build::configure()
+        .file_descriptor_set_path(out.join("dolphin_descriptor.bin"))
+        .compile_protos(PROTOS, &["proto"])?;
+    for proto in PROTOS {
+        println!("cargo:rerun-if-changed={proto}");
+    }
+    Ok(())
+}

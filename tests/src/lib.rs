@@ -1,0 +1,1 @@
+//! End-to-end tests of Dolphin: real etcd, real binaries.
