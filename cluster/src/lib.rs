@@ -1,1 +1,33 @@
-//! Shared vocabulary of a Dolphin cluster: worker ids and roles, chained block hashing, etcd and static discovery, telemetry.
+//! Shared vocabulary of a Dolphin cluster: worker ids and roles, chained block hashing, etcd and
+//! static discovery, telemetry.
+//!
+//! The router and both worker kinds depend on this crate, so everything here is the single
+//! definition of a cluster-wide fact: how a prompt's blocks are hashed, where a worker is
+//! registered in etcd, what a worker record looks like.
+
+mod backoff;
+pub mod block_hash;
+pub mod discovery;
+pub mod etcd;
+pub mod keys;
+pub mod static_discovery;
+pub mod telemetry;
+#[cfg(feature = "test-util")]
+pub mod testing;
+pub mod worker;
+
+/// Hash of one full KV block, chained over every block before it (see [`block_hash`]).
+pub type BlockHash = u64;
+
+/// Tokens per KV block unless a worker is configured otherwise.
+pub const DEFAULT_BLOCK_SIZE: usize = 16;
+
+pub use block_hash::{ROOT_SEED, block_hashes, block_hashes_into, chain_hash};
+pub use discovery::{DiscoveryError, MembershipEvent};
+pub use etcd::{EtcdConfig, Registration, watch_workers};
+pub use keys::{tables_prefix, worker_key, workers_prefix};
+pub use static_discovery::{load_static_file, static_workers};
+pub use telemetry::{
+    init_metrics, init_tracing, nodelay_incoming, serve_metrics, serve_metrics_on,
+};
+pub use worker::{Role, UnknownRole, WorkerId, WorkerRecord};
