@@ -1,0 +1,222 @@
+//! The `Backend` trait: model-specific compute under the shared scheduler and KV pool.
+//!
+//! The scheduler owns the request lifecycle and the block pool (which block holds which tokens,
+//! the prefix cache); a backend owns the KV memory behind the block ids and the model. Per step
+//! the scheduler hands the backend a [`Batch`]: for each sequence its new tokens (a prefill chunk
+//! or one decode token), its position and its whole block table; the backend writes the KV of
+//! those tokens into the blocks and samples a token for each sequence that finished its prompt or
+//! decoded. Blocks move between engines through `export_block` / `import_block`.
+
+use std::ops::Range;
+use std::time::Duration;
+
+use bytes::Bytes;
+use dolphin_cluster::BlockHash;
+
+use crate::error::BackendError;
+use crate::types::{BlockId, Sampling, SeqId};
+
+/// Fixed facts about a backend. The pool geometry is the backend's: it sized the KV memory.
+#[derive(Clone, Debug)]
+pub struct BackendInfo {
+    /// Served model name.
+    pub model: String,
+    /// Implementation name ("sim", "candle").
+    pub engine: &'static str,
+    /// Tokens per KV block.
+    pub block_size: u32,
+    /// Blocks of KV memory.
+    pub total_blocks: u32,
+    /// Bytes of one token's KV as exported.
+    pub kv_bytes_per_token: u64,
+    /// Longest prompt plus output supported.
+    pub context_length: u32,
+    /// Token ids are below this.
+    pub vocab_size: u32,
+    /// End-of-sequence token, if any.
+    pub eos_token_id: Option<u32>,
+}
+
+/// One sequence's share of a step.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BatchEntry {
+    /// The sequence.
+    pub seq: SeqId,
+    /// Position of the first new token (tokens before it already have KV in the table).
+    pub position: u32,
+    /// Prompt length: new tokens at positions below it are prefill, the rest decode.
+    pub prompt_len: u32,
+    /// Whether the backend must sample a token for this sequence (its prompt completes in this
+    /// step, or it decodes).
+    pub sample: bool,
+    tokens: Range<usize>,
+    table: Range<usize>,
+}
+
+impl BatchEntry {
+    /// Number of new tokens.
+    pub fn len(&self) -> u32 {
+        (self.tokens.end - self.tokens.start) as u32
+    }
+
+    /// Whether the entry has no new tokens (never true in a scheduled batch).
+    pub fn is_empty(&self) -> bool {
+        self.tokens.is_empty()
+    }
+
+    /// Whether the new tokens are prompt tokens.
+    pub fn is_prefill(&self) -> bool {
+        self.position < self.prompt_len
+    }
+}
+
+/// The work of one step. Buffers are reused from step to step (no allocation once warm).
+#[derive(Debug, Default)]
+pub struct Batch {
+    entries: Vec<BatchEntry>,
+    tokens: Vec<u32>,
+    tables: Vec<BlockId>,
+    /// Blocks holding KV of admitted sequences (pool occupancy), for timing models.
+    pub kv_blocks_active: u32,
+    /// Blocks in the pool.
+    pub kv_blocks_total: u32,
+}
+
+impl Batch {
+    /// Empties the batch, keeping its buffers.
+    pub fn clear(&mut self) {
+        self.entries.clear();
+        self.tokens.clear();
+        self.tables.clear();
+        self.kv_blocks_active = 0;
+    }
+
+    /// Adds a sequence's share.
+    pub fn push(
+        &mut self,
+        seq: SeqId,
+        position: u32,
+        prompt_len: u32,
+        tokens: &[u32],
+        table: &[BlockId],
+        sample: bool,
+    ) {
+        let t0 = self.tokens.len();
+        self.tokens.extend_from_slice(tokens);
+        let b0 = self.tables.len();
+        self.tables.extend_from_slice(table);
+        self.entries.push(BatchEntry {
+            seq,
+            position,
+            prompt_len,
+            sample,
+            tokens: t0..self.tokens.len(),
+            table: b0..self.tables.len(),
+        });
+    }
+
+    /// Entries in scheduling order (decodes first, then prefill chunks).
+    pub fn entries(&self) -> &[BatchEntry] {
+        &self.entries
+    }
+
+    /// Number of entries.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether the step has no work.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// New tokens of an entry.
+    pub fn tokens(&self, entry: &BatchEntry) -> &[u32] {
+        &self.tokens[entry.tokens.clone()]
+    }
+
+    /// Block table of an entry's sequence: block `i` holds positions `[i * bs, (i + 1) * bs)`.
+    pub fn table(&self, entry: &BatchEntry) -> &[BlockId] {
+        &self.tables[entry.table.clone()]
+    }
+
+    /// Prompt tokens in this step (the prefill cost driver).
+    pub fn prefill_tokens(&self) -> u32 {
+        self.entries
+            .iter()
+            .filter(|e| e.is_prefill())
+            .map(BatchEntry::len)
+            .sum()
+    }
+
+    /// Sequences decoding one token in this step.
+    pub fn decode_seqs(&self) -> u32 {
+        self.entries.iter().filter(|e| !e.is_prefill()).count() as u32
+    }
+}
+
+/// Where a sequence's KV stands when it starts computing.
+#[derive(Debug)]
+pub struct SeqStart<'a> {
+    /// The sequence.
+    pub seq: SeqId,
+    /// How to sample.
+    pub sampling: &'a Sampling,
+    /// Its prompt.
+    pub prompt: &'a [u32],
+    /// Blocks allocated so far (at least those covering `computed` tokens).
+    pub table: &'a [BlockId],
+    /// Leading prompt tokens whose KV is already in the table: a prefix-cache hit (a block
+    /// boundary), or the whole prompt once imported from a prefill worker.
+    pub computed: u32,
+}
+
+/// A block received from another engine.
+#[derive(Debug)]
+pub struct ImportBlock<'a> {
+    /// The receiving sequence.
+    pub seq: SeqId,
+    /// Block index within the sequence (absolute, not relative to the cached prefix).
+    pub index: u32,
+    /// Block to write.
+    pub block: BlockId,
+    /// Chained hash of the block before it (`None` for block 0).
+    pub parent: Option<BlockHash>,
+    /// The block's tokens (fewer than the block size for a prompt's trailing partial block).
+    pub tokens: &'a [u32],
+}
+
+/// Model-specific compute under the shared scheduler. Calls come from the scheduler with its
+/// lock held, one at a time; a backend whose compute blocks for long should run it where it does
+/// not stall the async runtime's other tasks.
+pub trait Backend: Send + 'static {
+    /// Fixed facts, including the pool geometry the scheduler must use.
+    fn info(&self) -> &BackendInfo;
+
+    /// A sequence enters compute (after admission, or after its prompt KV was imported).
+    fn start(&mut self, start: SeqStart<'_>) -> Result<(), BackendError>;
+
+    /// Runs one step: writes the KV of every entry's new tokens and sets `sampled[i]` for every
+    /// entry with `sample` set (`sampled` has one slot per entry, all `None` on entry). Returns
+    /// how long the step takes in simulated time: the scheduler publishes the results that much
+    /// after the step started (zero for a backend that computes for real).
+    fn step(
+        &mut self,
+        batch: &Batch,
+        sampled: &mut [Option<u32>],
+    ) -> Result<Duration, BackendError>;
+
+    /// Bytes of block `block`, the `index`-th of its sequence, holding `filled` tokens.
+    fn export_block(
+        &mut self,
+        block: BlockId,
+        index: u32,
+        filled: u32,
+    ) -> Result<Bytes, BackendError>;
+
+    /// Writes received bytes into a block after checking them.
+    fn import_block(&mut self, import: ImportBlock<'_>, data: &[u8]) -> Result<(), BackendError>;
+
+    /// The sequence is gone; drop any per-sequence state.
+    fn release(&mut self, seq: SeqId);
+}

@@ -1,0 +1,57 @@
+//! The `Engine` trait: the engine as the workers use it.
+
+use crate::error::EngineError;
+use crate::types::{
+    EngineInfo, KvEvent, LoadSnapshot, OutputStream, PrefillOutput, Reservation, SeqId, SeqRequest,
+};
+
+/// The engine as the workers use it. Implemented by [`crate::Scheduler`] (continuous batching,
+/// chunked prefill, paged KV pool with prefix cache) over any [`crate::Backend`]; object-safe so
+/// workers hold `Arc<dyn Engine>`.
+#[async_trait::async_trait]
+pub trait Engine: Send + Sync + 'static {
+    /// What the engine serves.
+    fn info(&self) -> &EngineInfo;
+
+    /// Local path: prefill (chunked, mixed into decode steps) and decode. Fails at once with
+    /// `InvalidRequest` or `QueueFull`; later failures arrive on the stream.
+    async fn generate(&self, req: SeqRequest) -> Result<OutputStream, EngineError>;
+
+    /// Prefill worker: prefill the prompt (reusing this engine's prefix cache), sample the first
+    /// token, export blocks from `skip_blocks` on, and release the sequence (its full blocks stay
+    /// cached). Dropping the future cancels the request.
+    async fn prefill(
+        &self,
+        req: SeqRequest,
+        skip_blocks: u32,
+    ) -> Result<PrefillOutput, EngineError>;
+
+    /// Decode worker, remote path: allocate KV for the prompt and its `max_tokens` (admission
+    /// control applies: waits in the queue while KV is full; a full queue is `QueueFull`).
+    /// Dropping the future cancels the request; once it returns, the caller must end the
+    /// reservation with `resume`, `resume_local` or `cancel`.
+    async fn reserve(&self, req: SeqRequest) -> Result<Reservation, EngineError>;
+
+    /// Write a received block (index relative to the first non-cached block) into a reservation.
+    /// The backend checks the bytes (the sim backend verifies their content): `CorruptKv` if they
+    /// are not what the block must hold.
+    fn import(&self, seq: SeqId, index: u32, data: &[u8]) -> Result<(), EngineError>;
+
+    /// All blocks imported: start decoding with the prefill worker's first token (streamed first).
+    async fn resume(&self, seq: SeqId, first_token: u32) -> Result<OutputStream, EngineError>;
+
+    /// Remote prefill failed: prefill the reservation locally instead (same output as `generate`).
+    async fn resume_local(&self, seq: SeqId) -> Result<OutputStream, EngineError>;
+
+    /// Drop a request wherever it is (client gone), by request id; frees its blocks. A stream
+    /// still open gets `Finished { reason: Cancelled }`.
+    fn cancel(&self, request_id: &str);
+
+    /// Every block cached now (as `Stored` events, parents first) plus a receiver of every later
+    /// event, atomically: no event is missed or seen twice. A receiver that lags gets
+    /// `RecvError::Lagged` and should subscribe again.
+    fn subscribe(&self) -> (Vec<KvEvent>, tokio::sync::broadcast::Receiver<KvEvent>);
+
+    /// Current load.
+    fn load(&self) -> LoadSnapshot;
+}

@@ -1,0 +1,197 @@
+use dolphin_cluster::block_hashes;
+
+use super::*;
+
+/// Admits a sequence with `hits` cached blocks and allocates `new` more; returns its table.
+fn take(pool: &mut KvPool, hits: &[BlockHash], new: u32) -> Vec<BlockId> {
+    let mut table = Vec::new();
+    assert!(pool.admit(hits, new, &mut table), "admission refused");
+    for _ in 0..new {
+        table.push(pool.allocate().expect("reserved block"));
+    }
+    table
+}
+
+/// Commits every block of `table` under consecutive `hashes`.
+fn commit_all(pool: &mut KvPool, table: &[BlockId], hashes: &[BlockHash]) {
+    for (i, (&b, &h)) in table.iter().zip(hashes).enumerate() {
+        let parent = i.checked_sub(1).map(|p| hashes[p]);
+        pool.commit(b, parent, h, i as u32);
+    }
+}
+
+fn prompt(seed: u32, blocks: usize) -> Vec<u32> {
+    (0..blocks as u32 * 4).map(|i| seed * 1000 + i).collect()
+}
+
+#[test]
+fn allocation_counts_and_exhaustion() {
+    let mut pool = KvPool::new(4, 4);
+    assert_eq!((pool.available(), pool.referenced()), (4, 0));
+    let t = take(&mut pool, &[], 3);
+    assert_eq!(t, vec![0, 1, 2]);
+    assert_eq!((pool.available(), pool.referenced()), (1, 3));
+    let mut table = Vec::new();
+    assert!(!pool.admit(&[], 2, &mut table), "only one block left");
+    assert!(table.is_empty());
+    assert!(pool.admit(&[], 1, &mut table));
+    assert_eq!(pool.available(), 0);
+    assert_eq!(pool.allocate(), Some(3));
+    assert_eq!(pool.allocate(), None, "nothing reserved any more");
+    pool.release(&t);
+    pool.release(&[3]);
+    assert_eq!((pool.available(), pool.referenced()), (4, 0));
+    pool.check_invariants();
+}
+
+#[test]
+fn reservation_is_held_until_allocated_or_returned() {
+    let mut pool = KvPool::new(4, 4);
+    let mut table = Vec::new();
+    assert!(pool.admit(&[], 3, &mut table));
+    assert_eq!(pool.available(), 1);
+    assert!(!pool.admit(&[], 2, &mut Vec::new()));
+    pool.unreserve(3);
+    assert_eq!(pool.available(), 4);
+    pool.check_invariants();
+}
+
+#[test]
+fn prefix_hits_share_blocks_and_count_references() {
+    let mut pool = KvPool::new(8, 4);
+    let hashes = block_hashes(&prompt(1, 3), 4);
+    let a = take(&mut pool, &[], 3);
+    commit_all(&mut pool, &a, &hashes);
+    assert_eq!(pool.match_prefix(&hashes), 3);
+
+    // A second prompt sharing the first two blocks reuses them while `a` still holds them.
+    let mut other = prompt(1, 3);
+    other[9] = 7; // third block differs
+    let other_hashes = block_hashes(&other, 4);
+    assert_eq!(pool.match_prefix(&other_hashes), 2);
+    let b = take(&mut pool, &other_hashes[..2], 1);
+    assert_eq!(&b[..2], &a[..2]);
+    assert_ne!(b[2], a[2]);
+    assert_eq!(pool.referenced(), 4);
+
+    pool.release(&a);
+    assert_eq!(pool.referenced(), 3, "shared blocks still held by b");
+    pool.release(&b);
+    assert_eq!(pool.referenced(), 0);
+    assert_eq!(pool.available(), 8);
+    assert_eq!(pool.cached_len(), 3, "b's third block was never committed");
+    pool.check_invariants();
+
+    // Reviving an evictable block costs availability.
+    let mut table = Vec::new();
+    assert!(pool.admit(&hashes, 0, &mut table));
+    assert_eq!(table, a);
+    assert_eq!(pool.available(), 5);
+    pool.check_invariants();
+}
+
+#[test]
+fn admission_counts_revived_blocks_against_capacity() {
+    let mut pool = KvPool::new(3, 4);
+    let hashes = block_hashes(&prompt(2, 2), 4);
+    let a = take(&mut pool, &[], 2);
+    commit_all(&mut pool, &a, &hashes);
+    pool.release(&a);
+    // Both cached blocks are evictable: the 3 blocks are all available, but reviving the 2
+    // hits leaves only 1 for new blocks.
+    assert_eq!(pool.available(), 3);
+    assert!(!pool.admit(&hashes, 2, &mut Vec::new()));
+    assert!(pool.admit(&hashes, 1, &mut Vec::new()));
+    pool.check_invariants();
+}
+
+#[test]
+fn lru_evicts_least_recent_and_tail_blocks_first() {
+    let mut pool = KvPool::new(4, 4);
+    let h1 = block_hashes(&prompt(1, 2), 4);
+    let h2 = block_hashes(&prompt(2, 2), 4);
+    let a = take(&mut pool, &[], 2);
+    commit_all(&mut pool, &a, &h1);
+    let b = take(&mut pool, &[], 2);
+    commit_all(&mut pool, &b, &h2);
+    pool.release(&a); // a's blocks become evictable first: tail (h1[1]) before head (h1[0])
+    pool.release(&b);
+    pool.drain_events().for_each(drop);
+
+    let c = take(&mut pool, &[], 1);
+    assert_eq!(c, vec![a[1]]);
+    assert!(!pool.contains(h1[1]) && pool.contains(h1[0]));
+    let d = take(&mut pool, &[], 2);
+    assert_eq!(d, vec![a[0], b[1]]);
+    let events: Vec<_> = pool.drain_events().collect();
+    assert_eq!(
+        events,
+        vec![KvEvent::Removed {
+            hashes: vec![h1[1], h1[0], h2[1]]
+        }],
+        "consecutive evictions coalesce into one event"
+    );
+    // A hit refreshes recency: h2[0] is now the only cached block and survives while held.
+    assert_eq!(pool.match_prefix(&h2), 1);
+    pool.check_invariants();
+}
+
+#[test]
+fn commit_emits_coalesced_stored_events_and_skips_duplicates() {
+    let mut pool = KvPool::new(8, 4);
+    let hashes = block_hashes(&prompt(3, 3), 4);
+    let a = take(&mut pool, &[], 3);
+    commit_all(&mut pool, &a, &hashes);
+    let events: Vec<_> = pool.drain_events().collect();
+    assert_eq!(
+        events,
+        vec![KvEvent::Stored {
+            parent: None,
+            hashes: hashes.clone()
+        }]
+    );
+
+    // The same prompt computed concurrently in other blocks: nothing new is cached.
+    let b = take(&mut pool, &[], 3);
+    commit_all(&mut pool, &b, &hashes);
+    assert_eq!(pool.drain_events().count(), 0);
+    assert!(!pool.commit(a[0], None, hashes[0], 0), "already cached");
+    pool.release(&b);
+    assert_eq!(
+        pool.referenced(),
+        3,
+        "b's private duplicates went back to the free list"
+    );
+    pool.check_invariants();
+}
+
+#[test]
+fn snapshot_lists_parents_first_and_coalesces_chains() {
+    let mut pool = KvPool::new(16, 4);
+    let base = prompt(4, 3);
+    let hashes = block_hashes(&base, 4);
+    let a = take(&mut pool, &[], 3);
+    commit_all(&mut pool, &a, &hashes);
+    // A branch sharing the first block.
+    let mut branch = base.clone();
+    branch[4] = 99;
+    let bh = block_hashes(&branch, 4);
+    let b = take(&mut pool, &bh[..1], 2);
+    for i in 1..3 {
+        pool.commit(b[i], Some(bh[i - 1]), bh[i], i as u32);
+    }
+    let snap = pool.snapshot();
+    // Replaying the snapshot rebuilds the cached set, and every parent precedes its child.
+    let mut known = std::collections::HashSet::new();
+    for ev in &snap {
+        let KvEvent::Stored { parent, hashes } = ev else {
+            panic!("snapshot has {ev:?}")
+        };
+        if let Some(p) = parent {
+            assert!(known.contains(p), "parent listed after child");
+        }
+        known.extend(hashes.iter().copied());
+    }
+    assert_eq!(known.len(), 5);
+    assert_eq!(snap.len(), 2, "two chains: {snap:?}");
+}

@@ -1,0 +1,133 @@
+//! A sequence as the scheduler tracks it.
+
+use dolphin_cluster::BlockHash;
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+
+use crate::error::EngineError;
+use crate::types::{
+    BlockId, FinishReason, PrefillOutput, Reservation, Sampling, SeqId, SeqOutput, SeqUsage,
+};
+
+/// Where a sequence is in its life.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Phase {
+    /// Queued for admission.
+    Waiting,
+    /// Admitted through `reserve`: blocks held, KV arriving from a prefill worker.
+    /// `imported[i]` is set once relative block `i` has landed.
+    AwaitingKv { imported: Vec<bool> },
+    /// In the batch: prefilling or decoding.
+    Running,
+}
+
+/// What the caller wants back.
+#[derive(Debug)]
+pub(crate) enum Kind {
+    /// Stream tokens on `Seq::out` (also a remote sequence after `resume`).
+    Generate,
+    /// Prefill only: export blocks from `skip_blocks` on and reply once the first token exists.
+    Prefill {
+        skip_blocks: u32,
+        reply: Option<oneshot::Sender<Result<PrefillOutput, EngineError>>>,
+    },
+    /// Reserve for remote KV: reply at admission.
+    Reserve {
+        reply: Option<oneshot::Sender<Result<Reservation, EngineError>>>,
+    },
+}
+
+/// One request inside the scheduler.
+#[derive(Debug)]
+pub(crate) struct Seq {
+    pub id: SeqId,
+    pub request_id: String,
+    /// Prompt, then generated tokens.
+    pub tokens: Vec<u32>,
+    pub prompt_len: u32,
+    pub sampling: Sampling,
+    /// Chained hashes of the full blocks known so far (the prompt's at arrival; generated blocks
+    /// are appended as they fill).
+    pub hashes: Vec<BlockHash>,
+    /// Blocks held, in position order.
+    pub table: Vec<BlockId>,
+    /// Blocks reserved in the pool and not yet in `table`.
+    pub reserved: u32,
+    /// Blocks needed in all (prefix hits included), fixed at arrival.
+    pub blocks_needed: u32,
+    /// Leading blocks already offered to the prefix cache.
+    pub committed: u32,
+    /// Tokens whose KV is in `table`.
+    pub computed: u32,
+    /// Prompt tokens found in the prefix cache at admission.
+    pub cached_tokens: u32,
+    pub generated: u32,
+    pub phase: Phase,
+    pub kind: Kind,
+    /// Output stream (`Generate` from the start; a reserved sequence from `resume`).
+    pub out: Option<mpsc::Sender<SeqOutput>>,
+    pub arrived: Instant,
+    pub admitted: Option<Instant>,
+}
+
+impl Seq {
+    /// Prompt blocks, the trailing partial one included.
+    pub fn prompt_blocks(&self, block_size: u32) -> u32 {
+        self.prompt_len.div_ceil(block_size)
+    }
+
+    /// Whether the prompt's KV is complete (the sequence decodes).
+    pub fn prefilled(&self) -> bool {
+        self.computed >= self.prompt_len
+    }
+
+    pub fn usage(&self) -> SeqUsage {
+        SeqUsage {
+            prompt_tokens: self.prompt_len,
+            completion_tokens: self.generated,
+            cached_tokens: self.cached_tokens,
+        }
+    }
+
+    /// The stop condition the latest generated token meets, if any.
+    pub fn stop_reason(&self, token: u32, eos: Option<u32>) -> Option<FinishReason> {
+        if (!self.sampling.ignore_eos && eos == Some(token))
+            || self.sampling.stop_token_ids.contains(&token)
+        {
+            Some(FinishReason::Stop)
+        } else if self.generated >= self.sampling.max_tokens {
+            Some(FinishReason::Length)
+        } else {
+            None
+        }
+    }
+
+    /// Whether nobody waits for this sequence's result any more.
+    pub fn abandoned(&self) -> bool {
+        match &self.kind {
+            Kind::Generate => self.out.as_ref().is_none_or(mpsc::Sender::is_closed),
+            Kind::Prefill { reply, .. } => reply.as_ref().is_none_or(oneshot::Sender::is_closed),
+            Kind::Reserve { reply } => reply.as_ref().is_none_or(oneshot::Sender::is_closed),
+        }
+    }
+
+    /// Tells the caller the sequence ended without a result (cancel, shutdown, failure).
+    pub fn fail(&mut self, error: impl FnOnce() -> EngineError, output: SeqOutput) {
+        match &mut self.kind {
+            Kind::Prefill { reply, .. } => {
+                if let Some(tx) = reply.take() {
+                    let _ = tx.send(Err(error()));
+                }
+            }
+            Kind::Reserve { reply } => {
+                if let Some(tx) = reply.take() {
+                    let _ = tx.send(Err(error()));
+                }
+            }
+            Kind::Generate => {}
+        }
+        if let Some(out) = self.out.take() {
+            let _ = out.try_send(output);
+        }
+    }
+}

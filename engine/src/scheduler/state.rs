@@ -1,0 +1,397 @@
+//! Scheduler state and request lifecycle: validation, the waiting queue, admission control,
+//! release, cancel, load. The step itself is in `step.rs`, the remote-KV path in `remote.rs`.
+
+use std::collections::{HashMap, VecDeque};
+
+use dolphin_cluster::{BlockHash, block_hashes_into, chain_hash};
+use tokio::sync::{broadcast, mpsc};
+use tokio::time::Instant;
+
+use super::SchedulerConfig;
+use super::seq::{Kind, Phase, Seq};
+use crate::backend::{Backend, BackendInfo, SeqStart};
+use crate::error::{BackendError, EngineError};
+use crate::kv_pool::KvPool;
+use crate::types::{
+    FinishReason, KvEvent, LoadSnapshot, OutputStream, Reservation, SeqId, SeqOutput, SeqRequest,
+};
+
+/// Everything the scheduler owns, behind one lock.
+#[derive(Debug)]
+pub(crate) struct Core<B: Backend> {
+    pub(super) backend: B,
+    pub(super) pool: KvPool,
+    pub(super) info: BackendInfo,
+    pub(super) cfg: SchedulerConfig,
+    pub(super) seqs: HashMap<SeqId, Seq>,
+    pub(super) by_request: HashMap<String, SeqId>,
+    /// Arrival order (FCFS admission).
+    pub(super) waiting: VecDeque<SeqId>,
+    /// Admitted and computing, in admission order (may hold ids released since: see `tidy`).
+    pub(super) running: Vec<SeqId>,
+    next_id: SeqId,
+    events: broadcast::Sender<KvEvent>,
+}
+
+impl<B: Backend> Core<B> {
+    pub(super) fn new(
+        backend: B,
+        cfg: SchedulerConfig,
+        events: broadcast::Sender<KvEvent>,
+    ) -> Self {
+        let info = backend.info().clone();
+        Self {
+            pool: KvPool::new(info.total_blocks, info.block_size),
+            backend,
+            info,
+            cfg,
+            seqs: HashMap::new(),
+            by_request: HashMap::new(),
+            waiting: VecDeque::new(),
+            running: Vec::new(),
+            next_id: 1,
+            events,
+        }
+    }
+
+    /// Publishes the pool's queued events. Called with the lock held, before it is released, so
+    /// a `subscribe` (also under the lock) sees each event exactly once: in its snapshot or later.
+    pub(super) fn flush_events(&mut self) {
+        for ev in self.pool.drain_events() {
+            // An error only means nobody subscribes right now.
+            let _ = self.events.send(ev);
+        }
+    }
+
+    /// Snapshot of the cache plus a receiver of later events.
+    pub(super) fn subscribe(&self) -> (Vec<KvEvent>, broadcast::Receiver<KvEvent>) {
+        (self.pool.snapshot(), self.events.subscribe())
+    }
+
+    /// Blocks a request needs in all: the prompt, plus for decoding every generated token that
+    /// gets KV (all but the last).
+    fn blocks_needed(&self, req: &SeqRequest, prefill_only: bool) -> u32 {
+        let p = req.prompt.len() as u64;
+        let kv_tokens = if prefill_only {
+            p
+        } else {
+            p + u64::from(req.sampling.max_tokens) - 1
+        };
+        kv_tokens.div_ceil(u64::from(self.info.block_size)) as u32
+    }
+
+    fn validate(&self, req: &SeqRequest, prefill_only: bool) -> Result<u32, EngineError> {
+        let invalid = |msg: String| Err(EngineError::InvalidRequest(msg));
+        if req.prompt.is_empty() {
+            return invalid("empty prompt".into());
+        }
+        if req.sampling.max_tokens == 0 {
+            return invalid("max_tokens must be at least 1".into());
+        }
+        if let Some(&t) = req.prompt.iter().find(|&&t| t >= self.info.vocab_size) {
+            return invalid(format!(
+                "token {t} is outside the vocabulary of {}",
+                self.info.vocab_size
+            ));
+        }
+        let total = req.prompt.len() as u64 + u64::from(req.sampling.max_tokens);
+        if total > u64::from(self.info.context_length) {
+            return invalid(format!(
+                "prompt ({}) plus max_tokens ({}) exceeds the context length {}",
+                req.prompt.len(),
+                req.sampling.max_tokens,
+                self.info.context_length
+            ));
+        }
+        let needed = self.blocks_needed(req, prefill_only);
+        if needed > self.pool.total() {
+            return invalid(format!(
+                "needs {needed} KV blocks, the pool has {}",
+                self.pool.total()
+            ));
+        }
+        if self.by_request.contains_key(&req.request_id) {
+            return invalid(format!("request id {:?} is already active", req.request_id));
+        }
+        Ok(needed)
+    }
+
+    /// Queues a request and admits what fits. Returns its id and, for `Generate`, its stream.
+    pub(super) fn enqueue(
+        &mut self,
+        req: SeqRequest,
+        kind: Kind,
+    ) -> Result<(SeqId, Option<OutputStream>), EngineError> {
+        let prefill_only = matches!(kind, Kind::Prefill { .. });
+        let blocks_needed = self.validate(&req, prefill_only)?;
+        if let Kind::Prefill { skip_blocks, .. } = kind {
+            let blocks = (req.prompt.len() as u32).div_ceil(self.info.block_size);
+            if skip_blocks > blocks {
+                return Err(EngineError::InvalidRequest(format!(
+                    "skip_blocks {skip_blocks} exceeds the prompt's {blocks} blocks"
+                )));
+            }
+        }
+        let (out, stream) = match kind {
+            // Room for every token plus the final message: the scheduler never waits on a reader.
+            Kind::Generate => {
+                let (tx, rx) = mpsc::channel(req.sampling.max_tokens as usize + 2);
+                (Some(tx), Some(rx))
+            }
+            _ => (None, None),
+        };
+        let id = self.next_id;
+        self.next_id += 1;
+        let mut hashes = Vec::with_capacity(req.prompt.len() / self.info.block_size as usize + 1);
+        block_hashes_into(&req.prompt, self.info.block_size as usize, &mut hashes);
+        let seq = Seq {
+            id,
+            prompt_len: req.prompt.len() as u32,
+            request_id: req.request_id,
+            tokens: req.prompt,
+            sampling: req.sampling,
+            hashes,
+            table: Vec::with_capacity(blocks_needed as usize),
+            reserved: 0,
+            blocks_needed,
+            committed: 0,
+            computed: 0,
+            cached_tokens: 0,
+            generated: 0,
+            phase: Phase::Waiting,
+            kind,
+            out,
+            arrived: Instant::now(),
+            admitted: None,
+        };
+        self.by_request.insert(seq.request_id.clone(), id);
+        self.seqs.insert(id, seq);
+        self.waiting.push_back(id);
+        self.admit_waiting();
+        if self
+            .seqs
+            .get(&id)
+            .is_some_and(|s| s.phase == Phase::Waiting)
+            && self.waiting.len() > self.cfg.max_waiting as usize
+        {
+            // Still queued behind others and over the bound: it is the last in line.
+            self.waiting.pop_back();
+            if let Some(seq) = self.seqs.remove(&id) {
+                self.by_request.remove(&seq.request_id);
+            }
+            return Err(EngineError::QueueFull);
+        }
+        Ok((id, stream))
+    }
+
+    /// Admits waiting requests in arrival order while the pool can hold them (prompt plus
+    /// `max_tokens`, reserved now so no admitted request is ever preempted). Requests whose
+    /// caller is gone are dropped.
+    pub(super) fn admit_waiting(&mut self) {
+        while let Some(&id) = self.waiting.front() {
+            if self.seqs.get(&id).is_none_or(Seq::abandoned) {
+                self.waiting.pop_front();
+                self.release(id);
+                continue;
+            }
+            if !self.try_admit(id) {
+                break;
+            }
+        }
+    }
+
+    /// Admits the head of the queue if it fits; false (nothing changed) otherwise.
+    fn try_admit(&mut self, id: SeqId) -> bool {
+        let bs = self.info.block_size;
+        let Some(seq) = self.seqs.get_mut(&id) else {
+            return false;
+        };
+        // At least one prompt token is always computed: it yields the first token.
+        let max_hits = (((seq.prompt_len - 1) / bs) as usize).min(seq.hashes.len());
+        let hits = self.pool.match_prefix(&seq.hashes[..max_hits]);
+        let new = seq.blocks_needed - hits as u32;
+        if !self.pool.admit(&seq.hashes[..hits], new, &mut seq.table) {
+            return false;
+        }
+        self.waiting.pop_front();
+        seq.reserved = new;
+        seq.cached_tokens = hits as u32 * bs;
+        seq.computed = seq.cached_tokens;
+        seq.committed = hits as u32;
+        seq.admitted = Some(Instant::now());
+        tracing::debug!(seq = id, request_id = %seq.request_id, prompt = seq.prompt_len,
+            cached_tokens = seq.cached_tokens, blocks = seq.blocks_needed, "admitted");
+        let outcome = match seq.kind {
+            Kind::Reserve { .. } => Self::admit_reserved(&mut self.pool, seq, bs),
+            Kind::Generate | Kind::Prefill { .. } => {
+                let started = self.backend.start(SeqStart {
+                    seq: id,
+                    sampling: &seq.sampling,
+                    prompt: &seq.tokens[..seq.prompt_len as usize],
+                    table: &seq.table,
+                    computed: seq.computed,
+                });
+                started.map(|()| {
+                    seq.phase = Phase::Running;
+                    self.running.push(id);
+                    true
+                })
+            }
+        };
+        match outcome {
+            Ok(true) => {}
+            Ok(false) => {
+                // The reserving caller went away.
+                self.release(id);
+            }
+            Err(e) => self.fail(id, e),
+        }
+        true
+    }
+
+    /// A reserved sequence gets every prompt block now (KV will be written into them) and
+    /// replies with its reservation. Ok(false) if the caller is gone.
+    fn admit_reserved(pool: &mut KvPool, seq: &mut Seq, bs: u32) -> Result<bool, BackendError> {
+        let prompt_blocks = seq.prompt_blocks(bs);
+        while (seq.table.len() as u32) < prompt_blocks {
+            let block = pool.allocate().ok_or_else(|| out_of_reserved(seq.id))?;
+            seq.reserved -= 1;
+            seq.table.push(block);
+        }
+        let cached_blocks = seq.committed;
+        let expected = prompt_blocks - cached_blocks;
+        seq.phase = Phase::AwaitingKv {
+            imported: vec![false; expected as usize],
+        };
+        let reservation = Reservation {
+            seq: seq.id,
+            cached_blocks,
+            blocks_expected: expected,
+        };
+        Ok(match &mut seq.kind {
+            Kind::Reserve { reply } => reply
+                .take()
+                .is_some_and(|tx| tx.send(Ok(reservation)).is_ok()),
+            _ => false,
+        })
+    }
+
+    /// Removes a sequence and returns its blocks and reservation to the pool.
+    pub(super) fn release(&mut self, id: SeqId) -> Option<Seq> {
+        let seq = self.seqs.remove(&id)?;
+        self.by_request.remove(&seq.request_id);
+        self.pool.release(&seq.table);
+        self.pool.unreserve(seq.reserved);
+        if seq.phase == Phase::Waiting {
+            self.waiting.retain(|&w| w != id);
+        }
+        self.backend.release(id);
+        Some(seq)
+    }
+
+    /// Ends a sequence with an error: the caller's reply or stream gets it.
+    pub(super) fn fail(&mut self, id: SeqId, error: BackendError) {
+        if let Some(mut seq) = self.release(id) {
+            let msg = error.to_string();
+            seq.fail(|| EngineError::Backend(error), SeqOutput::Error(msg));
+        }
+    }
+
+    /// Ends a sequence normally: sends `Finished` and frees it.
+    pub(super) fn finish(&mut self, id: SeqId, reason: FinishReason) {
+        if let Some(seq) = self.release(id)
+            && let Some(out) = &seq.out
+        {
+            tracing::debug!(seq = id, request_id = %seq.request_id, ?reason, tokens = seq.generated, "finished");
+            let _ = out.try_send(SeqOutput::Finished {
+                reason,
+                usage: seq.usage(),
+            });
+        }
+    }
+
+    /// Drops `running` entries released since (keeps admission order).
+    pub(super) fn tidy(&mut self) {
+        let seqs = &self.seqs;
+        self.running.retain(|id| seqs.contains_key(id));
+    }
+
+    /// Drops a request wherever it is; an open stream gets `Finished { Cancelled }`, a pending
+    /// `prefill` / `reserve` gets `Cancelled`.
+    pub(super) fn cancel(&mut self, request_id: &str) -> bool {
+        let Some(&id) = self.by_request.get(request_id) else {
+            return false;
+        };
+        if let Some(mut seq) = self.release(id) {
+            let usage = seq.usage();
+            seq.fail(
+                || EngineError::Cancelled,
+                SeqOutput::Finished {
+                    reason: FinishReason::Cancelled,
+                    usage,
+                },
+            );
+        }
+        self.tidy();
+        self.admit_waiting();
+        true
+    }
+
+    /// Fails every sequence (the engine is going away).
+    pub(super) fn shutdown(&mut self) {
+        let ids: Vec<SeqId> = self.seqs.keys().copied().collect();
+        for id in ids {
+            if let Some(mut seq) = self.release(id) {
+                seq.fail(
+                    || EngineError::Shutdown,
+                    SeqOutput::Error("engine shut down".into()),
+                );
+            }
+        }
+        self.tidy();
+    }
+
+    pub(super) fn load(&self) -> LoadSnapshot {
+        let mut load = LoadSnapshot {
+            waiting: self.waiting.len() as u32,
+            free_blocks: self.pool.available(),
+            total_blocks: self.pool.total(),
+            ..LoadSnapshot::default()
+        };
+        for seq in self.seqs.values() {
+            if seq.phase == Phase::Waiting {
+                load.queued_prefill_tokens += u64::from(seq.prompt_len);
+            } else {
+                load.running += 1;
+                load.active_tokens += seq.tokens.len() as u64;
+                if seq.phase == Phase::Running && !seq.prefilled() {
+                    load.queued_prefill_tokens += u64::from(seq.prompt_len - seq.computed);
+                }
+            }
+        }
+        load
+    }
+}
+
+/// Offers a sequence's newly full blocks to the prefix cache (prompt blocks and blocks filled
+/// by generated tokens alike), hashing generated blocks as they fill.
+pub(super) fn commit_blocks(pool: &mut KvPool, seq: &mut Seq, bs: u32) {
+    let full = seq.computed / bs;
+    while seq.committed < full {
+        let i = seq.committed as usize;
+        let parent: Option<BlockHash> = i.checked_sub(1).map(|p| seq.hashes[p]);
+        if i == seq.hashes.len() {
+            let start = i * bs as usize;
+            seq.hashes
+                .push(chain_hash(parent, &seq.tokens[start..start + bs as usize]));
+        }
+        pool.commit(seq.table[i], parent, seq.hashes[i], i as u32);
+        seq.committed += 1;
+    }
+}
+
+/// The pool refused a block the sequence had reserved: a scheduler bug, reported as a backend
+/// failure of that one sequence rather than a panic.
+pub(super) fn out_of_reserved(id: SeqId) -> BackendError {
+    BackendError::Invalid(format!("sequence {id}: pool has no reserved block left"))
+}

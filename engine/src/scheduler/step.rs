@@ -1,0 +1,227 @@
+//! One scheduler step: build the batch (continuous batching with chunked prefill), run it on the
+//! backend, then apply its results (tokens, stop conditions, finished prefills).
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::seq::{Kind, Seq};
+use super::state::{Core, commit_blocks, out_of_reserved};
+use crate::backend::{Backend, Batch};
+use crate::error::{BackendError, EngineError};
+use crate::kv_pool::KvPool;
+use crate::types::{FinishReason, PrefillOutput, SeqId, SeqOutput};
+
+/// How a sequence's step ended, decided while iterating and acted on afterwards.
+#[derive(Debug)]
+pub(super) enum Done {
+    Finished(FinishReason),
+    /// The reader dropped its stream.
+    Gone,
+    /// A prefill-only sequence has its first token: export and reply.
+    Prefilled(u32),
+    Failed(BackendError),
+}
+
+impl<B: Backend> Core<B> {
+    /// Fills `batch` for the next step: every decoding sequence's one token, then prefill chunks
+    /// in admission order until `max_batched_tokens` is spent. Allocates the blocks the new
+    /// tokens land in (from the sequences' reservations).
+    pub(super) fn build_batch(
+        &mut self,
+        batch: &mut Batch,
+        failed: &mut Vec<(SeqId, BackendError)>,
+    ) {
+        batch.clear();
+        let bs = self.info.block_size;
+        let mut budget = self.cfg.max_batched_tokens;
+        for &id in &self.running {
+            let Some(seq) = self.seqs.get_mut(&id) else {
+                continue;
+            };
+            if !seq.prefilled() {
+                continue;
+            }
+            let pos = seq.computed;
+            if let Err(e) = ensure_blocks(&mut self.pool, seq, pos + 1, bs) {
+                failed.push((id, e));
+                continue;
+            }
+            let token = &seq.tokens[pos as usize..pos as usize + 1];
+            batch.push(id, pos, seq.prompt_len, token, &seq.table, true);
+            budget = budget.saturating_sub(1);
+        }
+        for &id in &self.running {
+            if budget == 0 {
+                break;
+            }
+            let Some(seq) = self.seqs.get_mut(&id) else {
+                continue;
+            };
+            if seq.prefilled() {
+                continue;
+            }
+            let pos = seq.computed;
+            let n = (seq.prompt_len - pos).min(budget);
+            if let Err(e) = ensure_blocks(&mut self.pool, seq, pos + n, bs) {
+                failed.push((id, e));
+                continue;
+            }
+            let chunk = &seq.tokens[pos as usize..(pos + n) as usize];
+            batch.push(
+                id,
+                pos,
+                seq.prompt_len,
+                chunk,
+                &seq.table,
+                pos + n == seq.prompt_len,
+            );
+            budget -= n;
+        }
+        batch.kv_blocks_active = self.pool.referenced();
+        batch.kv_blocks_total = self.pool.total();
+        for (id, e) in failed.drain(..) {
+            self.fail(id, e);
+        }
+    }
+
+    /// Runs the batch on the backend; returns the step's simulated duration. On a backend
+    /// failure every sequence in the batch fails (their KV is in an unknown state).
+    pub(super) fn run_step(
+        &mut self,
+        batch: &Batch,
+        sampled: &mut Vec<Option<u32>>,
+    ) -> Option<Duration> {
+        sampled.clear();
+        sampled.resize(batch.len(), None);
+        match self.backend.step(batch, sampled) {
+            Ok(d) => Some(d),
+            Err(e) => {
+                tracing::warn!(error = %e, seqs = batch.len(), "backend step failed");
+                let msg = e.to_string();
+                for entry in batch.entries() {
+                    self.fail(
+                        entry.seq,
+                        BackendError::Invalid(format!("step failed: {msg}")),
+                    );
+                }
+                self.tidy();
+                None
+            }
+        }
+    }
+
+    /// Applies a finished step: advances KV, caches newly full blocks, streams sampled tokens,
+    /// checks stop conditions, completes prefills. Sequences cancelled while the step ran are
+    /// skipped.
+    pub(super) fn apply(
+        &mut self,
+        batch: &Batch,
+        sampled: &[Option<u32>],
+        done: &mut Vec<(SeqId, Done)>,
+    ) {
+        let bs = self.info.block_size;
+        let eos = self.info.eos_token_id;
+        for (entry, token) in batch.entries().iter().zip(sampled) {
+            let Some(seq) = self.seqs.get_mut(&entry.seq) else {
+                continue;
+            };
+            seq.computed += entry.len();
+            commit_blocks(&mut self.pool, seq, bs);
+            if !entry.sample {
+                continue;
+            }
+            let Some(token) = *token else {
+                let e = BackendError::Invalid("backend sampled no token".into());
+                done.push((entry.seq, Done::Failed(e)));
+                continue;
+            };
+            if let Some(d) = on_token(seq, token, eos) {
+                done.push((entry.seq, d));
+            }
+        }
+        for (id, d) in done.drain(..) {
+            match d {
+                Done::Finished(reason) => self.finish(id, reason),
+                Done::Gone => {
+                    self.release(id);
+                }
+                Done::Prefilled(token) => self.finish_prefill(id, token),
+                Done::Failed(e) => self.fail(id, e),
+            }
+        }
+        self.tidy();
+    }
+
+    /// Exports a prefill-only sequence's blocks from `skip_blocks` on, replies, and releases it
+    /// (its full blocks stay in the prefix cache).
+    fn finish_prefill(&mut self, id: SeqId, first_token: u32) {
+        let bs = self.info.block_size;
+        let Some(seq) = self.seqs.get_mut(&id) else {
+            return;
+        };
+        let Kind::Prefill { skip_blocks, reply } = &mut seq.kind else {
+            return;
+        };
+        let Some(reply) = reply.take() else { return };
+        let blocks_total = seq.prompt_len.div_ceil(bs);
+        let mut blocks = Vec::with_capacity((blocks_total - *skip_blocks) as usize);
+        let mut result = Ok(());
+        for i in *skip_blocks..blocks_total {
+            let filled = (seq.prompt_len - i * bs).min(bs);
+            match self.backend.export_block(seq.table[i as usize], i, filled) {
+                Ok(b) => blocks.push(b),
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            }
+        }
+        let now = Instant::now();
+        let admitted = seq.admitted.unwrap_or(seq.arrived);
+        let output = result.map(|()| PrefillOutput {
+            first_token,
+            cached_tokens: seq.cached_tokens,
+            blocks,
+            queued: admitted - seq.arrived,
+            prefill: now - admitted,
+        });
+        let _ = reply.send(output.map_err(EngineError::Backend));
+        self.release(id);
+    }
+}
+
+/// Records a sampled token; returns how the sequence ends, if it does.
+fn on_token(seq: &mut Seq, token: u32, eos: Option<u32>) -> Option<Done> {
+    if let Kind::Prefill { .. } = seq.kind {
+        return Some(Done::Prefilled(token));
+    }
+    seq.tokens.push(token);
+    seq.generated += 1;
+    let Some(out) = &seq.out else {
+        return Some(Done::Gone);
+    };
+    if out.try_send(SeqOutput::Token(token)).is_err() {
+        // Closed: the reader is gone. (Full cannot happen: the channel holds every message.)
+        return Some(Done::Gone);
+    }
+    seq.stop_reason(token, eos).map(Done::Finished)
+}
+
+/// Allocates blocks until the table covers `tokens` positions.
+fn ensure_blocks(
+    pool: &mut KvPool,
+    seq: &mut Seq,
+    tokens: u32,
+    bs: u32,
+) -> Result<(), BackendError> {
+    while (seq.table.len() as u32) * bs < tokens {
+        if seq.reserved == 0 {
+            return Err(out_of_reserved(seq.id));
+        }
+        let block = pool.allocate().ok_or_else(|| out_of_reserved(seq.id))?;
+        seq.reserved -= 1;
+        seq.table.push(block);
+    }
+    Ok(())
+}

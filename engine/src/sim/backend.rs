@@ -1,0 +1,297 @@
+//! `SimBackend`: timing from a profile instead of compute, deterministic KV and tokens.
+//!
+//! The "KV memory" of a block is one hash: the chained hash of every token up to the block's
+//! last filled one (what a real block's content depends on), plus its fill. Its bytes are the
+//! stream of `block_seed(chain, index)`, scaled to `bytes_per_token` per token, generated on
+//! export and regenerated to verify an import. When a prompt's KV is complete (computed here or
+//! imported), the sequence's digest folds the seeds of all its blocks, read from memory; tokens
+//! are a function of that digest and the position. So intact remote KV yields exactly the local
+//! tokens, and KV that is wrong anywhere is rejected on import.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use bytes::Bytes;
+use dolphin_cluster::chain_hash;
+
+use super::content::{self, EOS_TOKEN};
+use super::profile::SimProfile;
+use crate::backend::{Backend, BackendInfo, Batch, ImportBlock, SeqStart};
+use crate::error::BackendError;
+use crate::types::{BlockId, SeqId};
+
+/// What a block "holds".
+#[derive(Clone, Copy, Debug, Default)]
+struct BlockMem {
+    /// Chained hash of the tokens up to the block's last filled one.
+    chain: u64,
+    /// Tokens filled.
+    filled: u32,
+}
+
+/// Per-sequence running state.
+#[derive(Debug)]
+struct SimSeq {
+    /// Chain hash of the last full block (`None` before the first).
+    parent: Option<u64>,
+    /// Tokens of the block being filled.
+    partial: Vec<u32>,
+    /// Digest of the prompt's KV, once complete.
+    digest: Option<u64>,
+    /// Mixed into the digest: a seeded sampler with temperature selects its own stream.
+    salt: u64,
+}
+
+/// The simulated model.
+#[derive(Debug)]
+pub struct SimBackend {
+    info: BackendInfo,
+    profile: SimProfile,
+    time_scale: f64,
+    bytes_per_token: usize,
+    memory: Vec<BlockMem>,
+    seqs: HashMap<SeqId, SimSeq>,
+}
+
+impl SimBackend {
+    /// A backend with `info`'s geometry, timed by `profile` scaled by `time_scale` (0: no delay).
+    /// `info.kv_bytes_per_token` is the exported size of one token's KV.
+    pub fn new(info: BackendInfo, profile: SimProfile, time_scale: f64) -> Self {
+        Self {
+            bytes_per_token: info.kv_bytes_per_token.max(1) as usize,
+            memory: vec![BlockMem::default(); info.total_blocks as usize],
+            seqs: HashMap::new(),
+            info,
+            profile,
+            time_scale,
+        }
+    }
+
+    fn mem(&self, block: BlockId) -> Result<BlockMem, BackendError> {
+        self.memory
+            .get(block as usize)
+            .copied()
+            .ok_or_else(|| BackendError::Invalid(format!("block {block} is outside the pool")))
+    }
+
+    /// Digest of a prompt of `prompt_len` tokens whose KV is in `table`.
+    fn digest(&self, prompt_len: u32, table: &[BlockId]) -> Result<u64, BackendError> {
+        let blocks = prompt_len.div_ceil(self.info.block_size) as usize;
+        let table = table.get(..blocks).ok_or_else(|| {
+            BackendError::Invalid(format!(
+                "table has {} of {blocks} prompt blocks",
+                table.len()
+            ))
+        })?;
+        table
+            .iter()
+            .enumerate()
+            .try_fold(content::DIGEST_SEED, |d, (i, &b)| {
+                Ok(content::digest_step(
+                    d,
+                    content::block_seed(self.mem(b)?.chain, i as u32),
+                ))
+            })
+    }
+
+    /// Feeds one entry's new tokens into the sequence's blocks.
+    fn absorb(
+        &mut self,
+        seq: SeqId,
+        position: u32,
+        tokens: &[u32],
+        table: &[BlockId],
+    ) -> Result<(), BackendError> {
+        let bs = self.info.block_size as usize;
+        let s = self.seqs.get_mut(&seq).ok_or_else(|| unknown(seq))?;
+        let mut pos = position as usize;
+        for &t in tokens {
+            s.partial.push(t);
+            pos += 1;
+            if s.partial.len() == bs {
+                let block = *table
+                    .get((pos - 1) / bs)
+                    .ok_or_else(|| short_table(seq, pos))?;
+                let chain = chain_hash(s.parent, &s.partial);
+                write(&mut self.memory, block, chain, bs as u32)?;
+                s.parent = Some(chain);
+                s.partial.clear();
+            }
+        }
+        if !s.partial.is_empty() {
+            let block = *table.get(pos / bs).ok_or_else(|| short_table(seq, pos))?;
+            write(
+                &mut self.memory,
+                block,
+                chain_hash(s.parent, &s.partial),
+                s.partial.len() as u32,
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// Sets what `block` holds.
+fn write(
+    memory: &mut [BlockMem],
+    block: BlockId,
+    chain: u64,
+    filled: u32,
+) -> Result<(), BackendError> {
+    let slot = memory
+        .get_mut(block as usize)
+        .ok_or_else(|| BackendError::Invalid(format!("block {block} is outside the pool")))?;
+    *slot = BlockMem { chain, filled };
+    Ok(())
+}
+
+fn unknown(seq: SeqId) -> BackendError {
+    BackendError::Invalid(format!("sequence {seq} was not started"))
+}
+
+fn short_table(seq: SeqId, pos: usize) -> BackendError {
+    BackendError::Invalid(format!("sequence {seq}: no block for position {pos}"))
+}
+
+impl Backend for SimBackend {
+    fn info(&self) -> &BackendInfo {
+        &self.info
+    }
+
+    fn start(&mut self, start: SeqStart<'_>) -> Result<(), BackendError> {
+        let bs = self.info.block_size as usize;
+        let computed = start.computed as usize;
+        let full = computed / bs;
+        let parent = match full.checked_sub(1) {
+            Some(last) => Some(
+                self.mem(
+                    *start
+                        .table
+                        .get(last)
+                        .ok_or_else(|| short_table(start.seq, computed))?,
+                )?
+                .chain,
+            ),
+            None => None,
+        };
+        let mut partial = Vec::with_capacity(bs);
+        partial.extend_from_slice(start.prompt.get(full * bs..computed).unwrap_or_default());
+        let prompt_len = start.prompt.len() as u32;
+        let digest = if start.computed >= prompt_len {
+            Some(self.digest(prompt_len, start.table)?)
+        } else {
+            None
+        };
+        let s = &start.sampling;
+        let salt = match s.seed {
+            Some(seed) if s.temperature > 0.0 => seed,
+            _ => 0,
+        };
+        self.seqs.insert(
+            start.seq,
+            SimSeq {
+                parent,
+                partial,
+                digest,
+                salt,
+            },
+        );
+        Ok(())
+    }
+
+    fn step(
+        &mut self,
+        batch: &Batch,
+        sampled: &mut [Option<u32>],
+    ) -> Result<Duration, BackendError> {
+        for (i, entry) in batch.entries().iter().enumerate() {
+            let table = batch.table(entry);
+            self.absorb(entry.seq, entry.position, batch.tokens(entry), table)?;
+            if !entry.sample {
+                continue;
+            }
+            let end = entry.position + entry.len();
+            if entry.is_prefill() && end == entry.prompt_len {
+                let digest = self.digest(entry.prompt_len, table)?;
+                if let Some(s) = self.seqs.get_mut(&entry.seq) {
+                    s.digest = Some(digest);
+                }
+            }
+            let s = self
+                .seqs
+                .get(&entry.seq)
+                .ok_or_else(|| unknown(entry.seq))?;
+            let digest = s.digest.ok_or_else(|| {
+                BackendError::Invalid(format!("sequence {} decodes before its prompt", entry.seq))
+            })?;
+            let token = content::token(
+                digest ^ s.salt,
+                end,
+                self.info.vocab_size,
+                self.profile.eos_probability,
+            );
+            debug_assert!(token == EOS_TOKEN || token >= content::FIRST_TOKEN);
+            sampled[i] = Some(token);
+        }
+        if self.time_scale == 0.0 {
+            return Ok(Duration::ZERO);
+        }
+        let occupancy = if batch.kv_blocks_total == 0 {
+            0.0
+        } else {
+            f64::from(batch.kv_blocks_active) / f64::from(batch.kv_blocks_total)
+        };
+        let ms = self
+            .profile
+            .step_ms(batch.prefill_tokens(), batch.decode_seqs(), occupancy);
+        Ok(Duration::from_secs_f64(
+            (ms * self.time_scale / 1e3).max(0.0),
+        ))
+    }
+
+    fn export_block(
+        &mut self,
+        block: BlockId,
+        index: u32,
+        filled: u32,
+    ) -> Result<Bytes, BackendError> {
+        let m = self.mem(block)?;
+        if m.filled != filled {
+            return Err(BackendError::Invalid(format!(
+                "block {block} holds {} tokens, not {filled}",
+                m.filled
+            )));
+        }
+        Ok(content::generate(
+            content::block_seed(m.chain, index),
+            filled as usize * self.bytes_per_token,
+        ))
+    }
+
+    fn import_block(&mut self, import: ImportBlock<'_>, data: &[u8]) -> Result<(), BackendError> {
+        let chain = chain_hash(import.parent, import.tokens);
+        let expected = import.tokens.len() * self.bytes_per_token;
+        if data.len() != expected {
+            return Err(BackendError::Corrupt(format!(
+                "{} bytes, expected {expected}",
+                data.len()
+            )));
+        }
+        if let Some(at) = content::first_mismatch(content::block_seed(chain, import.index), data) {
+            return Err(BackendError::Corrupt(format!(
+                "byte {at} of {expected} differs from block {}'s content",
+                import.index
+            )));
+        }
+        write(
+            &mut self.memory,
+            import.block,
+            chain,
+            import.tokens.len() as u32,
+        )
+    }
+
+    fn release(&mut self, seq: SeqId) {
+        self.seqs.remove(&seq);
+    }
+}

@@ -1,0 +1,396 @@
+//! Sim engine tests: remote prefill equals local prefill token for token, corrupt KV is caught,
+//! prefix hits, timing from the profile (on Tokio's paused clock), zero-delay mode.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::*;
+use crate::backend::{Backend, Batch, SeqStart};
+use crate::types::{
+    FinishReason, KvEvent, OutputStream, Sampling, SeqOutput, SeqRequest, SeqUsage,
+};
+
+fn config(profile: &str) -> SimConfig {
+    let mut cfg = SimConfig::new(SimProfile::builtin(profile).expect("shipped profile"));
+    cfg.time_scale = 0.0;
+    cfg.total_blocks = 256;
+    cfg.max_batched_tokens = 64;
+    cfg
+}
+
+fn engine() -> Arc<dyn Engine> {
+    sim_engine(config("dynamo-mocker")).expect("valid config")
+}
+
+fn request(id: &str, prompt: Vec<u32>, max_tokens: u32) -> SeqRequest {
+    SeqRequest {
+        request_id: id.into(),
+        prompt,
+        sampling: Sampling {
+            max_tokens,
+            ..Sampling::default()
+        },
+    }
+}
+
+/// A deterministic prompt of printable ids.
+fn prompt(seed: u32, len: u32) -> Vec<u32> {
+    (0..len)
+        .map(|i| 3 + (i.wrapping_mul(2_654_435_761) ^ seed) % 96)
+        .collect()
+}
+
+async fn collect(mut rx: OutputStream) -> (Vec<u32>, FinishReason, SeqUsage) {
+    let mut tokens = Vec::new();
+    while let Some(out) = rx.recv().await {
+        match out {
+            SeqOutput::Token(t) => tokens.push(t),
+            SeqOutput::Finished { reason, usage } => return (tokens, reason, usage),
+            SeqOutput::Error(e) => panic!("stream failed: {e}"),
+        }
+    }
+    panic!("stream ended without Finished");
+}
+
+/// Prefill on `p`, ship every block to `d`, decode there.
+async fn remote(p: &dyn Engine, d: &dyn Engine, req: SeqRequest) -> (Vec<u32>, u32) {
+    let r = d.reserve(req.clone()).await.expect("reserved");
+    let out = p.prefill(req, r.cached_blocks).await.expect("prefilled");
+    assert_eq!(out.blocks.len() as u32, r.blocks_expected);
+    for (i, block) in out.blocks.iter().enumerate() {
+        d.import(r.seq, i as u32, block)
+            .expect("intact block imports");
+    }
+    let (tokens, reason, _) =
+        collect(d.resume(r.seq, out.first_token).await.expect("resumed")).await;
+    assert_eq!(reason, FinishReason::Length);
+    (tokens, r.cached_blocks)
+}
+
+#[tokio::test]
+async fn remote_prefill_yields_the_local_tokens() {
+    let (local, p, d) = (engine(), engine(), engine());
+    // 37 tokens: two full blocks and a partial one of 5, which is exported too.
+    let req = request("a", prompt(1, 37), 40);
+    let (expected, reason, usage) = collect(local.generate(req.clone()).await.expect("ok")).await;
+    assert_eq!(
+        (reason, usage.completion_tokens),
+        (FinishReason::Length, 40)
+    );
+    assert!(
+        expected.iter().all(|t| (3..=98).contains(t)),
+        "printable ids, no EOS: {expected:?}"
+    );
+    let out = p.prefill(req.clone(), 0).await.expect("prefilled");
+    let bpt = p.info().kv_bytes_per_token as usize;
+    assert_eq!(bpt, 131, "131072 bytes per token at byte scale 0.001");
+    let sizes: Vec<usize> = out.blocks.iter().map(|b| b.len()).collect();
+    assert_eq!(sizes, vec![16 * bpt, 16 * bpt, 5 * bpt]);
+    assert_eq!(out.first_token, expected[0]);
+
+    let (tokens, cached) = remote(&*p, &*d, request("b", req.prompt.clone(), 40)).await;
+    assert_eq!(cached, 0);
+    assert_eq!(
+        tokens, expected,
+        "remote prefill decodes exactly the local tokens"
+    );
+
+    // Again through the prefill worker's own prefix cache (2 of 3 blocks cached there): the
+    // cached blocks it exports still verify on a fresh decode worker.
+    let (tokens, _) = remote(&*p, &*engine(), request("b2", req.prompt.clone(), 40)).await;
+    assert_eq!(tokens, expected);
+
+    // A seeded sampler with temperature picks its own stream, the same on both paths.
+    let mut seeded = request("s", req.prompt.clone(), 40);
+    seeded.sampling.temperature = 0.8;
+    seeded.sampling.seed = Some(42);
+    let (local_seeded, _, _) = collect(local.generate(seeded.clone()).await.expect("ok")).await;
+    assert_ne!(local_seeded, expected);
+    seeded.request_id = "s2".into();
+    let (remote_seeded, _) = remote(&*p, &*engine(), seeded).await;
+    assert_eq!(remote_seeded, local_seeded);
+
+    // Different prompts give different outputs (the digest covers the whole prompt).
+    let mut other = req.prompt.clone();
+    other[36] = if other[36] == 3 { 4 } else { 3 };
+    let (tokens, _, _) = collect(local.generate(request("c", other, 40)).await.expect("ok")).await;
+    assert_ne!(tokens, expected);
+}
+
+#[tokio::test]
+async fn remote_prefill_skips_blocks_the_decode_worker_holds() {
+    let (local, p, d) = (engine(), engine(), engine());
+    let shared = prompt(2, 48);
+    // The decode worker served an earlier turn: it holds the first 3 blocks.
+    collect(
+        d.generate(request("turn1", shared.clone(), 4))
+            .await
+            .expect("ok"),
+    )
+    .await;
+    let mut turn2 = shared.clone();
+    turn2.extend(prompt(3, 20));
+    let (expected, _, _) = collect(
+        local
+            .generate(request("l", turn2.clone(), 12))
+            .await
+            .expect("ok"),
+    )
+    .await;
+    let (tokens, cached) = remote(&*p, &*d, request("turn2", turn2, 12)).await;
+    assert_eq!(cached, 3);
+    assert_eq!(tokens, expected);
+}
+
+#[tokio::test]
+async fn corrupt_or_misplaced_kv_is_rejected_and_local_fallback_works() {
+    let (local, p, d) = (engine(), engine(), engine());
+    let req = request("a", prompt(4, 40), 10);
+    let (expected, _, _) = collect(local.generate(req.clone()).await.expect("ok")).await;
+    let out = p.prefill(req.clone(), 0).await.expect("prefilled");
+    let r = d.reserve(req).await.expect("reserved");
+
+    let mut bad = out.blocks[1].to_vec();
+    bad[100] ^= 0x01;
+    assert!(matches!(
+        d.import(r.seq, 1, &bad),
+        Err(EngineError::CorruptKv { index: 1, .. })
+    ));
+    assert!(
+        matches!(
+            d.import(r.seq, 0, &out.blocks[1]),
+            Err(EngineError::CorruptKv { index: 0, .. })
+        ),
+        "misplaced"
+    );
+    let short = &out.blocks[2][..out.blocks[2].len() - 1];
+    assert!(
+        matches!(
+            d.import(r.seq, 2, short),
+            Err(EngineError::CorruptKv { .. })
+        ),
+        "truncated"
+    );
+    d.import(r.seq, 0, &out.blocks[0]).expect("intact");
+    assert!(
+        matches!(
+            d.resume(r.seq, out.first_token).await,
+            Err(EngineError::InvalidRequest(_))
+        ),
+        "blocks missing"
+    );
+
+    // The prefill worker "failed": prefill locally; same tokens as a local request.
+    let (tokens, _, _) = collect(d.resume_local(r.seq).await.expect("fallback")).await;
+    assert_eq!(tokens, expected);
+}
+
+#[tokio::test]
+async fn shared_prefix_hits_the_cache() {
+    let e = engine();
+    let (snapshot, mut events) = e.subscribe();
+    assert!(snapshot.is_empty());
+    let base = prompt(5, 64);
+    let (_, _, u1) = collect(e.generate(request("a", base.clone(), 4)).await.expect("ok")).await;
+    assert_eq!(u1.cached_tokens, 0);
+    let mut second = base[..48].to_vec();
+    second.extend(prompt(6, 30));
+    let (_, _, u2) = collect(e.generate(request("b", second, 4)).await.expect("ok")).await;
+    assert_eq!(u2.cached_tokens, 48);
+    let hashes = dolphin_cluster::block_hashes(&base, 16);
+    let first = events.try_recv().expect("stored event");
+    assert_eq!(
+        first,
+        KvEvent::Stored {
+            parent: None,
+            hashes: hashes[..4].to_vec()
+        }
+    );
+    // The prefill worker's cache serves repeats too.
+    let out = e
+        .prefill(request("c", base.clone(), 1), 0)
+        .await
+        .expect("prefilled");
+    assert_eq!(
+        out.cached_tokens, 48,
+        "the last block is recomputed to sample a token"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn step_time_follows_the_profile() {
+    let mut cfg = config("dynamo-mocker");
+    cfg.time_scale = 1.0;
+    cfg.max_batched_tokens = 2048;
+    let profile = cfg.profile.clone();
+    let e = sim_engine(cfg).expect("valid");
+    let out = e
+        .prefill(request("a", prompt(7, 1000), 1), 0)
+        .await
+        .expect("ok");
+    let want = Duration::from_secs_f64(profile.prefill_ms(1000) / 1e3);
+    // Tokio's timer has millisecond granularity: the paused clock lands on the next tick.
+    assert!(
+        out.prefill >= want && out.prefill <= want + Duration::from_millis(1),
+        "{:?} vs {want:?}",
+        out.prefill
+    );
+}
+
+#[test]
+fn a_mixed_step_costs_prefill_plus_decode() {
+    let profile = SimProfile::builtin("dynamo-mocker").expect("shipped");
+    let info = BackendInfo {
+        model: "m".into(),
+        engine: "sim",
+        block_size: 16,
+        total_blocks: 100,
+        kv_bytes_per_token: 8,
+        context_length: 4096,
+        vocab_size: 99,
+        eos_token_id: Some(content::EOS_TOKEN),
+    };
+    let mut b = SimBackend::new(info, profile.clone(), 2.0);
+    let sampling = Sampling::default();
+    let (p1, p2) = (prompt(1, 16), prompt(2, 100));
+    b.start(SeqStart {
+        seq: 1,
+        sampling: &sampling,
+        prompt: &p1,
+        table: &[0],
+        computed: 0,
+    })
+    .expect("start");
+    b.start(SeqStart {
+        seq: 2,
+        sampling: &sampling,
+        prompt: &p2,
+        table: &[],
+        computed: 0,
+    })
+    .expect("start");
+    let ms = |ms: f64| Duration::from_secs_f64(2.0 * ms / 1e3);
+
+    let mut batch = Batch::default();
+    batch.push(1, 0, 16, &p1, &[0, 1], true);
+    batch.kv_blocks_total = 100;
+    batch.kv_blocks_active = 2;
+    let mut sampled = vec![None];
+    let d = b.step(&batch, &mut sampled).expect("step");
+    assert_eq!(
+        d,
+        ms(profile.prefill_ms(16)),
+        "prefill only, scaled by time_scale 2"
+    );
+    let first = sampled[0].expect("prompt complete: sampled");
+
+    batch.clear();
+    batch.push(1, 16, 16, &[first], &[0, 1], true);
+    batch.push(2, 0, 100, &p2[..40], &[2, 3, 4], false);
+    batch.kv_blocks_total = 100;
+    batch.kv_blocks_active = 50;
+    let mut sampled = vec![None; 2];
+    let d = b.step(&batch, &mut sampled).expect("step");
+    assert_eq!(d, ms(profile.prefill_ms(40) + profile.decode_ms(1, 0.5)));
+    assert!(
+        sampled[0].is_some() && sampled[1].is_none(),
+        "only finished prompts and decodes sample"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn zero_time_scale_never_sleeps() {
+    // The 72B profile would take seconds per request; at scale 0 the clock must not move at all.
+    let e = sim_engine(config("qwen72b-h20")).expect("valid");
+    let start = Instant::now();
+    let mut streams = Vec::new();
+    for i in 0..20 {
+        streams.push(
+            e.generate(request(&format!("r{i}"), prompt(i, 300), 30))
+                .await
+                .expect("ok"),
+        );
+    }
+    for rx in streams {
+        assert_eq!(collect(rx).await.0.len(), 30);
+    }
+    assert_eq!(start.elapsed(), Duration::ZERO);
+}
+
+#[test]
+fn runs_without_a_runtime_of_its_own() {
+    // Built outside any runtime: the scheduler gets a thread; any runtime can drive requests.
+    let e = sim_engine(config("dynamo-mocker")).expect("valid");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("runtime");
+    let (tokens, reason, _) = rt.block_on(async {
+        collect(
+            e.generate(request("a", prompt(10, 20), 5))
+                .await
+                .expect("ok"),
+        )
+        .await
+    });
+    assert_eq!((tokens.len(), reason), (5, FinishReason::Length));
+}
+
+#[tokio::test]
+async fn eos_profile_stops_early_and_config_is_checked() {
+    let mut cfg = config("dynamo-mocker");
+    cfg.profile.eos_probability = 0.5;
+    let e = sim_engine(cfg).expect("valid");
+    let (tokens, reason, _) = collect(
+        e.generate(request("a", prompt(11, 20), 200))
+            .await
+            .expect("ok"),
+    )
+    .await;
+    assert_eq!(reason, FinishReason::Stop);
+    assert_eq!(tokens.last(), Some(&content::EOS_TOKEN));
+
+    let mut bad = config("dynamo-mocker");
+    bad.time_scale = -1.0;
+    assert!(matches!(sim_engine(bad), Err(EngineError::Config(_))));
+    let mut bad = config("dynamo-mocker");
+    bad.block_size = 0;
+    assert!(matches!(sim_engine(bad), Err(EngineError::Config(_))));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_requests_under_kv_pressure_stay_consistent() {
+    // Small pools: requests queue for KV on every engine while others run.
+    let make = || {
+        let mut cfg = config("dynamo-mocker");
+        cfg.total_blocks = 24;
+        sim_engine(cfg).expect("valid")
+    };
+    let (local, p, d) = (make(), make(), make());
+    let mut tasks = Vec::new();
+    for i in 0..16u32 {
+        let (local, p, d) = (local.clone(), p.clone(), d.clone());
+        tasks.push(tokio::spawn(async move {
+            // Half the prompts share a 32-token prefix.
+            let mut tokens = if i % 2 == 0 {
+                prompt(100, 32)
+            } else {
+                Vec::new()
+            };
+            tokens.extend(prompt(i, 40 + i));
+            let req = request(&format!("q{i}"), tokens, 20 + i);
+            let rx = local.generate(req.clone()).await.expect("local");
+            let (expected, _, _) = collect(rx).await;
+            let (got, _) = remote(&*p, &*d, req).await;
+            assert_eq!(got, expected, "request {i}");
+        }));
+    }
+    for t in tasks {
+        t.await.expect("task");
+    }
+    for e in [&local, &p, &d] {
+        let load = e.load();
+        assert_eq!((load.running, load.waiting, load.free_blocks), (0, 0, 24));
+    }
+}

@@ -1,0 +1,184 @@
+//! Plain data exchanged between the engine and its callers (the workers).
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use dolphin_cluster::BlockHash;
+
+/// Engine-internal id of a request, unique for the engine's lifetime.
+pub type SeqId = u64;
+
+/// Index of a KV block in an engine's block pool.
+pub type BlockId = u32;
+
+/// How to pick the next token. Mirrors `dolphin.v1.SamplingParams`, with stop strings already
+/// turned into token ids by the caller.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Sampling {
+    /// 0 means greedy.
+    pub temperature: f32,
+    /// 0 means disabled.
+    pub top_k: u32,
+    /// 1.0 (or 0) means disabled.
+    pub top_p: f32,
+    /// Seed for reproducible sampling; `None` means the engine picks one.
+    pub seed: Option<u64>,
+    /// Generate at most this many tokens (at least 1).
+    pub max_tokens: u32,
+    /// Keep generating past the end-of-sequence token.
+    pub ignore_eos: bool,
+    /// Stop (reason `Stop`) after producing any of these tokens; the token is still streamed.
+    pub stop_token_ids: Vec<u32>,
+}
+
+impl Default for Sampling {
+    /// Greedy, 16 tokens, stop at end-of-sequence.
+    fn default() -> Self {
+        Self {
+            temperature: 0.0,
+            top_k: 0,
+            top_p: 1.0,
+            seed: None,
+            max_tokens: 16,
+            ignore_eos: false,
+            stop_token_ids: Vec::new(),
+        }
+    }
+}
+
+/// What a request asks of the engine.
+#[derive(Clone, Debug)]
+pub struct SeqRequest {
+    /// Caller's id (unique among the requests live in one engine); `cancel` takes it.
+    pub request_id: String,
+    /// Prompt token ids (non-empty, each below the vocabulary size).
+    pub prompt: Vec<u32>,
+    /// How to generate.
+    pub sampling: Sampling,
+}
+
+/// Why a request stopped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FinishReason {
+    /// Reached `max_tokens`.
+    Length,
+    /// Produced end-of-sequence or one of `stop_token_ids`.
+    Stop,
+    /// Cancelled by the caller.
+    Cancelled,
+}
+
+/// Token counts of a finished request.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SeqUsage {
+    /// Prompt length.
+    pub prompt_tokens: u32,
+    /// Tokens generated (streamed) for the request.
+    pub completion_tokens: u32,
+    /// Prompt tokens whose KV came from this engine's prefix cache.
+    pub cached_tokens: u32,
+}
+
+/// One event of a request's output stream. The stream ends after `Finished` or `Error`.
+#[derive(Clone, Debug, PartialEq)]
+pub enum SeqOutput {
+    /// The next generated token.
+    Token(u32),
+    /// The request is done.
+    Finished {
+        /// Why it stopped.
+        reason: FinishReason,
+        /// Token counts.
+        usage: SeqUsage,
+    },
+    /// The request failed after it started streaming.
+    Error(String),
+}
+
+/// A request's output, in order. Dropping it cancels the request at the engine's next step.
+pub type OutputStream = tokio::sync::mpsc::Receiver<SeqOutput>;
+
+/// Cache events emitted by the KV pool (converted to proto by the worker).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum KvEvent {
+    /// Blocks newly stored in the prefix cache, as chained hashes in prompt order; `parent` is
+    /// the hash of the block before the first one listed (`None` at the start of a prompt).
+    Stored {
+        /// Hash of the block preceding `hashes[0]`.
+        parent: Option<BlockHash>,
+        /// Consecutive chained block hashes.
+        hashes: Vec<BlockHash>,
+    },
+    /// Blocks evicted from the prefix cache.
+    Removed {
+        /// Hashes no longer cached.
+        hashes: Vec<BlockHash>,
+    },
+    /// Every cached block was dropped.
+    Cleared,
+}
+
+/// Load of an engine at one instant.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct LoadSnapshot {
+    /// Admitted requests (prefilling, decoding, or holding a reservation for remote KV).
+    pub running: u32,
+    /// Requests queued for admission.
+    pub waiting: u32,
+    /// Blocks a new request can still get: free or evictable (cached, unreferenced), minus
+    /// those reserved for admitted requests' future tokens.
+    pub free_blocks: u32,
+    /// Blocks in the pool.
+    pub total_blocks: u32,
+    /// Tokens held by admitted requests (prompt plus generated).
+    pub active_tokens: u64,
+    /// Prompt tokens queued or admitted and not yet prefilled.
+    pub queued_prefill_tokens: u64,
+}
+
+/// What the engine serves.
+#[derive(Clone, Debug)]
+pub struct EngineInfo {
+    /// Served model name.
+    pub model: String,
+    /// Implementation: "sim" or "candle".
+    pub engine: &'static str,
+    /// Tokens per KV block.
+    pub block_size: u32,
+    /// Blocks in the pool.
+    pub total_blocks: u32,
+    /// KV bytes per token as moved on the wire (after the sim's byte scale).
+    pub kv_bytes_per_token: u64,
+    /// Longest prompt plus output the engine accepts.
+    pub context_length: u32,
+    /// Token ids are below this.
+    pub vocab_size: u32,
+    /// End-of-sequence token, if the model has one.
+    pub eos_token_id: Option<u32>,
+}
+
+/// KV blocks of a prompt prefilled here, ready to push to a decode worker.
+#[derive(Clone, Debug)]
+pub struct PrefillOutput {
+    /// The first generated token.
+    pub first_token: u32,
+    /// Prompt tokens found in this engine's prefix cache.
+    pub cached_tokens: u32,
+    /// Blocks `[skip_blocks, ceil(prompt / block_size))` of the prompt; the last may be partial.
+    pub blocks: Vec<Bytes>,
+    /// Time from arrival to admission.
+    pub queued: Duration,
+    /// Time from admission to the first token.
+    pub prefill: Duration,
+}
+
+/// Blocks reserved on a decode worker for a prompt whose KV comes from elsewhere.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Reservation {
+    /// Sequence to pass to `import`, `resume`, `resume_local` (and whose request id `cancel` takes).
+    pub seq: SeqId,
+    /// Leading prompt blocks already held here (the prefill worker's `skip_blocks`).
+    pub cached_blocks: u32,
+    /// Blocks to import: `ceil(prompt / block_size) - cached_blocks` (at least 1).
+    pub blocks_expected: u32,
+}
