@@ -1,1 +1,36 @@
-//! Dolphin's front router: OpenAI-compatible HTTP and gRPC APIs, prefix index, worker selection, prefill policies.
+//! Dolphin's front router: OpenAI-compatible HTTP and gRPC APIs, prefix index, worker selection,
+//! prefill policies.
+//!
+//! A request flows through [`dispatch::Dispatcher`]: tokenize ([`tokenizer`]), hash the prompt
+//! into blocks, look up every worker's cached prefix ([`prefix_index`]), pick the decode and
+//! prefill workers ([`selection`]), compute the [`policy::Features`] and ask the [`policy`] for
+//! local or remote prefill, then call the decode worker and stream its tokens back
+//! ([`stream`]). Workers come and go through [`workers`] (fed by [`discovery`]); their cache
+//! events arrive through a subscriber task per worker.
+
+pub mod config;
+pub mod discovery;
+pub mod dispatch;
+pub mod error;
+pub mod grpc;
+pub mod http;
+pub mod metrics;
+pub mod policy;
+pub mod prefix_index;
+pub mod request_log;
+pub mod selection;
+pub mod server;
+pub mod stop;
+pub mod stream;
+mod subscriber;
+pub mod tokenizer;
+pub mod worker_handle;
+pub mod workers;
+
+#[cfg(test)]
+mod testutil;
+
+pub use config::RouterConfig;
+pub use dispatch::Dispatcher;
+pub use error::DispatchError;
+pub use server::{RunningRouter, ServerError, start};

@@ -1,0 +1,236 @@
+//! The router's configuration: flags (or `DOLPHIN_*` environment variables), parsed and
+//! validated once at start.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Parser;
+
+use crate::policy::{Policy, PolicyKind, ThresholdConfig, ThresholdVariant};
+use crate::tokenizer::TokenizerKind;
+
+/// Flags of `dolphin-router`.
+#[derive(Clone, Debug, Parser)]
+#[command(name = "dolphin-router", version, about = "Dolphin's front router")]
+pub struct RouterConfig {
+    /// OpenAI-compatible HTTP listener (port 0 picks one).
+    #[arg(long, env = "DOLPHIN_HTTP_ADDR", default_value = "127.0.0.1:8000")]
+    pub http_addr: SocketAddr,
+    /// gRPC listener for `dolphin.v1.Inference` and `RouterAdmin` (port 0 picks one).
+    #[arg(long, env = "DOLPHIN_GRPC_ADDR", default_value = "127.0.0.1:50051")]
+    pub grpc_addr: SocketAddr,
+    /// etcd endpoints (repeatable or comma-separated); absent: static discovery.
+    #[arg(long, env = "DOLPHIN_ETCD", value_delimiter = ',')]
+    pub etcd: Vec<String>,
+    /// etcd cluster name.
+    #[arg(long, env = "DOLPHIN_CLUSTER", default_value = "default")]
+    pub cluster: String,
+    /// JSON file `{"workers": [...]}` listing the workers.
+    #[arg(long, env = "DOLPHIN_STATIC_WORKERS")]
+    pub static_workers: Option<PathBuf>,
+    /// A prefill worker's gRPC address (repeatable); the router asks it `Worker.Info`.
+    #[arg(long, env = "DOLPHIN_PREFILL", value_delimiter = ',')]
+    pub prefill: Vec<String>,
+    /// A decode worker's gRPC address (repeatable); the router asks it `Worker.Info`.
+    #[arg(long, env = "DOLPHIN_DECODE", value_delimiter = ',')]
+    pub decode: Vec<String>,
+    /// Prefill policy.
+    #[arg(long, env = "DOLPHIN_POLICY", value_enum, default_value = "threshold")]
+    pub policy: PolicyKind,
+    /// Which threshold rule (`--policy threshold`).
+    #[arg(
+        long,
+        env = "DOLPHIN_THRESHOLD_VARIANT",
+        value_enum,
+        default_value = "dynamo16"
+    )]
+    pub threshold_variant: ThresholdVariant,
+    /// Dynamo 1.6: local prefill only below this many uncached prompt tokens.
+    #[arg(long, env = "DOLPHIN_MAX_LOCAL_PREFILL", default_value_t = 2048)]
+    pub max_local_prefill: u32,
+    /// Dynamo 1.6: ... and only when the uncached share of the prompt is below this.
+    #[arg(long, env = "DOLPHIN_MAX_LOCAL_RATIO", default_value_t = 0.7)]
+    pub max_local_ratio: f64,
+    /// Legacy rule: remote prefill only above this many uncached prompt tokens.
+    #[arg(long, env = "DOLPHIN_LEGACY_MIN_REMOTE", default_value_t = 1000)]
+    pub legacy_min_remote: u32,
+    /// A prefill worker with this many queued requests counts as overloaded.
+    #[arg(long, env = "DOLPHIN_MAX_PREFILL_QUEUE", default_value_t = 2)]
+    pub max_prefill_queue: u32,
+    /// Dynamo 1.6: prefill locally when the chosen prefill worker is overloaded.
+    #[arg(long, env = "DOLPHIN_SKIP_OVERLOADED_PREFILL")]
+    pub skip_overloaded_prefill: bool,
+    /// Tokenizer (must match the workers').
+    #[arg(long, env = "DOLPHIN_TOKENIZER", value_enum, default_value = "sim")]
+    pub tokenizer: TokenizerKind,
+    /// Served model name; requests naming another get 404 / NOT_FOUND.
+    #[arg(long, env = "DOLPHIN_MODEL", default_value = "sim-model")]
+    pub model: String,
+    /// Longest prompt accepted, in tokens.
+    #[arg(long, env = "DOLPHIN_MAX_PROMPT_TOKENS", default_value_t = 131_072)]
+    pub max_prompt_tokens: u32,
+    /// Largest `max_tokens` accepted.
+    #[arg(long, env = "DOLPHIN_MAX_OUTPUT_TOKENS", default_value_t = 16_384)]
+    pub max_output_tokens: u32,
+    /// Append one JSON line per finished request here.
+    #[arg(long, env = "DOLPHIN_REQUEST_LOG")]
+    pub request_log: Option<PathBuf>,
+    /// Weight of uncached prompt blocks against load in worker selection.
+    #[arg(long, env = "DOLPHIN_OVERLAP_WEIGHT", default_value_t = 1.0)]
+    pub overlap_weight: f64,
+    /// Tokens per KV block (must match the workers'; workers with another size are refused).
+    #[arg(long, env = "DOLPHIN_BLOCK_SIZE", default_value_t = 16)]
+    pub block_size: u32,
+    /// Requests in flight before new ones get 429 / RESOURCE_EXHAUSTED.
+    #[arg(long, env = "DOLPHIN_MAX_INFLIGHT", default_value_t = 4096)]
+    pub max_inflight: u32,
+    /// Load report interval asked of workers, in milliseconds.
+    #[arg(long, env = "DOLPHIN_LOAD_INTERVAL_MS", default_value_t = 100)]
+    pub load_interval_ms: u32,
+    /// Timeout for connecting to a worker, in milliseconds.
+    #[arg(long, env = "DOLPHIN_CONNECT_TIMEOUT_MS", default_value_t = 2000)]
+    pub connect_timeout_ms: u64,
+    /// Grace period for in-flight requests at shutdown, in seconds.
+    #[arg(long, env = "DOLPHIN_SHUTDOWN_GRACE_SECS", default_value_t = 30)]
+    pub shutdown_grace_secs: u64,
+    /// Log as JSON lines.
+    #[arg(long, env = "DOLPHIN_LOG_JSON")]
+    pub log_json: bool,
+}
+
+/// A configuration that cannot work.
+#[derive(Debug, thiserror::Error)]
+#[error("invalid configuration: {0}")]
+pub struct ConfigError(pub String);
+
+impl RouterConfig {
+    /// Checks what clap cannot: ranges and that some discovery is configured.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let bad = |m: String| Err(ConfigError(m));
+        if self.etcd.is_empty()
+            && self.static_workers.is_none()
+            && self.prefill.is_empty()
+            && self.decode.is_empty()
+        {
+            return bad(
+                "no workers source: give --etcd, --static-workers or --prefill/--decode".into(),
+            );
+        }
+        if !self.etcd.is_empty()
+            && (self.static_workers.is_some()
+                || !self.prefill.is_empty()
+                || !self.decode.is_empty())
+        {
+            return bad("--etcd excludes --static-workers, --prefill and --decode".into());
+        }
+        if self.model.trim().is_empty() {
+            return bad("--model must not be empty".into());
+        }
+        if self.block_size == 0 {
+            return bad("--block-size must be at least 1".into());
+        }
+        if self.max_prompt_tokens == 0 || self.max_output_tokens == 0 {
+            return bad("--max-prompt-tokens and --max-output-tokens must be at least 1".into());
+        }
+        if !(self.overlap_weight.is_finite() && self.overlap_weight >= 0.0) {
+            return bad(format!(
+                "--overlap-weight must be a finite number >= 0, got {}",
+                self.overlap_weight
+            ));
+        }
+        if self.max_inflight == 0 {
+            return bad("--max-inflight must be at least 1".into());
+        }
+        if self.connect_timeout_ms == 0 {
+            return bad("--connect-timeout-ms must be at least 1".into());
+        }
+        self.threshold()
+            .validate()
+            .map_err(|e| ConfigError(e.to_string()))?;
+        Ok(())
+    }
+
+    /// The threshold parameters from the flags.
+    pub fn threshold(&self) -> ThresholdConfig {
+        ThresholdConfig {
+            variant: self.threshold_variant,
+            max_local_prefill: self.max_local_prefill,
+            max_local_ratio: self.max_local_ratio,
+            legacy_min_remote: self.legacy_min_remote,
+            max_prefill_queue: self.max_prefill_queue,
+            skip_overloaded_prefill: self.skip_overloaded_prefill,
+        }
+    }
+
+    /// The policy the router starts with.
+    pub fn initial_policy(&self) -> Policy {
+        match self.policy {
+            PolicyKind::AlwaysLocal => Policy::AlwaysLocal,
+            PolicyKind::AlwaysRemote => Policy::AlwaysRemote,
+            PolicyKind::Threshold => Policy::Threshold(self.threshold()),
+        }
+    }
+
+    /// Worker connect timeout.
+    pub fn connect_timeout(&self) -> Duration {
+        Duration::from_millis(self.connect_timeout_ms)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<RouterConfig, clap::Error> {
+        RouterConfig::try_parse_from(std::iter::once("dolphin-router").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn defaults_follow_the_contract() {
+        let c = parse(&["--decode", "127.0.0.1:1"]).expect("parse");
+        c.validate().expect("valid");
+        assert_eq!(c.http_addr.to_string(), "127.0.0.1:8000");
+        assert_eq!(c.grpc_addr.to_string(), "127.0.0.1:50051");
+        assert_eq!(
+            c.initial_policy(),
+            Policy::Threshold(ThresholdConfig::default())
+        );
+        assert_eq!(c.overlap_weight, 1.0);
+    }
+
+    #[test]
+    fn choices_are_enums() {
+        let c = parse(&[
+            "--etcd",
+            "http://a:1,http://b:2",
+            "--policy",
+            "always-remote",
+            "--threshold-variant",
+            "dynamo-legacy",
+            "--skip-overloaded-prefill",
+        ])
+        .expect("parse");
+        assert_eq!(c.etcd.len(), 2);
+        assert_eq!(c.initial_policy(), Policy::AlwaysRemote);
+        assert_eq!(c.threshold().variant, ThresholdVariant::DynamoLegacy);
+        assert!(c.threshold().skip_overloaded_prefill);
+        assert!(parse(&["--policy", "sometimes"]).is_err());
+        assert!(parse(&["--tokenizer", "gpt"]).is_err());
+    }
+
+    #[test]
+    fn validation_catches_bad_values() {
+        let invalid = |args: &[&str]| parse(args).expect("parse").validate().is_err();
+        assert!(invalid(&[]));
+        assert!(invalid(&["--decode", "a:1", "--max-local-ratio", "0"]));
+        assert!(invalid(&["--decode", "a:1", "--max-local-ratio", "1.5"]));
+        assert!(invalid(&["--decode", "a:1", "--overlap-weight=-1"]));
+        assert!(invalid(&["--decode", "a:1", "--overlap-weight", "NaN"]));
+        assert!(invalid(&["--decode", "a:1", "--block-size", "0"]));
+        assert!(invalid(&["--decode", "a:1", "--max-output-tokens", "0"]));
+        assert!(invalid(&["--etcd", "http://a:1", "--decode", "a:1"]));
+        assert!(invalid(&["--decode", "a:1", "--model", " "]));
+        assert!(!invalid(&["--static-workers", "/tmp/w.json"]));
+    }
+}

@@ -1,0 +1,411 @@
+//! Running one request: validate, tokenize, route, call the decode worker.
+//!
+//! Routing (block hashing, index lookups in both pools, selection, features, policy) is plain
+//! synchronous code over thread-local scratch buffers, so it allocates nothing per request beyond
+//! the prompt itself. The decode call is retried once on another worker when it fails before any
+//! token arrived; after that, the response streams through [`ResponseStream`].
+
+use std::cell::RefCell;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Instant;
+
+use dolphin_cluster::{Role, WorkerId};
+use dolphin_proto::v1::{self, decode_worker_client::DecodeWorkerClient};
+use parking_lot::RwLock;
+
+use crate::error::DispatchError;
+use crate::metrics as m;
+use crate::policy::{Decision, Features, Policy, PrefillState};
+use crate::request_log::RequestLog;
+use crate::stream::{Api, RequestMeta, ResponseStream};
+use crate::tokenizer::{ChatMessage, Tokenizer};
+use crate::workers::{Routed, WorkerRegistry};
+
+/// Limits and weights of the dispatcher.
+#[derive(Clone, Debug)]
+pub struct DispatchConfig {
+    /// The served model.
+    pub model: String,
+    /// Longest prompt, in tokens.
+    pub max_prompt_tokens: u32,
+    /// Largest `max_tokens`.
+    pub max_output_tokens: u32,
+    /// Weight of uncached blocks against load in selection.
+    pub overlap_weight: f64,
+    /// Tokens per block.
+    pub block_size: u32,
+    /// Requests in flight before new ones are refused.
+    pub max_inflight: u32,
+}
+
+/// The prompt of a request, in whichever form the client sent it.
+#[derive(Clone, Debug)]
+pub enum Prompt {
+    /// Raw text.
+    Text(String),
+    /// Token ids.
+    Tokens(Vec<u32>),
+    /// Chat messages, rendered with the tokenizer's template.
+    Chat(Vec<ChatMessage>),
+}
+
+/// One generation request, API-independent.
+#[derive(Clone, Debug)]
+pub struct GenerateParams {
+    /// Request id (empty: the router assigns one).
+    pub request_id: String,
+    /// Model named by the client (empty: the served one).
+    pub model: String,
+    /// The prompt.
+    pub prompt: Prompt,
+    /// Sampling parameters (passed to the worker; `stop` strings are applied by the router).
+    pub sampling: v1::SamplingParams,
+    /// A path forced by the client, bypassing the policy.
+    pub force: Option<Decision>,
+    /// SLO the request is measured against.
+    pub slo: Option<v1::SloClass>,
+    /// Which front end it came through.
+    pub api: Api,
+}
+
+/// The outcome of routing one prompt.
+#[derive(Clone, Debug)]
+pub struct RouteDecision {
+    /// The decode worker.
+    pub decode: Routed,
+    /// The prefill worker chosen (used only when `decision` is remote).
+    pub prefill: Option<Routed>,
+    /// The request's features.
+    pub features: Features,
+    /// Local or remote.
+    pub decision: Decision,
+    /// Name of the policy that decided ("forced" for a client-forced path).
+    pub policy: &'static str,
+}
+
+thread_local! {
+    /// Block hashes and per-slot match counts, reused by every request on this thread.
+    static SCRATCH: RefCell<(Vec<u64>, Vec<u32>)> = const { RefCell::new((Vec::new(), Vec::new())) };
+}
+
+/// Routes and runs requests.
+#[derive(Debug)]
+pub struct Dispatcher {
+    registry: Arc<WorkerRegistry>,
+    tokenizer: Arc<dyn Tokenizer>,
+    policy: RwLock<Policy>,
+    cfg: DispatchConfig,
+    log: RequestLog,
+    inflight: Arc<AtomicU32>,
+}
+
+/// Holds one of the router's in-flight request slots.
+#[derive(Debug)]
+pub(crate) struct InflightPermit(Arc<AtomicU32>);
+
+impl Drop for InflightPermit {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+        metrics::gauge!(m::INFLIGHT_REQUESTS).decrement(1.0);
+    }
+}
+
+impl Dispatcher {
+    /// A dispatcher over `registry`.
+    pub fn new(
+        registry: Arc<WorkerRegistry>,
+        tokenizer: Arc<dyn Tokenizer>,
+        policy: Policy,
+        cfg: DispatchConfig,
+        log: RequestLog,
+    ) -> Self {
+        Self {
+            registry,
+            tokenizer,
+            policy: RwLock::new(policy),
+            cfg,
+            log,
+            inflight: Arc::default(),
+        }
+    }
+
+    /// The worker registry.
+    pub fn registry(&self) -> &Arc<WorkerRegistry> {
+        &self.registry
+    }
+
+    /// The tokenizer.
+    pub fn tokenizer(&self) -> &Arc<dyn Tokenizer> {
+        &self.tokenizer
+    }
+
+    /// The dispatcher's limits.
+    pub fn config(&self) -> &DispatchConfig {
+        &self.cfg
+    }
+
+    /// The active policy.
+    pub fn policy(&self) -> Policy {
+        *self.policy.read()
+    }
+
+    /// Replaces the active policy (takes effect for the next request).
+    pub fn set_policy(&self, p: Policy) {
+        tracing::info!(policy = p.name(), params = %p.params_json(), "policy changed");
+        *self.policy.write() = p;
+    }
+
+    fn admit(&self) -> Result<InflightPermit, DispatchError> {
+        let prev = self.inflight.fetch_add(1, Ordering::Relaxed);
+        let permit = InflightPermit(self.inflight.clone());
+        metrics::gauge!(m::INFLIGHT_REQUESTS).increment(1.0);
+        if prev >= self.cfg.max_inflight {
+            return Err(DispatchError::RouterBusy(prev));
+        }
+        Ok(permit)
+    }
+
+    /// Checks the model name and sampling parameters.
+    pub fn validate(&self, p: &GenerateParams) -> Result<(), DispatchError> {
+        if !p.model.is_empty() && p.model != self.cfg.model {
+            return Err(DispatchError::ModelNotFound(p.model.clone()));
+        }
+        let s = &p.sampling;
+        let bad = |m: String| Err(DispatchError::InvalidRequest(m));
+        if s.max_tokens == 0 {
+            return bad("max_tokens must be at least 1".into());
+        }
+        if s.max_tokens > self.cfg.max_output_tokens {
+            return bad(format!(
+                "max_tokens {} exceeds the limit of {}",
+                s.max_tokens, self.cfg.max_output_tokens
+            ));
+        }
+        if !s.temperature.is_finite() || s.temperature < 0.0 {
+            return bad(format!("temperature must be >= 0, got {}", s.temperature));
+        }
+        if !s.top_p.is_finite() || !(0.0..=1.0).contains(&s.top_p) {
+            return bad(format!("top_p must be in [0, 1], got {}", s.top_p));
+        }
+        Ok(())
+    }
+
+    /// The prompt's token ids, checked against the vocabulary and the length limit.
+    pub fn tokenize(&self, prompt: &Prompt) -> Result<Vec<u32>, DispatchError> {
+        let tokens = match prompt {
+            Prompt::Text(t) => self.tokenizer.encode(t),
+            Prompt::Chat(msgs) => {
+                if msgs.is_empty() {
+                    return Err(DispatchError::InvalidRequest(
+                        "messages must not be empty".into(),
+                    ));
+                }
+                self.tokenizer.encode(&self.tokenizer.render_chat(msgs))
+            }
+            Prompt::Tokens(ids) => {
+                let vocab = self.tokenizer.vocab_size();
+                if let Some(bad) = ids.iter().find(|&&id| id >= vocab) {
+                    return Err(DispatchError::InvalidRequest(format!(
+                        "token id {bad} is outside the vocabulary (size {vocab})"
+                    )));
+                }
+                ids.clone()
+            }
+        };
+        if tokens.is_empty() {
+            return Err(DispatchError::InvalidRequest("the prompt is empty".into()));
+        }
+        if tokens.len() > self.cfg.max_prompt_tokens as usize {
+            return Err(DispatchError::PromptTooLong {
+                tokens: tokens.len(),
+                limit: self.cfg.max_prompt_tokens,
+            });
+        }
+        Ok(tokens)
+    }
+
+    /// Routes a prompt: picks the decode and prefill workers, computes the features and asks the
+    /// policy (or applies `force`). Skips `exclude` in the decode pool.
+    pub fn route(
+        &self,
+        tokens: &[u32],
+        max_tokens: u32,
+        force: Option<Decision>,
+        exclude: Option<&WorkerId>,
+    ) -> Result<RouteDecision, DispatchError> {
+        let bs = self.cfg.block_size;
+        let w = self.cfg.overlap_weight;
+        let (decode, prefill) = SCRATCH.with(|s| {
+            let (hashes, counts) = &mut *s.borrow_mut();
+            dolphin_cluster::block_hashes_into(tokens, bs as usize, hashes);
+            let decode = self
+                .registry
+                .route(Role::Decode, hashes, w, exclude, counts);
+            let prefill = self.registry.route(Role::Prefill, hashes, w, None, counts);
+            (decode, prefill)
+        });
+        let decode = decode.ok_or(DispatchError::NoDecodeWorkers)?;
+        let isl = tokens.len() as u32;
+        let uncached = |r: &Routed| isl.saturating_sub(r.cached_blocks.saturating_mul(bs));
+        let features = Features {
+            isl,
+            eff_isl_prefill: prefill.as_ref().map_or(isl, uncached),
+            eff_isl_decode: uncached(&decode),
+            output_len_hint: max_tokens,
+        };
+        let (decision, policy) = match force {
+            Some(Decision::Remote) if prefill.is_none() => {
+                return Err(DispatchError::NoPrefillWorkers);
+            }
+            Some(d) => (d, "forced"),
+            None => {
+                let state = PrefillState {
+                    available: prefill.is_some(),
+                    queue: prefill.as_ref().map_or(0, |p| p.worker.waiting()),
+                };
+                let p = self.policy();
+                (p.decide(&features, state), p.name())
+            }
+        };
+        Ok(RouteDecision {
+            decode,
+            prefill,
+            features,
+            decision,
+            policy,
+        })
+    }
+
+    /// Starts a request: on success the first token has arrived and the rest streams from the
+    /// returned [`ResponseStream`]. Dropping the stream cancels the request on the worker.
+    pub async fn generate(&self, p: GenerateParams) -> Result<ResponseStream, DispatchError> {
+        let api = p.api;
+        let result = self.start(p).await;
+        if let Err(e) = &result {
+            // Requests that never streamed; the stream records the others when it ends.
+            metrics::counter!(m::REQUESTS_TOTAL, "api" => api.as_str(), "outcome" => e.outcome())
+                .increment(1);
+        }
+        result
+    }
+
+    async fn start(&self, mut p: GenerateParams) -> Result<ResponseStream, DispatchError> {
+        let arrived = Instant::now();
+        let ts_ms = crate::request_log::unix_ms();
+        if p.request_id.is_empty() {
+            p.request_id = new_request_id();
+        }
+        let permit = self.admit()?;
+        self.validate(&p)?;
+        let tokens = self.tokenize(&p.prompt)?;
+        metrics::counter!(m::PROMPT_TOKENS_TOTAL).increment(tokens.len() as u64);
+        let mut exclude: Option<WorkerId> = None;
+        let mut failed: Option<DispatchError> = None;
+        let mut retries = 0;
+        loop {
+            let started = Instant::now();
+            let route = match self.route(&tokens, p.sampling.max_tokens, p.force, exclude.as_ref())
+            {
+                Ok(r) => r,
+                // Nobody left to retry on: the first worker's error is the informative one.
+                Err(DispatchError::NoDecodeWorkers) if failed.is_some() => {
+                    return Err(failed.take().unwrap_or(DispatchError::NoDecodeWorkers));
+                }
+                Err(e) => return Err(e),
+            };
+            metrics::histogram!(m::ROUTE_SECONDS).record(started.elapsed().as_secs_f64());
+            // Count the request against the worker from now on, so a burst spreads out.
+            let guard = route.decode.worker.begin_request(tokens.len() as u32);
+            match self.call(&p, &tokens, &route).await {
+                Ok((stream, first)) => {
+                    metrics::counter!(m::DECISIONS_TOTAL, "mode" => route.decision.as_str())
+                        .increment(1);
+                    let meta = RequestMeta {
+                        request_id: p.request_id,
+                        api: p.api,
+                        arrived,
+                        ts_ms,
+                        route,
+                        retries,
+                        slo: p.slo,
+                        prompt_tokens: tokens.len() as u32,
+                    };
+                    return Ok(ResponseStream::new(
+                        meta,
+                        stream,
+                        first,
+                        self.tokenizer.clone(),
+                        &p.sampling.stop,
+                        self.log.clone(),
+                        (permit, guard),
+                    ));
+                }
+                Err(e) if retries == 0 && e.retryable() => {
+                    tracing::warn!(request_id = %p.request_id, worker = %route.decode.worker.id, error = %e, "decode call failed before the first token; retrying on another worker");
+                    metrics::counter!(m::RETRIES_TOTAL).increment(1);
+                    retries += 1;
+                    exclude = Some(route.decode.worker.id.clone());
+                    failed = Some(e);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Calls `Decode` on the routed worker and waits for its first message.
+    async fn call(
+        &self,
+        p: &GenerateParams,
+        tokens: &[u32],
+        route: &RouteDecision,
+    ) -> Result<(tonic::Streaming<v1::DecodeResponse>, v1::DecodeResponse), DispatchError> {
+        let worker = &route.decode.worker;
+        let remote = match (route.decision, &route.prefill) {
+            (Decision::Remote, Some(pf)) => Some(v1::RemotePrefill {
+                prefill_addr: pf.worker.grpc_addr.clone(),
+                prefill_worker_id: pf.worker.id.0.clone(),
+                timeout_ms: 0,
+            }),
+            _ => None,
+        };
+        let mut req = tonic::Request::new(v1::DecodeRequest {
+            request_id: p.request_id.clone(),
+            token_ids: tokens.to_vec(),
+            sampling: Some(p.sampling.clone()),
+            remote,
+        });
+        if let Ok(v) = p.request_id.parse() {
+            req.metadata_mut().insert("x-request-id", v);
+        }
+        let fail = |status| DispatchError::Worker {
+            worker: worker.id.0.clone(),
+            status,
+        };
+        let mut stream = DecodeWorkerClient::new(worker.channel())
+            .decode(req)
+            .await
+            .map_err(fail)?
+            .into_inner();
+        match stream.message().await {
+            Ok(Some(first)) => Ok((stream, first)),
+            Ok(None) => Err(DispatchError::Truncated {
+                worker: worker.id.0.clone(),
+            }),
+            Err(status) => Err(fail(status)),
+        }
+    }
+}
+
+/// A fresh request id, `req-` and 16 hex digits.
+pub fn new_request_id() -> String {
+    use rand::Rng;
+    format!(
+        "req-{:016x}",
+        crate::selection::with_rng(|r| r.random::<u64>())
+    )
+}
+
+#[cfg(test)]
+#[path = "dispatch_tests.rs"]
+mod tests;

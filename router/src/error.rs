@@ -1,0 +1,184 @@
+//! Why a request failed, and the class of failure each API maps to its own codes.
+
+use tonic::Code;
+
+/// A request the router could not serve.
+#[derive(Debug, thiserror::Error)]
+pub enum DispatchError {
+    /// The request is malformed or out of range.
+    #[error("{0}")]
+    InvalidRequest(String),
+    /// The prompt is longer than the router accepts.
+    #[error("the prompt has {tokens} tokens, more than the limit of {limit}")]
+    PromptTooLong {
+        /// Prompt tokens.
+        tokens: usize,
+        /// The limit.
+        limit: u32,
+    },
+    /// The request names a model the router does not serve.
+    #[error("the model {0:?} does not exist")]
+    ModelNotFound(String),
+    /// The router has too many requests in flight.
+    #[error("the router is at capacity ({0} requests in flight); retry later")]
+    RouterBusy(u32),
+    /// No decode worker is live.
+    #[error("no decode workers are available")]
+    NoDecodeWorkers,
+    /// The client forced a remote prefill but no prefill worker is live.
+    #[error("remote prefill was requested but no prefill workers are available")]
+    NoPrefillWorkers,
+    /// A decode worker refused or failed the request.
+    #[error("decode worker {worker} failed: {}", status.message())]
+    Worker {
+        /// The worker's id.
+        worker: String,
+        /// Its answer.
+        #[source]
+        status: tonic::Status,
+    },
+    /// The worker's stream ended before the request finished.
+    #[error("decode worker {worker} ended the stream before the request finished")]
+    Truncated {
+        /// The worker's id.
+        worker: String,
+    },
+}
+
+/// Failure classes; the HTTP and gRPC front ends map these to their codes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// 400 / INVALID_ARGUMENT.
+    InvalidRequest,
+    /// 404 / NOT_FOUND.
+    NotFound,
+    /// 429 / RESOURCE_EXHAUSTED.
+    Overloaded,
+    /// 503 / UNAVAILABLE.
+    Unavailable,
+    /// 500 / INTERNAL.
+    Internal,
+}
+
+impl DispatchError {
+    /// The failure class.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            DispatchError::InvalidRequest(_) | DispatchError::PromptTooLong { .. } => {
+                ErrorKind::InvalidRequest
+            }
+            DispatchError::ModelNotFound(_) => ErrorKind::NotFound,
+            DispatchError::RouterBusy(_) => ErrorKind::Overloaded,
+            DispatchError::NoDecodeWorkers
+            | DispatchError::NoPrefillWorkers
+            | DispatchError::Truncated { .. } => ErrorKind::Unavailable,
+            DispatchError::Worker { status, .. } => match status.code() {
+                Code::InvalidArgument | Code::OutOfRange => ErrorKind::InvalidRequest,
+                Code::ResourceExhausted => ErrorKind::Overloaded,
+                Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled | Code::Aborted => {
+                    ErrorKind::Unavailable
+                }
+                _ => ErrorKind::Internal,
+            },
+        }
+    }
+
+    /// Short label for metrics and the request log (a fixed set).
+    pub fn outcome(&self) -> &'static str {
+        match self.kind() {
+            ErrorKind::InvalidRequest => "error_invalid",
+            ErrorKind::NotFound => "error_not_found",
+            ErrorKind::Overloaded => "error_overloaded",
+            ErrorKind::Unavailable => "error_unavailable",
+            ErrorKind::Internal => "error_internal",
+        }
+    }
+
+    /// Whether another decode worker might succeed where this one failed.
+    pub(crate) fn retryable(&self) -> bool {
+        match self {
+            DispatchError::Worker { status, .. } => !matches!(
+                status.code(),
+                Code::InvalidArgument
+                    | Code::OutOfRange
+                    | Code::NotFound
+                    | Code::PermissionDenied
+                    | Code::Unauthenticated
+                    | Code::FailedPrecondition
+            ),
+            DispatchError::Truncated { .. } => true,
+            _ => false,
+        }
+    }
+
+    /// The OpenAI error `code` field for this error, where OpenAI has one.
+    pub fn openai_code(&self) -> Option<&'static str> {
+        match self {
+            DispatchError::PromptTooLong { .. } => Some("context_length_exceeded"),
+            DispatchError::ModelNotFound(_) => Some("model_not_found"),
+            _ => None,
+        }
+    }
+}
+
+impl From<DispatchError> for tonic::Status {
+    fn from(e: DispatchError) -> Self {
+        let code = match e.kind() {
+            ErrorKind::InvalidRequest => Code::InvalidArgument,
+            ErrorKind::NotFound => Code::NotFound,
+            ErrorKind::Overloaded => Code::ResourceExhausted,
+            ErrorKind::Unavailable => Code::Unavailable,
+            ErrorKind::Internal => Code::Internal,
+        };
+        tonic::Status::new(code, e.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn worker(code: Code) -> DispatchError {
+        DispatchError::Worker {
+            worker: "d1".into(),
+            status: tonic::Status::new(code, "x"),
+        }
+    }
+
+    #[test]
+    fn worker_codes_map_to_kinds() {
+        assert_eq!(
+            worker(Code::ResourceExhausted).kind(),
+            ErrorKind::Overloaded
+        );
+        assert_eq!(
+            worker(Code::InvalidArgument).kind(),
+            ErrorKind::InvalidRequest
+        );
+        assert_eq!(worker(Code::Unavailable).kind(), ErrorKind::Unavailable);
+        assert_eq!(worker(Code::DataLoss).kind(), ErrorKind::Internal);
+        assert!(worker(Code::Unavailable).retryable());
+        assert!(worker(Code::ResourceExhausted).retryable());
+        assert!(!worker(Code::InvalidArgument).retryable());
+        assert!(!DispatchError::NoDecodeWorkers.retryable());
+    }
+
+    #[test]
+    fn grpc_status_codes() {
+        let s: tonic::Status = DispatchError::ModelNotFound("m".into()).into();
+        assert_eq!(s.code(), Code::NotFound);
+        let s: tonic::Status = DispatchError::PromptTooLong {
+            tokens: 10,
+            limit: 5,
+        }
+        .into();
+        assert_eq!(s.code(), Code::InvalidArgument);
+        assert!(s.message().contains("10 tokens"));
+        let s: tonic::Status = DispatchError::RouterBusy(3).into();
+        assert_eq!(s.code(), Code::ResourceExhausted);
+        let s: tonic::Status = DispatchError::NoDecodeWorkers.into();
+        assert_eq!(s.code(), Code::Unavailable);
+        let s: tonic::Status = worker(Code::ResourceExhausted).into();
+        assert_eq!(s.code(), Code::ResourceExhausted);
+    }
+}

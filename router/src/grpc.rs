@@ -1,0 +1,227 @@
+//! The router's gRPC services: `dolphin.v1.Inference` (public) and `RouterAdmin` (operators),
+//! served with `grpc.health.v1` and reflection.
+
+use std::pin::Pin;
+use std::sync::Arc;
+
+use dolphin_proto::v1::{
+    self, generate_request::Input, inference_server::Inference, router_admin_server::RouterAdmin,
+};
+use futures::{Stream, StreamExt};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tonic::{Request, Response, Status};
+
+use crate::dispatch::{Dispatcher, GenerateParams, Prompt};
+use crate::policy::{Decision, Policy};
+use crate::stream::{Api, ResponseStream};
+use crate::tokenizer::ChatMessage;
+
+/// `dolphin.v1.Inference` over the dispatcher.
+#[derive(Clone, Debug)]
+pub struct InferenceService {
+    dispatcher: Arc<Dispatcher>,
+}
+
+impl InferenceService {
+    /// The service.
+    pub fn new(dispatcher: Arc<Dispatcher>) -> Self {
+        Self { dispatcher }
+    }
+}
+
+/// Turns a `GenerateRequest` into dispatcher parameters.
+fn params(r: v1::GenerateRequest) -> Result<GenerateParams, Status> {
+    let prompt = match r.input {
+        Some(Input::Text(t)) => Prompt::Text(t),
+        Some(Input::TokenIds(t)) => Prompt::Tokens(t.ids),
+        Some(Input::Chat(c)) => Prompt::Chat(
+            c.messages
+                .into_iter()
+                .map(|m| ChatMessage {
+                    role: m.role,
+                    content: m.content,
+                })
+                .collect(),
+        ),
+        None => {
+            return Err(Status::invalid_argument(
+                "input is required: text, token_ids or chat",
+            ));
+        }
+    };
+    let force = match v1::PrefillMode::try_from(r.force_mode) {
+        Ok(v1::PrefillMode::Local) => Some(Decision::Local),
+        Ok(v1::PrefillMode::Remote) => Some(Decision::Remote),
+        Ok(v1::PrefillMode::Unspecified) => None,
+        Err(_) => {
+            return Err(Status::invalid_argument(format!(
+                "unknown force_mode {}",
+                r.force_mode
+            )));
+        }
+    };
+    Ok(GenerateParams {
+        request_id: r.request_id,
+        model: r.model,
+        prompt,
+        sampling: r.sampling.unwrap_or_default(),
+        force,
+        slo: r.slo,
+        api: Api::Grpc,
+    })
+}
+
+type GenerateStream = Pin<Box<dyn Stream<Item = Result<v1::GenerateResponse, Status>> + Send>>;
+
+/// Maps the response stream to `GenerateResponse`s: routing on the first and the last message.
+fn responses(stream: ResponseStream) -> GenerateStream {
+    let request_id = stream.request_id().to_string();
+    let routing = stream.routing();
+    let mut first = true;
+    Box::pin(stream.into_stream().map(move |item| {
+        let delta = item.map_err(Status::from)?;
+        let mut msg = v1::GenerateResponse {
+            request_id: request_id.clone(),
+            token_ids: delta.token_ids,
+            text: delta.text,
+            ..Default::default()
+        };
+        if std::mem::take(&mut first) {
+            msg.routing = Some(routing.clone());
+        }
+        if let Some(f) = delta.finish {
+            msg.finish_reason = f.reason as i32;
+            msg.usage = Some(f.usage);
+            msg.timings = Some(f.timings);
+            msg.routing = Some(v1::RoutingInfo {
+                fell_back: f.fell_back,
+                ..routing.clone()
+            });
+        }
+        Ok(msg)
+    }))
+}
+
+#[tonic::async_trait]
+impl Inference for InferenceService {
+    type GenerateStream = GenerateStream;
+
+    async fn generate(
+        &self,
+        req: Request<v1::GenerateRequest>,
+    ) -> Result<Response<GenerateStream>, Status> {
+        let p = params(req.into_inner())?;
+        let stream = self.dispatcher.generate(p).await?;
+        Ok(Response::new(responses(stream)))
+    }
+
+    async fn list_models(
+        &self,
+        _: Request<v1::ListModelsRequest>,
+    ) -> Result<Response<v1::ListModelsResponse>, Status> {
+        let cfg = self.dispatcher.config();
+        Ok(Response::new(v1::ListModelsResponse {
+            models: vec![v1::ModelCard {
+                id: cfg.model.clone(),
+                context_length: cfg.max_prompt_tokens,
+                vocab_size: self.dispatcher.tokenizer().vocab_size(),
+            }],
+        }))
+    }
+}
+
+/// `dolphin.v1.RouterAdmin`: workers, policy, split.
+#[derive(Clone, Debug)]
+pub struct AdminService {
+    dispatcher: Arc<Dispatcher>,
+}
+
+impl AdminService {
+    /// The service.
+    pub fn new(dispatcher: Arc<Dispatcher>) -> Self {
+        Self { dispatcher }
+    }
+}
+
+fn policy_config(p: &Policy) -> v1::PolicyConfig {
+    v1::PolicyConfig {
+        name: p.name().into(),
+        params_json: p.params_json(),
+    }
+}
+
+#[tonic::async_trait]
+impl RouterAdmin for AdminService {
+    async fn list_workers(
+        &self,
+        _: Request<v1::ListWorkersRequest>,
+    ) -> Result<Response<v1::ListWorkersResponse>, Status> {
+        Ok(Response::new(v1::ListWorkersResponse {
+            workers: self.dispatcher.registry().list(),
+        }))
+    }
+
+    async fn get_policy(
+        &self,
+        _: Request<v1::GetPolicyRequest>,
+    ) -> Result<Response<v1::PolicyConfig>, Status> {
+        Ok(Response::new(policy_config(&self.dispatcher.policy())))
+    }
+
+    async fn set_policy(
+        &self,
+        req: Request<v1::PolicyConfig>,
+    ) -> Result<Response<v1::PolicyConfig>, Status> {
+        let r = req.into_inner();
+        let p = Policy::from_parts(&r.name, &r.params_json)
+            .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        self.dispatcher.set_policy(p);
+        Ok(Response::new(policy_config(&p)))
+    }
+
+    async fn get_split(
+        &self,
+        _: Request<v1::GetSplitRequest>,
+    ) -> Result<Response<v1::Split>, Status> {
+        let (prefill, decode) = self.dispatcher.registry().counts();
+        Ok(Response::new(v1::Split {
+            prefill,
+            decode,
+            name: format!("{prefill}p{decode}d"),
+        }))
+    }
+}
+
+/// Serves the gRPC services on `listener` until `shutdown` fires.
+pub async fn serve(
+    listener: TcpListener,
+    dispatcher: Arc<Dispatcher>,
+    shutdown: CancellationToken,
+) -> Result<(), tonic::transport::Error> {
+    let (health, health_service) = tonic_health::server::health_reporter();
+    health
+        .set_serving::<v1::inference_server::InferenceServer<InferenceService>>()
+        .await;
+    let (reflection_v1, reflection_v1alpha) = dolphin_proto::reflection_services();
+    tonic::transport::Server::builder()
+        .tcp_nodelay(true)
+        .add_service(health_service)
+        .add_service(reflection_v1)
+        .add_service(reflection_v1alpha)
+        .add_service(v1::inference_server::InferenceServer::new(
+            InferenceService::new(dispatcher.clone()),
+        ))
+        .add_service(v1::router_admin_server::RouterAdminServer::new(
+            AdminService::new(dispatcher),
+        ))
+        .serve_with_incoming_shutdown(
+            dolphin_cluster::nodelay_incoming(listener),
+            shutdown.cancelled_owned(),
+        )
+        .await
+}
+
+#[cfg(test)]
+#[path = "grpc_tests.rs"]
+mod tests;

@@ -1,0 +1,411 @@
+//! `/v1/completions` and `/v1/chat/completions`, streamed (SSE) or whole.
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderName, HeaderValue};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use dolphin_proto::v1::{self, FinishReason};
+use futures::Stream;
+
+use super::AppState;
+use super::error::{ApiError, ApiJson};
+use super::types::*;
+use crate::dispatch::{GenerateParams, Prompt};
+use crate::policy::Decision;
+use crate::stream::{Api, Delta, ResponseStream};
+use crate::tokenizer::ChatMessage;
+
+/// OpenAI's default `max_tokens` for completions.
+const COMPLETIONS_DEFAULT_MAX_TOKENS: u32 = 16;
+/// Chat requests without a limit get this many tokens at most (capped by the router's limit):
+/// "unlimited" would turn every such request into a context-length error on the worker.
+const CHAT_DEFAULT_MAX_TOKENS: u32 = 1024;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Endpoint {
+    Completions,
+    Chat,
+}
+
+/// Sampling parameters and options common to both endpoints.
+fn build(
+    st: &AppState,
+    headers: &HeaderMap,
+    model: String,
+    prompt: Prompt,
+    max_tokens: u32,
+    f: SamplingFields,
+) -> Result<GenerateParams, ApiError> {
+    if f.n.is_some_and(|n| n != 1) {
+        return Err(ApiError::invalid("only n=1 is supported", Some("n")));
+    }
+    let force = match f.prefill_mode.as_deref() {
+        None => None,
+        Some("local") => Some(Decision::Local),
+        Some("remote") => Some(Decision::Remote),
+        Some(other) => {
+            return Err(ApiError::invalid(
+                format!("prefill_mode must be \"local\" or \"remote\", got {other:?}"),
+                Some("prefill_mode"),
+            ));
+        }
+    };
+    let request_id = headers
+        .get("x-request-id")
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| !v.is_empty() && v.len() <= 128)
+        .map(str::to_owned)
+        .unwrap_or_default();
+    let model = if model.is_empty() {
+        st.dispatcher.config().model.clone()
+    } else {
+        model
+    };
+    Ok(GenerateParams {
+        request_id,
+        model,
+        prompt,
+        sampling: v1::SamplingParams {
+            temperature: f.temperature.unwrap_or(1.0),
+            top_k: f.top_k.unwrap_or(0),
+            top_p: f.top_p.unwrap_or(1.0),
+            seed: f.seed,
+            max_tokens,
+            stop: f.stop.map(StopInput::into_vec).unwrap_or_default(),
+            ignore_eos: f.ignore_eos,
+        },
+        force,
+        slo: None,
+        api: Api::Http,
+    })
+}
+
+/// `POST /v1/completions`.
+pub(crate) async fn completions(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    ApiJson(req): ApiJson<CompletionRequest>,
+) -> Result<Response, ApiError> {
+    let prompt = match req.prompt {
+        PromptInput::Text(t) => Prompt::Text(t),
+        PromptInput::Tokens(t) => Prompt::Tokens(t),
+        PromptInput::TextBatch(mut v) if v.len() == 1 => Prompt::Text(v.remove(0)),
+        PromptInput::TokenBatch(mut v) if v.len() == 1 => Prompt::Tokens(v.remove(0)),
+        _ => {
+            return Err(ApiError::invalid(
+                "batched prompts are not supported: send one prompt per request",
+                Some("prompt"),
+            ));
+        }
+    };
+    let max_tokens = req.max_tokens.unwrap_or(COMPLETIONS_DEFAULT_MAX_TOKENS);
+    let (stream_mode, opts) = (
+        req.sampling.stream,
+        req.sampling.stream_options.unwrap_or_default(),
+    );
+    let params = build(&st, &headers, req.model, prompt, max_tokens, req.sampling)?;
+    run(
+        st,
+        params,
+        Endpoint::Completions,
+        stream_mode,
+        opts.include_usage,
+    )
+    .await
+}
+
+/// `POST /v1/chat/completions`.
+pub(crate) async fn chat(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    ApiJson(req): ApiJson<ChatRequest>,
+) -> Result<Response, ApiError> {
+    let mut messages = Vec::with_capacity(req.messages.len());
+    for m in req.messages {
+        let content = match m.content {
+            None => String::new(),
+            Some(ChatContent::Text(t)) => t,
+            Some(ChatContent::Parts(parts)) => {
+                let mut text = String::new();
+                for p in parts {
+                    if p.kind != "text" {
+                        return Err(ApiError::invalid(
+                            format!("content parts of type {:?} are not supported", p.kind),
+                            Some("messages"),
+                        ));
+                    }
+                    text.push_str(&p.text);
+                }
+                text
+            }
+        };
+        messages.push(ChatMessage {
+            role: m.role,
+            content,
+        });
+    }
+    let cap = st.dispatcher.config().max_output_tokens;
+    let max_tokens = req
+        .max_completion_tokens
+        .or(req.max_tokens)
+        .unwrap_or(CHAT_DEFAULT_MAX_TOKENS.min(cap));
+    let (stream_mode, opts) = (
+        req.sampling.stream,
+        req.sampling.stream_options.unwrap_or_default(),
+    );
+    let params = build(
+        &st,
+        &headers,
+        req.model,
+        Prompt::Chat(messages),
+        max_tokens,
+        req.sampling,
+    )?;
+    run(st, params, Endpoint::Chat, stream_mode, opts.include_usage).await
+}
+
+async fn run(
+    st: AppState,
+    params: GenerateParams,
+    ep: Endpoint,
+    stream: bool,
+    include_usage: bool,
+) -> Result<Response, ApiError> {
+    let model = params.model.clone();
+    let rs = st.dispatcher.generate(params).await?;
+    let headers = routing_headers(&rs);
+    let enc = Encoder {
+        ep,
+        id: format!(
+            "{}-{}",
+            if ep == Endpoint::Chat {
+                "chatcmpl"
+            } else {
+                "cmpl"
+            },
+            rs.request_id()
+        ),
+        model,
+        created: crate::request_log::unix_ms() / 1000,
+        include_usage,
+        sent_role: false,
+    };
+    let mut resp = if stream {
+        Sse::new(sse_events(rs, enc))
+            .keep_alive(KeepAlive::default())
+            .into_response()
+    } else {
+        whole(rs, enc).await?
+    };
+    resp.headers_mut().extend(headers);
+    Ok(resp)
+}
+
+/// Where the request went, as response headers (useful to tests and operators).
+fn routing_headers(rs: &ResponseStream) -> HeaderMap {
+    let mut h = HeaderMap::new();
+    let r = rs.route();
+    let mut put = |name: &'static str, value: &str| {
+        if let Ok(v) = HeaderValue::from_str(value) {
+            h.insert(HeaderName::from_static(name), v);
+        }
+    };
+    put("x-request-id", rs.request_id());
+    put("x-dolphin-decode-worker", r.decode.worker.id.as_str());
+    put("x-dolphin-prefill-mode", r.decision.as_str());
+    put("x-dolphin-policy", r.policy);
+    if r.decision == Decision::Remote
+        && let Some(p) = &r.prefill
+    {
+        put("x-dolphin-prefill-worker", p.worker.id.as_str());
+    }
+    h
+}
+
+fn finish_str(r: FinishReason) -> &'static str {
+    match r {
+        FinishReason::Length => "length",
+        _ => "stop",
+    }
+}
+
+/// Builds response bodies and stream chunks for one request.
+struct Encoder {
+    ep: Endpoint,
+    id: String,
+    model: String,
+    created: u64,
+    include_usage: bool,
+    sent_role: bool,
+}
+
+impl Encoder {
+    /// JSON chunks for one delta (none when it carries no text and does not finish).
+    fn chunks(&mut self, d: &Delta, out: &mut VecDeque<String>) {
+        let finish = d.finish.as_ref().map(|f| finish_str(f.reason));
+        if d.text.is_empty()
+            && finish.is_none()
+            && (self.sent_role || self.ep == Endpoint::Completions)
+        {
+            return;
+        }
+        let json = match self.ep {
+            Endpoint::Completions => serde_json::to_string(&CompletionResponse {
+                id: self.id.clone(),
+                object: "text_completion",
+                created: self.created,
+                model: self.model.clone(),
+                choices: vec![CompletionChoice {
+                    index: 0,
+                    text: d.text.clone(),
+                    logprobs: None,
+                    finish_reason: finish,
+                }],
+                usage: None,
+            }),
+            Endpoint::Chat => {
+                let role = (!std::mem::replace(&mut self.sent_role, true)).then_some("assistant");
+                serde_json::to_string(&ChatChunk {
+                    id: self.id.clone(),
+                    object: "chat.completion.chunk",
+                    created: self.created,
+                    model: self.model.clone(),
+                    choices: vec![ChatChunkChoice {
+                        index: 0,
+                        delta: ChatDelta {
+                            role,
+                            content: (!d.text.is_empty() || role.is_some()).then(|| d.text.clone()),
+                        },
+                        logprobs: None,
+                        finish_reason: finish,
+                    }],
+                    usage: None,
+                })
+            }
+        };
+        out.extend(json.ok());
+        if let (Some(f), true) = (&d.finish, self.include_usage) {
+            let usage = Some(UsageOut::from(&f.usage));
+            let json = match self.ep {
+                Endpoint::Completions => serde_json::to_string(&CompletionResponse {
+                    id: self.id.clone(),
+                    object: "text_completion",
+                    created: self.created,
+                    model: self.model.clone(),
+                    choices: vec![],
+                    usage,
+                }),
+                Endpoint::Chat => serde_json::to_string(&ChatChunk {
+                    id: self.id.clone(),
+                    object: "chat.completion.chunk",
+                    created: self.created,
+                    model: self.model.clone(),
+                    choices: vec![],
+                    usage,
+                }),
+            };
+            out.extend(json.ok());
+        }
+    }
+
+    fn whole(&self, text: String, reason: FinishReason, usage: &v1::Usage) -> Response {
+        let usage = UsageOut::from(usage);
+        let finish_reason = Some(finish_str(reason));
+        match self.ep {
+            Endpoint::Completions => axum::Json(CompletionResponse {
+                id: self.id.clone(),
+                object: "text_completion",
+                created: self.created,
+                model: self.model.clone(),
+                choices: vec![CompletionChoice {
+                    index: 0,
+                    text,
+                    logprobs: None,
+                    finish_reason,
+                }],
+                usage: Some(usage),
+            })
+            .into_response(),
+            Endpoint::Chat => axum::Json(ChatResponse {
+                id: self.id.clone(),
+                object: "chat.completion",
+                created: self.created,
+                model: self.model.clone(),
+                choices: vec![ChatChoice {
+                    index: 0,
+                    message: ChatMessageOut {
+                        role: "assistant",
+                        content: text,
+                    },
+                    logprobs: None,
+                    finish_reason,
+                }],
+                usage,
+            })
+            .into_response(),
+        }
+    }
+}
+
+/// Collects the whole output.
+async fn whole(mut rs: ResponseStream, enc: Encoder) -> Result<Response, ApiError> {
+    let mut text = String::new();
+    while let Some(item) = rs.next().await {
+        let d = item?;
+        text.push_str(&d.text);
+        if let Some(f) = d.finish {
+            return Ok(enc.whole(text, f.reason, &f.usage));
+        }
+    }
+    Err(ApiError::from(crate::error::DispatchError::Truncated {
+        worker: rs.route().decode.worker.id.0.clone(),
+    }))
+}
+
+struct SseState {
+    rs: ResponseStream,
+    enc: Encoder,
+    queue: VecDeque<String>,
+    ended: bool,
+}
+
+/// Server-sent events: one chunk per delta, `[DONE]` after the last; an error becomes an error
+/// event and ends the stream.
+fn sse_events(
+    rs: ResponseStream,
+    enc: Encoder,
+) -> impl Stream<Item = Result<Event, Infallible>> + Send {
+    let state = SseState {
+        rs,
+        enc,
+        queue: VecDeque::new(),
+        ended: false,
+    };
+    futures::stream::unfold(state, |mut st| async move {
+        loop {
+            if let Some(data) = st.queue.pop_front() {
+                return Some((Ok(Event::default().data(data)), st));
+            }
+            if st.ended {
+                return None;
+            }
+            match st.rs.next().await {
+                Some(Ok(d)) => {
+                    st.enc.chunks(&d, &mut st.queue);
+                    if d.finish.is_some() {
+                        st.queue.push_back("[DONE]".into());
+                        st.ended = true;
+                    }
+                }
+                Some(Err(e)) => {
+                    st.queue.push_back(ApiError::from(e).to_json());
+                    st.ended = true;
+                }
+                None => st.ended = true,
+            }
+        }
+    })
+}

@@ -1,0 +1,361 @@
+//! HTTP handler tests over real sockets against fake workers.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use dolphin_cluster::Role;
+use http_body_util::{BodyExt, Full};
+use hyper::{HeaderMap, Method, StatusCode};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+use tonic::Code;
+
+use super::{AppState, router, serve};
+use crate::dispatch::Dispatcher;
+use crate::policy::Policy;
+use crate::request_log::RequestLog;
+use crate::testutil::{Behavior, FakeWorker, dispatcher};
+use crate::tokenizer::{ChatMessage, SimTokenizer, Tokenizer};
+
+struct Server {
+    addr: SocketAddr,
+    stop: CancellationToken,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+async fn start(d: Arc<Dispatcher>) -> Server {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let stop = CancellationToken::new();
+    let metrics = Some(dolphin_cluster::init_metrics());
+    tokio::spawn(serve(
+        listener,
+        router(AppState {
+            dispatcher: d,
+            metrics,
+        }),
+        stop.clone(),
+    ));
+    Server { addr, stop }
+}
+
+/// One worker answering "abc..." and a server in front of it.
+async fn with_worker(behavior: Behavior) -> (FakeWorker, Arc<Dispatcher>, Server) {
+    let fake = FakeWorker::start("d1", Role::Decode, behavior).await;
+    let d = dispatcher(Policy::AlwaysLocal, RequestLog::disabled());
+    d.registry().add(fake.record()).expect("add");
+    let s = start(d.clone()).await;
+    (fake, d, s)
+}
+
+async fn call(
+    addr: SocketAddr,
+    method: Method,
+    path: &str,
+    body: impl Into<Bytes>,
+) -> (StatusCode, HeaderMap, String) {
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build_http::<Full<Bytes>>();
+    let req = hyper::Request::builder()
+        .method(method)
+        .uri(format!("http://{addr}{path}"))
+        .header("content-type", "application/json")
+        .body(Full::new(body.into()))
+        .expect("request");
+    let resp = client.request(req).await.expect("response");
+    let (parts, body) = resp.into_parts();
+    let bytes = body.collect().await.expect("body").to_bytes();
+    (
+        parts.status,
+        parts.headers,
+        String::from_utf8_lossy(&bytes).into_owned(),
+    )
+}
+
+async fn post(addr: SocketAddr, path: &str, body: Value) -> (StatusCode, HeaderMap, String) {
+    call(addr, Method::POST, path, body.to_string()).await
+}
+
+fn parse(body: &str) -> Value {
+    serde_json::from_str(body).unwrap_or_else(|e| panic!("not JSON ({e}): {body}"))
+}
+
+/// The `data:` payloads of an SSE body.
+fn sse_data(body: &str) -> Vec<String> {
+    body.lines()
+        .filter_map(|l| l.strip_prefix("data: ").or_else(|| l.strip_prefix("data:")))
+        .map(str::to_owned)
+        .collect()
+}
+
+fn assert_error(status: StatusCode, body: &str, want: StatusCode) -> Value {
+    assert_eq!(status, want, "{body}");
+    let v = parse(body);
+    let e = &v["error"];
+    assert!(e["message"].is_string(), "{body}");
+    assert!(e["type"].is_string(), "{body}");
+    assert!(
+        e.get("param").is_some() && e.get("code").is_some(),
+        "{body}"
+    );
+    v
+}
+
+#[tokio::test]
+async fn completion_whole() {
+    let (fake, _d, s) = with_worker(Behavior::Text("abc".into())).await;
+    let (status, headers, body) = post(
+        s.addr,
+        "/v1/completions",
+        json!({"model": "sim-model", "prompt": "hello", "max_tokens": 5}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let v = parse(&body);
+    assert_eq!(v["object"], "text_completion");
+    assert_eq!(v["choices"][0]["text"], "abcab");
+    assert_eq!(v["choices"][0]["finish_reason"], "length");
+    assert_eq!(v["usage"]["prompt_tokens"], 5);
+    assert_eq!(v["usage"]["completion_tokens"], 5);
+    assert_eq!(v["usage"]["total_tokens"], 10);
+    assert!(v["id"].as_str().expect("id").starts_with("cmpl-"));
+    assert_eq!(headers["x-dolphin-decode-worker"], "d1");
+    assert_eq!(headers["x-dolphin-prefill-mode"], "local");
+    let sent = fake.state.calls.lock()[0].clone();
+    assert_eq!(sent.token_ids, SimTokenizer.encode("hello"));
+    let sampling = sent.sampling.expect("sampling");
+    assert_eq!(
+        (sampling.max_tokens, sampling.temperature, sampling.top_p),
+        (5, 1.0, 1.0)
+    );
+}
+
+#[tokio::test]
+async fn completion_stream_with_usage() {
+    let (_fake, _d, s) = with_worker(Behavior::Text("abc".into())).await;
+    let req = json!({"prompt": [40, 41, 42], "max_tokens": 4, "stream": true, "stream_options": {"include_usage": true}});
+    let (status, headers, body) = post(s.addr, "/v1/completions", req).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert!(
+        headers["content-type"]
+            .to_str()
+            .expect("ct")
+            .starts_with("text/event-stream")
+    );
+    let data = sse_data(&body);
+    assert_eq!(data.last().map(String::as_str), Some("[DONE]"), "{body}");
+    let chunks: Vec<Value> = data[..data.len() - 1].iter().map(|d| parse(d)).collect();
+    let text: String = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["text"].as_str())
+        .collect();
+    assert_eq!(text, "abca");
+    let finish = chunks
+        .iter()
+        .find(|c| c["choices"][0]["finish_reason"].is_string())
+        .expect("finish chunk");
+    assert_eq!(finish["choices"][0]["finish_reason"], "length");
+    let usage = chunks.last().expect("usage chunk");
+    assert_eq!(usage["choices"], json!([]));
+    assert_eq!(usage["usage"]["completion_tokens"], 4);
+    assert_eq!(usage["usage"]["prompt_tokens"], 3);
+}
+
+#[tokio::test]
+async fn chat_whole_and_streamed() {
+    let (fake, _d, s) = with_worker(Behavior::Text("Hi!".into())).await;
+    let messages = json!([{"role": "system", "content": "be brief"}, {"role": "user", "content": [{"type": "text", "text": "hello"}]}]);
+    let (status, _, body) = post(
+        s.addr,
+        "/v1/chat/completions",
+        json!({"messages": messages, "max_tokens": 3}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let v = parse(&body);
+    assert_eq!(v["object"], "chat.completion");
+    assert_eq!(v["choices"][0]["message"]["role"], "assistant");
+    assert_eq!(v["choices"][0]["message"]["content"], "Hi!");
+    let rendered = SimTokenizer.render_chat(&[
+        ChatMessage {
+            role: "system".into(),
+            content: "be brief".into(),
+        },
+        ChatMessage {
+            role: "user".into(),
+            content: "hello".into(),
+        },
+    ]);
+    assert_eq!(
+        fake.state.calls.lock()[0].token_ids,
+        SimTokenizer.encode(&rendered)
+    );
+
+    let req = json!({"messages": messages, "max_completion_tokens": 3, "stream": true});
+    let (status, _, body) = post(s.addr, "/v1/chat/completions", req).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let data = sse_data(&body);
+    assert_eq!(data.last().map(String::as_str), Some("[DONE]"));
+    let chunks: Vec<Value> = data[..data.len() - 1].iter().map(|d| parse(d)).collect();
+    assert_eq!(chunks[0]["object"], "chat.completion.chunk");
+    assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
+    let text: String = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
+        .collect();
+    assert_eq!(text, "Hi!");
+    assert_eq!(
+        chunks.last().expect("last")["choices"][0]["finish_reason"],
+        "length"
+    );
+    assert!(chunks.iter().all(|c| c["id"] == chunks[0]["id"]));
+}
+
+#[tokio::test]
+async fn bad_requests_get_openai_errors() {
+    let (fake, _d, s) = with_worker(Behavior::Text("x".into())).await;
+    let a = s.addr;
+    let cases = [
+        (
+            json!({"prompt": "", "max_tokens": 1}),
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            json!({"prompt": "hi", "max_tokens": 0}),
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            json!({"prompt": "hi", "max_tokens": 1_000_000}),
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            json!({"prompt": "hi", "max_tokens": -1}),
+            StatusCode::BAD_REQUEST,
+        ),
+        (json!({"prompt": "hi", "n": 2}), StatusCode::BAD_REQUEST),
+        (json!({"prompt": ["a", "b"]}), StatusCode::BAD_REQUEST),
+        (json!({"max_tokens": 3}), StatusCode::BAD_REQUEST),
+        (
+            json!({"prompt": "hi", "prefill_mode": "sideways"}),
+            StatusCode::BAD_REQUEST,
+        ),
+        (json!({"prompt": "x".repeat(1001)}), StatusCode::BAD_REQUEST),
+        (
+            json!({"prompt": "hi", "model": "gpt-4"}),
+            StatusCode::NOT_FOUND,
+        ),
+    ];
+    for (req, want) in cases {
+        let (status, _, body) = post(a, "/v1/completions", req.clone()).await;
+        let v = assert_error(status, &body, want);
+        if want == StatusCode::NOT_FOUND {
+            assert_eq!(v["error"]["code"], "model_not_found");
+        }
+        if req["prompt"].as_str().is_some_and(|p| p.len() > 1000) {
+            assert_eq!(v["error"]["code"], "context_length_exceeded");
+        }
+    }
+    let (status, _, body) = call(a, Method::POST, "/v1/completions", "{not json").await;
+    assert_eq!(
+        assert_error(status, &body, StatusCode::BAD_REQUEST)["error"]["type"],
+        "invalid_request_error"
+    );
+    let (status, _, body) = post(a, "/v1/chat/completions", json!({"messages": []})).await;
+    assert_error(status, &body, StatusCode::BAD_REQUEST);
+    let (status, _, body) = post(
+        a,
+        "/v1/chat/completions",
+        json!({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}),
+    )
+    .await;
+    assert_error(status, &body, StatusCode::BAD_REQUEST);
+    let huge = vec![b'x'; super::MAX_BODY_BYTES + 1];
+    let (status, _, body) = call(a, Method::POST, "/v1/completions", huge).await;
+    assert_error(status, &body, StatusCode::PAYLOAD_TOO_LARGE);
+    let (status, _, body) = call(a, Method::GET, "/v2/nothing", "").await;
+    assert_error(status, &body, StatusCode::NOT_FOUND);
+    let (status, _, body) = call(a, Method::GET, "/v1/completions", "").await;
+    assert_error(status, &body, StatusCode::METHOD_NOT_ALLOWED);
+    assert!(
+        fake.state.calls.lock().is_empty(),
+        "no bad request reached the worker"
+    );
+}
+
+#[tokio::test]
+async fn worker_and_capacity_failures_map_to_429_and_503() {
+    let (_fake, _d, s) = with_worker(Behavior::Fail(Code::ResourceExhausted)).await;
+    let (status, _, body) = post(s.addr, "/v1/completions", json!({"prompt": "hi"})).await;
+    assert_eq!(
+        assert_error(status, &body, StatusCode::TOO_MANY_REQUESTS)["error"]["code"],
+        "rate_limit_exceeded"
+    );
+
+    let empty = start(dispatcher(Policy::AlwaysLocal, RequestLog::disabled())).await;
+    let (status, _, body) = post(
+        empty.addr,
+        "/v1/chat/completions",
+        json!({"messages": [{"role": "user", "content": "hi"}]}),
+    )
+    .await;
+    assert_error(status, &body, StatusCode::SERVICE_UNAVAILABLE);
+}
+
+#[tokio::test]
+async fn mid_stream_failure_becomes_an_error_event() {
+    let (_fake, _d, s) = with_worker(Behavior::FailAfterFirst(Code::Internal)).await;
+    let (status, _, body) = post(
+        s.addr,
+        "/v1/completions",
+        json!({"prompt": "hi", "max_tokens": 5, "stream": true}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    let data = sse_data(&body);
+    let last = parse(data.last().expect("events"));
+    assert_eq!(last["error"]["type"], "server_error", "{body}");
+    assert!(!data.iter().any(|d| d == "[DONE]"));
+    // Whole responses turn the same failure into an error status.
+    let (status, _, body) = post(
+        s.addr,
+        "/v1/completions",
+        json!({"prompt": "hi", "max_tokens": 5}),
+    )
+    .await;
+    assert_error(status, &body, StatusCode::INTERNAL_SERVER_ERROR);
+}
+
+#[tokio::test]
+async fn models_health_and_metrics() {
+    let (_fake, _d, s) = with_worker(Behavior::Text("x".into())).await;
+    let (status, _, body) = call(s.addr, Method::GET, "/v1/models", "").await;
+    assert_eq!(status, StatusCode::OK);
+    let v = parse(&body);
+    assert_eq!(v["object"], "list");
+    assert_eq!(v["data"][0]["id"], "sim-model");
+    let (status, _, body) = call(s.addr, Method::GET, "/health", "").await;
+    assert_eq!(status, StatusCode::OK);
+    let v = parse(&body);
+    assert_eq!(
+        (v["decode_workers"].as_u64(), v["prefill_workers"].as_u64()),
+        (Some(1), Some(0))
+    );
+    let (status, _, _) = post(
+        s.addr,
+        "/v1/completions",
+        json!({"prompt": "hi", "max_tokens": 2}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, _, body) = call(s.addr, Method::GET, "/metrics", "").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(body.contains("dolphin_router_requests_total"), "{body}");
+}

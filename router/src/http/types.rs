@@ -1,0 +1,280 @@
+//! OpenAI request and response bodies (the subset the router serves).
+
+use serde::{Deserialize, Serialize};
+
+/// `prompt` of `/v1/completions`: text, token ids, or a batch of one of either.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(untagged)]
+pub enum PromptInput {
+    /// A string.
+    Text(String),
+    /// Token ids.
+    Tokens(Vec<u32>),
+    /// A batch of strings (only batches of one are served).
+    TextBatch(Vec<String>),
+    /// A batch of token id lists (only batches of one are served).
+    TokenBatch(Vec<Vec<u32>>),
+}
+
+/// `stop`: one string or several.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(untagged)]
+pub enum StopInput {
+    /// One stop string.
+    One(String),
+    /// Several.
+    Many(Vec<String>),
+}
+
+impl StopInput {
+    /// As a list.
+    pub fn into_vec(self) -> Vec<String> {
+        match self {
+            StopInput::One(s) => vec![s],
+            StopInput::Many(v) => v,
+        }
+    }
+}
+
+/// `stream_options`.
+#[derive(Clone, Copy, Debug, Default, Deserialize)]
+pub struct StreamOptions {
+    /// Send a last chunk with the usage.
+    #[serde(default)]
+    pub include_usage: bool,
+}
+
+/// Sampling fields shared by both endpoints (flattened into the request bodies).
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct SamplingFields {
+    /// 0 is greedy; OpenAI's default is 1.
+    pub temperature: Option<f32>,
+    /// Nucleus sampling.
+    pub top_p: Option<f32>,
+    /// Top-k (an extension; 0 disables).
+    pub top_k: Option<u32>,
+    /// Seed.
+    pub seed: Option<u64>,
+    /// Stop strings.
+    pub stop: Option<StopInput>,
+    /// Keep going past end-of-sequence (an extension).
+    #[serde(default)]
+    pub ignore_eos: bool,
+    /// Number of choices (only 1 is served).
+    pub n: Option<u32>,
+    /// Stream as server-sent events.
+    #[serde(default)]
+    pub stream: bool,
+    /// Streaming options.
+    pub stream_options: Option<StreamOptions>,
+    /// Force the prefill path, "local" or "remote" (a Dolphin extension for experiments).
+    pub prefill_mode: Option<String>,
+}
+
+/// `/v1/completions` request.
+#[derive(Clone, Debug, Deserialize)]
+pub struct CompletionRequest {
+    /// Model name.
+    #[serde(default)]
+    pub model: String,
+    /// The prompt.
+    pub prompt: PromptInput,
+    /// Tokens to generate (OpenAI's default is 16).
+    pub max_tokens: Option<u32>,
+    /// The rest.
+    #[serde(flatten)]
+    pub sampling: SamplingFields,
+}
+
+/// Content of a chat message: a string or a list of parts.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(untagged)]
+pub enum ChatContent {
+    /// Plain text.
+    Text(String),
+    /// Parts; only `text` parts are served.
+    Parts(Vec<ContentPart>),
+}
+
+/// One part of a chat message.
+#[derive(Clone, Debug, Deserialize)]
+pub struct ContentPart {
+    /// "text" (others are refused).
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// The text of a text part.
+    #[serde(default)]
+    pub text: String,
+}
+
+/// One chat message.
+#[derive(Clone, Debug, Deserialize)]
+pub struct ChatMessageIn {
+    /// "system", "user", "assistant", ...
+    pub role: String,
+    /// The content (absent for some assistant messages).
+    #[serde(default)]
+    pub content: Option<ChatContent>,
+}
+
+/// `/v1/chat/completions` request.
+#[derive(Clone, Debug, Deserialize)]
+pub struct ChatRequest {
+    /// Model name.
+    #[serde(default)]
+    pub model: String,
+    /// The conversation.
+    pub messages: Vec<ChatMessageIn>,
+    /// Tokens to generate (deprecated name).
+    pub max_tokens: Option<u32>,
+    /// Tokens to generate.
+    pub max_completion_tokens: Option<u32>,
+    /// The rest.
+    #[serde(flatten)]
+    pub sampling: SamplingFields,
+}
+
+/// Token counts.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct UsageOut {
+    /// Prompt tokens.
+    pub prompt_tokens: u32,
+    /// Generated tokens.
+    pub completion_tokens: u32,
+    /// Both.
+    pub total_tokens: u32,
+    /// Cached prompt tokens.
+    pub prompt_tokens_details: CachedDetails,
+}
+
+/// `prompt_tokens_details`.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct CachedDetails {
+    /// Prompt tokens served from a prefix cache.
+    pub cached_tokens: u32,
+}
+
+impl From<&dolphin_proto::v1::Usage> for UsageOut {
+    fn from(u: &dolphin_proto::v1::Usage) -> Self {
+        UsageOut {
+            prompt_tokens: u.prompt_tokens,
+            completion_tokens: u.completion_tokens,
+            total_tokens: u.prompt_tokens + u.completion_tokens,
+            prompt_tokens_details: CachedDetails {
+                cached_tokens: u.cached_tokens,
+            },
+        }
+    }
+}
+
+/// One choice of a completion (whole or chunk).
+#[derive(Clone, Debug, Serialize)]
+pub struct CompletionChoice {
+    /// Always 0.
+    pub index: u32,
+    /// Generated text.
+    pub text: String,
+    /// Not served.
+    pub logprobs: Option<()>,
+    /// "stop", "length", or null while streaming.
+    pub finish_reason: Option<&'static str>,
+}
+
+/// `/v1/completions` response (and stream chunk).
+#[derive(Clone, Debug, Serialize)]
+pub struct CompletionResponse {
+    /// "cmpl-...".
+    pub id: String,
+    /// "text_completion".
+    pub object: &'static str,
+    /// Unix seconds.
+    pub created: u64,
+    /// Model name.
+    pub model: String,
+    /// One choice (none in a usage-only chunk).
+    pub choices: Vec<CompletionChoice>,
+    /// Token counts (last chunk or whole response).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage: Option<UsageOut>,
+}
+
+/// The assistant message of a chat response.
+#[derive(Clone, Debug, Serialize)]
+pub struct ChatMessageOut {
+    /// "assistant".
+    pub role: &'static str,
+    /// The text.
+    pub content: String,
+}
+
+/// A chat choice (whole response).
+#[derive(Clone, Debug, Serialize)]
+pub struct ChatChoice {
+    /// Always 0.
+    pub index: u32,
+    /// The answer.
+    pub message: ChatMessageOut,
+    /// Not served.
+    pub logprobs: Option<()>,
+    /// "stop" or "length".
+    pub finish_reason: Option<&'static str>,
+}
+
+/// `/v1/chat/completions` response.
+#[derive(Clone, Debug, Serialize)]
+pub struct ChatResponse {
+    /// "chatcmpl-...".
+    pub id: String,
+    /// "chat.completion".
+    pub object: &'static str,
+    /// Unix seconds.
+    pub created: u64,
+    /// Model name.
+    pub model: String,
+    /// One choice.
+    pub choices: Vec<ChatChoice>,
+    /// Token counts.
+    pub usage: UsageOut,
+}
+
+/// The delta of a chat stream chunk.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct ChatDelta {
+    /// "assistant" on the first chunk.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub role: Option<&'static str>,
+    /// New text.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub content: Option<String>,
+}
+
+/// A chat stream choice.
+#[derive(Clone, Debug, Serialize)]
+pub struct ChatChunkChoice {
+    /// Always 0.
+    pub index: u32,
+    /// New output.
+    pub delta: ChatDelta,
+    /// Not served.
+    pub logprobs: Option<()>,
+    /// Set on the last chunk.
+    pub finish_reason: Option<&'static str>,
+}
+
+/// A chat stream chunk.
+#[derive(Clone, Debug, Serialize)]
+pub struct ChatChunk {
+    /// Same id on every chunk.
+    pub id: String,
+    /// "chat.completion.chunk".
+    pub object: &'static str,
+    /// Unix seconds.
+    pub created: u64,
+    /// Model name.
+    pub model: String,
+    /// One choice (none in a usage-only chunk).
+    pub choices: Vec<ChatChunkChoice>,
+    /// Token counts (usage-only chunk).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage: Option<UsageOut>,
+}

@@ -1,0 +1,76 @@
+//! `dolphin-router`: parse the configuration, start the servers, print `DOLPHIN_READY`, serve
+//! until SIGTERM or SIGINT, then shut down gracefully.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Parser;
+use dolphin_router::RouterConfig;
+use tokio_util::sync::CancellationToken;
+
+/// Exit status for a bad configuration (EX_USAGE).
+const EXIT_CONFIG: u8 = 64;
+
+fn main() -> ExitCode {
+    let cfg = match RouterConfig::try_parse() {
+        Ok(cfg) => cfg,
+        Err(e) if !e.use_stderr() => {
+            // --help / --version.
+            let _ = e.print();
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
+    if let Err(e) = cfg.validate() {
+        eprintln!("dolphin-router: {e}");
+        return ExitCode::from(EXIT_CONFIG);
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("dolphin-router: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cfg)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("dolphin-router: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cfg: RouterConfig) -> anyhow::Result<()> {
+    dolphin_cluster::init_tracing(cfg.log_json);
+    let handle = dolphin_cluster::init_metrics();
+    dolphin_router::metrics::describe();
+    let shutdown = CancellationToken::new();
+    let running = dolphin_router::start(&cfg, Some(handle), shutdown.clone()).await?;
+    println!("{}", running.ready_line());
+    wait_for_signal().await?;
+    tracing::info!(grace_secs = cfg.shutdown_grace_secs, "shutting down");
+    shutdown.cancel();
+    match tokio::time::timeout(Duration::from_secs(cfg.shutdown_grace_secs), running.wait()).await {
+        Ok(result) => result?,
+        Err(_) => tracing::warn!("grace period over; closing open requests"),
+    }
+    Ok(())
+}
+
+async fn wait_for_signal() -> std::io::Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+    Ok(())
+}

@@ -1,0 +1,161 @@
+//! Assembles a running router from its configuration: registry, discovery, dispatcher, and the
+//! HTTP and gRPC listeners.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use metrics_exporter_prometheus::PrometheusHandle;
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::RouterConfig;
+use crate::dispatch::{DispatchConfig, Dispatcher};
+use crate::request_log::{RequestLog, RequestLogError};
+use crate::workers::{RegistryConfig, WorkerRegistry};
+
+/// Why the router could not start or stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    /// A listener could not be bound.
+    #[error("cannot bind {addr}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Discovery could not start.
+    #[error("worker discovery failed")]
+    Discovery(#[from] dolphin_cluster::DiscoveryError),
+    /// The request log could not be opened.
+    #[error(transparent)]
+    RequestLog(#[from] RequestLogError),
+    /// The HTTP server failed.
+    #[error("HTTP server failed")]
+    Http(#[source] std::io::Error),
+    /// The gRPC server failed.
+    #[error("gRPC server failed")]
+    Grpc(#[source] tonic::transport::Error),
+    /// A server task panicked.
+    #[error("server task failed")]
+    Join(#[from] tokio::task::JoinError),
+}
+
+/// A started router.
+#[derive(Debug)]
+pub struct RunningRouter {
+    /// Bound HTTP address.
+    pub http_addr: SocketAddr,
+    /// Bound gRPC address.
+    pub grpc_addr: SocketAddr,
+    /// The dispatcher (for in-process use and tests).
+    pub dispatcher: Arc<Dispatcher>,
+    http: JoinHandle<std::io::Result<()>>,
+    grpc: JoinHandle<Result<(), tonic::transport::Error>>,
+}
+
+async fn bind(addr: SocketAddr) -> Result<TcpListener, ServerError> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| ServerError::Bind { addr, source })
+}
+
+/// Starts the router; both servers stop when `shutdown` fires.
+pub async fn start(
+    cfg: &RouterConfig,
+    metrics: Option<PrometheusHandle>,
+    shutdown: CancellationToken,
+) -> Result<RunningRouter, ServerError> {
+    let registry = WorkerRegistry::new(RegistryConfig {
+        model: cfg.model.clone(),
+        block_size: cfg.block_size,
+        load_interval_ms: cfg.load_interval_ms,
+        connect_timeout: cfg.connect_timeout(),
+    });
+    let log = match &cfg.request_log {
+        Some(path) => RequestLog::open(path).await?,
+        None => RequestLog::disabled(),
+    };
+    let dispatcher = Arc::new(Dispatcher::new(
+        registry.clone(),
+        cfg.tokenizer.build(),
+        cfg.initial_policy(),
+        DispatchConfig {
+            model: cfg.model.clone(),
+            max_prompt_tokens: cfg.max_prompt_tokens,
+            max_output_tokens: cfg.max_output_tokens,
+            overlap_weight: cfg.overlap_weight,
+            block_size: cfg.block_size,
+            max_inflight: cfg.max_inflight,
+        },
+        log,
+    ));
+    let http_listener = bind(cfg.http_addr).await?;
+    let grpc_listener = bind(cfg.grpc_addr).await?;
+    let http_addr = http_listener
+        .local_addr()
+        .map_err(|source| ServerError::Bind {
+            addr: cfg.http_addr,
+            source,
+        })?;
+    let grpc_addr = grpc_listener
+        .local_addr()
+        .map_err(|source| ServerError::Bind {
+            addr: cfg.grpc_addr,
+            source,
+        })?;
+    for rx in crate::discovery::sources(cfg, &shutdown).await? {
+        registry.follow(rx, shutdown.clone());
+    }
+    let app = crate::http::router(crate::http::AppState {
+        dispatcher: dispatcher.clone(),
+        metrics,
+    });
+    let http = tokio::spawn(crate::http::serve(http_listener, app, shutdown.clone()));
+    let grpc = tokio::spawn(crate::grpc::serve(
+        grpc_listener,
+        dispatcher.clone(),
+        shutdown.clone(),
+    ));
+    tracing::info!(%http_addr, %grpc_addr, policy = dispatcher.policy().name(), "router started");
+    Ok(RunningRouter {
+        http_addr,
+        grpc_addr,
+        dispatcher,
+        http,
+        grpc,
+    })
+}
+
+impl RunningRouter {
+    /// The `DOLPHIN_READY` line printed once the listeners are bound.
+    pub fn ready_line(&self) -> String {
+        #[derive(serde::Serialize)]
+        struct Ready {
+            role: &'static str,
+            http_addr: String,
+            grpc_addr: String,
+        }
+        let ready = Ready {
+            role: "router",
+            http_addr: self.http_addr.to_string(),
+            grpc_addr: self.grpc_addr.to_string(),
+        };
+        format!(
+            "DOLPHIN_READY {}",
+            serde_json::to_string(&ready).unwrap_or_default()
+        )
+    }
+
+    /// Waits until both servers have stopped (after shutdown fired and connections drained),
+    /// then stops following workers.
+    pub async fn wait(self) -> Result<(), ServerError> {
+        let (http, grpc) = tokio::join!(self.http, self.grpc);
+        self.dispatcher.registry().clear();
+        http?.map_err(ServerError::Http)?;
+        grpc?.map_err(ServerError::Grpc)?;
+        Ok(())
+    }
+}

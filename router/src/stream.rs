@@ -1,0 +1,413 @@
+//! The response of one running request: token deltas from the decode worker, detokenized
+//! incrementally, cut at stop strings, timed, and logged when it ends.
+//!
+//! Dropping a [`ResponseStream`] before it finished drops the worker's gRPC stream, which cancels
+//! the request on the worker, and logs the request as cancelled.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use dolphin_proto::v1::{self, FinishReason};
+use futures::Stream;
+
+use crate::dispatch::{InflightPermit, RouteDecision};
+use crate::error::DispatchError;
+use crate::metrics as m;
+use crate::policy::Decision;
+use crate::request_log::{RequestLog, RequestRecord};
+use crate::stop::StopMatcher;
+use crate::tokenizer::{IncrementalDetokenizer, Tokenizer};
+use crate::workers::InflightGuard;
+
+/// The front end a request came through.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Api {
+    /// OpenAI-compatible HTTP.
+    Http,
+    /// `dolphin.v1.Inference`.
+    Grpc,
+}
+
+impl Api {
+    /// "http" / "grpc".
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Api::Http => "http",
+            Api::Grpc => "grpc",
+        }
+    }
+}
+
+/// What the dispatcher knows about a request when its stream starts.
+#[derive(Debug)]
+pub(crate) struct RequestMeta {
+    pub(crate) request_id: String,
+    pub(crate) api: Api,
+    pub(crate) arrived: Instant,
+    pub(crate) ts_ms: u64,
+    pub(crate) route: RouteDecision,
+    pub(crate) retries: u32,
+    pub(crate) slo: Option<v1::SloClass>,
+    pub(crate) prompt_tokens: u32,
+}
+
+/// How a request ended.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Finish {
+    /// Why generation stopped.
+    pub reason: FinishReason,
+    /// Token counts.
+    pub usage: v1::Usage,
+    /// Router-measured TTFT, TPOT and e2e, plus the worker's queue, prefill and transfer times.
+    pub timings: v1::Timings,
+    /// The decode worker's remote prefill failed and it prefilled locally.
+    pub fell_back: bool,
+}
+
+/// Output since the previous delta.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Delta {
+    /// Token ids received.
+    pub token_ids: Vec<u32>,
+    /// Their text (may be empty while a character or a possible stop string is incomplete).
+    pub text: String,
+    /// Set on the last delta.
+    pub finish: Option<Finish>,
+}
+
+/// A running request's output.
+#[derive(Debug)]
+pub struct ResponseStream {
+    meta: RequestMeta,
+    /// `None` once finished: dropping it is what cancels the worker's request.
+    stream: Option<tonic::Streaming<v1::DecodeResponse>>,
+    pending: Option<v1::DecodeResponse>,
+    tokenizer: Arc<dyn Tokenizer>,
+    detok: IncrementalDetokenizer,
+    stop: StopMatcher,
+    log: RequestLog,
+    _held: (InflightPermit, InflightGuard),
+    first_token_at: Option<Instant>,
+    last_token_at: Option<Instant>,
+    completion_tokens: u32,
+    fell_back: bool,
+    done: bool,
+}
+
+impl ResponseStream {
+    pub(crate) fn new(
+        meta: RequestMeta,
+        stream: tonic::Streaming<v1::DecodeResponse>,
+        first: v1::DecodeResponse,
+        tokenizer: Arc<dyn Tokenizer>,
+        stops: &[String],
+        log: RequestLog,
+        held: (InflightPermit, InflightGuard),
+    ) -> Self {
+        Self {
+            meta,
+            stream: Some(stream),
+            pending: Some(first),
+            tokenizer,
+            detok: IncrementalDetokenizer::new(),
+            stop: StopMatcher::new(stops),
+            log,
+            _held: held,
+            first_token_at: None,
+            last_token_at: None,
+            completion_tokens: 0,
+            fell_back: false,
+            done: false,
+        }
+    }
+
+    /// The request id.
+    pub fn request_id(&self) -> &str {
+        &self.meta.request_id
+    }
+
+    /// How the request was routed.
+    pub fn route(&self) -> &RouteDecision {
+        &self.meta.route
+    }
+
+    /// Routing info as the public API reports it.
+    pub fn routing(&self) -> v1::RoutingInfo {
+        let r = &self.meta.route;
+        let remote = r.decision == Decision::Remote;
+        v1::RoutingInfo {
+            decode_worker: r.decode.worker.id.0.clone(),
+            prefill_worker: if remote {
+                r.prefill
+                    .as_ref()
+                    .map(|p| p.worker.id.0.clone())
+                    .unwrap_or_default()
+            } else {
+                String::new()
+            },
+            mode: if remote {
+                v1::PrefillMode::Remote as i32
+            } else {
+                v1::PrefillMode::Local as i32
+            },
+            cluster: -1,
+            policy: r.policy.to_string(),
+            fell_back: self.fell_back,
+        }
+    }
+
+    /// The next delta; `None` after the last one. Errors end the stream.
+    pub async fn next(&mut self) -> Option<Result<Delta, DispatchError>> {
+        loop {
+            if self.done {
+                return None;
+            }
+            let msg = match self.pending.take() {
+                Some(m) => m,
+                None => {
+                    let stream = self.stream.as_mut()?;
+                    match stream.message().await {
+                        Ok(Some(m)) => m,
+                        Ok(None) => {
+                            let worker = self.meta.route.decode.worker.id.0.clone();
+                            return Some(Err(self.fail(DispatchError::Truncated { worker })));
+                        }
+                        Err(status) => {
+                            let worker = self.meta.route.decode.worker.id.0.clone();
+                            return Some(Err(self.fail(DispatchError::Worker { worker, status })));
+                        }
+                    }
+                }
+            };
+            let delta = self.absorb(msg);
+            if delta.finish.is_some() || !delta.text.is_empty() || !delta.token_ids.is_empty() {
+                return Some(Ok(delta));
+            }
+        }
+    }
+
+    /// Turns the stream into a `futures::Stream`.
+    pub fn into_stream(self) -> impl Stream<Item = Result<Delta, DispatchError>> + Send + 'static {
+        futures::stream::unfold(self, |mut s| async move { s.next().await.map(|d| (d, s)) })
+    }
+
+    fn absorb(&mut self, msg: v1::DecodeResponse) -> Delta {
+        let now = Instant::now();
+        if !msg.token_ids.is_empty() {
+            self.first_token_at.get_or_insert(now);
+            self.last_token_at = Some(now);
+            self.completion_tokens += msg.token_ids.len() as u32;
+        }
+        self.fell_back |= msg.fell_back;
+        let reason = FinishReason::try_from(msg.finish_reason).unwrap_or(FinishReason::Unspecified);
+        let finished = reason != FinishReason::Unspecified;
+        let mut text = self.detok.push(self.tokenizer.as_ref(), &msg.token_ids);
+        if finished {
+            text.push_str(&self.detok.flush(self.tokenizer.as_ref()));
+        }
+        let released = self.stop.push(&text);
+        let mut text = released.text;
+        let finish = if released.stopped {
+            // Drop the worker stream: the worker cancels the rest of the generation.
+            self.stream = None;
+            Some(self.finish(FinishReason::Stop, msg.usage, msg.timings, now))
+        } else if finished {
+            text.push_str(&self.stop.finish());
+            Some(self.finish(reason, msg.usage, msg.timings, now))
+        } else {
+            None
+        };
+        Delta {
+            token_ids: msg.token_ids,
+            text,
+            finish,
+        }
+    }
+
+    fn finish(
+        &mut self,
+        reason: FinishReason,
+        usage: Option<v1::Usage>,
+        worker: Option<v1::Timings>,
+        now: Instant,
+    ) -> Finish {
+        self.done = true;
+        self.stream = None;
+        let usage = usage.unwrap_or_default();
+        let worker = worker.unwrap_or_default();
+        let arrived = self.meta.arrived;
+        let us = |d: std::time::Duration| d.as_micros() as u64;
+        let ttft = self.first_token_at.map(|t| t - arrived);
+        let tpot = match (self.first_token_at, self.last_token_at) {
+            (Some(f), Some(l)) if self.completion_tokens > 1 => {
+                Some((l - f) / (self.completion_tokens - 1))
+            }
+            _ => None,
+        };
+        let e2e = now - arrived;
+        let finish = Finish {
+            reason,
+            usage: v1::Usage {
+                prompt_tokens: self.meta.prompt_tokens,
+                completion_tokens: self.completion_tokens,
+                cached_tokens: usage.cached_tokens,
+            },
+            timings: v1::Timings {
+                queued_us: worker.queued_us,
+                prefill_us: worker.prefill_us,
+                kv_transfer_us: worker.kv_transfer_us,
+                ttft_us: ttft.map_or(0, us),
+                e2e_us: us(e2e),
+                tpot_us: tpot.map_or(0, us),
+            },
+            fell_back: self.fell_back,
+        };
+        let outcome = if reason == FinishReason::Error {
+            "error_worker"
+        } else {
+            "ok"
+        };
+        self.record(outcome, Some(&finish));
+        finish
+    }
+
+    fn fail(&mut self, e: DispatchError) -> DispatchError {
+        self.done = true;
+        self.stream = None;
+        tracing::warn!(request_id = %self.meta.request_id, error = %e, "request failed mid-stream");
+        self.record(e.outcome(), None);
+        e
+    }
+
+    /// Metrics and the request-log line of a request that ended (or was dropped).
+    fn record(&self, outcome: &'static str, finish: Option<&Finish>) {
+        let mode = self.meta.route.decision.as_str();
+        metrics::counter!(m::REQUESTS_TOTAL, "api" => self.meta.api.as_str(), "outcome" => outcome)
+            .increment(1);
+        metrics::counter!(m::COMPLETION_TOKENS_TOTAL).increment(u64::from(self.completion_tokens));
+        let e2e = self.meta.arrived.elapsed();
+        let ttft = self.first_token_at.map(|t| t - self.meta.arrived);
+        let tpot =
+            finish.and_then(|f| (f.timings.tpot_us > 0).then_some(f.timings.tpot_us as f64 / 1e6));
+        if outcome == "ok" {
+            if let Some(t) = ttft {
+                metrics::histogram!(m::TTFT_SECONDS, "mode" => mode).record(t.as_secs_f64());
+            }
+            if let Some(t) = tpot {
+                metrics::histogram!(m::TPOT_SECONDS, "mode" => mode).record(t);
+            }
+            metrics::histogram!(m::E2E_SECONDS, "mode" => mode).record(e2e.as_secs_f64());
+        }
+        if !self.log.enabled() {
+            return;
+        }
+        let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+        let r = &self.meta.route;
+        self.log.record(RequestRecord {
+            ts_ms: self.meta.ts_ms,
+            request_id: self.meta.request_id.clone(),
+            api: self.meta.api.as_str(),
+            policy: r.policy,
+            features: r.features,
+            decision: r.decision,
+            cluster: -1,
+            decode_worker: r.decode.worker.id.0.clone(),
+            prefill_worker: (r.decision == Decision::Remote)
+                .then(|| r.prefill.as_ref().map(|p| p.worker.id.0.clone()))
+                .flatten(),
+            fell_back: self.fell_back,
+            retries: self.meta.retries,
+            ttft_ms: ttft.map(ms),
+            tpot_ms: tpot.map(|s| s * 1e3),
+            e2e_ms: ms(e2e),
+            prompt_tokens: self.meta.prompt_tokens,
+            completion_tokens: self.completion_tokens,
+            cached_tokens: finish.map_or(0, |f| f.usage.cached_tokens),
+            outcome,
+            slo_met: slo_met(
+                self.meta.slo.as_ref(),
+                ttft.map(ms),
+                tpot.map(|s| s * 1e3),
+                ms(e2e),
+                self.completion_tokens,
+                outcome,
+            ),
+        });
+    }
+}
+
+impl Drop for ResponseStream {
+    fn drop(&mut self) {
+        if !self.done {
+            // The client went away: the worker stream is dropped with us, cancelling the request.
+            tracing::debug!(request_id = %self.meta.request_id, "request cancelled by the client");
+            self.done = true;
+            self.record("cancelled", None);
+        }
+    }
+}
+
+/// Whether a request met its SLO: `e2e <= TTFT_slo + (output - 1) * TPOT_slo` when both targets
+/// are set, otherwise the one target that is. `None` when there is no SLO.
+pub(crate) fn slo_met(
+    slo: Option<&v1::SloClass>,
+    ttft_ms: Option<f64>,
+    tpot_ms: Option<f64>,
+    e2e_ms: f64,
+    output_tokens: u32,
+    outcome: &str,
+) -> Option<bool> {
+    let slo = slo?;
+    if slo.ttft_ms == 0 && slo.tpot_ms == 0 {
+        return None;
+    }
+    if outcome != "ok" {
+        return Some(false);
+    }
+    let (t, p) = (f64::from(slo.ttft_ms), f64::from(slo.tpot_ms));
+    Some(match (slo.ttft_ms > 0, slo.tpot_ms > 0) {
+        (true, true) => e2e_ms <= t + f64::from(output_tokens.saturating_sub(1)) * p,
+        (true, false) => ttft_ms.is_some_and(|x| x <= t),
+        _ => tpot_ms.is_none_or(|x| x <= p),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn slo(ttft: u32, tpot: u32) -> v1::SloClass {
+        v1::SloClass {
+            name: "x".into(),
+            ttft_ms: ttft,
+            tpot_ms: tpot,
+        }
+    }
+
+    #[test]
+    fn slo_uses_the_e2e_formula() {
+        // 11 tokens: budget 100 + 10 * 10 = 200 ms.
+        assert_eq!(
+            slo_met(Some(&slo(100, 10)), Some(150.0), Some(5.0), 200.0, 11, "ok"),
+            Some(true)
+        );
+        assert_eq!(
+            slo_met(Some(&slo(100, 10)), Some(150.0), Some(5.0), 201.0, 11, "ok"),
+            Some(false)
+        );
+        assert_eq!(
+            slo_met(Some(&slo(100, 0)), Some(150.0), None, 201.0, 11, "ok"),
+            Some(false)
+        );
+        assert_eq!(
+            slo_met(Some(&slo(0, 10)), Some(150.0), Some(9.0), 1000.0, 11, "ok"),
+            Some(true)
+        );
+        assert_eq!(slo_met(Some(&slo(0, 0)), None, None, 1.0, 1, "ok"), None);
+        assert_eq!(slo_met(None, None, None, 1.0, 1, "ok"), None);
+        assert_eq!(
+            slo_met(Some(&slo(100, 10)), Some(1.0), None, 1.0, 1, "cancelled"),
+            Some(false)
+        );
+    }
+}

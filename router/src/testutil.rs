@@ -1,0 +1,327 @@
+//! Test helpers: an in-process fake worker serving `Worker` and `DecodeWorker` on 127.0.0.1:0,
+//! and a router (dispatcher plus HTTP and gRPC servers) wired to fakes.
+
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use dolphin_cluster::{Role, WorkerId, WorkerRecord};
+use dolphin_proto::v1::{
+    self, decode_worker_server::DecodeWorker, worker_event::Event, worker_server::Worker,
+};
+use futures::Stream;
+use parking_lot::Mutex;
+use tokio::net::TcpListener;
+use tokio::sync::{broadcast, mpsc};
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_util::sync::CancellationToken;
+use tonic::{Code, Request, Response, Status};
+
+use crate::dispatch::{DispatchConfig, Dispatcher};
+use crate::policy::Policy;
+use crate::request_log::RequestLog;
+use crate::tokenizer::{SimTokenizer, Tokenizer};
+use crate::workers::{RegistryConfig, WorkerRegistry};
+
+/// How the fake answers `Decode`.
+#[derive(Clone, Debug)]
+pub enum Behavior {
+    /// Stream `text`'s tokens (cycled) one per message up to `max_tokens`, finish with Length.
+    Text(String),
+    /// Fail the call with this code before any token.
+    Fail(Code),
+    /// Send one token, then wait until the router drops the stream.
+    Hang,
+    /// Send `text`'s tokens, then wait until the router drops the stream.
+    TextThenHang(String),
+    /// Send one token, then fail the stream with this code.
+    FailAfterFirst(Code),
+}
+
+/// Shared state of a fake worker.
+#[derive(Debug)]
+pub struct FakeState {
+    pub id: String,
+    pub role: Role,
+    pub behavior: Mutex<Behavior>,
+    pub calls: Mutex<Vec<v1::DecodeRequest>>,
+    /// Decode streams the router dropped before they ended.
+    pub cancelled: AtomicU32,
+    events: broadcast::Sender<Event>,
+    snapshot: Mutex<Vec<u64>>,
+    /// Ends event streams too, so a stopped fake looks like a dead worker.
+    stop: CancellationToken,
+}
+
+/// A fake worker listening on 127.0.0.1.
+#[derive(Debug)]
+pub struct FakeWorker {
+    pub addr: SocketAddr,
+    pub state: Arc<FakeState>,
+    stop: CancellationToken,
+}
+
+impl Drop for FakeWorker {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+#[derive(Clone, Debug)]
+struct Svc(Arc<FakeState>);
+
+type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl Worker for Svc {
+    type SubscribeStream = BoxStream<v1::WorkerEvent>;
+
+    async fn subscribe(
+        &self,
+        _: Request<v1::SubscribeRequest>,
+    ) -> Result<Response<Self::SubscribeStream>, Status> {
+        let st = self.0.clone();
+        let mut rx = st.events.subscribe();
+        let snapshot = st.snapshot.lock().clone();
+        let (tx, out) = mpsc::channel(64);
+        tokio::spawn(async move {
+            let mut seq = 0u64;
+            let mut send = |ev: Event| {
+                let msg = v1::WorkerEvent {
+                    seq,
+                    worker_id: st.id.clone(),
+                    event: Some(ev),
+                };
+                seq += 1;
+                tx.clone().try_send(Ok(msg)).is_ok()
+            };
+            send(Event::Stored(v1::BlocksStored {
+                parent_hash: None,
+                block_hashes: snapshot,
+            }));
+            loop {
+                let ev = tokio::select! {
+                    _ = st.stop.cancelled() => return,
+                    ev = rx.recv() => ev,
+                };
+                let Ok(ev) = ev else { return };
+                if !send(ev) {
+                    return;
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(ReceiverStream::new(out))))
+    }
+
+    async fn info(&self, _: Request<v1::InfoRequest>) -> Result<Response<v1::WorkerInfo>, Status> {
+        Ok(Response::new(v1::WorkerInfo {
+            worker_id: self.0.id.clone(),
+            role: i32::from(self.0.role),
+            model: "sim-model".into(),
+            block_size: 4,
+            ..Default::default()
+        }))
+    }
+
+    async fn drain(
+        &self,
+        _: Request<v1::DrainRequest>,
+    ) -> Result<Response<v1::DrainResponse>, Status> {
+        Ok(Response::new(v1::DrainResponse { running: 0 }))
+    }
+}
+
+#[tonic::async_trait]
+impl DecodeWorker for Svc {
+    type DecodeStream = BoxStream<v1::DecodeResponse>;
+
+    async fn decode(
+        &self,
+        req: Request<v1::DecodeRequest>,
+    ) -> Result<Response<Self::DecodeStream>, Status> {
+        let req = req.into_inner();
+        let max = req.sampling.as_ref().map_or(1, |s| s.max_tokens);
+        let prompt_tokens = req.token_ids.len() as u32;
+        self.0.calls.lock().push(req);
+        let behavior = self.0.behavior.lock().clone();
+        let (tx, rx) = mpsc::channel(4);
+        let st = self.0.clone();
+        let token = |id: u32| v1::DecodeResponse {
+            token_ids: vec![id],
+            ..Default::default()
+        };
+        match behavior {
+            Behavior::Fail(code) => return Err(Status::new(code, "fake failure")),
+            Behavior::Text(text) => {
+                let ids = SimTokenizer.encode(&text);
+                tokio::spawn(async move {
+                    for i in 0..max as usize {
+                        let mut msg = token(ids[i % ids.len()]);
+                        if i + 1 == max as usize {
+                            msg.finish_reason = v1::FinishReason::Length as i32;
+                            msg.usage = Some(v1::Usage {
+                                prompt_tokens,
+                                completion_tokens: max,
+                                cached_tokens: 4,
+                            });
+                            msg.timings = Some(v1::Timings {
+                                prefill_us: 7,
+                                ..Default::default()
+                            });
+                        }
+                        if tx.send(Ok(msg)).await.is_err() {
+                            st.cancelled.fetch_add(1, Ordering::SeqCst);
+                            return;
+                        }
+                    }
+                });
+            }
+            Behavior::Hang => {
+                tokio::spawn(async move {
+                    let _ = tx.send(Ok(token(40))).await;
+                    tx.closed().await;
+                    st.cancelled.fetch_add(1, Ordering::SeqCst);
+                });
+            }
+            Behavior::TextThenHang(text) => {
+                tokio::spawn(async move {
+                    for id in SimTokenizer.encode(&text) {
+                        let _ = tx.send(Ok(token(id))).await;
+                    }
+                    tx.closed().await;
+                    st.cancelled.fetch_add(1, Ordering::SeqCst);
+                });
+            }
+            Behavior::FailAfterFirst(code) => {
+                tokio::spawn(async move {
+                    let _ = tx.send(Ok(token(40))).await;
+                    let _ = tx
+                        .send(Err(Status::new(code, "fake mid-stream failure")))
+                        .await;
+                });
+            }
+        }
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+}
+
+impl FakeWorker {
+    /// Starts a fake worker.
+    pub async fn start(id: &str, role: Role, behavior: Behavior) -> FakeWorker {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let (events, _) = broadcast::channel(256);
+        let stop = CancellationToken::new();
+        let state = Arc::new(FakeState {
+            id: id.into(),
+            role,
+            behavior: Mutex::new(behavior),
+            calls: Mutex::new(Vec::new()),
+            cancelled: AtomicU32::new(0),
+            events,
+            snapshot: Mutex::new(Vec::new()),
+            stop: stop.clone(),
+        });
+        let svc = Svc(state.clone());
+        let server = tonic::transport::Server::builder()
+            .add_service(v1::worker_server::WorkerServer::new(svc.clone()))
+            .add_service(v1::decode_worker_server::DecodeWorkerServer::new(svc))
+            .serve_with_incoming_shutdown(
+                dolphin_cluster::nodelay_incoming(listener),
+                stop.clone().cancelled_owned(),
+            );
+        tokio::spawn(server);
+        FakeWorker { addr, state, stop }
+    }
+
+    /// The record the registry needs.
+    pub fn record(&self) -> WorkerRecord {
+        WorkerRecord {
+            id: WorkerId(self.state.id.clone()),
+            role: self.state.role,
+            grpc_addr: self.addr.to_string(),
+            kv_addr: None,
+            model: "sim-model".into(),
+            block_size: 4,
+        }
+    }
+
+    /// Announces cached blocks (also kept for the snapshot of later subscribers).
+    pub fn store(&self, hashes: &[u64]) {
+        self.state.snapshot.lock().extend_from_slice(hashes);
+        let _ = self.state.events.send(Event::Stored(v1::BlocksStored {
+            parent_hash: None,
+            block_hashes: hashes.to_vec(),
+        }));
+    }
+
+    /// Announces that the whole cache was dropped.
+    pub fn clear(&self) {
+        self.state.snapshot.lock().clear();
+        let _ = self
+            .state
+            .events
+            .send(Event::Cleared(v1::AllBlocksCleared {}));
+    }
+
+    /// Sends a load report.
+    pub fn load(&self, report: v1::LoadReport) {
+        let _ = self.state.events.send(Event::Load(report));
+    }
+
+    /// Stops serving.
+    pub fn stop(&self) {
+        self.stop.cancel();
+    }
+}
+
+/// Block size used by the test router and fakes (small so short prompts have blocks).
+pub const BS: u32 = 4;
+
+/// A dispatcher over a fresh registry.
+pub fn dispatcher(policy: Policy, log: RequestLog) -> Arc<Dispatcher> {
+    let registry = WorkerRegistry::new(RegistryConfig {
+        model: "sim-model".into(),
+        block_size: BS,
+        load_interval_ms: 20,
+        connect_timeout: Duration::from_secs(2),
+    });
+    Arc::new(Dispatcher::new(
+        registry,
+        Arc::new(SimTokenizer),
+        policy,
+        DispatchConfig {
+            model: "sim-model".into(),
+            max_prompt_tokens: 1000,
+            max_output_tokens: 64,
+            overlap_weight: 1.0,
+            block_size: BS,
+            max_inflight: 16,
+        },
+        log,
+    ))
+}
+
+/// Polls `cond` (every 10 ms, up to 10 s: generous, since the machine is shared).
+pub async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
+    for _ in 0..1000 {
+        if cond() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("timed out waiting for {what}");
+}
+
+/// Waits until the registry's index holds `n` blocks for worker `id`.
+pub async fn wait_indexed(d: &Dispatcher, id: &str, n: u64) {
+    eventually(&format!("{n} indexed blocks on {id}"), || {
+        d.registry()
+            .list()
+            .iter()
+            .any(|w| w.worker_id == id && w.indexed_blocks == n && w.events_live)
+    })
+    .await;
+}

@@ -1,0 +1,293 @@
+//! Tokenizers behind one trait, and incremental detokenization for streamed output.
+//!
+//! The router tokenizes prompts with the same tokenizer as the workers (prefix-cache hashes are
+//! computed over token ids, so both sides must agree). [`SimTokenizer`] is the deterministic
+//! byte-level tokenizer the simulated engine speaks; a real model tokenizer comes later behind the
+//! same [`Tokenizer`] trait.
+
+use std::fmt::Debug;
+
+/// One chat message to render into a prompt.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChatMessage {
+    /// "system", "user", "assistant", ...
+    pub role: String,
+    /// The message text.
+    pub content: String,
+}
+
+/// Text <-> token ids for one model.
+pub trait Tokenizer: Send + Sync + Debug {
+    /// Token ids of `text` (no special tokens added).
+    fn encode(&self, text: &str) -> Vec<u32>;
+    /// Text of `ids`; special tokens are skipped, ids the vocabulary lacks give U+FFFD.
+    fn decode(&self, ids: &[u32]) -> String;
+    /// The prompt text for a conversation, ending where the assistant's answer begins.
+    fn render_chat(&self, messages: &[ChatMessage]) -> String;
+    /// Number of token ids (valid ids are `0..vocab_size`).
+    fn vocab_size(&self) -> u32;
+    /// End-of-sequence token id, if the model has one.
+    fn eos(&self) -> Option<u32>;
+}
+
+/// Deterministic byte-level tokenizer of the simulated engine.
+///
+/// Ids 0, 1, 2 are pad, bos and eos. Printable ASCII (32..=126) maps to 3..=97 and newline to 98,
+/// so every id in 3..=98 (the range the sim engine emits) decodes to readable text. Any other byte
+/// `b` maps to `99 + b` (99..=354); those ids decode back to their byte, including the ones never
+/// produced by `encode` (a printable byte through the raw range), which keeps decoding total.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SimTokenizer;
+
+/// First id of the printable ASCII range.
+const PRINTABLE_BASE: u32 = 3;
+/// Id of the newline byte.
+const NEWLINE_ID: u32 = 98;
+/// First id of the raw byte range.
+const RAW_BASE: u32 = 99;
+/// Vocabulary size of [`SimTokenizer`].
+pub const SIM_VOCAB_SIZE: u32 = RAW_BASE + 256;
+/// End-of-sequence id of [`SimTokenizer`].
+pub const SIM_EOS: u32 = 2;
+
+impl SimTokenizer {
+    fn byte_to_id(b: u8) -> u32 {
+        match b {
+            32..=126 => PRINTABLE_BASE + u32::from(b - 32),
+            b'\n' => NEWLINE_ID,
+            _ => RAW_BASE + u32::from(b),
+        }
+    }
+
+    /// The byte an id stands for; `None` for special tokens and ids outside the vocabulary.
+    fn id_to_byte(id: u32) -> IdKind {
+        match id {
+            0..=2 => IdKind::Special,
+            PRINTABLE_BASE..=97 => IdKind::Byte((id - PRINTABLE_BASE + 32) as u8),
+            NEWLINE_ID => IdKind::Byte(b'\n'),
+            RAW_BASE..SIM_VOCAB_SIZE => IdKind::Byte((id - RAW_BASE) as u8),
+            _ => IdKind::Unknown,
+        }
+    }
+}
+
+enum IdKind {
+    Special,
+    Byte(u8),
+    Unknown,
+}
+
+impl Tokenizer for SimTokenizer {
+    fn encode(&self, text: &str) -> Vec<u32> {
+        text.bytes().map(Self::byte_to_id).collect()
+    }
+
+    fn decode(&self, ids: &[u32]) -> String {
+        let mut bytes = Vec::with_capacity(ids.len());
+        for &id in ids {
+            match Self::id_to_byte(id) {
+                IdKind::Special => {}
+                IdKind::Byte(b) => bytes.push(b),
+                IdKind::Unknown => bytes.extend_from_slice("\u{FFFD}".as_bytes()),
+            }
+        }
+        match String::from_utf8(bytes) {
+            Ok(s) => s,
+            Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
+        }
+    }
+
+    fn render_chat(&self, messages: &[ChatMessage]) -> String {
+        // ChatML, as SmolLM2 uses it: the sim model has no template of its own, and sharing the
+        // real model's shape keeps prompt lengths (and so cache behaviour) realistic.
+        let mut out = String::new();
+        for m in messages {
+            out.push_str("<|im_start|>");
+            out.push_str(&m.role);
+            out.push('\n');
+            out.push_str(&m.content);
+            out.push_str("<|im_end|>\n");
+        }
+        out.push_str("<|im_start|>assistant\n");
+        out
+    }
+
+    fn vocab_size(&self) -> u32 {
+        SIM_VOCAB_SIZE
+    }
+
+    fn eos(&self) -> Option<u32> {
+        Some(SIM_EOS)
+    }
+}
+
+/// Turns a stream of token ids into text deltas without splitting multi-byte characters.
+///
+/// Works for any [`Tokenizer`]: it decodes a short window of recent ids and emits what the newest
+/// id added, holding text back while it ends in an incomplete character (U+FFFD).
+#[derive(Debug, Default)]
+pub struct IncrementalDetokenizer {
+    ids: Vec<u32>,
+    /// Start of the window whose text was already emitted up to `read_offset`.
+    prefix_offset: usize,
+    read_offset: usize,
+}
+
+impl IncrementalDetokenizer {
+    /// A detokenizer with no tokens yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds `new_ids` and returns the text they complete (possibly empty).
+    pub fn push(&mut self, tokenizer: &dyn Tokenizer, new_ids: &[u32]) -> String {
+        self.ids.extend_from_slice(new_ids);
+        let prefix = tokenizer.decode(&self.ids[self.prefix_offset..self.read_offset]);
+        let full = tokenizer.decode(&self.ids[self.prefix_offset..]);
+        if full.len() > prefix.len()
+            && !full.ends_with('\u{FFFD}')
+            && full.is_char_boundary(prefix.len())
+        {
+            let delta = full[prefix.len()..].to_string();
+            self.prefix_offset = self.read_offset;
+            self.read_offset = self.ids.len();
+            // Keep the held window short: only ids after the last emitted point matter.
+            if self.prefix_offset > 64 {
+                self.ids.drain(..self.prefix_offset);
+                self.read_offset -= self.prefix_offset;
+                self.prefix_offset = 0;
+            }
+            delta
+        } else {
+            String::new()
+        }
+    }
+
+    /// Text still held back (an incomplete character at the end of the stream), decoded lossily.
+    pub fn flush(&mut self, tokenizer: &dyn Tokenizer) -> String {
+        let prefix = tokenizer.decode(&self.ids[self.prefix_offset..self.read_offset]);
+        let full = tokenizer.decode(&self.ids[self.prefix_offset..]);
+        self.prefix_offset = self.ids.len();
+        self.read_offset = self.ids.len();
+        if full.len() > prefix.len() && full.is_char_boundary(prefix.len()) {
+            full[prefix.len()..].to_string()
+        } else {
+            String::new()
+        }
+    }
+}
+
+/// The tokenizers the router can load.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TokenizerKind {
+    /// [`SimTokenizer`], for the simulated engine.
+    Sim,
+}
+
+impl TokenizerKind {
+    /// Builds the tokenizer.
+    pub fn build(self) -> std::sync::Arc<dyn Tokenizer> {
+        match self {
+            TokenizerKind::Sim => std::sync::Arc::new(SimTokenizer),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn printable_ascii_and_newline_map_to_3_through_98() {
+        let t = SimTokenizer;
+        assert_eq!(t.encode(" "), vec![3]);
+        assert_eq!(t.encode("~"), vec![97]);
+        assert_eq!(t.encode("\n"), vec![98]);
+        assert_eq!(t.encode("A"), vec![3 + 65 - 32]);
+        let all: Vec<u32> = (3..=98).collect();
+        let text = t.decode(&all);
+        assert_eq!(text.len(), 96);
+        assert_eq!(t.encode(&text), all);
+    }
+
+    #[test]
+    fn specials_are_skipped_and_unknown_ids_replaced() {
+        let t = SimTokenizer;
+        assert_eq!(t.decode(&[1, 3 + 72 - 32, 2, 0]), "H");
+        assert_eq!(t.decode(&[SIM_VOCAB_SIZE, 3]), "\u{FFFD} ");
+        assert_eq!(t.vocab_size(), 355);
+        assert_eq!(t.eos(), Some(2));
+    }
+
+    #[test]
+    fn raw_range_decodes_printable_bytes_too() {
+        let t = SimTokenizer;
+        assert_eq!(t.decode(&[RAW_BASE + u32::from(b'a')]), "a");
+        assert_eq!(t.encode("\t"), vec![RAW_BASE + 9]);
+    }
+
+    #[test]
+    fn chat_is_rendered_as_chatml() {
+        let t = SimTokenizer;
+        let msgs = [ChatMessage {
+            role: "user".into(),
+            content: "hi".into(),
+        }];
+        assert_eq!(
+            t.render_chat(&msgs),
+            "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+        );
+    }
+
+    #[test]
+    fn detokenizer_holds_back_split_characters() {
+        let t = SimTokenizer;
+        let ids = t.encode("é!");
+        assert_eq!(ids.len(), 3);
+        let mut d = IncrementalDetokenizer::new();
+        assert_eq!(d.push(&t, &ids[..1]), "");
+        assert_eq!(d.push(&t, &ids[1..2]), "é");
+        assert_eq!(d.push(&t, &ids[2..]), "!");
+        assert_eq!(d.flush(&t), "");
+    }
+
+    #[test]
+    fn detokenizer_flushes_incomplete_tail() {
+        let t = SimTokenizer;
+        let ids = t.encode("é");
+        let mut d = IncrementalDetokenizer::new();
+        assert_eq!(d.push(&t, &ids[..1]), "");
+        assert_eq!(d.flush(&t), "\u{FFFD}");
+    }
+
+    proptest! {
+        #[test]
+        fn roundtrip_any_string(s in ".*") {
+            let t = SimTokenizer;
+            prop_assert_eq!(t.decode(&t.encode(&s)), s);
+        }
+
+        #[test]
+        fn incremental_equals_whole(s in ".{0,200}", chunk in 1usize..5) {
+            let t = SimTokenizer;
+            let ids = t.encode(&s);
+            let mut d = IncrementalDetokenizer::new();
+            let mut out = String::new();
+            for c in ids.chunks(chunk) {
+                out.push_str(&d.push(&t, c));
+            }
+            out.push_str(&d.flush(&t));
+            prop_assert_eq!(out, s);
+        }
+
+        #[test]
+        fn sim_output_range_decodes_to_printable(ids in proptest::collection::vec(3u32..=98, 0..100)) {
+            let t = SimTokenizer;
+            let s = t.decode(&ids);
+            prop_assert_eq!(s.len(), ids.len());
+            prop_assert!(s.bytes().all(|b| b == b'\n' || (32..=126).contains(&b)));
+        }
+    }
+}

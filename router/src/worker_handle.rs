@@ -1,0 +1,183 @@
+//! One live worker as the router sees it: address, channel, load figures, event-stream state,
+//! and this router's own in-flight count on it.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+
+use dolphin_cluster::{Role, WorkerId, WorkerRecord};
+use dolphin_proto::v1;
+use tokio_util::sync::CancellationToken;
+use tonic::transport::Channel;
+
+use crate::metrics as m;
+use crate::selection;
+
+/// Load figures of one worker, from its latest load report.
+#[derive(Debug, Default)]
+struct Load {
+    running: AtomicU32,
+    waiting: AtomicU32,
+    free_blocks: AtomicU32,
+    total_blocks: AtomicU32,
+    active_tokens: AtomicU64,
+    draining: AtomicBool,
+}
+
+/// One live worker.
+#[derive(Debug)]
+pub struct WorkerHandle {
+    /// The worker's id.
+    pub id: WorkerId,
+    /// Prefill or decode.
+    pub role: Role,
+    /// gRPC address, `host:port`.
+    pub grpc_addr: String,
+    /// KV transfer listener of a decode worker.
+    pub kv_addr: Option<String>,
+    /// Slot in its pool's prefix index.
+    pub slot: usize,
+    block_size: u32,
+    channel: Channel,
+    load: Load,
+    events_live: AtomicBool,
+    /// Requests this router has in flight on the worker, and their prompt tokens: a load signal
+    /// that is never stale, unlike the periodic reports.
+    inflight_requests: AtomicU32,
+    inflight_tokens: AtomicU64,
+    /// Cancelled when the worker leaves: stops its subscriber task.
+    pub(crate) cancel: CancellationToken,
+}
+
+impl WorkerHandle {
+    /// A clone of the worker's channel (cheap; connects on first use, reconnects as needed).
+    pub fn channel(&self) -> Channel {
+        self.channel.clone()
+    }
+
+    /// Load term of the selection cost, in block units: tokens held (the larger of the worker's
+    /// report and this router's own in-flight prompts) over the block size, plus queued requests.
+    pub fn load_cost(&self) -> f64 {
+        let reported = self.load.active_tokens.load(Ordering::Relaxed);
+        let own = self.inflight_tokens.load(Ordering::Relaxed);
+        selection::load_cost(reported.max(own), self.waiting(), self.block_size)
+    }
+
+    /// Requests waiting in the worker's queue, per its latest report.
+    pub fn waiting(&self) -> u32 {
+        self.load.waiting.load(Ordering::Relaxed)
+    }
+
+    /// Whether the worker said it is draining.
+    pub fn draining(&self) -> bool {
+        self.load.draining.load(Ordering::Relaxed)
+    }
+
+    /// Whether the worker's event stream is connected (else its index entries may be stale).
+    pub fn events_live(&self) -> bool {
+        self.events_live.load(Ordering::Relaxed)
+    }
+
+    /// Counts a request against the worker until the guard is dropped.
+    pub fn begin_request(self: &Arc<Self>, prompt_tokens: u32) -> InflightGuard {
+        self.inflight_requests.fetch_add(1, Ordering::Relaxed);
+        self.inflight_tokens
+            .fetch_add(u64::from(prompt_tokens), Ordering::Relaxed);
+        InflightGuard {
+            worker: self.clone(),
+            tokens: u64::from(prompt_tokens),
+        }
+    }
+
+    pub(crate) fn apply_load(&self, r: &v1::LoadReport) {
+        self.load.running.store(r.running, Ordering::Relaxed);
+        self.load.waiting.store(r.waiting, Ordering::Relaxed);
+        self.load
+            .free_blocks
+            .store(r.free_blocks, Ordering::Relaxed);
+        self.load
+            .total_blocks
+            .store(r.total_blocks, Ordering::Relaxed);
+        self.load
+            .active_tokens
+            .store(r.active_tokens, Ordering::Relaxed);
+        self.load.draining.store(r.draining, Ordering::Relaxed);
+    }
+
+    /// Marks the event stream up or down; keeps the stale-stream gauge in step.
+    pub(crate) fn set_events_live(&self, live: bool) {
+        let was = self.events_live.swap(live, Ordering::Relaxed);
+        if was != live {
+            let g = metrics::gauge!(m::STALE_EVENT_STREAMS, "role" => self.role.as_str());
+            if live {
+                g.decrement(1.0)
+            } else {
+                g.increment(1.0)
+            }
+        }
+    }
+}
+
+/// Keeps a request counted against a worker's load; dropping it ends the count.
+#[derive(Debug)]
+pub struct InflightGuard {
+    worker: Arc<WorkerHandle>,
+    tokens: u64,
+}
+
+impl InflightGuard {
+    /// The worker the request runs on.
+    pub fn worker(&self) -> &Arc<WorkerHandle> {
+        &self.worker
+    }
+}
+
+impl Drop for InflightGuard {
+    fn drop(&mut self) {
+        self.worker
+            .inflight_requests
+            .fetch_sub(1, Ordering::Relaxed);
+        self.worker
+            .inflight_tokens
+            .fetch_sub(self.tokens, Ordering::Relaxed);
+    }
+}
+
+impl WorkerHandle {
+    /// A handle for `rec` in pool slot `slot`, with its event stream not yet connected.
+    pub(crate) fn new(rec: &WorkerRecord, slot: usize, channel: Channel) -> Self {
+        let handle = WorkerHandle {
+            id: rec.id.clone(),
+            role: rec.role,
+            grpc_addr: rec.grpc_addr.clone(),
+            kv_addr: rec.kv_addr.clone(),
+            slot,
+            block_size: rec.block_size,
+            channel,
+            load: Load::default(),
+            events_live: AtomicBool::new(true),
+            inflight_requests: AtomicU32::new(0),
+            inflight_tokens: AtomicU64::new(0),
+            cancel: CancellationToken::new(),
+        };
+        // Counted as stale until the first snapshot arrives.
+        handle.set_events_live(false);
+        handle
+    }
+
+    /// The worker's status for `RouterAdmin.ListWorkers` (`indexed_blocks` is the caller's).
+    pub fn status(&self, indexed_blocks: u64) -> v1::WorkerStatus {
+        v1::WorkerStatus {
+            worker_id: self.id.0.clone(),
+            role: i32::from(self.role),
+            grpc_addr: self.grpc_addr.clone(),
+            kv_addr: self.kv_addr.clone().unwrap_or_default(),
+            running: self.load.running.load(Ordering::Relaxed),
+            waiting: self.load.waiting.load(Ordering::Relaxed),
+            free_blocks: self.load.free_blocks.load(Ordering::Relaxed),
+            total_blocks: self.load.total_blocks.load(Ordering::Relaxed),
+            indexed_blocks,
+            events_live: self.events_live(),
+            draining: self.draining(),
+        }
+    }
+}

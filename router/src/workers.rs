@@ -1,0 +1,422 @@
+//! The live worker registry: who is up, their load, their gRPC channels, their prefix index.
+//!
+//! Membership events (etcd or static discovery) add and remove workers. Each worker gets a slot in
+//! its pool's [`PrefixIndex`], a lazily connected channel, and a subscriber task (the
+//! `subscriber` module) that feeds the index and the load figures from its event stream.
+//! The request path reads pools under a shared lock and load figures from atomics.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use dolphin_cluster::{BlockHash, MembershipEvent, Role, WorkerId, WorkerRecord};
+use dolphin_proto::v1;
+use parking_lot::{Mutex, RwLock};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tonic::transport::Endpoint;
+
+use crate::metrics as m;
+use crate::prefix_index::PrefixIndex;
+use crate::selection::{self, Candidate};
+pub use crate::worker_handle::{InflightGuard, WorkerHandle};
+
+/// Settings shared by every worker of the registry.
+#[derive(Clone, Debug)]
+pub struct RegistryConfig {
+    /// The model the router serves; workers serving another are refused.
+    pub model: String,
+    /// Tokens per block the router hashes with; workers using another size are refused.
+    pub block_size: u32,
+    /// Minimum interval between load reports asked of workers, in milliseconds.
+    pub load_interval_ms: u32,
+    /// Timeout for establishing a worker connection.
+    pub connect_timeout: Duration,
+}
+
+/// One pool (all prefill or all decode workers): the index and the worker in each slot.
+#[derive(Debug, Default)]
+pub(crate) struct Pool {
+    pub(crate) index: PrefixIndex,
+    slots: Vec<Option<Arc<WorkerHandle>>>,
+}
+
+/// A pool shared between the request path (readers) and subscriber tasks (writers).
+pub(crate) type SharedPool = Arc<RwLock<Pool>>;
+
+/// Why a worker was not admitted to the registry.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum RejectReason {
+    /// It serves another model.
+    #[error("worker serves model {worker:?}, the router serves {router:?}")]
+    WrongModel {
+        /// The worker's model.
+        worker: String,
+        /// The router's.
+        router: String,
+    },
+    /// It uses another block size (prefix hashes would never match).
+    #[error("worker block size {worker} differs from the router's {router}")]
+    WrongBlockSize {
+        /// The worker's block size.
+        worker: u32,
+        /// The router's.
+        router: u32,
+    },
+    /// Its address is not a usable endpoint.
+    #[error("bad worker address {0:?}")]
+    BadAddress(String),
+    /// The pool has no free slot.
+    #[error("pool is full")]
+    PoolFull,
+}
+
+/// The live workers of the cluster.
+#[derive(Debug)]
+pub struct WorkerRegistry {
+    cfg: RegistryConfig,
+    prefill: SharedPool,
+    decode: SharedPool,
+    /// Membership changes are rare; one lock keeps add/remove simple and ordered.
+    members: Mutex<HashMap<WorkerId, (WorkerRecord, Arc<WorkerHandle>)>>,
+}
+
+/// The worker chosen in one pool for a request.
+#[derive(Clone, Debug)]
+pub struct Routed {
+    /// The worker.
+    pub worker: Arc<WorkerHandle>,
+    /// Leading prompt blocks it holds.
+    pub cached_blocks: u32,
+}
+
+impl WorkerRegistry {
+    /// An empty registry.
+    pub fn new(cfg: RegistryConfig) -> Arc<Self> {
+        Arc::new(Self {
+            cfg,
+            prefill: SharedPool::default(),
+            decode: SharedPool::default(),
+            members: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The registry's settings.
+    pub fn config(&self) -> &RegistryConfig {
+        &self.cfg
+    }
+
+    pub(crate) fn pool(&self, role: Role) -> &SharedPool {
+        match role {
+            Role::Prefill => &self.prefill,
+            Role::Decode => &self.decode,
+        }
+    }
+
+    /// Applies a membership event.
+    pub fn apply(&self, ev: MembershipEvent) {
+        match ev {
+            MembershipEvent::Up(rec) => {
+                let (id, role) = (rec.id.clone(), rec.role);
+                if let Err(reason) = self.add(rec) {
+                    metrics::counter!(m::WORKERS_REJECTED_TOTAL, "role" => role.as_str())
+                        .increment(1);
+                    tracing::error!(worker = %id, %reason, "worker refused");
+                }
+            }
+            MembershipEvent::Down(id) => self.remove(&id),
+        }
+    }
+
+    /// Adds (or updates) a worker and starts its subscriber task.
+    pub fn add(&self, rec: WorkerRecord) -> Result<(), RejectReason> {
+        if rec.model != self.cfg.model {
+            return Err(RejectReason::WrongModel {
+                worker: rec.model,
+                router: self.cfg.model.clone(),
+            });
+        }
+        if rec.block_size != self.cfg.block_size {
+            return Err(RejectReason::WrongBlockSize {
+                worker: rec.block_size,
+                router: self.cfg.block_size,
+            });
+        }
+        let endpoint = Endpoint::from_shared(format!("http://{}", rec.grpc_addr))
+            .map_err(|_| RejectReason::BadAddress(rec.grpc_addr.clone()))?
+            .tcp_nodelay(true)
+            .connect_timeout(self.cfg.connect_timeout)
+            .http2_keep_alive_interval(Duration::from_secs(10))
+            .keep_alive_while_idle(true);
+        let mut members = self.members.lock();
+        if let Some((old, _)) = members.get(&rec.id) {
+            if *old == rec {
+                return Ok(());
+            }
+            // A changed record (restarted on another port, say): start over with fresh state.
+            drop(members);
+            self.remove(&rec.id);
+            members = self.members.lock();
+        }
+        let pool = self.pool(rec.role).clone();
+        let handle = {
+            let mut p = pool.write();
+            let slot = p.index.allocate_slot().ok_or(RejectReason::PoolFull)?;
+            let handle = Arc::new(WorkerHandle::new(&rec, slot, endpoint.connect_lazy()));
+            if p.slots.len() <= slot {
+                p.slots.resize(slot + 1, None);
+            }
+            p.slots[slot] = Some(handle.clone());
+            handle
+        };
+        tracing::info!(worker = %rec.id, role = %rec.role, addr = %rec.grpc_addr, "worker up");
+        metrics::gauge!(m::WORKERS, "role" => rec.role.as_str()).increment(1.0);
+        crate::subscriber::spawn(handle.clone(), pool, self.cfg.load_interval_ms);
+        members.insert(rec.id.clone(), (rec, handle));
+        Ok(())
+    }
+
+    /// Removes a worker: stops its subscriber and drops its index entries.
+    pub fn remove(&self, id: &WorkerId) {
+        let Some((rec, handle)) = self.members.lock().remove(id) else {
+            return;
+        };
+        handle.cancel.cancel();
+        handle.set_events_live(true); // leaves the stale gauge as if it had never been counted
+        {
+            let mut p = self.pool(rec.role).write();
+            p.index.release_slot(handle.slot);
+            if let Some(s) = p.slots.get_mut(handle.slot) {
+                *s = None;
+            }
+            metrics::gauge!(m::INDEX_BLOCKS, "role" => rec.role.as_str())
+                .set(p.index.distinct_blocks() as f64);
+        }
+        metrics::gauge!(m::WORKERS, "role" => rec.role.as_str()).decrement(1.0);
+        tracing::info!(worker = %id, role = %rec.role, "worker down");
+    }
+
+    /// Removes every worker (shutdown).
+    pub fn clear(&self) {
+        let ids: Vec<WorkerId> = self.members.lock().keys().cloned().collect();
+        for id in ids {
+            self.remove(&id);
+        }
+    }
+
+    /// Consumes a membership stream in a background task until it ends or `shutdown` fires.
+    pub fn follow(
+        self: &Arc<Self>,
+        mut rx: mpsc::Receiver<MembershipEvent>,
+        shutdown: CancellationToken,
+    ) {
+        let reg = self.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = shutdown.cancelled() => break,
+                    ev = rx.recv() => match ev {
+                        Some(ev) => reg.apply(ev),
+                        None => break,
+                    },
+                }
+            }
+        });
+    }
+
+    /// Picks the best worker of `role` for a prompt with block hashes `hashes`, skipping
+    /// `exclude`. `counts` is a reusable buffer for the index lookup.
+    pub fn route(
+        &self,
+        role: Role,
+        hashes: &[BlockHash],
+        overlap_weight: f64,
+        exclude: Option<&WorkerId>,
+        counts: &mut Vec<u32>,
+    ) -> Option<Routed> {
+        let pool = self.pool(role).read();
+        pool.index.lookup(hashes, counts);
+        let candidates = pool.slots.iter().enumerate().filter_map(|(slot, w)| {
+            let w = w.as_ref()?;
+            if exclude == Some(&w.id) {
+                return None;
+            }
+            Some(Candidate {
+                slot,
+                cached_blocks: counts.get(slot).copied().unwrap_or(0),
+                load: w.load_cost(),
+                draining: w.draining(),
+            })
+        });
+        let choice = selection::with_rng(|rng| {
+            selection::select(candidates, hashes.len() as u32, overlap_weight, rng)
+        })?;
+        let worker = pool.slots.get(choice.slot)?.clone()?;
+        Some(Routed {
+            worker,
+            cached_blocks: choice.cached_blocks,
+        })
+    }
+
+    /// Live workers per role: (prefill, decode).
+    pub fn counts(&self) -> (u32, u32) {
+        let members = self.members.lock();
+        let prefill = members
+            .values()
+            .filter(|(r, _)| r.role == Role::Prefill)
+            .count() as u32;
+        (prefill, members.len() as u32 - prefill)
+    }
+
+    /// Status of every worker, sorted by role then id.
+    pub fn list(&self) -> Vec<v1::WorkerStatus> {
+        let members: Vec<Arc<WorkerHandle>> = self
+            .members
+            .lock()
+            .values()
+            .map(|(_, h)| h.clone())
+            .collect();
+        let mut out: Vec<v1::WorkerStatus> = members
+            .iter()
+            .map(|h| {
+                let indexed = self.pool(h.role).read().index.held_blocks(h.slot) as u64;
+                h.status(indexed)
+            })
+            .collect();
+        out.sort_by(|a, b| (a.role, &a.worker_id).cmp(&(b.role, &b.worker_id)));
+        out
+    }
+
+    /// A worker by id.
+    pub fn get(&self, id: &WorkerId) -> Option<Arc<WorkerHandle>> {
+        self.members.lock().get(id).map(|(_, h)| h.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg() -> RegistryConfig {
+        RegistryConfig {
+            model: "sim-model".into(),
+            block_size: 16,
+            load_interval_ms: 50,
+            connect_timeout: Duration::from_millis(200),
+        }
+    }
+
+    pub(crate) fn record(id: &str, role: Role, addr: &str) -> WorkerRecord {
+        WorkerRecord {
+            id: WorkerId::from(id),
+            role,
+            grpc_addr: addr.into(),
+            kv_addr: None,
+            model: "sim-model".into(),
+            block_size: 16,
+        }
+    }
+
+    #[tokio::test]
+    async fn refuses_wrong_model_and_block_size() {
+        let reg = WorkerRegistry::new(cfg());
+        let mut r = record("d1", Role::Decode, "127.0.0.1:1");
+        r.model = "other".into();
+        assert!(matches!(reg.add(r), Err(RejectReason::WrongModel { .. })));
+        let mut r = record("d1", Role::Decode, "127.0.0.1:1");
+        r.block_size = 32;
+        assert!(matches!(
+            reg.add(r),
+            Err(RejectReason::WrongBlockSize {
+                worker: 32,
+                router: 16
+            })
+        ));
+        assert!(matches!(
+            reg.add(record("d1", Role::Decode, "not an address")),
+            Err(RejectReason::BadAddress(_))
+        ));
+        assert_eq!(reg.counts(), (0, 0));
+    }
+
+    #[tokio::test]
+    async fn routes_by_index_and_load_and_forgets_removed_workers() {
+        let reg = WorkerRegistry::new(cfg());
+        // Unreachable ports: subscribers keep retrying in the background, which is fine here.
+        reg.add(record("d1", Role::Decode, "127.0.0.1:9"))
+            .expect("add");
+        reg.add(record("d2", Role::Decode, "127.0.0.1:9"))
+            .expect("add");
+        reg.add(record("p1", Role::Prefill, "127.0.0.1:9"))
+            .expect("add");
+        assert_eq!(reg.counts(), (1, 2));
+        let d2 = reg.get(&WorkerId::from("d2")).expect("d2");
+        reg.pool(Role::Decode)
+            .write()
+            .index
+            .stored(d2.slot, &[10, 11, 12]);
+        let mut buf = Vec::new();
+        let r = reg
+            .route(Role::Decode, &[10, 11, 12, 13], 1.0, None, &mut buf)
+            .expect("routed");
+        assert_eq!((r.worker.id.as_str(), r.cached_blocks), ("d2", 3));
+        // Excluding d2 leaves d1.
+        let r = reg
+            .route(
+                Role::Decode,
+                &[10, 11],
+                1.0,
+                Some(&WorkerId::from("d2")),
+                &mut buf,
+            )
+            .expect("routed");
+        assert_eq!(r.worker.id.as_str(), "d1");
+        // Heavy in-flight load on d2 outweighs its cache.
+        let _guard = d2.begin_request(16 * 100);
+        let r = reg
+            .route(Role::Decode, &[10, 11, 12, 13], 1.0, None, &mut buf)
+            .expect("routed");
+        assert_eq!(r.worker.id.as_str(), "d1");
+        drop(_guard);
+        // Draining d1 and removing d2 leaves nobody.
+        reg.get(&WorkerId::from("d1"))
+            .expect("d1")
+            .apply_load(&v1::LoadReport {
+                draining: true,
+                ..Default::default()
+            });
+        reg.remove(&WorkerId::from("d2"));
+        assert!(
+            reg.route(Role::Decode, &[10], 1.0, None, &mut buf)
+                .is_none()
+        );
+        assert_eq!(reg.pool(Role::Decode).read().index.distinct_blocks(), 0);
+        assert_eq!(reg.counts(), (1, 1));
+        let listed = reg.list();
+        assert_eq!(listed.len(), 2);
+        assert_eq!(listed[0].worker_id, "p1");
+        assert!(listed[1].draining);
+        reg.clear();
+        assert_eq!(reg.counts(), (0, 0));
+    }
+
+    #[tokio::test]
+    async fn same_record_twice_is_a_no_op_and_a_changed_one_replaces() {
+        let reg = WorkerRegistry::new(cfg());
+        reg.add(record("d1", Role::Decode, "127.0.0.1:9"))
+            .expect("add");
+        let first = reg.get(&WorkerId::from("d1")).expect("d1");
+        reg.add(record("d1", Role::Decode, "127.0.0.1:9"))
+            .expect("add");
+        assert!(Arc::ptr_eq(
+            &first,
+            &reg.get(&WorkerId::from("d1")).expect("d1")
+        ));
+        reg.add(record("d1", Role::Decode, "127.0.0.1:10"))
+            .expect("add");
+        let second = reg.get(&WorkerId::from("d1")).expect("d1");
+        assert_eq!(second.grpc_addr, "127.0.0.1:10");
+        assert!(first.cancel.is_cancelled());
+        assert_eq!(reg.counts(), (0, 1));
+    }
+}
