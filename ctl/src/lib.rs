@@ -1,1 +1,20 @@
-//! Dolphin operator CLI: local clusters, workers, tables, learning and replay.
+//! Dolphin operator CLI: start a local cluster (`up`), inspect the router's workers
+//! (`workers`), and send a streamed request (`request`).
+//!
+//! The process supervision pieces ([`process`], [`ready`]) are also what the end-to-end tests
+//! use to run the real binaries.
+
+pub mod cli;
+pub mod client;
+pub mod error;
+pub mod launch;
+pub mod pdeathsig;
+pub mod process;
+pub mod ready;
+pub mod request;
+pub mod signals;
+pub mod summary;
+pub mod up;
+pub mod workers;
+
+pub use error::CtlError;

@@ -1,0 +1,167 @@
+//! The command lines dolphinctl gives the processes of a local cluster (the flags are part of
+//! the contract in `docs/dev/contracts.md`).
+
+use crate::cli::{Engine, Policy, UpArgs};
+
+/// The router binary's file name.
+pub const ROUTER_BIN: &str = "dolphin-router";
+/// The prefill worker binary's file name.
+pub const PREFILL_BIN: &str = "dolphin-prefill-worker";
+/// The decode worker binary's file name.
+pub const DECODE_BIN: &str = "dolphin-decode-worker";
+/// The model name the workers serve by default.
+pub const DEFAULT_MODEL: &str = "sim-model";
+
+/// The two kinds of worker.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WorkerKind {
+    /// Computes prompts' KV and ships it.
+    Prefill,
+    /// Decodes, prefilling locally or receiving KV.
+    Decode,
+}
+
+impl WorkerKind {
+    /// "prefill" / "decode".
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Prefill => "prefill",
+            Self::Decode => "decode",
+        }
+    }
+
+    /// The binary's file name.
+    pub fn binary(self) -> &'static str {
+        match self {
+            Self::Prefill => PREFILL_BIN,
+            Self::Decode => DECODE_BIN,
+        }
+    }
+}
+
+/// Arguments of one worker.
+pub fn worker_args(args: &UpArgs, kind: WorkerKind) -> Vec<String> {
+    let mut a = vec!["--grpc-addr".to_owned(), "127.0.0.1:0".to_owned()];
+    if kind == WorkerKind::Decode {
+        a.extend(["--kv-addr".to_owned(), "127.0.0.1:0".to_owned()]);
+    }
+    match args.engine {
+        Engine::Sim => {
+            a.extend(["--engine".to_owned(), "sim".to_owned()]);
+            a.extend(["--sim-profile".to_owned(), args.sim_profile.clone()]);
+            if let Some(scale) = args.sim_time_scale {
+                a.extend(["--sim-time-scale".to_owned(), scale.to_string()]);
+            }
+        }
+    }
+    if let Some(model) = &args.model {
+        a.extend(["--model".to_owned(), model.clone()]);
+    }
+    if let Some(etcd) = &args.etcd {
+        a.extend(["--etcd".to_owned(), etcd.clone()]);
+        if let Some(cluster) = &args.cluster {
+            a.extend(["--cluster".to_owned(), cluster.clone()]);
+        }
+        if let Some(ttl) = args.lease_ttl_secs {
+            a.extend(["--lease-ttl-secs".to_owned(), ttl.to_string()]);
+        }
+    }
+    a.extend(args.worker_arg.iter().cloned());
+    a
+}
+
+/// Arguments of the router, given the workers' gRPC addresses (used without etcd).
+pub fn router_args(args: &UpArgs, prefill: &[String], decode: &[String]) -> Vec<String> {
+    let mut a = vec![
+        "--http-addr".to_owned(),
+        args.http_addr.to_string(),
+        "--grpc-addr".to_owned(),
+        args.grpc_addr.to_string(),
+    ];
+    if let Some(policy) = args.policy {
+        let name = match policy {
+            Policy::AlwaysLocal => "always-local",
+            Policy::AlwaysRemote => "always-remote",
+            Policy::Threshold => "threshold",
+        };
+        a.extend(["--policy".to_owned(), name.to_owned()]);
+    }
+    if let Some(model) = &args.model {
+        a.extend(["--model".to_owned(), model.clone()]);
+    }
+    match &args.etcd {
+        Some(etcd) => {
+            a.extend(["--etcd".to_owned(), etcd.clone()]);
+            if let Some(cluster) = &args.cluster {
+                a.extend(["--cluster".to_owned(), cluster.clone()]);
+            }
+        }
+        None => {
+            for addr in prefill {
+                a.extend(["--prefill".to_owned(), addr.clone()]);
+            }
+            for addr in decode {
+                a.extend(["--decode".to_owned(), addr.clone()]);
+            }
+        }
+    }
+    a.extend(args.router_arg.iter().cloned());
+    a
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+    use crate::cli::{Cli, Command};
+
+    fn up_args(extra: &[&str]) -> UpArgs {
+        let argv = ["dolphinctl", "up"].iter().chain(extra).copied();
+        match Cli::try_parse_from(argv).unwrap().command {
+            Command::Up(up) => *up,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    #[test]
+    fn static_router_gets_every_worker() {
+        let args = up_args(&["--policy", "threshold", "--decode", "2"]);
+        let a = router_args(&args, &["p:1".into()], &["d:1".into(), "d:2".into()]);
+        let joined = a.join(" ");
+        assert!(joined.starts_with("--http-addr 127.0.0.1:8000 --grpc-addr 127.0.0.1:50051"));
+        assert!(joined.contains("--policy threshold"));
+        assert!(joined.contains("--prefill p:1 --decode d:1 --decode d:2"));
+        assert!(!joined.contains("--etcd"));
+    }
+
+    #[test]
+    fn etcd_router_gets_no_addresses() {
+        let args = up_args(&["--etcd", "http://127.0.0.1:2379", "--cluster", "c1"]);
+        let joined = router_args(&args, &["p:1".into()], &["d:1".into()]).join(" ");
+        assert!(joined.contains("--etcd http://127.0.0.1:2379 --cluster c1"));
+        assert!(!joined.contains("--prefill") && !joined.contains("--decode"));
+    }
+
+    #[test]
+    fn workers_bind_port_zero_and_get_sim_and_etcd_flags() {
+        let args = up_args(&[
+            "--etcd",
+            "http://e:1",
+            "--lease-ttl-secs",
+            "3",
+            "--sim-time-scale",
+            "0.05",
+            "--model",
+            "m",
+            "--worker-arg=--total-blocks=64",
+        ]);
+        let decode = worker_args(&args, WorkerKind::Decode).join(" ");
+        assert!(decode.starts_with("--grpc-addr 127.0.0.1:0 --kv-addr 127.0.0.1:0"));
+        assert!(decode.contains("--engine sim --sim-profile dynamo-mocker --sim-time-scale 0.05"));
+        assert!(decode.contains("--model m --etcd http://e:1 --lease-ttl-secs 3"));
+        assert!(decode.ends_with("--total-blocks=64"));
+        let prefill = worker_args(&args, WorkerKind::Prefill).join(" ");
+        assert!(!prefill.contains("--kv-addr"));
+    }
+}

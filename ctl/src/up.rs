@@ -1,0 +1,337 @@
+//! `dolphinctl up`: start workers, then the router, as supervised children; wire them with static
+//! discovery or etcd; print a summary; stop everything on Ctrl-C / SIGTERM / SIGHUP, or when any
+//! child dies unexpectedly (then exit non-zero).
+//!
+//! Children run in their own process groups (a terminal's Ctrl-C reaches dolphinctl only, which
+//! stops the router first so it stops admitting, then the workers) and, where `setpriv` exists,
+//! with a parent-death SIGKILL so even `kill -9 dolphinctl` leaves nothing behind (see
+//! [`crate::pdeathsig`] for the limits).
+
+use std::path::{Path, PathBuf};
+use std::process::ExitStatus;
+use std::time::Duration;
+
+use dolphin_proto::v1::ListModelsRequest;
+use dolphin_proto::v1::inference_client::InferenceClient;
+use tokio::task::JoinSet;
+
+use crate::cli::UpArgs;
+use crate::client;
+use crate::error::CtlError;
+use crate::launch::{
+    DECODE_BIN, DEFAULT_MODEL, PREFILL_BIN, ROUTER_BIN, WorkerKind, router_args, worker_args,
+};
+use crate::process::{ManagedProcess, ProcessSpec};
+use crate::ready::ReadyInfo;
+use crate::signals::StopSignals;
+use crate::summary::{ClusterSummary, MemberSummary};
+use crate::workers;
+
+/// A started process of the cluster and what it announced.
+#[derive(Debug)]
+struct Member {
+    role: &'static str,
+    process: ManagedProcess,
+    ready: ReadyInfo,
+}
+
+/// The directory holding dolphinctl itself, where `cargo build` puts the other binaries too.
+pub fn default_bin_dir() -> Result<PathBuf, CtlError> {
+    let exe = std::env::current_exe().map_err(|source| CtlError::Spawn {
+        name: "dolphinctl".to_owned(),
+        program: PathBuf::from("/proc/self/exe"),
+        source,
+    })?;
+    Ok(exe
+        .parent()
+        .map_or_else(|| PathBuf::from("."), Path::to_path_buf))
+}
+
+/// Runs `dolphinctl up` until a stop signal (`Ok`) or an unexpected child exit (`Err`).
+pub async fn up(args: UpArgs) -> Result<(), CtlError> {
+    let bin_dir = match &args.bin_dir {
+        Some(dir) => dir.clone(),
+        None => default_bin_dir()?,
+    };
+    for bin in [ROUTER_BIN, PREFILL_BIN, DECODE_BIN] {
+        let path = bin_dir.join(bin);
+        if !path.is_file() {
+            return Err(CtlError::BinaryMissing { path });
+        }
+    }
+    let log_dir = match &args.log_dir {
+        Some(dir) => dir.clone(),
+        None => std::env::temp_dir().join(format!("dolphin-up-{}", std::process::id())),
+    };
+    std::fs::create_dir_all(&log_dir).map_err(|source| CtlError::Log {
+        path: log_dir.clone(),
+        source,
+    })?;
+    // Installed before the first child starts, so Ctrl-C during startup still cleans up.
+    let mut signals = StopSignals::install()?;
+    let grace = Duration::from_secs(args.grace_secs);
+
+    let mut members = Vec::new();
+    let started = tokio::select! {
+        res = start(&args, &bin_dir, &log_dir, &mut members) => res.map(Some),
+        sig = signals.recv() => {
+            eprintln!("dolphinctl: {sig} during startup; stopping");
+            Ok(None)
+        }
+    };
+    let summary = match started {
+        Ok(Some(summary)) => summary,
+        Ok(None) => {
+            shutdown(members, grace).await;
+            return Ok(());
+        }
+        Err(err) => {
+            shutdown(members, grace).await;
+            return Err(err);
+        }
+    };
+    print!("{}", summary.render());
+    println!("{}", summary.ready_line());
+
+    // One watcher per child; the first exit ends the session.
+    let (died_tx, mut died_rx) = tokio::sync::mpsc::channel(members.len().max(1));
+    for (i, m) in members.iter().enumerate() {
+        let exited = m.process.exited();
+        let tx = died_tx.clone();
+        tokio::spawn(async move {
+            let status = exited.await;
+            let _ = tx.send((i, status)).await;
+        });
+    }
+    drop(died_tx);
+    let died: Option<(usize, ExitStatus)> = tokio::select! {
+        sig = signals.recv() => {
+            eprintln!("dolphinctl: {sig}; stopping the cluster");
+            None
+        }
+        Some(d) = died_rx.recv() => Some(d),
+    };
+    let Some((index, status)) = died else {
+        shutdown(members, grace).await;
+        return Ok(());
+    };
+    let dead = &mut members[index];
+    eprintln!(
+        "dolphinctl: {} exited unexpectedly ({status}); stopping the others",
+        dead.process.name()
+    );
+    dead.process.drain_output().await;
+    let err = CtlError::ChildDied {
+        name: dead.process.name().to_owned(),
+        status,
+        tail: dead.process.output_tail(40),
+    };
+    shutdown(members, grace).await;
+    Err(err)
+}
+
+/// Starts every worker, waits for them, then starts the router and waits for it.
+async fn start(
+    args: &UpArgs,
+    bin_dir: &Path,
+    log_dir: &Path,
+    members: &mut Vec<Member>,
+) -> Result<ClusterSummary, CtlError> {
+    let ready_timeout = Duration::from_secs(args.ready_timeout_secs);
+    // Spawn all workers first so they boot in parallel, then collect their READY lines. Each
+    // process joins `members` as soon as it exists, so an interrupted startup still stops it.
+    let kinds = std::iter::repeat_n(WorkerKind::Prefill, args.prefill as usize)
+        .enumerate()
+        .chain(std::iter::repeat_n(WorkerKind::Decode, args.decode as usize).enumerate());
+    for (i, kind) in kinds {
+        let name = format!("{}-{i}", kind.as_str());
+        let process = spawn(
+            &name,
+            &bin_dir.join(kind.binary()),
+            worker_args(args, kind),
+            log_dir,
+        )?;
+        members.push(Member {
+            role: kind.as_str(),
+            process,
+            ready: ReadyInfo::default(),
+        });
+    }
+    let mut prefill_addrs = Vec::new();
+    let mut decode_addrs = Vec::new();
+    for m in members.iter_mut() {
+        m.ready = m.process.wait_ready(ready_timeout).await?;
+        let addr = required(m.process.name(), m.ready.grpc_addr.clone(), "grpc_addr")?;
+        if m.role == WorkerKind::Prefill.as_str() {
+            prefill_addrs.push(addr);
+        } else {
+            decode_addrs.push(addr);
+        }
+    }
+
+    let mut router = spawn(
+        "router",
+        &bin_dir.join(ROUTER_BIN),
+        router_args(args, &prefill_addrs, &decode_addrs),
+        log_dir,
+    )?;
+    let ready = router.wait_ready(ready_timeout).await;
+    // The router goes first in the list (the summary shows it first; shutdown stops it first).
+    members.insert(
+        0,
+        Member {
+            role: "router",
+            process: router,
+            ready: ready.as_ref().cloned().unwrap_or_default(),
+        },
+    );
+    let ready = ready?;
+    let http_addr = required("router", ready.http_addr.clone(), "http_addr")?;
+    let grpc_addr = required("router", ready.grpc_addr.clone(), "grpc_addr")?;
+    // The router binds (and says READY) before it has reached the workers; "up" means serving.
+    let expected = (args.prefill + args.decode) as usize;
+    wait_for_workers(&grpc_addr, expected, ready_timeout).await?;
+    let model = match served_model(&grpc_addr).await {
+        Some(model) => model,
+        None => args
+            .model
+            .clone()
+            .unwrap_or_else(|| DEFAULT_MODEL.to_owned()),
+    };
+    Ok(ClusterSummary {
+        http_addr,
+        grpc_addr,
+        model,
+        discovery: match &args.etcd {
+            Some(url) => format!("etcd {url}"),
+            None => "static".to_owned(),
+        },
+        log_dir: log_dir.to_path_buf(),
+        processes: members
+            .iter()
+            .map(|m| MemberSummary {
+                name: m.process.name().to_owned(),
+                role: m.role.to_owned(),
+                id: m.ready.id.clone(),
+                pid: m.process.pid(),
+                grpc_addr: m.ready.grpc_addr.clone(),
+                kv_addr: m.ready.kv_addr.clone(),
+                http_addr: m.ready.http_addr.clone(),
+                log: m.process.log_path().cloned(),
+            })
+            .collect(),
+    })
+}
+
+fn spawn(
+    name: &str,
+    program: &Path,
+    args: Vec<String>,
+    log_dir: &Path,
+) -> Result<ManagedProcess, CtlError> {
+    let mut spec = ProcessSpec::new(name, program).args(args);
+    spec.log_path = Some(log_dir.join(format!("{name}.log")));
+    ManagedProcess::spawn(spec)
+}
+
+fn required(name: &str, value: Option<String>, field: &'static str) -> Result<String, CtlError> {
+    value.ok_or_else(|| CtlError::ReadyMissingField {
+        name: name.to_owned(),
+        field,
+    })
+}
+
+/// Polls the router's worker list until it shows `expected` workers with live event streams.
+async fn wait_for_workers(
+    grpc_addr: &str,
+    expected: usize,
+    timeout: Duration,
+) -> Result<(), CtlError> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        let seen = match workers::list_workers(grpc_addr).await {
+            Ok(rows) => {
+                let live = rows.iter().filter(|w| w.events_live).count();
+                if rows.len() == expected && live == expected {
+                    return Ok(());
+                }
+                format!("{} listed, {live} live", rows.len())
+            }
+            Err(err) => err.to_string(),
+        };
+        if tokio::time::Instant::now() >= deadline {
+            return Err(CtlError::WorkersNotSeen {
+                expected,
+                timeout,
+                seen,
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The first model the router lists, for the summary's examples (best effort).
+async fn served_model(grpc_addr: &str) -> Option<String> {
+    let ask = async {
+        let mut inference = InferenceClient::new(client::connect(grpc_addr).await.ok()?);
+        let models = inference
+            .list_models(ListModelsRequest {})
+            .await
+            .ok()?
+            .into_inner();
+        models.models.into_iter().next().map(|m| m.id)
+    };
+    tokio::time::timeout(Duration::from_secs(5), ask)
+        .await
+        .ok()
+        .flatten()
+}
+
+/// Stops the router first (so it stops admitting), then every worker at once.
+async fn shutdown(mut members: Vec<Member>, grace: Duration) {
+    if let Some(pos) = members.iter().position(|m| m.role == "router") {
+        let mut router = members.remove(pos);
+        let status = router.process.stop(grace).await;
+        eprintln!("dolphinctl: router stopped ({status})");
+    }
+    let mut stopping = JoinSet::new();
+    for mut m in members {
+        stopping.spawn(async move {
+            let status = m.process.stop(grace).await;
+            (m.process.name().to_owned(), status)
+        });
+    }
+    while let Some(res) = stopping.join_next().await {
+        match res {
+            Ok((name, status)) => eprintln!("dolphinctl: {name} stopped ({status})"),
+            // The task panicked; its ManagedProcess was dropped, which SIGKILLs the child.
+            Err(err) => eprintln!("dolphinctl: stopping a worker failed: {err}"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+    use crate::cli::{Cli, Command};
+
+    fn up_args(extra: &[&str]) -> UpArgs {
+        let argv = ["dolphinctl", "up"].iter().chain(extra).copied();
+        match Cli::try_parse_from(argv).unwrap().command {
+            Command::Up(up) => *up,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn missing_binaries_are_reported_before_anything_starts() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut args = up_args(&[]);
+        args.bin_dir = Some(dir.path().to_path_buf());
+        let err = up(args).await.unwrap_err();
+        assert!(matches!(err, CtlError::BinaryMissing { .. }), "{err}");
+        assert!(err.to_string().contains("dolphin-router"), "{err}");
+    }
+}

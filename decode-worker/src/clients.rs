@@ -1,0 +1,100 @@
+//! gRPC channels to prefill workers, one per address, reused across requests.
+
+use std::{
+    collections::HashMap,
+    sync::{Mutex, PoisonError},
+    time::Duration,
+};
+
+use dolphin_proto::v1::prefill_worker_client::PrefillWorkerClient;
+use dolphin_worker_common::BadRequest;
+use tonic::transport::{Channel, Endpoint};
+
+/// How long connecting to a prefill worker may take; a dead host shows up this fast, and the
+/// request falls back to local prefill.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// Channels kept at most. Addresses come from the router's view of the cluster, so this only
+/// bounds memory against churn (restarted workers on new ports).
+const MAX_CHANNELS: usize = 256;
+
+/// Cached channels to prefill workers, keyed by address.
+#[derive(Debug, Default)]
+pub struct PrefillClients {
+    channels: Mutex<HashMap<String, Channel>>,
+}
+
+impl PrefillClients {
+    /// An empty cache.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A client for the prefill worker at `addr` (`host:port`, or a URL with a scheme). The
+    /// channel connects lazily and reconnects on its own; clients share it (HTTP/2 multiplexes).
+    pub fn client(&self, addr: &str) -> Result<PrefillWorkerClient<Channel>, BadRequest> {
+        let mut channels = self.channels.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(channel) = channels.get(addr) {
+            return Ok(PrefillWorkerClient::new(channel.clone()));
+        }
+        let channel = endpoint(addr)?.connect_lazy();
+        if channels.len() >= MAX_CHANNELS {
+            // Crude but bounded: forget every channel; live ones are re-created on next use.
+            channels.clear();
+        }
+        channels.insert(addr.to_owned(), channel.clone());
+        Ok(PrefillWorkerClient::new(channel))
+    }
+
+    /// Channels cached now.
+    pub fn len(&self) -> usize {
+        self.channels
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
+    }
+
+    /// Whether no channel is cached.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// The endpoint for a prefill worker address, with TCP_NODELAY (small request/response RPCs).
+fn endpoint(addr: &str) -> Result<Endpoint, BadRequest> {
+    if addr.is_empty() {
+        return Err(BadRequest("remote.prefill_addr is required".into()));
+    }
+    let uri = if addr.contains("://") {
+        addr.to_owned()
+    } else {
+        format!("http://{addr}")
+    };
+    let endpoint = Endpoint::from_shared(uri).map_err(|e| {
+        BadRequest(format!(
+            "remote.prefill_addr {addr:?} is not an address: {e}"
+        ))
+    })?;
+    Ok(endpoint.tcp_nodelay(true).connect_timeout(CONNECT_TIMEOUT))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn one_channel_per_address() {
+        let clients = PrefillClients::new();
+        clients.client("127.0.0.1:1").expect("valid");
+        clients.client("127.0.0.1:1").expect("valid");
+        clients.client("http://127.0.0.1:2").expect("valid");
+        assert_eq!(clients.len(), 2);
+    }
+
+    #[tokio::test]
+    async fn refuses_what_is_not_an_address() {
+        let clients = PrefillClients::new();
+        assert!(clients.client("").unwrap_err().0.contains("required"));
+        assert!(clients.client("not an address").is_err());
+        assert!(clients.is_empty());
+    }
+}

@@ -1,0 +1,73 @@
+//! Starting a decode worker: bind the gRPC and KV listeners, build the state, serve. Used by
+//! `run` and by in-process tests.
+
+use std::{net::SocketAddr, sync::Arc, time::Duration};
+
+use dolphin_cluster::{Role, WorkerId};
+use dolphin_engine::Engine;
+use dolphin_kv_transfer::{KvReceiver, TransferConfig};
+use dolphin_proto::v1::decode_worker_server::DecodeWorkerServer;
+use dolphin_worker_common::{RunningWorker, WorkerError, WorkerIdentity, WorkerState, bind};
+use tonic::{server::NamedService, service::Routes};
+
+use crate::{
+    error::DecodeError,
+    service::{DecodeContext, DecodeService},
+};
+
+/// What a decode worker needs besides its engine.
+#[derive(Debug, Clone)]
+pub struct DecodeOptions {
+    /// Worker id.
+    pub worker_id: WorkerId,
+    /// Model name served.
+    pub model: String,
+    /// gRPC listen address (port 0 allowed).
+    pub grpc_addr: SocketAddr,
+    /// KV transfer listen address (port 0 allowed).
+    pub kv_addr: SocketAddr,
+    /// Remote prefill timeout for requests that set none.
+    pub prefill_timeout: Duration,
+    /// KV transport settings (should match the prefill workers').
+    pub transfer: TransferConfig,
+}
+
+/// gRPC name of the decode service, for health reporting.
+const SERVICE_NAME: &str = <DecodeWorkerServer<DecodeService> as NamedService>::NAME;
+
+/// Binds both listeners and serves `DecodeWorker` plus the common services on `engine`.
+pub async fn start(
+    engine: Arc<dyn Engine>,
+    opts: DecodeOptions,
+) -> Result<RunningWorker, DecodeError> {
+    let listener = bind(opts.grpc_addr, "gRPC").await?;
+    let grpc_addr = listener.local_addr().map_err(|source| WorkerError::Bind {
+        what: "gRPC",
+        addr: opts.grpc_addr,
+        source,
+    })?;
+    let receiver = KvReceiver::bind(opts.kv_addr, opts.transfer)
+        .await
+        .map_err(DecodeError::KvListener)?;
+    let identity = WorkerIdentity {
+        id: opts.worker_id,
+        role: Role::Decode,
+        model: opts.model,
+        grpc_addr,
+        kv_addr: Some(receiver.local_addr()),
+    };
+    let state = WorkerState::new(identity, engine, SERVICE_NAME);
+    let ctx = Arc::new(DecodeContext::new(
+        Arc::clone(&state),
+        receiver,
+        opts.prefill_timeout,
+    ));
+    let service = DecodeService::new(ctx);
+    let worker = RunningWorker::start(
+        listener,
+        state,
+        Routes::new(DecodeWorkerServer::new(service)),
+    )
+    .await?;
+    Ok(worker)
+}

@@ -1,0 +1,248 @@
+//! The remote path: with KV reserved here, ask a prefill worker to compute the prompt and push
+//! the blocks this worker lacks, import them as they arrive, then decode. Any failure (prefill
+//! worker unreachable or failing, timeout, broken or corrupt transfer) falls back to prefilling
+//! locally: the client sees a slower request, never a lost one.
+
+use std::time::{Duration, Instant};
+
+use dolphin_engine::{Engine, EngineError, OutputStream, Reservation, SeqId};
+use dolphin_kv_transfer::{TransferError, TransferSlot};
+use dolphin_proto::v1::{self, prefill_worker_client::PrefillWorkerClient};
+use dolphin_worker_common::{
+    engine_status,
+    metrics::{self as m, fallback_reason},
+};
+use tokio_util::sync::CancellationToken;
+use tonic::{Status, transport::Channel};
+
+use crate::{forward::PrefillTimings, service::DecodeContext};
+
+/// A prefill call prepared before the reservation: the client and the request fields known then.
+#[derive(Debug)]
+pub struct PrefillCall {
+    /// Client of the chosen prefill worker.
+    pub client: PrefillWorkerClient<Channel>,
+    /// Its address, for logs.
+    pub prefill_addr: String,
+    /// Request id, prompt and sampling; transfer id, target and skip are filled in here.
+    pub request: v1::PrefillRequest,
+    /// Give up on the prefill worker after this long.
+    pub timeout: Duration,
+}
+
+/// Why a remote prefill was abandoned.
+#[derive(Debug, thiserror::Error)]
+pub enum RemoteFailure {
+    /// The prefill worker answered with an error or could not be reached.
+    #[error("prefill worker answered {}: {}", .0.code(), .0.message())]
+    Prefill(Box<Status>),
+    /// The KV transfer failed.
+    #[error("KV transfer failed")]
+    Transfer(#[source] TransferError),
+    /// The engine refused a received block.
+    #[error("received KV block rejected")]
+    Import(#[source] EngineError),
+    /// The transfer completed with fewer blocks than reserved.
+    #[error("KV transfer ended after {imported} of {expected} blocks")]
+    Incomplete {
+        /// Blocks imported.
+        imported: u32,
+        /// Blocks reserved.
+        expected: u32,
+    },
+    /// No complete answer within the timeout.
+    #[error("no complete remote prefill within {0:?}")]
+    Timeout(Duration),
+}
+
+impl RemoteFailure {
+    /// The `reason` label of the fallback metric.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::Prefill(status) if status.code() == tonic::Code::DeadlineExceeded => {
+                fallback_reason::TIMEOUT
+            }
+            Self::Prefill(_) => fallback_reason::PREFILL_ERROR,
+            Self::Transfer(_) | Self::Incomplete { .. } => fallback_reason::TRANSFER_ERROR,
+            Self::Import(_) => fallback_reason::IMPORT_ERROR,
+            Self::Timeout(_) => fallback_reason::TIMEOUT,
+        }
+    }
+}
+
+/// Gets the reserved sequence's KV from the prefill worker, or computes it here when that fails,
+/// and returns the decode output stream with how the prefill went.
+///
+/// A reservation that needs no block (this worker holds the whole prompt) is prefilled locally
+/// without asking anyone: there is nothing to move, and the first token costs one local step
+/// instead of a round trip. That is not a fallback (`fell_back` stays false).
+pub async fn prefill(
+    ctx: &DecodeContext,
+    reservation: Reservation,
+    call: PrefillCall,
+    queued: Duration,
+    abort: &CancellationToken,
+) -> Result<(OutputStream, PrefillTimings), Status> {
+    let engine = ctx.state().engine();
+    if reservation.blocks_expected == 0 {
+        return local(engine.as_ref(), reservation.seq, queued, false).await;
+    }
+    let started = Instant::now();
+    let timeout = call.timeout;
+    let prefill_addr = call.prefill_addr.clone();
+    let attempt = tokio::time::timeout(timeout, attempt(ctx, &reservation, call));
+    let result = tokio::select! {
+        result = attempt => result.unwrap_or(Err(RemoteFailure::Timeout(timeout))),
+        // Drain grace period over: the caller cancels the reservation.
+        () = abort.cancelled() => return Err(Status::unavailable("the decode worker is stopping")),
+    };
+    match result {
+        Ok(answer) => {
+            metrics::histogram!(m::DECODE_REMOTE_PREFILL_SECONDS)
+                .record(started.elapsed().as_secs_f64());
+            let output = engine
+                .resume(reservation.seq, answer.first_token)
+                .await
+                .map_err(|e| engine_status(&e))?;
+            Ok((
+                output,
+                PrefillTimings {
+                    queued: queued + Duration::from_micros(answer.queued_us),
+                    prefill: Some(Duration::from_micros(answer.prefill_us)),
+                    prefill_started: started,
+                    kv_transfer: Duration::from_micros(answer.transfer_us),
+                    fell_back: false,
+                    remote_cached_tokens: answer.cached_tokens,
+                },
+            ))
+        }
+        Err(failure) => {
+            let reason = failure.reason();
+            tracing::warn!(
+                prefill_addr,
+                reason,
+                error = %dolphin_worker_common::error_chain(&failure),
+                "remote prefill failed; prefilling locally"
+            );
+            metrics::counter!(m::DECODE_FALLBACKS_TOTAL, "reason" => reason).increment(1);
+            local(engine.as_ref(), reservation.seq, queued, true).await
+        }
+    }
+}
+
+/// Prefills the reservation here.
+async fn local(
+    engine: &dyn Engine,
+    seq: SeqId,
+    queued: Duration,
+    fell_back: bool,
+) -> Result<(OutputStream, PrefillTimings), Status> {
+    let started = Instant::now();
+    let output = engine
+        .resume_local(seq)
+        .await
+        .map_err(|e| engine_status(&e))?;
+    Ok((
+        output,
+        PrefillTimings {
+            queued,
+            prefill: None,
+            prefill_started: started,
+            kv_transfer: Duration::ZERO,
+            fell_back,
+            remote_cached_tokens: 0,
+        },
+    ))
+}
+
+/// One remote prefill: announce the transfer, call the prefill worker and import the blocks as
+/// they arrive, both at once; the first failure ends both (dropping the slot rejects the rest of
+/// the transfer, dropping the call cancels it on the prefill worker).
+async fn attempt(
+    ctx: &DecodeContext,
+    reservation: &Reservation,
+    call: PrefillCall,
+) -> Result<v1::PrefillResponse, RemoteFailure> {
+    let transfer_id = ctx.transfer_ids().next_id();
+    let mut slot = ctx
+        .receiver()
+        .expect(transfer_id, reservation.blocks_expected);
+    let mut request = call.request;
+    request.transfer_id = transfer_id;
+    request.skip_blocks = reservation.cached_blocks;
+    request.target_kv_addr = ctx.kv_addr().to_string();
+    let mut request = tonic::Request::new(request);
+    // The prefill worker stops working on it when we stop waiting.
+    request.set_timeout(call.timeout);
+    let mut client = call.client;
+    let rpc = async move {
+        client
+            .prefill(request)
+            .await
+            .map(tonic::Response::into_inner)
+            .map_err(|status| RemoteFailure::Prefill(Box::new(status)))
+    };
+    let engine = ctx.state().engine();
+    let import = import_blocks(
+        engine.as_ref(),
+        reservation.seq,
+        &mut slot,
+        reservation.blocks_expected,
+    );
+    let (answer, ()) = tokio::try_join!(rpc, import)?;
+    Ok(answer)
+}
+
+/// Writes each arriving block into the reservation; done once the transfer completes.
+async fn import_blocks(
+    engine: &dyn Engine,
+    seq: SeqId,
+    slot: &mut TransferSlot,
+    expected: u32,
+) -> Result<(), RemoteFailure> {
+    let mut imported = 0u32;
+    while let Some(block) = slot.recv().await {
+        let (index, bytes) = block.map_err(RemoteFailure::Transfer)?;
+        engine
+            .import(seq, index, &bytes)
+            .map_err(RemoteFailure::Import)?;
+        imported += 1;
+    }
+    metrics::counter!(m::DECODE_KV_BLOCKS_IMPORTED_TOTAL).increment(u64::from(imported));
+    if imported != expected {
+        return Err(RemoteFailure::Incomplete { imported, expected });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failures_map_to_fixed_reasons() {
+        let status = |code| RemoteFailure::Prefill(Box::new(Status::new(code, "x")));
+        assert_eq!(status(tonic::Code::Unavailable).reason(), "prefill_error");
+        assert_eq!(status(tonic::Code::DeadlineExceeded).reason(), "timeout");
+        assert_eq!(
+            RemoteFailure::Timeout(Duration::from_secs(1)).reason(),
+            "timeout"
+        );
+        assert_eq!(
+            RemoteFailure::Transfer(TransferError::Aborted { id: 1 }).reason(),
+            "transfer_error"
+        );
+        assert_eq!(
+            RemoteFailure::Incomplete {
+                imported: 1,
+                expected: 2
+            }
+            .reason(),
+            "transfer_error"
+        );
+        assert_eq!(
+            RemoteFailure::Import(EngineError::UnknownSequence(1)).reason(),
+            "import_error"
+        );
+    }
+}

@@ -1,0 +1,226 @@
+//! The sender's side of one connection: connect and handshake, then one transfer at a time.
+
+use std::io::{ErrorKind, IoSlice};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use tokio::net::TcpStream;
+
+use crate::TransferId;
+use crate::batch::{BATCH_BLOCKS, PendingChecksums, batch_at, checksums};
+use crate::config::TransferConfig;
+use crate::error::TransferError;
+use crate::frame::{AckCode, Frame, HEADER_LEN, PREFACE_LEN, Preface, VERSION};
+use crate::io::{read_exact, write_all, write_all_vectored};
+
+/// A connected, handshaken socket to one receiver.
+#[derive(Debug)]
+pub(crate) struct Link {
+    stream: TcpStream,
+    idle_since: Instant,
+}
+
+impl Link {
+    /// Connects to `target` and exchanges prefaces.
+    pub(crate) async fn connect(target: &str, cfg: &TransferConfig) -> Result<Self, TransferError> {
+        let after = cfg.io_timeout;
+        let mut stream = match tokio::time::timeout(after, TcpStream::connect(target)).await {
+            Ok(Ok(s)) => s,
+            Ok(Err(e)) => {
+                return Err(TransferError::Connect {
+                    target: target.to_owned(),
+                    source: Arc::new(e),
+                });
+            }
+            Err(_) => {
+                return Err(TransferError::Timeout {
+                    op: "connect",
+                    after,
+                });
+            }
+        };
+        // Headers are small writes; without this, Nagle would delay them behind an ack.
+        stream
+            .set_nodelay(true)
+            .map_err(|e| TransferError::io("set TCP_NODELAY", e))?;
+        write_all(
+            &mut stream,
+            &Preface::CURRENT.encode(),
+            after,
+            "write preface",
+        )
+        .await?;
+        let mut b = [0u8; PREFACE_LEN];
+        read_exact(&mut stream, &mut b, after, "read preface").await?;
+        let theirs = Preface::decode(&b)?;
+        if theirs.version != VERSION {
+            return Err(TransferError::VersionMismatch {
+                ours: VERSION,
+                theirs: theirs.version,
+            });
+        }
+        Ok(Self {
+            stream,
+            idle_since: Instant::now(),
+        })
+    }
+
+    /// Whether a pooled link can carry another transfer: not idle too long, and the receiver
+    /// has not closed it (a closed socket reads as end-of-file or an error at once; an open,
+    /// idle one has nothing to read).
+    pub(crate) fn is_reusable(&self, max_idle: Duration) -> bool {
+        if self.idle_since.elapsed() >= max_idle {
+            return false;
+        }
+        let mut probe = [0u8; 1];
+        matches!(self.stream.try_read(&mut probe), Err(e) if e.kind() == ErrorKind::WouldBlock)
+    }
+
+    /// Marks the link idle from now (it goes back to the pool).
+    pub(crate) fn touch(&mut self) {
+        self.idle_since = Instant::now();
+    }
+
+    /// Sends one transfer and waits for its ack.
+    pub(crate) async fn transfer(
+        &mut self,
+        id: TransferId,
+        blocks: &[Bytes],
+        cfg: &TransferConfig,
+    ) -> Result<(), TransferError> {
+        if let Err(e) = self.write_transfer(id, blocks, cfg.io_timeout).await {
+            // A receiver that refused a frame acks before closing: its reason beats "broken pipe".
+            if e.is_broken_connection()
+                && let Ok(Err(refused @ TransferError::Refused { .. })) =
+                    self.read_ack(id, cfg.io_timeout).await
+            {
+                return Err(refused);
+            }
+            return Err(e);
+        }
+        self.read_ack(id, cfg.io_timeout).await?
+    }
+
+    async fn write_transfer(
+        &mut self,
+        id: TransferId,
+        blocks: &[Bytes],
+        after: Duration,
+    ) -> Result<(), TransferError> {
+        let n_blocks = u32::try_from(blocks.len())
+            .map_err(|_| TransferError::TooManyBlocks { n: blocks.len() })?;
+        let begin = Frame::Begin { id, n_blocks }.encode();
+        let end = Frame::End { id, n_blocks }.encode();
+        let mut range = batch_at(blocks, 0);
+        let mut sums = checksums(id, 0, &blocks[range.clone()]);
+        loop {
+            let last = range.end == blocks.len();
+            // The next batch's checksums are computed while this batch is written.
+            let next = (!last).then(|| {
+                let next = batch_at(blocks, range.end);
+                (next.clone(), PendingChecksums::start(id, blocks, next))
+            });
+            let mut headers = [[0u8; HEADER_LEN]; BATCH_BLOCKS];
+            for ((header, index), (block, &checksum)) in headers
+                .iter_mut()
+                .zip(range.clone())
+                .zip(blocks[range.clone()].iter().zip(&sums))
+            {
+                // Lossless: index < n_blocks (a u32); lengths were checked by the caller.
+                *header = Frame::Block {
+                    id,
+                    index: index as u32,
+                    len: block.len() as u32,
+                    checksum,
+                }
+                .encode();
+            }
+            let mut slices = [IoSlice::new(&[]); 2 * BATCH_BLOCKS + 2];
+            let mut n = 0;
+            if range.start == 0 {
+                push(&mut slices, &mut n, &begin);
+            }
+            for (header, block) in headers.iter().zip(&blocks[range.clone()]) {
+                push(&mut slices, &mut n, header);
+                // An empty slice would make a fully written batch look unfinished.
+                if !block.is_empty() {
+                    push(&mut slices, &mut n, block);
+                }
+            }
+            if last {
+                push(&mut slices, &mut n, &end);
+            }
+            write_all_vectored(&mut self.stream, &mut slices[..n], after, "write blocks").await?;
+            let Some((next, pending)) = next else {
+                return Ok(());
+            };
+            sums = pending.wait(id, blocks).await;
+            range = next;
+        }
+    }
+
+    /// Reads the ack of transfer `id`. The outer error is a broken link; the inner one the
+    /// receiver's refusal, after which the link may still be usable.
+    async fn read_ack(
+        &mut self,
+        id: TransferId,
+        after: Duration,
+    ) -> Result<Result<(), TransferError>, TransferError> {
+        let mut b = [0u8; HEADER_LEN];
+        read_exact(&mut self.stream, &mut b, after, "read ack").await?;
+        match Frame::decode(&b, 0)? {
+            Frame::Ack {
+                id: got,
+                code,
+                index,
+            } if got == id => Ok(match code {
+                AckCode::Ok => Ok(()),
+                code => Err(TransferError::Refused { id, code, index }),
+            }),
+            _ => Err(TransferError::UnexpectedFrame {
+                id,
+                detail: "expected the transfer's ack",
+            }),
+        }
+    }
+}
+
+fn push<'a>(slices: &mut [IoSlice<'a>], n: &mut usize, s: &'a [u8]) {
+    slices[*n] = IoSlice::new(s);
+    *n += 1;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpListener;
+
+    #[tokio::test]
+    async fn closed_peer_makes_a_link_unusable() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let target = listener.local_addr().unwrap().to_string();
+        let (close_tx, close_rx) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.unwrap();
+            let mut p = [0u8; PREFACE_LEN];
+            s.read_exact(&mut p).await.unwrap();
+            s.write_all(&Preface::CURRENT.encode()).await.unwrap();
+            let _ = close_rx.await;
+        });
+        let cfg = TransferConfig::default();
+        let link = Link::connect(&target, &cfg).await.unwrap();
+        assert!(link.is_reusable(Duration::from_secs(60)));
+        assert!(
+            !link.is_reusable(Duration::ZERO),
+            "idle longer than allowed"
+        );
+        drop(close_tx);
+        server.await.unwrap();
+        // The FIN reaches the reactor at some point; until then the link looks alive.
+        while link.is_reusable(Duration::from_secs(60)) {
+            tokio::task::yield_now().await;
+        }
+    }
+}

@@ -1,0 +1,154 @@
+//! `dolphin.v1.PrefillWorker`: prefill a prompt, push its KV to the decode worker that asked,
+//! answer with the first token.
+
+use std::{sync::Arc, time::Instant};
+
+use dolphin_kv_transfer::KvSender;
+use dolphin_proto::v1::{self, prefill_worker_server::PrefillWorker};
+use dolphin_worker_common::{
+    WorkerState, engine_status,
+    metrics::{self as m, outcome},
+    seq_request,
+};
+use tonic::{Request, Response, Status};
+use tracing::Instrument;
+
+use crate::transfer_status::transfer_status;
+
+/// `dolphin.v1.PrefillWorker` over a worker's engine and a pooled KV sender.
+#[derive(Debug, Clone)]
+pub struct PrefillService {
+    state: Arc<WorkerState>,
+    sender: Arc<KvSender>,
+}
+
+impl PrefillService {
+    /// The service for one prefill worker.
+    pub fn new(state: Arc<WorkerState>, sender: Arc<KvSender>) -> Self {
+        Self { state, sender }
+    }
+
+    /// Validates, prefills, pushes the blocks and builds the answer. Dropping the future (the
+    /// caller's deadline passed, or it went away) drops the engine call, which cancels the
+    /// request there.
+    async fn prefill_and_push(
+        &self,
+        req: v1::PrefillRequest,
+    ) -> Result<v1::PrefillResponse, Status> {
+        let engine = self.state.engine();
+        let info = engine.info();
+        if req.target_kv_addr.is_empty() {
+            return Err(Status::invalid_argument("target_kv_addr is required"));
+        }
+        let prompt_blocks = req
+            .token_ids
+            .len()
+            .div_ceil(info.block_size.max(1) as usize);
+        if req.skip_blocks as usize >= prompt_blocks && !req.token_ids.is_empty() {
+            // The decode worker holds the whole prompt: it has nothing to ask for.
+            return Err(Status::invalid_argument(format!(
+                "skip_blocks {} leaves nothing to send of a {prompt_blocks}-block prompt",
+                req.skip_blocks
+            )));
+        }
+        let target = req.target_kv_addr;
+        let transfer_id = req.transfer_id;
+        let skip_blocks = req.skip_blocks;
+        let seq = seq_request(req.request_id, req.token_ids, req.sampling, info)?;
+
+        let out = engine
+            .prefill(seq, skip_blocks)
+            .await
+            .map_err(|e| engine_status(&e))?;
+        metrics::histogram!(m::PREFILL_SECONDS).record(out.prefill.as_secs_f64());
+        metrics::counter!(m::PREFILL_CACHED_TOKENS_TOTAL).increment(u64::from(out.cached_tokens));
+
+        let pushed = Instant::now();
+        let stats = self
+            .sender
+            .send(&target, transfer_id, &out.blocks)
+            .await
+            .map_err(|e| transfer_status(&e))?;
+        metrics::histogram!(m::PREFILL_KV_SEND_SECONDS).record(pushed.elapsed().as_secs_f64());
+        metrics::counter!(m::PREFILL_KV_BYTES_SENT_TOTAL).increment(stats.bytes);
+        tracing::debug!(
+            blocks = stats.blocks,
+            bytes = stats.bytes,
+            cached_tokens = out.cached_tokens,
+            "prefilled and pushed"
+        );
+        Ok(v1::PrefillResponse {
+            first_token: out.first_token,
+            cached_tokens: out.cached_tokens,
+            blocks_sent: stats.blocks,
+            bytes_sent: stats.bytes,
+            prefill_us: micros(out.prefill),
+            transfer_us: micros(stats.elapsed),
+            queued_us: micros(out.queued),
+        })
+    }
+}
+
+/// Microseconds, saturating.
+fn micros(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
+#[tonic::async_trait]
+impl PrefillWorker for PrefillService {
+    async fn prefill(
+        &self,
+        request: Request<v1::PrefillRequest>,
+    ) -> Result<Response<v1::PrefillResponse>, Status> {
+        let guard = match self.state.admit() {
+            Ok(guard) => guard,
+            Err(status) => {
+                metrics::counter!(m::WORKER_REQUESTS_TOTAL, "role" => "prefill", "outcome" => outcome::REJECTED)
+                    .increment(1);
+                return Err(status);
+            }
+        };
+        let req = request.into_inner();
+        let span = tracing::info_span!(
+            "prefill",
+            request_id = %req.request_id,
+            transfer_id = req.transfer_id,
+            prompt_tokens = req.token_ids.len(),
+            skip_blocks = req.skip_blocks,
+        );
+        let abort = guard.abort_token();
+        let result = tokio::select! {
+            result = self.prefill_and_push(req).instrument(span.clone()) => result,
+            // The drain grace period is over: give up (dropping the work cancels it).
+            () = abort.cancelled() => Err(Status::unavailable("the prefill worker is stopping")),
+        };
+        let label = match &result {
+            Ok(_) => outcome::OK,
+            Err(s)
+                if s.code() == tonic::Code::InvalidArgument
+                    || s.code() == tonic::Code::ResourceExhausted =>
+            {
+                outcome::REJECTED
+            }
+            Err(_) => outcome::ERROR,
+        };
+        metrics::counter!(m::WORKER_REQUESTS_TOTAL, "role" => "prefill", "outcome" => label)
+            .increment(1);
+        if let Err(status) = &result {
+            span.in_scope(|| tracing::warn!(code = ?status.code(), message = status.message(), "prefill failed"));
+        }
+        drop(guard);
+        result.map(Response::new)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn micros_saturates() {
+        assert_eq!(micros(std::time::Duration::from_millis(3)), 3000);
+        assert_eq!(micros(std::time::Duration::MAX), u64::MAX);
+    }
+}

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Builds the release binaries, then runs the benchmarks in bench/ (routing_decision,
+# router_overhead, and kv_transfer when present). Each prints its numbers and writes
+# bench/results/<name>.json. Arguments pick benchmarks by name; after `--`, the rest goes to
+# every benchmark run, e.g.
+#   scripts/bench.sh                         # all of them
+#   scripts/bench.sh router_overhead -- --duration-secs 5
+# A benchmark that fails does not stop the others; the script then exits 1.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+benches=()
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --) shift; break ;;
+        *) benches+=("$1"); shift ;;
+    esac
+done
+if [ ${#benches[@]} -eq 0 ]; then
+    benches=(routing_decision router_overhead)
+    if [ -f bench/src/bin/kv_transfer.rs ]; then
+        benches+=(kv_transfer)
+    fi
+fi
+
+# router_overhead starts these binaries from target/release, beside itself.
+cargo build --release --locked --bins \
+    -p dolphin-router -p dolphin-decode-worker -p dolphin-prefill-worker -p dolphin-bench
+
+failed=()
+for b in "${benches[@]}"; do
+    echo
+    echo "=== $b"
+    if ! "target/release/$b" "$@"; then
+        failed+=("$b")
+    fi
+done
+
+echo
+ls -l bench/results/*.json 2>/dev/null || true
+if [ ${#failed[@]} -gt 0 ]; then
+    echo "failed: ${failed[*]}" >&2
+    exit 1
+fi

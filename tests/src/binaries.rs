@@ -1,0 +1,62 @@
+//! Finding the real binaries: the tests run `target/<profile>/dolphin-*`, built beside the test
+//! executable by `cargo build --workspace --bins` (scripts/test.sh does that first).
+
+use std::path::PathBuf;
+
+use anyhow::{Context, bail};
+
+/// The router binary.
+pub const ROUTER: &str = "dolphin-router";
+/// The prefill worker binary.
+pub const PREFILL_WORKER: &str = "dolphin-prefill-worker";
+/// The decode worker binary.
+pub const DECODE_WORKER: &str = "dolphin-decode-worker";
+/// The operator CLI.
+pub const DOLPHINCTL: &str = "dolphinctl";
+
+/// The cargo profile directory (`target/debug`) the running test executable belongs to, or
+/// `$DOLPHIN_BIN_DIR` when set.
+pub fn bin_dir() -> anyhow::Result<PathBuf> {
+    if let Some(dir) = std::env::var_os("DOLPHIN_BIN_DIR") {
+        return Ok(PathBuf::from(dir));
+    }
+    let exe = std::env::current_exe().context("cannot locate the test executable")?;
+    let mut dir = exe
+        .parent()
+        .context("test executable has no parent directory")?;
+    // Integration tests live in target/<profile>/deps/; the binaries one level up.
+    if dir.file_name().is_some_and(|n| n == "deps") {
+        dir = dir.parent().context("deps directory has no parent")?;
+    }
+    Ok(dir.to_path_buf())
+}
+
+/// Path of binary `name`, or a clear error telling how to build it.
+pub fn binary(name: &str) -> anyhow::Result<PathBuf> {
+    let path = bin_dir()?.join(name);
+    if !path.is_file() {
+        bail!(
+            "{} not found: run `cargo build --workspace --bins` first (scripts/test.sh does)",
+            path.display()
+        );
+    }
+    Ok(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bin_dir_is_the_profile_dir() {
+        let dir = bin_dir().unwrap();
+        assert_ne!(dir.file_name().unwrap(), "deps");
+        assert!(dir.is_dir());
+    }
+
+    #[test]
+    fn missing_binary_says_how_to_build() {
+        let err = binary("no-such-dolphin-binary").unwrap_err().to_string();
+        assert!(err.contains("cargo build --workspace --bins"), "{err}");
+    }
+}

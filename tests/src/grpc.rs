@@ -1,0 +1,96 @@
+//! gRPC helpers: build Generate requests, drain a Generate stream into one result.
+
+use std::time::Duration;
+
+use dolphin_proto::v1::generate_request::Input;
+use dolphin_proto::v1::inference_client::InferenceClient;
+use dolphin_proto::v1::router_admin_client::RouterAdminClient;
+use dolphin_proto::v1::{
+    FinishReason, GenerateRequest, ListWorkersRequest, PrefillMode, RoutingInfo, SamplingParams,
+    Usage, WorkerStatus,
+};
+use tonic::transport::Channel;
+
+/// The model name every test cluster serves.
+pub const MODEL: &str = "sim-model";
+
+/// Connects to `addr` ("host:port").
+pub async fn channel(addr: &str) -> anyhow::Result<Channel> {
+    Ok(
+        tonic::transport::Endpoint::from_shared(format!("http://{addr}"))?
+            .connect_timeout(Duration::from_secs(10))
+            .connect()
+            .await?,
+    )
+}
+
+/// A greedy text request for `max_tokens` tokens, forcing `mode` (Unspecified: the policy).
+pub fn text_request(prompt: &str, max_tokens: u32, mode: PrefillMode) -> GenerateRequest {
+    GenerateRequest {
+        model: MODEL.to_owned(),
+        input: Some(Input::Text(prompt.to_owned())),
+        sampling: Some(SamplingParams {
+            max_tokens,
+            ..SamplingParams::default()
+        }),
+        force_mode: mode as i32,
+        ..GenerateRequest::default()
+    }
+}
+
+/// A whole Generate stream.
+#[derive(Clone, Debug, Default)]
+pub struct Generated {
+    /// Messages received.
+    pub messages: usize,
+    /// Every token id, in order.
+    pub tokens: Vec<u32>,
+    /// The concatenated text.
+    pub text: String,
+    /// Finish reason of the last message.
+    pub finish_reason: Option<FinishReason>,
+    /// Usage of the last message that had one.
+    pub usage: Option<Usage>,
+    /// Routing of the first message that had one.
+    pub first_routing: Option<RoutingInfo>,
+    /// Routing of the last message that had one.
+    pub last_routing: Option<RoutingInfo>,
+}
+
+/// Sends `req` and drains the stream; a status (at call time or mid-stream) is returned as is.
+pub async fn generate(
+    client: &mut InferenceClient<Channel>,
+    req: GenerateRequest,
+) -> Result<Generated, tonic::Status> {
+    let mut stream = client.generate(req).await?.into_inner();
+    let mut out = Generated::default();
+    while let Some(msg) = stream.message().await? {
+        out.messages += 1;
+        out.tokens.extend_from_slice(&msg.token_ids);
+        out.text.push_str(&msg.text);
+        if msg.finish_reason != FinishReason::Unspecified as i32 {
+            out.finish_reason = FinishReason::try_from(msg.finish_reason).ok();
+        }
+        if msg.usage.is_some() {
+            out.usage = msg.usage;
+        }
+        if let Some(routing) = msg.routing {
+            if out.first_routing.is_none() {
+                out.first_routing = Some(routing.clone());
+            }
+            out.last_routing = Some(routing);
+        }
+    }
+    Ok(out)
+}
+
+/// The router's current worker list.
+pub async fn list_workers(
+    admin: &mut RouterAdminClient<Channel>,
+) -> anyhow::Result<Vec<WorkerStatus>> {
+    Ok(admin
+        .list_workers(ListWorkersRequest {})
+        .await?
+        .into_inner()
+        .workers)
+}
