@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds the release binaries, then runs the benchmarks in bench/ (routing_decision,
 # router_overhead, and kv_transfer when present). Each prints its numbers and writes
-# bench/results/<name>.json. Arguments pick benchmarks by name; after `--`, the rest goes to
-# every benchmark run, e.g.
+# bench/results/<name>.json. Arguments pick benchmarks by name (any binary in bench/src/bin);
+# after `--`, the rest goes to each benchmark run (so name one), e.g.
 #   scripts/bench.sh                         # all of them
 #   scripts/bench.sh router_overhead -- --duration-secs 5
 # A benchmark that fails does not stop the others; the script then exits 1.
@@ -23,8 +23,13 @@ if [ ${#benches[@]} -eq 0 ]; then
     fi
 fi
 
-# router_overhead starts these binaries from target/release, beside itself.
-cargo build --release --locked --bins \
+# Only the binaries needed: router_overhead starts the router and the workers from
+# target/release, beside itself.
+bins=(--bin dolphin-router --bin dolphin-decode-worker --bin dolphin-prefill-worker)
+for b in "${benches[@]}"; do
+    bins+=(--bin "$b")
+done
+cargo build --release --locked "${bins[@]}" \
     -p dolphin-router -p dolphin-decode-worker -p dolphin-prefill-worker -p dolphin-bench
 
 failed=()

@@ -1,1 +1,24 @@
 //! Dolphin benchmarks: router overhead, KV transfer throughput, routing decision time.
+//!
+//! The binaries in `src/bin/` are the benchmarks; this library holds what they share: latency
+//! summaries ([`stats`]), JSON results under `bench/results/` ([`results`]), per-process CPU
+//! time from `/proc` ([`proc_stat`]), starting the release binaries and killing them again
+//! ([`process`]), the closed-loop load driver ([`load`]), a keep-alive HTTP/1.1 client
+//! ([`http_client`]), the router-overhead benchmark's processes and clients
+//! ([`overhead_cluster`], [`overhead_clients`]), and the routing benchmark's workload
+//! ([`routing_workload`], [`fake_worker`]). Benchmarks report numbers; nothing here asserts on
+//! timing.
+
+pub mod error;
+pub mod fake_worker;
+pub mod http_client;
+pub mod load;
+pub mod overhead_clients;
+pub mod overhead_cluster;
+pub mod proc_stat;
+pub mod process;
+pub mod results;
+pub mod routing_workload;
+pub mod stats;
+
+pub use error::BenchError;

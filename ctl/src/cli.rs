@@ -26,6 +26,10 @@ pub enum Command {
     Workers(WorkersArgs),
     /// Send one streamed Generate request and print the text as it arrives.
     Request(RequestArgs),
+    /// DolphinRouting tables: list, show, diff, put, activate, rollback, fit.
+    Tables(crate::tables::TablesArgs),
+    /// The output-length classifier: train from a request log, show.
+    Classifier(crate::classifier::ClassifierArgs),
 }
 
 /// Routing policies the router accepts for `--policy`.
@@ -37,6 +41,8 @@ pub enum Policy {
     AlwaysRemote,
     /// Dynamo's fixed rule on the effective prompt length.
     Threshold,
+    /// DolphinRouting's learned table for the live split.
+    Dolphin,
 }
 
 /// Engines the workers can run.

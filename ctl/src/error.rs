@@ -142,6 +142,9 @@ pub enum CtlError {
         /// The status (boxed: it is large).
         status: Box<tonic::Status>,
     },
+    /// A tables or classifier command failed (bad file, bad table, learning failed).
+    #[error(transparent)]
+    Tables(#[from] crate::tables::TablesError),
     /// Writing the command's output failed (closed pipe, full disk).
     #[error("cannot write output")]
     Output(#[source] std::io::Error),

@@ -83,6 +83,7 @@ pub fn router_args(args: &UpArgs, prefill: &[String], decode: &[String]) -> Vec<
             Policy::AlwaysLocal => "always-local",
             Policy::AlwaysRemote => "always-remote",
             Policy::Threshold => "threshold",
+            Policy::Dolphin => "dolphin",
         };
         a.extend(["--policy".to_owned(), name.to_owned()]);
     }

@@ -4,6 +4,7 @@
 //! The process supervision pieces ([`process`], [`ready`]) are also what the end-to-end tests
 //! use to run the real binaries.
 
+pub mod classifier;
 pub mod cli;
 pub mod client;
 pub mod error;
@@ -14,6 +15,8 @@ pub mod ready;
 pub mod request;
 pub mod signals;
 pub mod summary;
+pub mod table_diff;
+pub mod tables;
 pub mod up;
 pub mod workers;
 

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use dolphinctl::cli::{Cli, Command};
-use dolphinctl::{CtlError, request, up, workers};
+use dolphinctl::{CtlError, classifier, request, tables, up, workers};
 
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
@@ -68,6 +68,8 @@ async fn run(cli: Cli) -> Result<(), CtlError> {
             eprintln!("{}", request::describe(&outcome));
             Ok(())
         }
+        Command::Tables(args) => tables::run(args, &mut std::io::stdout()).await,
+        Command::Classifier(args) => classifier::run(args, &mut std::io::stdout()).await,
     }
 }
 

@@ -8,7 +8,7 @@ use bytes::Bytes;
 use tokio::net::TcpStream;
 
 use crate::TransferId;
-use crate::batch::{BATCH_BLOCKS, PendingChecksums, batch_at, checksums};
+use crate::batch::{BATCH_BLOCKS, batch_at, checksums};
 use crate::config::TransferConfig;
 use crate::error::TransferError;
 use crate::frame::{AckCode, Frame, HEADER_LEN, PREFACE_LEN, Preface, VERSION};
@@ -112,20 +112,15 @@ impl Link {
             .map_err(|_| TransferError::TooManyBlocks { n: blocks.len() })?;
         let begin = Frame::Begin { id, n_blocks }.encode();
         let end = Frame::End { id, n_blocks }.encode();
-        let mut range = batch_at(blocks, 0);
-        let mut sums = checksums(id, 0, &blocks[range.clone()]);
+        let mut start = 0;
         loop {
-            let last = range.end == blocks.len();
-            // The next batch's checksums are computed while this batch is written.
-            let next = (!last).then(|| {
-                let next = batch_at(blocks, range.end);
-                (next.clone(), PendingChecksums::start(id, blocks, next))
-            });
+            let range = batch_at(blocks, start);
+            let batch = &blocks[range.clone()];
             let mut headers = [[0u8; HEADER_LEN]; BATCH_BLOCKS];
-            for ((header, index), (block, &checksum)) in headers
+            for ((header, index), (block, checksum)) in headers
                 .iter_mut()
                 .zip(range.clone())
-                .zip(blocks[range.clone()].iter().zip(&sums))
+                .zip(batch.iter().zip(checksums(id, range.start, batch)))
             {
                 // Lossless: index < n_blocks (a u32); lengths were checked by the caller.
                 *header = Frame::Block {
@@ -141,22 +136,22 @@ impl Link {
             if range.start == 0 {
                 push(&mut slices, &mut n, &begin);
             }
-            for (header, block) in headers.iter().zip(&blocks[range.clone()]) {
+            for (header, block) in headers.iter().zip(batch) {
                 push(&mut slices, &mut n, header);
                 // An empty slice would make a fully written batch look unfinished.
                 if !block.is_empty() {
                     push(&mut slices, &mut n, block);
                 }
             }
+            let last = range.end == blocks.len();
             if last {
                 push(&mut slices, &mut n, &end);
             }
             write_all_vectored(&mut self.stream, &mut slices[..n], after, "write blocks").await?;
-            let Some((next, pending)) = next else {
+            if last {
                 return Ok(());
-            };
-            sums = pending.wait(id, blocks).await;
-            range = next;
+            }
+            start = range.end;
         }
     }
 

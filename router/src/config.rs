@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use clap::Parser;
 
-use crate::policy::{Policy, PolicyKind, ThresholdConfig, ThresholdVariant};
+use crate::policy::{
+    DolphinConfig, FallbackKind, Policy, PolicyKind, ThresholdConfig, ThresholdVariant,
+};
 use crate::tokenizer::TokenizerKind;
 
 /// Flags of `dolphin-router`.
@@ -61,6 +63,15 @@ pub struct RouterConfig {
     /// Dynamo 1.6: prefill locally when the chosen prefill worker is overloaded.
     #[arg(long, env = "DOLPHIN_SKIP_OVERLOADED_PREFILL")]
     pub skip_overloaded_prefill: bool,
+    /// `--policy dolphin`: the policy deciding while the live split has no routing table (a
+    /// threshold fallback takes the threshold flags).
+    #[arg(
+        long,
+        env = "DOLPHIN_FALLBACK_POLICY",
+        value_enum,
+        default_value = "threshold"
+    )]
+    pub fallback_policy: FallbackKind,
     /// Tokenizer (must match the workers').
     #[arg(long, env = "DOLPHIN_TOKENIZER", value_enum, default_value = "sim")]
     pub tokenizer: TokenizerKind,
@@ -169,6 +180,10 @@ impl RouterConfig {
             PolicyKind::AlwaysLocal => Policy::AlwaysLocal,
             PolicyKind::AlwaysRemote => Policy::AlwaysRemote,
             PolicyKind::Threshold => Policy::Threshold(self.threshold()),
+            PolicyKind::Dolphin => Policy::Dolphin(DolphinConfig {
+                fallback: self.fallback_policy,
+                threshold: self.threshold(),
+            }),
         }
     }
 
@@ -216,6 +231,28 @@ mod tests {
         assert_eq!(c.threshold().variant, ThresholdVariant::DynamoLegacy);
         assert!(c.threshold().skip_overloaded_prefill);
         assert!(parse(&["--policy", "sometimes"]).is_err());
+        let d = parse(&["--decode", "a:1", "--policy", "dolphin"]).expect("parse");
+        assert_eq!(
+            d.initial_policy(),
+            Policy::Dolphin(DolphinConfig::default())
+        );
+        let d = parse(&[
+            "--decode",
+            "a:1",
+            "--policy",
+            "dolphin",
+            "--fallback-policy",
+            "always-remote",
+        ])
+        .expect("parse");
+        assert!(matches!(
+            d.initial_policy(),
+            Policy::Dolphin(DolphinConfig {
+                fallback: FallbackKind::AlwaysRemote,
+                ..
+            })
+        ));
+        assert!(parse(&["--fallback-policy", "dolphin"]).is_err());
         assert!(parse(&["--tokenizer", "gpt"]).is_err());
     }
 

@@ -14,6 +14,7 @@ use dolphin_cluster::{Role, WorkerId};
 use dolphin_proto::v1::{self, decode_worker_client::DecodeWorkerClient};
 use parking_lot::RwLock;
 
+use crate::dolphin::{Admission, DolphinRouting, MemoryStore, TableStore};
 use crate::error::DispatchError;
 use crate::metrics as m;
 use crate::policy::{Decision, Features, Policy, PrefillState};
@@ -80,8 +81,17 @@ pub struct RouteDecision {
     pub features: Features,
     /// Local or remote.
     pub decision: Decision,
-    /// Name of the policy that decided ("forced" for a client-forced path).
+    /// Name of the policy that decided ("forced" for a client-forced path; for `dolphin`,
+    /// "dolphin" from a table or "dolphin-fallback/<policy>" without one).
     pub policy: &'static str,
+    /// Routing-table cluster of the request (-1: no table decided).
+    pub cluster: i32,
+    /// Version of the routing table that decided.
+    pub table_version: Option<Arc<str>>,
+    /// What was known about the request at admission (the classifier's input).
+    pub admission: Admission,
+    /// The predicted output class (index into `dolphin::classifier::CLASS_NAMES`).
+    pub output_class: usize,
 }
 
 thread_local! {
@@ -98,6 +108,9 @@ pub struct Dispatcher {
     cfg: DispatchConfig,
     log: RequestLog,
     inflight: Arc<AtomicU32>,
+    dolphin: Arc<DolphinRouting>,
+    /// Where the admin API keeps tables: the router's memory until an etcd store is set.
+    table_store: RwLock<Arc<dyn TableStore>>,
 }
 
 /// Holds one of the router's in-flight request slots.
@@ -120,6 +133,7 @@ impl Dispatcher {
         cfg: DispatchConfig,
         log: RequestLog,
     ) -> Self {
+        let dolphin = Arc::new(DolphinRouting::new());
         Self {
             registry,
             tokenizer,
@@ -127,7 +141,24 @@ impl Dispatcher {
             cfg,
             log,
             inflight: Arc::default(),
+            table_store: RwLock::new(Arc::new(MemoryStore::new(dolphin.clone()))),
+            dolphin,
         }
+    }
+
+    /// The table store the admin API uses.
+    pub fn table_store(&self) -> Arc<dyn TableStore> {
+        self.table_store.read().clone()
+    }
+
+    /// Replaces the table store (at start, with the etcd store when the router uses etcd).
+    pub fn set_table_store(&self, store: Arc<dyn TableStore>) {
+        *self.table_store.write() = store;
+    }
+
+    /// DolphinRouting's tables and classifier (fed by the table store).
+    pub fn dolphin(&self) -> &Arc<DolphinRouting> {
+        &self.dolphin
     }
 
     /// The worker registry.
@@ -225,8 +256,9 @@ impl Dispatcher {
         Ok(tokens)
     }
 
-    /// Routes a prompt: picks the decode and prefill workers, computes the features and asks the
-    /// policy (or applies `force`). Skips `exclude` in the decode pool.
+    /// Routes a prompt: picks the decode and prefill workers, computes the features (the output
+    /// length from the classifier) and asks the policy (or applies `force`). Skips `exclude` in
+    /// the decode pool.
     pub fn route(
         &self,
         tokens: &[u32],
@@ -236,44 +268,65 @@ impl Dispatcher {
     ) -> Result<RouteDecision, DispatchError> {
         let bs = self.cfg.block_size;
         let w = self.cfg.overlap_weight;
-        let (decode, prefill) = SCRATCH.with(|s| {
+        let admission = Admission::new(tokens, max_tokens);
+        let predicted = self.dolphin.classify(&admission);
+        SCRATCH.with(|s| {
             let (hashes, counts) = &mut *s.borrow_mut();
             dolphin_cluster::block_hashes_into(tokens, bs as usize, hashes);
             let decode = self
                 .registry
-                .route(Role::Decode, hashes, w, exclude, counts);
+                .route(Role::Decode, hashes, w, exclude, counts)
+                .ok_or(DispatchError::NoDecodeWorkers)?;
             let prefill = self.registry.route(Role::Prefill, hashes, w, None, counts);
-            (decode, prefill)
-        });
-        let decode = decode.ok_or(DispatchError::NoDecodeWorkers)?;
-        let isl = tokens.len() as u32;
-        let uncached = |r: &Routed| isl.saturating_sub(r.cached_blocks.saturating_mul(bs));
-        let features = Features {
-            isl,
-            eff_isl_prefill: prefill.as_ref().map_or(isl, uncached),
-            eff_isl_decode: uncached(&decode),
-            output_len_hint: max_tokens,
-        };
-        let (decision, policy) = match force {
-            Some(Decision::Remote) if prefill.is_none() => {
-                return Err(DispatchError::NoPrefillWorkers);
+            let isl = tokens.len() as u32;
+            let uncached = |r: &Routed| isl.saturating_sub(r.cached_blocks.saturating_mul(bs));
+            let features = Features {
+                isl,
+                eff_isl_prefill: prefill.as_ref().map_or(isl, uncached),
+                eff_isl_decode: uncached(&decode),
+                output_len_hint: predicted.length,
+            };
+            let (mut cluster, mut table_version) = (-1, None);
+            let (decision, policy) = match force {
+                Some(Decision::Remote) if prefill.is_none() => {
+                    return Err(DispatchError::NoPrefillWorkers);
+                }
+                Some(d) => (d, "forced"),
+                None => {
+                    let state = PrefillState {
+                        available: prefill.is_some(),
+                        queue: prefill.as_ref().map_or(0, |p| p.worker.waiting()),
+                    };
+                    match self.policy() {
+                        Policy::Dolphin(cfg) => {
+                            let split = self.registry.split();
+                            let fallback = cfg.fallback_policy();
+                            let o = self.dolphin.decide(&features, state, split, &fallback);
+                            cluster = o.cluster;
+                            table_version = o.table_version;
+                            (o.decision, o.policy)
+                        }
+                        p => (p.decide(&features, state), p.name()),
+                    }
+                }
+            };
+            // Workers whose event stream is down remember what they were sent (approximate
+            // index); a no-op for live ones.
+            self.registry.note_routed(Role::Decode, &decode, hashes);
+            if let (Decision::Remote, Some(p)) = (decision, &prefill) {
+                self.registry.note_routed(Role::Prefill, p, hashes);
             }
-            Some(d) => (d, "forced"),
-            None => {
-                let state = PrefillState {
-                    available: prefill.is_some(),
-                    queue: prefill.as_ref().map_or(0, |p| p.worker.waiting()),
-                };
-                let p = self.policy();
-                (p.decide(&features, state), p.name())
-            }
-        };
-        Ok(RouteDecision {
-            decode,
-            prefill,
-            features,
-            decision,
-            policy,
+            Ok(RouteDecision {
+                decode,
+                prefill,
+                features,
+                decision,
+                policy,
+                cluster,
+                table_version,
+                admission,
+                output_class: predicted.class,
+            })
         })
     }
 
@@ -321,6 +374,7 @@ impl Dispatcher {
                 Ok((stream, first)) => {
                     metrics::counter!(m::DECISIONS_TOTAL, "mode" => route.decision.as_str())
                         .increment(1);
+                    count_dolphin_decision(&route);
                     let meta = RequestMeta {
                         request_id: p.request_id,
                         api: p.api,
@@ -394,6 +448,18 @@ impl Dispatcher {
             }),
             Err(status) => Err(fail(status)),
         }
+    }
+}
+
+/// Per-cluster and fallback counters of the `dolphin` policy.
+fn count_dolphin_decision(route: &RouteDecision) {
+    if route.policy == crate::dolphin::routing::POLICY_NAME {
+        metrics::counter!(m::DOLPHIN_DECISIONS_TOTAL,
+            "cluster" => m::cluster_label(route.cluster),
+            "decision" => route.decision.as_str())
+        .increment(1);
+    } else if let Some(fallback) = route.policy.strip_prefix("dolphin-fallback/") {
+        metrics::counter!(m::DOLPHIN_FALLBACK_TOTAL, "fallback" => fallback).increment(1);
     }
 }
 

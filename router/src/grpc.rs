@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 
 use crate::dispatch::{Dispatcher, GenerateParams, Prompt};
+use crate::dolphin::admin;
 use crate::policy::{Decision, Policy};
 use crate::stream::{Api, ResponseStream};
 use crate::tokenizer::ChatMessage;
@@ -131,7 +132,7 @@ impl Inference for InferenceService {
     }
 }
 
-/// `dolphin.v1.RouterAdmin`: workers, policy, split.
+/// `dolphin.v1.RouterAdmin`: workers, policy, split, routing tables, classifier.
 #[derive(Clone, Debug)]
 pub struct AdminService {
     dispatcher: Arc<Dispatcher>,
@@ -178,6 +179,67 @@ impl RouterAdmin for AdminService {
             .map_err(|e| Status::invalid_argument(e.to_string()))?;
         self.dispatcher.set_policy(p);
         Ok(Response::new(policy_config(&p)))
+    }
+
+    async fn list_tables(
+        &self,
+        _: Request<v1::ListTablesRequest>,
+    ) -> Result<Response<v1::ListTablesResponse>, Status> {
+        admin::list_tables(&self.dispatcher)
+            .await
+            .map(Response::new)
+    }
+
+    async fn get_table(
+        &self,
+        req: Request<v1::GetTableRequest>,
+    ) -> Result<Response<v1::TableDocument>, Status> {
+        admin::get_table(&self.dispatcher, req.into_inner())
+            .await
+            .map(Response::new)
+    }
+
+    async fn put_table(
+        &self,
+        req: Request<v1::PutTableRequest>,
+    ) -> Result<Response<v1::PutTableResponse>, Status> {
+        admin::put_table(&self.dispatcher, req.into_inner())
+            .await
+            .map(Response::new)
+    }
+
+    async fn activate_table(
+        &self,
+        req: Request<v1::ActivateTableRequest>,
+    ) -> Result<Response<v1::ActiveTablePointer>, Status> {
+        admin::activate_table(&self.dispatcher, req.into_inner())
+            .await
+            .map(Response::new)
+    }
+
+    async fn rollback_table(
+        &self,
+        req: Request<v1::RollbackTableRequest>,
+    ) -> Result<Response<v1::ActiveTablePointer>, Status> {
+        admin::rollback_table(&self.dispatcher, req.into_inner())
+            .await
+            .map(Response::new)
+    }
+
+    async fn get_classifier(
+        &self,
+        _: Request<v1::GetClassifierRequest>,
+    ) -> Result<Response<v1::ClassifierDocument>, Status> {
+        Ok(Response::new(admin::get_classifier(&self.dispatcher)))
+    }
+
+    async fn put_classifier(
+        &self,
+        req: Request<v1::ClassifierDocument>,
+    ) -> Result<Response<v1::ClassifierDocument>, Status> {
+        admin::put_classifier(&self.dispatcher, req.into_inner())
+            .await
+            .map(Response::new)
     }
 
     async fn get_split(

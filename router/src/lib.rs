@@ -11,6 +11,7 @@
 pub mod config;
 pub mod discovery;
 pub mod dispatch;
+pub mod dolphin;
 pub mod error;
 pub mod grpc;
 pub mod http;

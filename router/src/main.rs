@@ -51,10 +51,13 @@ async fn run(cfg: RouterConfig) -> anyhow::Result<()> {
     dolphin_cluster::init_tracing(cfg.log_json);
     let handle = dolphin_cluster::init_metrics();
     dolphin_router::metrics::describe();
+    // Install the signal handlers before announcing readiness: a SIGTERM sent right after the
+    // READY line must drain the router, not kill it.
+    let signals = Signals::install()?;
     let shutdown = CancellationToken::new();
     let running = dolphin_router::start(&cfg, Some(handle), shutdown.clone()).await?;
     println!("{}", running.ready_line());
-    wait_for_signal().await?;
+    signals.wait().await;
     tracing::info!(grace_secs = cfg.shutdown_grace_secs, "shutting down");
     shutdown.cancel();
     match tokio::time::timeout(Duration::from_secs(cfg.shutdown_grace_secs), running.wait()).await {
@@ -64,13 +67,25 @@ async fn run(cfg: RouterConfig) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn wait_for_signal() -> std::io::Result<()> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = signal(SignalKind::terminate())?;
-    let mut int = signal(SignalKind::interrupt())?;
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
+/// SIGTERM and SIGINT listeners.
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn install() -> std::io::Result<Self> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(Self {
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+        })
     }
-    Ok(())
+
+    async fn wait(mut self) {
+        tokio::select! {
+            _ = self.term.recv() => {}
+            _ = self.int.recv() => {}
+        }
+    }
 }

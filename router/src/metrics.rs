@@ -43,8 +43,61 @@ pub const WORKERS_REJECTED_TOTAL: &str = "dolphin_router_workers_rejected_total"
 /// Request-log records dropped because the writer fell behind.
 pub const REQUEST_LOG_DROPPED_TOTAL: &str = "dolphin_router_request_log_dropped_total";
 
+/// Decisions of the `dolphin` policy read from a table, by `cluster` ("0".."63") and
+/// `decision` (local, remote).
+pub const DOLPHIN_DECISIONS_TOTAL: &str = "dolphin_router_dolphin_decisions_total";
+/// Decisions of the `dolphin` policy made by its fallback because the live split has no table,
+/// by `fallback` (threshold, always-local, always-remote).
+pub const DOLPHIN_FALLBACK_TOTAL: &str = "dolphin_router_dolphin_fallback_decisions_total";
+/// 1 when the live split has a routing table loaded, else 0.
+pub const TABLE_ACTIVE: &str = "dolphin_router_table_active";
+/// Swaps of the loaded routing tables.
+pub const TABLE_SWAPS_TOTAL: &str = "dolphin_router_table_swaps_total";
+/// Tables or classifiers refused as invalid, by `kind` (table, classifier).
+pub const TABLES_REJECTED_TOTAL: &str = "dolphin_router_tables_rejected_total";
+/// Cache lookups answered by the approximate index because the worker's event stream is stale,
+/// by `role`.
+pub const APPROX_INDEX_LOOKUPS_TOTAL: &str = "dolphin_router_approx_index_lookups_total";
+
+/// Cluster ids as metric labels: a fixed set (tables have at most 64 clusters).
+pub const CLUSTER_LABELS: [&str; 64] = [
+    "0", "1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "11", "12", "13", "14", "15", "16",
+    "17", "18", "19", "20", "21", "22", "23", "24", "25", "26", "27", "28", "29", "30", "31", "32",
+    "33", "34", "35", "36", "37", "38", "39", "40", "41", "42", "43", "44", "45", "46", "47", "48",
+    "49", "50", "51", "52", "53", "54", "55", "56", "57", "58", "59", "60", "61", "62", "63",
+];
+
+/// The label of a cluster id ("none" outside the table range).
+pub fn cluster_label(cluster: i32) -> &'static str {
+    usize::try_from(cluster)
+        .ok()
+        .and_then(|c| CLUSTER_LABELS.get(c).copied())
+        .unwrap_or("none")
+}
+
 /// Describes every metric to the installed recorder. Call once at start.
 pub fn describe() {
+    describe_counter!(
+        DOLPHIN_DECISIONS_TOTAL,
+        "Dolphin table decisions, by cluster and decision."
+    );
+    describe_counter!(
+        DOLPHIN_FALLBACK_TOTAL,
+        "Dolphin decisions made by the fallback policy (no table for the live split)."
+    );
+    describe_gauge!(
+        TABLE_ACTIVE,
+        "1 when the live split has a routing table loaded."
+    );
+    describe_counter!(TABLE_SWAPS_TOTAL, "Swaps of the loaded routing tables.");
+    describe_counter!(
+        TABLES_REJECTED_TOTAL,
+        "Routing tables or classifiers refused as invalid, by kind."
+    );
+    describe_counter!(
+        APPROX_INDEX_LOOKUPS_TOTAL,
+        "Cache lookups answered by the approximate index (stale event stream), by role."
+    );
     describe_counter!(REQUESTS_TOTAL, "Requests finished, by api and outcome.");
     describe_gauge!(INFLIGHT_REQUESTS, "Requests being served now.");
     describe_counter!(DECISIONS_TOTAL, "Routing decisions, by mode.");

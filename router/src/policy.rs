@@ -18,8 +18,8 @@ pub struct Features {
     pub eff_isl_prefill: u32,
     /// Prompt tokens not cached on the chosen decode worker.
     pub eff_isl_decode: u32,
-    /// Expected output length in tokens. Until the output classifier exists this is the
-    /// request's `max_tokens`, the only admission-time hint there is.
+    /// Expected output length in tokens: the representative length of the output class the
+    /// classifier predicts (see `dolphin::classifier`), at most the request's `max_tokens`.
     pub output_len_hint: u32,
 }
 
@@ -119,6 +119,50 @@ pub enum PolicyKind {
     AlwaysRemote,
     /// Dynamo's threshold rules.
     Threshold,
+    /// DolphinRouting: the learned table of the live split (fallback policy without one).
+    Dolphin,
+}
+
+/// The policy deciding when the `dolphin` policy has no table for the live split.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum FallbackKind {
+    /// Always local.
+    AlwaysLocal,
+    /// Always remote.
+    AlwaysRemote,
+    /// Dynamo's threshold rules (parameters in [`DolphinConfig::threshold`]).
+    Threshold,
+}
+
+/// Parameters of the `dolphin` policy.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DolphinConfig {
+    /// Which policy decides while the live split has no table (default: the Dynamo 1.6 rule).
+    pub fallback: FallbackKind,
+    /// Parameters of a threshold fallback.
+    pub threshold: ThresholdConfig,
+}
+
+impl Default for DolphinConfig {
+    fn default() -> Self {
+        Self {
+            fallback: FallbackKind::Threshold,
+            threshold: ThresholdConfig::default(),
+        }
+    }
+}
+
+impl DolphinConfig {
+    /// The fallback as a policy.
+    pub fn fallback_policy(&self) -> Policy {
+        match self.fallback {
+            FallbackKind::AlwaysLocal => Policy::AlwaysLocal,
+            FallbackKind::AlwaysRemote => Policy::AlwaysRemote,
+            FallbackKind::Threshold => Policy::Threshold(self.threshold),
+        }
+    }
 }
 
 /// A prefill policy.
@@ -130,13 +174,16 @@ pub enum Policy {
     AlwaysRemote,
     /// Dynamo's rules.
     Threshold(ThresholdConfig),
+    /// DolphinRouting. The table lives in the dispatcher (`dolphin::DolphinRouting`);
+    /// [`Policy::decide`] alone, without a table, applies the fallback.
+    Dolphin(DolphinConfig),
 }
 
 /// A policy that cannot be built.
 #[derive(Debug, thiserror::Error)]
 pub enum PolicyError {
     /// Unknown policy name.
-    #[error("unknown policy {0:?} (known: always-local, always-remote, threshold)")]
+    #[error("unknown policy {0:?} (known: always-local, always-remote, threshold, dolphin)")]
     UnknownPolicy(String),
     /// Parameters that do not parse.
     #[error("bad policy parameters: {0}")]
@@ -147,12 +194,14 @@ pub enum PolicyError {
 }
 
 impl Policy {
-    /// The policy's name as configured ("always-local", "always-remote", "threshold").
+    /// The policy's name as configured ("always-local", "always-remote", "threshold",
+    /// "dolphin").
     pub fn name(&self) -> &'static str {
         match self {
             Policy::AlwaysLocal => "always-local",
             Policy::AlwaysRemote => "always-remote",
             Policy::Threshold(_) => "threshold",
+            Policy::Dolphin(_) => "dolphin",
         }
     }
 
@@ -165,6 +214,7 @@ impl Policy {
             Policy::AlwaysLocal => Decision::Local,
             Policy::AlwaysRemote => Decision::Remote,
             Policy::Threshold(cfg) => threshold(cfg, f, prefill),
+            Policy::Dolphin(cfg) => cfg.fallback_policy().decide(f, prefill),
         }
     }
 
@@ -172,6 +222,7 @@ impl Policy {
     pub fn params_json(&self) -> String {
         match self {
             Policy::Threshold(cfg) => serde_json::to_string(cfg).unwrap_or_else(|_| "{}".into()),
+            Policy::Dolphin(cfg) => serde_json::to_string(cfg).unwrap_or_else(|_| "{}".into()),
             _ => "{}".into(),
         }
     }
@@ -191,6 +242,12 @@ impl Policy {
                     serde_json::from_str(params).map_err(PolicyError::Params)?;
                 cfg.validate()?;
                 Ok(Policy::Threshold(cfg))
+            }
+            "dolphin" => {
+                let cfg: DolphinConfig =
+                    serde_json::from_str(params).map_err(PolicyError::Params)?;
+                cfg.threshold.validate()?;
+                Ok(Policy::Dolphin(cfg))
             }
             other => Err(PolicyError::UnknownPolicy(other.to_string())),
         }
@@ -259,6 +316,7 @@ mod tests {
             Policy::AlwaysRemote,
             Policy::AlwaysLocal,
             Policy::Threshold(ThresholdConfig::default()),
+            Policy::Dolphin(DolphinConfig::default()),
         ] {
             assert_eq!(p.decide(&feats(10_000, 10_000), NONE), Decision::Local);
         }
@@ -313,6 +371,23 @@ mod tests {
     }
 
     #[test]
+    fn dolphin_without_a_table_applies_its_fallback() {
+        let d = Policy::Dolphin(DolphinConfig::default());
+        let t = Policy::Threshold(ThresholdConfig::default());
+        for (isl, eff) in [(8000, 1000), (100, 100), (100_000, 2048)] {
+            assert_eq!(
+                d.decide(&feats(isl, eff), IDLE),
+                t.decide(&feats(isl, eff), IDLE)
+            );
+        }
+        let local = Policy::Dolphin(DolphinConfig {
+            fallback: FallbackKind::AlwaysLocal,
+            ..Default::default()
+        });
+        assert_eq!(local.decide(&feats(100, 100), IDLE), Decision::Local);
+    }
+
+    #[test]
     fn fixed_policies() {
         assert_eq!(
             Policy::AlwaysLocal.decide(&feats(9000, 9000), IDLE),
@@ -342,8 +417,24 @@ mod tests {
             matches!(partial, Policy::Threshold(c) if c.variant == ThresholdVariant::DynamoLegacy && c.max_local_prefill == 2048)
         );
         assert!(matches!(
-            Policy::from_parts("dolphin", ""),
+            Policy::from_parts("sometimes", ""),
             Err(PolicyError::UnknownPolicy(_))
+        ));
+        let d = Policy::from_parts("dolphin", r#"{"fallback":"always-local"}"#).expect("dolphin");
+        assert_eq!(
+            d,
+            Policy::Dolphin(DolphinConfig {
+                fallback: FallbackKind::AlwaysLocal,
+                ..Default::default()
+            })
+        );
+        assert_eq!(
+            Policy::from_parts(d.name(), &d.params_json()).expect("rt"),
+            d
+        );
+        assert!(matches!(
+            Policy::from_parts("dolphin", r#"{"threshold":{"max_local_ratio":2}}"#),
+            Err(PolicyError::Invalid(_))
         ));
         assert!(matches!(
             Policy::from_parts("threshold", r#"{"bogus":1}"#),

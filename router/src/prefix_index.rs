@@ -13,6 +13,8 @@ use dolphin_cluster::BlockHash;
 /// Most workers one pool's index tracks (the width of [`SlotSet`]).
 pub const MAX_POOL_WORKERS: usize = 256;
 const WORDS: usize = MAX_POOL_WORKERS / 64;
+/// Hashes probed together in a lookup (see [`PrefixIndex::lookup`]).
+const LOOKAHEAD: usize = 16;
 
 /// A set of worker slots, as a fixed bitset (no allocation, cheap to AND).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -201,18 +203,30 @@ impl PrefixIndex {
         out.clear();
         out.resize(self.held.len(), 0);
         let mut live = self.registered;
-        for (i, h) in hashes.iter().enumerate() {
-            let next = match self.blocks.get(h) {
-                Some(set) => live.and(set),
-                None => SlotSet::EMPTY,
-            };
-            // Each slot drops out once, so this inner loop runs at most once per worker overall.
-            for slot in live.and_not(&next).iter() {
-                out[slot] = i as u32;
+        // Probe a few hashes before using any result: the probes are independent, so the cache
+        // misses of a large index overlap instead of being paid one after another. At most
+        // LOOKAHEAD - 1 probes are wasted past the point where no worker matches.
+        for (c, chunk) in hashes.chunks(LOOKAHEAD).enumerate() {
+            let mut sets = [None; LOOKAHEAD];
+            for (set, h) in sets.iter_mut().zip(chunk) {
+                *set = self.blocks.get(h);
             }
-            live = next;
-            if live.is_empty() {
-                return;
+            for (j, set) in sets[..chunk.len()].iter().enumerate() {
+                let next = match set {
+                    Some(set) => live.and(set),
+                    None => SlotSet::EMPTY,
+                };
+                if next == live {
+                    continue;
+                }
+                // Each slot drops out once, so this inner loop runs at most once per worker.
+                for slot in live.and_not(&next).iter() {
+                    out[slot] = (c * LOOKAHEAD + j) as u32;
+                }
+                live = next;
+                if live.is_empty() {
+                    return;
+                }
             }
         }
         for slot in live.iter() {

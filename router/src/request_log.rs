@@ -10,6 +10,7 @@ use serde::Serialize;
 use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
 
+use crate::dolphin::admission::AdmissionRecord;
 use crate::metrics as m;
 use crate::policy::{Decision, Features};
 
@@ -33,6 +34,12 @@ pub struct RequestRecord {
     pub decision: Decision,
     /// Routing-table cluster of the request (-1: the policy uses no table).
     pub cluster: i32,
+    /// Version of the routing table that decided (`None`: no table decided).
+    pub table_version: Option<String>,
+    /// The output class the classifier predicted ("short", "medium", "long").
+    pub output_class: &'static str,
+    /// What was known at admission: the output classifier's training input.
+    pub admission: AdmissionRecord,
     /// The decode worker that served it (empty when none was reached).
     pub decode_worker: String,
     /// The prefill worker of a remote request.
@@ -158,6 +165,13 @@ mod tests {
             },
             decision: Decision::Local,
             cluster: -1,
+            table_version: None,
+            output_class: "short",
+            admission: AdmissionRecord {
+                max_tokens: 8,
+                prefix_hash: 42,
+                head_hashes: vec![1, 2],
+            },
             decode_worker: "decode-1".into(),
             prefill_worker: None,
             fell_back: false,
@@ -198,6 +212,9 @@ mod tests {
         assert_eq!(v["decision"], "local");
         assert_eq!(v["features"]["eff_isl_decode"], 4);
         assert_eq!(v["prefill_worker"], serde_json::Value::Null);
+        assert_eq!(v["table_version"], serde_json::Value::Null);
+        assert_eq!(v["admission"]["head_hashes"][1], 2);
+        assert_eq!(v["output_class"], "short");
     }
 
     #[tokio::test]

@@ -29,6 +29,9 @@ pub enum ServerError {
     /// Discovery could not start.
     #[error("worker discovery failed")]
     Discovery(#[from] dolphin_cluster::DiscoveryError),
+    /// The routing-table store could not be reached.
+    #[error("routing-table store failed")]
+    TableStore(#[from] crate::dolphin::StoreError),
     /// The request log could not be opened.
     #[error(transparent)]
     RequestLog(#[from] RequestLogError),
@@ -106,6 +109,18 @@ pub async fn start(
             addr: cfg.grpc_addr,
             source,
         })?;
+    if !cfg.etcd.is_empty() {
+        // Tables and the classifier come from etcd: load them before serving, then follow.
+        let store = crate::dolphin::EtcdStore::connect(
+            &cfg.etcd,
+            &cfg.cluster,
+            dispatcher.dolphin().clone(),
+        )
+        .await?;
+        crate::dolphin::TableStore::refresh(&store).await?;
+        store.spawn_watcher(shutdown.clone());
+        dispatcher.set_table_store(Arc::new(store));
+    }
     for rx in crate::discovery::sources(cfg, &shutdown).await? {
         registry.follow(rx, shutdown.clone());
     }

@@ -150,7 +150,7 @@ impl ResponseStream {
             } else {
                 v1::PrefillMode::Local as i32
             },
-            cluster: -1,
+            cluster: r.cluster,
             policy: r.policy.to_string(),
             fell_back: self.fell_back,
         }
@@ -310,7 +310,13 @@ impl ResponseStream {
             policy: r.policy,
             features: r.features,
             decision: r.decision,
-            cluster: -1,
+            cluster: r.cluster,
+            table_version: r.table_version.as_deref().map(str::to_owned),
+            output_class: crate::dolphin::classifier::CLASS_NAMES
+                .get(r.output_class)
+                .copied()
+                .unwrap_or("unknown"),
+            admission: r.admission.to_record(),
             decode_worker: r.decode.worker.id.0.clone(),
             prefill_worker: (r.decision == Decision::Remote)
                 .then(|| r.prefill.as_ref().map(|p| p.worker.id.0.clone()))

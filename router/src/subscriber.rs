@@ -64,6 +64,8 @@ async fn follow_once(
     {
         let mut p = pool.write();
         p.index.clear_slot(worker.slot);
+        // The snapshot is exact again: drop the estimates made while the stream was down.
+        p.approx.forget(worker.slot);
     }
     *delay = BACKOFF_MIN;
     if !worker.events_live() {

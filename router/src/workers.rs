@@ -7,7 +7,8 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
 
 use dolphin_cluster::{BlockHash, MembershipEvent, Role, WorkerId, WorkerRecord};
 use dolphin_proto::v1;
@@ -16,6 +17,8 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tonic::transport::Endpoint;
 
+use crate::dolphin::approx::ApproxIndex;
+use crate::dolphin::split::Split;
 use crate::metrics as m;
 use crate::prefix_index::PrefixIndex;
 use crate::selection::{self, Candidate};
@@ -38,6 +41,8 @@ pub struct RegistryConfig {
 #[derive(Debug, Default)]
 pub(crate) struct Pool {
     pub(crate) index: PrefixIndex,
+    /// Estimates for workers whose event stream is down.
+    pub(crate) approx: ApproxIndex,
     slots: Vec<Option<Arc<WorkerHandle>>>,
 }
 
@@ -79,6 +84,9 @@ pub struct WorkerRegistry {
     decode: SharedPool,
     /// Membership changes are rare; one lock keeps add/remove simple and ordered.
     members: Mutex<HashMap<WorkerId, (WorkerRecord, Arc<WorkerHandle>)>>,
+    /// Live workers per role (prefill, decode), readable without the members lock: the live
+    /// split selects the routing table on every request.
+    live: [AtomicU32; 2],
 }
 
 /// The worker chosen in one pool for a request.
@@ -98,7 +106,23 @@ impl WorkerRegistry {
             prefill: SharedPool::default(),
             decode: SharedPool::default(),
             members: Mutex::new(HashMap::new()),
+            live: [AtomicU32::new(0), AtomicU32::new(0)],
         })
+    }
+
+    fn live_count(&self, role: Role) -> &AtomicU32 {
+        match role {
+            Role::Prefill => &self.live[0],
+            Role::Decode => &self.live[1],
+        }
+    }
+
+    /// The live split: workers registered per role (two atomic loads).
+    pub fn split(&self) -> Split {
+        Split::new(
+            self.live[0].load(Ordering::Relaxed),
+            self.live[1].load(Ordering::Relaxed),
+        )
     }
 
     /// The registry's settings.
@@ -172,6 +196,7 @@ impl WorkerRegistry {
         tracing::info!(worker = %rec.id, role = %rec.role, addr = %rec.grpc_addr, "worker up");
         metrics::gauge!(m::WORKERS, "role" => rec.role.as_str()).increment(1.0);
         crate::subscriber::spawn(handle.clone(), pool, self.cfg.load_interval_ms);
+        self.live_count(rec.role).fetch_add(1, Ordering::Relaxed);
         members.insert(rec.id.clone(), (rec, handle));
         Ok(())
     }
@@ -183,9 +208,11 @@ impl WorkerRegistry {
         };
         handle.cancel.cancel();
         handle.set_events_live(true); // leaves the stale gauge as if it had never been counted
+        self.live_count(rec.role).fetch_sub(1, Ordering::Relaxed);
         {
             let mut p = self.pool(rec.role).write();
             p.index.release_slot(handle.slot);
+            p.approx.forget(handle.slot);
             if let Some(s) = p.slots.get_mut(handle.slot) {
                 *s = None;
             }
@@ -241,9 +268,17 @@ impl WorkerRegistry {
             if exclude == Some(&w.id) {
                 return None;
             }
+            let exact = counts.get(slot).copied().unwrap_or(0);
+            // A worker whose event stream is down: its last known state, or what was routed to
+            // it since, whichever covers more of the prompt.
+            let cached_blocks = if w.events_live() {
+                exact
+            } else {
+                exact.max(pool.approx.count(role, slot, &w.id, hashes, Instant::now()))
+            };
             Some(Candidate {
                 slot,
-                cached_blocks: counts.get(slot).copied().unwrap_or(0),
+                cached_blocks,
                 load: w.load_cost(),
                 draining: w.draining(),
             })
@@ -256,6 +291,17 @@ impl WorkerRegistry {
             worker,
             cached_blocks: choice.cached_blocks,
         })
+    }
+
+    /// Notes that a prompt with block hashes `hashes` was sent to `routed`: a worker whose event
+    /// stream is down will likely cache it, which its approximate index remembers.
+    pub fn note_routed(&self, role: Role, routed: &Routed, hashes: &[BlockHash]) {
+        if !routed.worker.events_live() {
+            self.pool(role)
+                .read()
+                .approx
+                .record(routed.worker.slot, hashes, Instant::now());
+        }
     }
 
     /// Live workers per role: (prefill, decode).
@@ -350,6 +396,7 @@ mod tests {
         reg.add(record("p1", Role::Prefill, "127.0.0.1:9"))
             .expect("add");
         assert_eq!(reg.counts(), (1, 2));
+        assert_eq!(reg.split(), Split::new(1, 2));
         let d2 = reg.get(&WorkerId::from("d2")).expect("d2");
         reg.pool(Role::Decode)
             .write()
@@ -398,6 +445,7 @@ mod tests {
         assert!(listed[1].draining);
         reg.clear();
         assert_eq!(reg.counts(), (0, 0));
+        assert_eq!(reg.split(), Split::new(0, 0));
     }
 
     #[tokio::test]

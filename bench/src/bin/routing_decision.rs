@@ -1,0 +1,400 @@
+//! Time of one routing decision for a long prompt over two 16-worker pools, with the router's
+//! own code: block hashing, prefix-index lookups in both pools, worker selection, and the
+//! prefill policy (Dynamo 1.6 threshold, and always-remote).
+//!
+//! The router's registry is filled through its real subscriber path from fake workers (see
+//! `dolphin_bench::fake_worker`); "whole" times `Dispatcher::route` on it. The per-stage
+//! breakdown runs the same public functions (`block_hashes_into`, `PrefixIndex::lookup`,
+//! `selection::select`, `Policy::decide`) on a mirror index holding the same blocks in the same
+//! slots (checked before timing), since the registry does not expose its stages separately.
+//!
+//! `cargo run --release -p dolphin-bench --bin routing_decision [-- --iterations 100000]`
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, ensure};
+use clap::Parser;
+use dolphin_bench::fake_worker;
+use dolphin_bench::routing_workload::{self, WorkerContents, WorkloadConfig};
+use dolphin_bench::stats::Summary;
+use dolphin_cluster::block_hashes_into;
+use dolphin_router::dispatch::{DispatchConfig, Dispatcher};
+use dolphin_router::policy::{Decision, Features, Policy, PrefillState, ThresholdConfig};
+use dolphin_router::prefix_index::PrefixIndex;
+use dolphin_router::request_log::RequestLog;
+use dolphin_router::selection::{self, Candidate, Choice};
+use dolphin_router::tokenizer::SimTokenizer;
+use dolphin_router::workers::{RegistryConfig, WorkerRegistry};
+use serde::Serialize;
+
+const MODEL: &str = "sim-model";
+const OVERLAP_WEIGHT: f64 = 1.0;
+/// The `max_tokens` of every routed request (the policy's output-length hint).
+const MAX_TOKENS: u32 = 256;
+/// The brief's target for the whole decision.
+const TARGET_P99_US: f64 = 20.0;
+
+#[derive(Debug, Parser)]
+#[command(about = "Routing decision time: hashing, index lookup, selection and policy")]
+struct Args {
+    /// Timed decisions per policy (each of the breakdown and the whole).
+    #[arg(long, default_value_t = 100_000)]
+    iterations: usize,
+    /// Untimed decisions before timing.
+    #[arg(long, default_value_t = 10_000)]
+    warmup: usize,
+    /// Tokens per prompt.
+    #[arg(long, default_value_t = 8192)]
+    prompt_tokens: usize,
+    /// Workers per pool.
+    #[arg(long, default_value_t = 16)]
+    workers: usize,
+    /// Distinct prompts cycled through.
+    #[arg(long, default_value_t = 64)]
+    prompts: usize,
+    /// Unrelated cached blocks per pool.
+    #[arg(long, default_value_t = 100_000)]
+    unrelated_blocks: usize,
+    /// Where to write the JSON result (default: bench/results/routing_decision.json).
+    #[arg(long)]
+    out: Option<std::path::PathBuf>,
+}
+
+/// One pool as the breakdown sees it: the mirror index and each slot's load.
+struct MirrorPool {
+    index: PrefixIndex,
+    loads: Vec<f64>,
+    waiting: Vec<u32>,
+}
+
+impl MirrorPool {
+    fn build(workers: &[WorkerContents], block_size: u32) -> anyhow::Result<MirrorPool> {
+        let mut index = PrefixIndex::new();
+        let (mut loads, mut waiting) = (Vec::new(), Vec::new());
+        for (i, w) in workers.iter().enumerate() {
+            let slot = index.allocate_slot().context("pool full")?;
+            ensure!(slot == i, "mirror slots must follow pool order");
+            for chain in &w.chains {
+                index.stored(slot, chain);
+            }
+            loads.push(selection::load_cost(
+                w.load.active_tokens,
+                w.load.waiting,
+                block_size,
+            ));
+            waiting.push(w.load.waiting);
+        }
+        Ok(MirrorPool {
+            index,
+            loads,
+            waiting,
+        })
+    }
+
+    fn select(&self, counts: &[u32], prompt_blocks: u32) -> Option<Choice> {
+        let candidates = self
+            .loads
+            .iter()
+            .enumerate()
+            .map(|(slot, &load)| Candidate {
+                slot,
+                cached_blocks: counts.get(slot).copied().unwrap_or(0),
+                load,
+                draining: false,
+            });
+        selection::with_rng(|rng| selection::select(candidates, prompt_blocks, OVERLAP_WEIGHT, rng))
+    }
+}
+
+#[derive(Debug, Default, Serialize)]
+struct PolicyResult {
+    policy: &'static str,
+    params: String,
+    hashing: Summary,
+    lookup_both_pools: Summary,
+    selection_and_policy: Summary,
+    stages_sum: Summary,
+    whole: Summary,
+    /// Per prompt, its fastest whole decision over all iterations (what an undisturbed core
+    /// takes for it); summarized over the prompts. Robust to the noise of a shared machine.
+    whole_best_per_prompt: Summary,
+    whole_remote_decisions: u64,
+    whole_local_decisions: u64,
+    whole_p99_target_us: f64,
+    whole_p99_within_target: bool,
+}
+
+#[derive(Debug, Serialize)]
+struct Report {
+    bench: &'static str,
+    /// `/proc/loadavg` when the run started (the machine may be shared: see the p99s).
+    loadavg_at_start: String,
+    workload: WorkloadConfig,
+    index_blocks: IndexSize,
+    iterations: usize,
+    warmup: usize,
+    results: Vec<PolicyResult>,
+}
+
+#[derive(Debug, Serialize)]
+struct IndexSize {
+    prefill_distinct: usize,
+    decode_distinct: usize,
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let loadavg = std::fs::read_to_string("/proc/loadavg")
+        .unwrap_or_default()
+        .trim()
+        .to_string();
+    let cfg = WorkloadConfig {
+        prompt_tokens: args.prompt_tokens,
+        workers_per_pool: args.workers,
+        prompts: args.prompts,
+        unrelated_blocks_per_pool: args.unrelated_blocks,
+        ..Default::default()
+    };
+    ensure!(
+        args.iterations > 0 && cfg.prompts > 0,
+        "need iterations and prompts"
+    );
+    let bs = cfg.block_size as u32;
+    let t = Instant::now();
+    let workload = routing_workload::build(&cfg);
+    println!("workload built in {:.1?}", t.elapsed());
+
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()?;
+    let registry = WorkerRegistry::new(RegistryConfig {
+        model: MODEL.into(),
+        block_size: bs,
+        load_interval_ms: 100,
+        connect_timeout: Duration::from_secs(5),
+    });
+    // Kept alive for the whole run: their event streams must stay connected.
+    let _fakes = rt.block_on(fake_worker::start_pools(
+        &registry,
+        &workload,
+        MODEL,
+        bs,
+        Duration::from_secs(120),
+    ))?;
+    let mirror_prefill = MirrorPool::build(&workload.prefill, bs)?;
+    let mirror_decode = MirrorPool::build(&workload.decode, bs)?;
+    let dispatcher = Dispatcher::new(
+        registry.clone(),
+        Arc::new(SimTokenizer),
+        Policy::AlwaysLocal,
+        DispatchConfig {
+            model: MODEL.into(),
+            max_prompt_tokens: 1 << 20,
+            max_output_tokens: 1 << 16,
+            overlap_weight: OVERLAP_WEIGHT,
+            block_size: bs,
+            max_inflight: 4096,
+        },
+        RequestLog::disabled(),
+    );
+    check_mirror(
+        &dispatcher,
+        &workload.prompts,
+        &mirror_decode,
+        &mirror_prefill,
+        bs,
+    )?;
+    println!(
+        "index: {} prefill and {} decode blocks (distinct) over {} workers per pool; {} prompts of {} tokens",
+        mirror_prefill.index.distinct_blocks(),
+        mirror_decode.index.distinct_blocks(),
+        cfg.workers_per_pool,
+        cfg.prompts,
+        cfg.prompt_tokens,
+    );
+
+    let mut results = Vec::new();
+    for policy in [
+        Policy::Threshold(ThresholdConfig::default()),
+        Policy::AlwaysRemote,
+    ] {
+        dispatcher.set_policy(policy);
+        let mut r = PolicyResult {
+            policy: policy.name(),
+            params: policy.params_json(),
+            whole_p99_target_us: TARGET_P99_US,
+            ..Default::default()
+        };
+        breakdown(
+            &args,
+            &workload.prompts,
+            &mirror_decode,
+            &mirror_prefill,
+            policy,
+            bs,
+            &mut r,
+        );
+        whole(&args, &workload.prompts, &dispatcher, &mut r)?;
+        println!("policy {} {}", r.policy, r.params);
+        println!("  hashing             {}", r.hashing.line());
+        println!("  lookup (both pools) {}", r.lookup_both_pools.line());
+        println!("  selection + policy  {}", r.selection_and_policy.line());
+        println!("  sum of stages       {}", r.stages_sum.line());
+        println!("  whole (route)       {}", r.whole.line());
+        println!(
+            "  whole, best run of each prompt: median {:.2} us, worst prompt {:.2} us",
+            r.whole_best_per_prompt.p50_us, r.whole_best_per_prompt.max_us
+        );
+        println!(
+            "  decisions: {} remote, {} local; whole p99 {:.2} us vs target {TARGET_P99_US} us: {}",
+            r.whole_remote_decisions,
+            r.whole_local_decisions,
+            r.whole.p99_us,
+            if r.whole_p99_within_target {
+                "met"
+            } else {
+                "MISSED"
+            }
+        );
+        results.push(r);
+    }
+    let report = Report {
+        bench: "routing_decision",
+        loadavg_at_start: loadavg,
+        index_blocks: IndexSize {
+            prefill_distinct: mirror_prefill.index.distinct_blocks(),
+            decode_distinct: mirror_decode.index.distinct_blocks(),
+        },
+        workload: cfg,
+        iterations: args.iterations,
+        warmup: args.warmup,
+        results,
+    };
+    let path =
+        dolphin_bench::results::write_json("routing_decision", args.out.as_deref(), &report)?;
+    println!("wrote {}", path.display());
+    Ok(())
+}
+
+/// Before timing: the registry's decisions must see the same cached prefixes as the mirror.
+fn check_mirror(
+    d: &Dispatcher,
+    prompts: &[Vec<u32>],
+    decode: &MirrorPool,
+    prefill: &MirrorPool,
+    bs: u32,
+) -> anyhow::Result<()> {
+    let (mut hashes, mut counts) = (Vec::new(), Vec::new());
+    for p in prompts {
+        let route = d.route(p, MAX_TOKENS, None, None)?;
+        block_hashes_into(p, bs as usize, &mut hashes);
+        decode.index.lookup(&hashes, &mut counts);
+        ensure!(
+            counts[route.decode.worker.slot] == route.decode.cached_blocks,
+            "decode mirror differs"
+        );
+        let pf = route.prefill.context("no prefill worker routed")?;
+        prefill.index.lookup(&hashes, &mut counts);
+        ensure!(
+            counts[pf.worker.slot] == pf.cached_blocks,
+            "prefill mirror differs"
+        );
+    }
+    Ok(())
+}
+
+fn ns(d: Duration) -> u64 {
+    d.as_nanos() as u64
+}
+
+/// Times each stage separately on the mirror pools.
+fn breakdown(
+    args: &Args,
+    prompts: &[Vec<u32>],
+    decode: &MirrorPool,
+    prefill: &MirrorPool,
+    policy: Policy,
+    bs: u32,
+    r: &mut PolicyResult,
+) {
+    let n = args.iterations;
+    let (mut hash_ns, mut lookup_ns, mut select_ns, mut sum_ns) = (
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+    );
+    let (mut hashes, mut dcounts, mut pcounts) = (Vec::new(), Vec::new(), Vec::new());
+    for i in 0..args.warmup + n {
+        let tokens = &prompts[i % prompts.len()];
+        let t0 = Instant::now();
+        block_hashes_into(tokens, bs as usize, &mut hashes);
+        let t1 = Instant::now();
+        decode.index.lookup(&hashes, &mut dcounts);
+        prefill.index.lookup(&hashes, &mut pcounts);
+        let t2 = Instant::now();
+        let blocks = hashes.len() as u32;
+        let d = decode.select(&dcounts, blocks);
+        let p = prefill.select(&pcounts, blocks);
+        let isl = tokens.len() as u32;
+        let uncached = |c: &Choice| isl.saturating_sub(c.cached_blocks.saturating_mul(bs));
+        let features = Features {
+            isl,
+            eff_isl_prefill: p.as_ref().map_or(isl, uncached),
+            eff_isl_decode: d.as_ref().map_or(isl, uncached),
+            output_len_hint: MAX_TOKENS,
+        };
+        let state = PrefillState {
+            available: p.is_some(),
+            queue: p.map_or(0, |c| prefill.waiting[c.slot]),
+        };
+        let decision = policy.decide(&features, state);
+        let t3 = Instant::now();
+        std::hint::black_box((d, decision));
+        if i >= args.warmup {
+            hash_ns.push(ns(t1 - t0));
+            lookup_ns.push(ns(t2 - t1));
+            select_ns.push(ns(t3 - t2));
+            sum_ns.push(ns(t3 - t0));
+        }
+    }
+    r.hashing = Summary::from_nanos(&mut hash_ns);
+    r.lookup_both_pools = Summary::from_nanos(&mut lookup_ns);
+    r.selection_and_policy = Summary::from_nanos(&mut select_ns);
+    r.stages_sum = Summary::from_nanos(&mut sum_ns);
+}
+
+/// Times `Dispatcher::route`, the router's whole decision.
+fn whole(
+    args: &Args,
+    prompts: &[Vec<u32>],
+    d: &Dispatcher,
+    r: &mut PolicyResult,
+) -> anyhow::Result<()> {
+    let mut samples = Vec::with_capacity(args.iterations);
+    let mut best = vec![u64::MAX; prompts.len()];
+    for i in 0..args.warmup + args.iterations {
+        let tokens = &prompts[i % prompts.len()];
+        let t = Instant::now();
+        let route = d.route(tokens, MAX_TOKENS, None, None);
+        let elapsed = t.elapsed();
+        let route = route?;
+        if i >= args.warmup {
+            samples.push(ns(elapsed));
+            best[i % prompts.len()] = best[i % prompts.len()].min(ns(elapsed));
+            match route.decision {
+                Decision::Remote => r.whole_remote_decisions += 1,
+                Decision::Local => r.whole_local_decisions += 1,
+            }
+        }
+        // Dropped outside the timed span, like the request path which keeps it for the stream.
+        drop(route);
+    }
+    r.whole = Summary::from_nanos(&mut samples);
+    best.retain(|&b| b != u64::MAX);
+    r.whole_best_per_prompt = Summary::from_nanos(&mut best);
+    r.whole_p99_within_target = r.whole.p99_us <= TARGET_P99_US;
+    Ok(())
+}

@@ -1,0 +1,144 @@
+//! The processes of the router-overhead benchmark: one decode and one prefill worker on the
+//! zero-delay sim engine, and a router in front of them with static discovery and the
+//! always-local policy. Dropping the [`OverheadCluster`] kills all three.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use dolphin_proto::v1::{self, router_admin_client::RouterAdminClient};
+
+use crate::BenchError;
+use crate::process::{ChildProcess, sibling_binary, spawn_ready};
+
+/// How long a process may take to print its ready line.
+const READY_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How to start the router.
+#[derive(Clone, Debug, Default)]
+pub struct RouterLaunch {
+    /// Tokio worker threads (`TOKIO_WORKER_THREADS`); `None`: one per core.
+    pub worker_threads: Option<usize>,
+    /// A command (program and arguments) to run the router under, e.g. a profiler.
+    pub wrapper: Vec<String>,
+}
+
+/// The three running processes.
+#[derive(Debug)]
+pub struct OverheadCluster {
+    /// The router.
+    pub router: ChildProcess,
+    /// The decode worker.
+    pub decode: ChildProcess,
+    /// The prefill worker (idle under always-local; there so the router sees a full cluster).
+    pub prefill: ChildProcess,
+}
+
+fn strings(args: &[&str]) -> Vec<String> {
+    args.iter().map(|s| s.to_string()).collect()
+}
+
+/// Starts the workers, then the router pointed at them; logs go to `log_dir`. Call from the
+/// thread that lives longest (the main thread): the children's PDEATHSIG follows the thread
+/// that started them.
+pub fn start(
+    log_dir: &Path,
+    model: &str,
+    launch: &RouterLaunch,
+) -> Result<OverheadCluster, BenchError> {
+    let worker = |extra: &[&str]| {
+        let mut a = strings(&["--grpc-addr", "127.0.0.1:0", "--engine", "sim"]);
+        a.extend(strings(&["--sim-time-scale", "0", "--model", model]));
+        a.extend(strings(extra));
+        a
+    };
+    let decode_bin = sibling_binary("dolphin-decode-worker")?;
+    let decode_args = worker(&["--kv-addr", "127.0.0.1:0"]);
+    let decode = spawn_ready(
+        "decode",
+        &decode_bin,
+        &decode_args,
+        &[],
+        log_dir,
+        READY_TIMEOUT,
+    )?;
+    let prefill_bin = sibling_binary("dolphin-prefill-worker")?;
+    let prefill = spawn_ready(
+        "prefill",
+        &prefill_bin,
+        &worker(&[]),
+        &[],
+        log_dir,
+        READY_TIMEOUT,
+    )?;
+    let mut router_args = strings(&["--http-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0"]);
+    router_args.extend(strings(&["--decode", decode.ready_field("grpc_addr")?]));
+    router_args.extend(strings(&["--prefill", prefill.ready_field("grpc_addr")?]));
+    router_args.extend(strings(&["--policy", "always-local", "--model", model]));
+    let env: Vec<(String, String)> = launch
+        .worker_threads
+        .map(|n| ("TOKIO_WORKER_THREADS".to_string(), n.to_string()))
+        .into_iter()
+        .collect();
+    let router_bin = sibling_binary("dolphin-router")?;
+    let (program, router_args) = match launch.wrapper.split_first() {
+        Some((program, rest)) => {
+            let mut a = rest.to_vec();
+            a.push(router_bin.display().to_string());
+            a.extend(router_args);
+            (PathBuf::from(program), a)
+        }
+        None => (router_bin, router_args),
+    };
+    let router = spawn_ready(
+        "router",
+        &program,
+        &router_args,
+        &env,
+        log_dir,
+        READY_TIMEOUT,
+    )?;
+    Ok(OverheadCluster {
+        router,
+        decode,
+        prefill,
+    })
+}
+
+impl OverheadCluster {
+    /// Waits until the router lists both workers with their event streams up.
+    pub async fn wait_for_workers(&self) -> Result<(), BenchError> {
+        let addr = self.router.ready_field("grpc_addr")?;
+        let setup = |e: &dyn std::fmt::Display| BenchError::Setup(format!("router admin: {e}"));
+        let mut admin = RouterAdminClient::connect(format!("http://{addr}"))
+            .await
+            .map_err(|e| setup(&e))?;
+        for _ in 0..300 {
+            let workers = admin
+                .list_workers(v1::ListWorkersRequest {})
+                .await
+                .map_err(|e| setup(&e))?
+                .into_inner()
+                .workers;
+            if workers.len() == 2 && workers.iter().all(|w| w.events_live) {
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Err(BenchError::Setup(
+            "the router did not pick up both workers within 30 s".into(),
+        ))
+    }
+
+    /// Stops the router with SIGTERM (so a profiler wrapping it can write its output; SIGKILL
+    /// after `grace`), then kills the workers. Returns whether the router exited on its own.
+    pub fn stop(self, grace: Duration) -> bool {
+        let OverheadCluster {
+            router,
+            decode,
+            prefill,
+        } = self;
+        let clean = router.stop(grace);
+        drop((decode, prefill));
+        clean
+    }
+}

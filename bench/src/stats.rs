@@ -1,0 +1,88 @@
+//! Latency summaries: percentiles and mean of a set of samples, in microseconds.
+
+use serde::Serialize;
+
+/// Summary of latency samples, all in microseconds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct Summary {
+    /// Number of samples.
+    pub n: usize,
+    /// Arithmetic mean.
+    pub mean_us: f64,
+    /// Median (nearest rank).
+    pub p50_us: f64,
+    /// 90th percentile (nearest rank).
+    pub p90_us: f64,
+    /// 99th percentile (nearest rank).
+    pub p99_us: f64,
+    /// 99.9th percentile (nearest rank).
+    pub p999_us: f64,
+    /// Smallest sample.
+    pub min_us: f64,
+    /// Largest sample.
+    pub max_us: f64,
+}
+
+impl Summary {
+    /// Summarizes samples given in nanoseconds (sorts them in place). Empty input gives zeros.
+    pub fn from_nanos(samples: &mut [u64]) -> Summary {
+        if samples.is_empty() {
+            return Summary::default();
+        }
+        samples.sort_unstable();
+        let us = |ns: u64| ns as f64 / 1_000.0;
+        let sum: u128 = samples.iter().map(|&s| u128::from(s)).sum();
+        Summary {
+            n: samples.len(),
+            mean_us: sum as f64 / samples.len() as f64 / 1_000.0,
+            p50_us: us(percentile(samples, 50.0)),
+            p90_us: us(percentile(samples, 90.0)),
+            p99_us: us(percentile(samples, 99.0)),
+            p999_us: us(percentile(samples, 99.9)),
+            min_us: us(samples[0]),
+            max_us: us(samples[samples.len() - 1]),
+        }
+    }
+
+    /// One line for the console: `p50 .. p99 .. mean ..`.
+    pub fn line(&self) -> String {
+        format!(
+            "p50 {:>9.2} us  p99 {:>9.2} us  mean {:>9.2} us  (n={})",
+            self.p50_us, self.p99_us, self.mean_us, self.n
+        )
+    }
+}
+
+/// Nearest-rank percentile of sorted, non-empty `sorted`: the smallest sample with at least
+/// `pct` percent of the samples at or below it.
+pub fn percentile(sorted: &[u64], pct: f64) -> u64 {
+    let n = sorted.len();
+    let rank = ((pct / 100.0) * n as f64).ceil() as usize;
+    sorted[rank.clamp(1, n) - 1]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nearest_rank_percentiles() {
+        let v: Vec<u64> = (1..=100).collect();
+        assert_eq!(percentile(&v, 50.0), 50);
+        assert_eq!(percentile(&v, 99.0), 99);
+        assert_eq!(percentile(&v, 100.0), 100);
+        assert_eq!(percentile(&v, 0.0), 1);
+        assert_eq!(percentile(&[7], 99.9), 7);
+    }
+
+    #[test]
+    fn summary_in_microseconds() {
+        let mut v = vec![3_000, 1_000, 2_000];
+        let s = Summary::from_nanos(&mut v);
+        assert_eq!(s.n, 3);
+        assert_eq!(s.p50_us, 2.0);
+        assert_eq!(s.mean_us, 2.0);
+        assert_eq!((s.min_us, s.max_us), (1.0, 3.0));
+        assert_eq!(Summary::from_nanos(&mut []), Summary::default());
+    }
+}

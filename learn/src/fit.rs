@@ -1,0 +1,238 @@
+//! Fitting a routing table from the request log: standardizer, clustering model, initial bits.
+//!
+//! The bits of a new table are a starting point for learning by measurement (DESIGN.md section
+//! 1: per-cluster scans, then epsilon-greedy refinement): by default each cluster starts with
+//! the decision the Dynamo 1.6 rule takes for most of its requests, so a fresh table routes
+//! like the baseline until learning improves it.
+
+use dolphin_router::dolphin::assign::CompiledTable;
+use dolphin_router::dolphin::split::Split;
+use dolphin_router::dolphin::table::{
+    ClusterMethod, ClusterModel, Provenance, RoutingTable, TABLE_SCHEMA_VERSION, TableSlo,
+};
+use dolphin_router::policy::{Decision, Policy, PrefillState, ThresholdConfig};
+
+use crate::error::LearnError;
+use crate::kmeans::{self, KMeansConfig, Point};
+use crate::log::LogRecord;
+use crate::{gmm, stats};
+
+/// How a new table's bits are set.
+#[derive(Clone, Debug, PartialEq)]
+pub enum InitBits {
+    /// Each cluster takes the majority decision of the threshold rule over its requests.
+    Threshold(ThresholdConfig),
+    /// Every cluster local.
+    Local,
+    /// Every cluster remote.
+    Remote,
+    /// Given bits (K of them).
+    Explicit(Vec<u8>),
+}
+
+/// What to fit.
+#[derive(Clone, Debug)]
+pub struct FitConfig {
+    /// The split the table is for.
+    pub split: Split,
+    /// Clusters.
+    pub k: usize,
+    /// k-means or a Gaussian mixture.
+    pub method: ClusterMethod,
+    /// The SLOs the table is for.
+    pub slo: TableSlo,
+    /// Workload name for the provenance.
+    pub workload: String,
+    /// Initial bits.
+    pub bits: InitBits,
+    /// Random seed.
+    pub seed: u64,
+}
+
+/// A fitted table and how the requests fell into it.
+#[derive(Clone, Debug)]
+pub struct FitReport {
+    /// The table (validated).
+    pub table: RoutingTable,
+    /// Requests used.
+    pub samples: usize,
+    /// Requests per cluster (assigned with the router's own code).
+    pub cluster_sizes: Vec<usize>,
+    /// Remote share of the threshold rule per cluster.
+    pub threshold_remote_share: Vec<f64>,
+}
+
+/// Fits a table to the features of the logged requests.
+pub fn fit_table(records: &[LogRecord], cfg: &FitConfig) -> Result<FitReport, LearnError> {
+    let used: Vec<&LogRecord> = records.iter().filter(|r| r.features.isl > 0).collect();
+    if used.len() < cfg.k.max(2) * 5 {
+        return Err(LearnError::NotEnoughData(format!(
+            "{} requests for {} clusters (need at least 5 per cluster)",
+            used.len(),
+            cfg.k
+        )));
+    }
+    let raw: Vec<Point> = used
+        .iter()
+        .map(|r| CompiledTable::raw(&r.features))
+        .collect();
+    let standardizer = stats::fit_standardizer(&raw);
+    let z: Vec<Point> = raw
+        .iter()
+        .map(|x| stats::standardize(&standardizer, x))
+        .collect();
+    let model = match cfg.method {
+        ClusterMethod::Kmeans => {
+            let m = kmeans::fit(
+                &z,
+                KMeansConfig {
+                    seed: cfg.seed,
+                    ..KMeansConfig::new(cfg.k)
+                },
+            )?;
+            ClusterModel {
+                centroids: Some(m.centroids.iter().map(|c| c.to_vec()).collect()),
+                ..Default::default()
+            }
+        }
+        ClusterMethod::Gmm => {
+            let g = gmm::fit(&z, cfg.k, 300, cfg.seed)?;
+            ClusterModel {
+                weights: Some(g.weights),
+                means: Some(g.means.iter().map(|c| c.to_vec()).collect()),
+                variances: Some(g.variances.iter().map(|c| c.to_vec()).collect()),
+                ..Default::default()
+            }
+        }
+    };
+    let mut table = RoutingTable {
+        schema_version: TABLE_SCHEMA_VERSION,
+        split: cfg.split,
+        slo: cfg.slo,
+        k: cfg.k,
+        method: cfg.method,
+        standardizer,
+        model,
+        bits: vec![0; cfg.k],
+        provenance: Provenance {
+            workload: cfg.workload.clone(),
+            date: stats::now_rfc3339(),
+            rounds: 0,
+            rewards: Vec::new(),
+            notes: String::new(),
+        },
+    };
+    // Assign with the router's code, so sizes and bits match what serving will do.
+    let compiled = CompiledTable::compile(table.clone())?;
+    let k = cfg.k;
+    let (mut sizes, mut remote, mut met, mut judged) = (
+        vec![0usize; k],
+        vec![0usize; k],
+        vec![0usize; k],
+        vec![0usize; k],
+    );
+    let rule = match &cfg.bits {
+        InitBits::Threshold(t) => Policy::Threshold(*t),
+        _ => Policy::Threshold(ThresholdConfig::default()),
+    };
+    let idle = PrefillState {
+        available: true,
+        queue: 0,
+    };
+    for r in &used {
+        let (c, _) = compiled.lookup(&r.features);
+        sizes[c] += 1;
+        remote[c] += usize::from(rule.decide(&r.features, idle) == Decision::Remote);
+        if let Some(ok) = r.slo_met {
+            judged[c] += 1;
+            met[c] += usize::from(ok);
+        }
+    }
+    let share: Vec<f64> = (0..k)
+        .map(|c| {
+            if sizes[c] == 0 {
+                0.0
+            } else {
+                remote[c] as f64 / sizes[c] as f64
+            }
+        })
+        .collect();
+    table.bits = match &cfg.bits {
+        InitBits::Threshold(_) => share.iter().map(|s| u8::from(*s > 0.5)).collect(),
+        InitBits::Local => vec![0; k],
+        InitBits::Remote => vec![1; k],
+        InitBits::Explicit(b) => b.clone(),
+    };
+    table.provenance.notes = match &cfg.bits {
+        InitBits::Threshold(_) => {
+            "initial bits: majority decision of the threshold rule per cluster".into()
+        }
+        InitBits::Local => "initial bits: all local".into(),
+        InitBits::Remote => "initial bits: all remote".into(),
+        InitBits::Explicit(_) => "bits given by the operator".into(),
+    };
+    if judged.iter().all(|j| *j > 0) {
+        table.provenance.rewards = (0..k).map(|c| met[c] as f64 / judged[c] as f64).collect();
+        table.provenance.notes.push_str(
+            "; rewards: SLO attainment of the logged requests (under the logging policy)",
+        );
+    }
+    table.validate()?;
+    Ok(FitReport {
+        table,
+        samples: used.len(),
+        cluster_sizes: sizes,
+        threshold_remote_share: share,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::synthetic;
+
+    fn cfg(method: ClusterMethod, bits: InitBits) -> FitConfig {
+        FitConfig {
+            split: Split::new(3, 1),
+            k: 4,
+            method,
+            slo: TableSlo {
+                ttft_ms: 5000.0,
+                tpot_ms: 250.0,
+            },
+            workload: "synthetic".into(),
+            bits,
+            seed: 1,
+        }
+    }
+
+    #[test]
+    fn fits_valid_tables_the_router_loads() {
+        let log = synthetic::log(600, 5);
+        for method in [ClusterMethod::Kmeans, ClusterMethod::Gmm] {
+            let r = fit_table(
+                &log,
+                &cfg(method, InitBits::Threshold(ThresholdConfig::default())),
+            )
+            .expect("fit");
+            assert_eq!(r.samples, 600);
+            assert_eq!(r.cluster_sizes.iter().sum::<usize>(), 600);
+            let json = r.table.to_json_pretty();
+            let c = CompiledTable::from_json(&json).expect("router accepts it");
+            assert_eq!(c.k(), 4);
+            assert_eq!(r.table.provenance.rewards.len(), 4);
+            // Threshold-initialized bits follow the rule's majority.
+            for (bit, share) in r.table.bits.iter().zip(&r.threshold_remote_share) {
+                assert_eq!(*bit == 1, *share > 0.5);
+            }
+        }
+        let r = fit_table(&log, &cfg(ClusterMethod::Kmeans, InitBits::Remote)).expect("fit");
+        assert_eq!(r.table.bits, vec![1; 4]);
+        let bad = fit_table(
+            &log,
+            &cfg(ClusterMethod::Kmeans, InitBits::Explicit(vec![1])),
+        );
+        assert!(matches!(bad, Err(LearnError::Table(_))));
+        assert!(fit_table(&log[..10], &cfg(ClusterMethod::Kmeans, InitBits::Local)).is_err());
+    }
+}

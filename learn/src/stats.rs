@@ -1,0 +1,112 @@
+//! Small statistics helpers: means, quantiles, the feature standardizer, dates.
+
+use dolphin_router::dolphin::table::{N_FEATURES, Standardizer, Transform};
+
+/// Mean and standard deviation (population); a zero deviation is reported as 1 so that
+/// standardizing a constant feature gives 0 instead of dividing by zero.
+pub fn mean_std(values: impl Iterator<Item = f64> + Clone) -> (f64, f64) {
+    let (mut n, mut sum) = (0usize, 0.0);
+    for v in values.clone() {
+        n += 1;
+        sum += v;
+    }
+    if n == 0 {
+        return (0.0, 1.0);
+    }
+    let mean = sum / n as f64;
+    let var = values.map(|v| (v - mean).powi(2)).sum::<f64>() / n as f64;
+    let std = var.sqrt();
+    (mean, if std > 1e-9 { std } else { 1.0 })
+}
+
+/// Nearest-rank quantile of sorted, non-empty values (`q` in [0, 1]).
+pub fn quantile(sorted: &[u32], q: f64) -> u32 {
+    let n = sorted.len();
+    let rank = ((q * n as f64).ceil() as usize).clamp(1, n);
+    sorted[rank - 1]
+}
+
+/// Median of unsorted values (`None` when empty).
+pub fn median(values: &mut [u32]) -> Option<u32> {
+    if values.is_empty() {
+        return None;
+    }
+    values.sort_unstable();
+    Some(quantile(values, 0.5))
+}
+
+/// Fits the `ln(1 + x)` standardizer of raw feature vectors.
+pub fn fit_standardizer(raw: &[[f64; N_FEATURES]]) -> Standardizer {
+    let (mut mean, mut std) = (Vec::new(), Vec::new());
+    for d in 0..N_FEATURES {
+        let (m, s) = mean_std(raw.iter().map(move |x| x[d].ln_1p()));
+        mean.push(m);
+        std.push(s);
+    }
+    Standardizer {
+        transform: Transform::Log1p,
+        mean,
+        std,
+    }
+}
+
+/// Applies a standardizer (the router's formula).
+pub fn standardize(s: &Standardizer, raw: &[f64; N_FEATURES]) -> [f64; N_FEATURES] {
+    let mut z = [0.0; N_FEATURES];
+    for d in 0..N_FEATURES {
+        z[d] = (raw[d].ln_1p() - s.mean[d]) / s.std[d];
+    }
+    z
+}
+
+/// The current time as RFC 3339 (UTC, seconds).
+pub fn now_rfc3339() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    rfc3339(secs)
+}
+
+/// Unix seconds as RFC 3339 (UTC), by the days-to-civil algorithm (no date crate needed).
+pub fn rfc3339(unix_secs: u64) -> String {
+    let days = (unix_secs / 86_400) as i64;
+    let rem = unix_secs % 86_400;
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn basics() {
+        let (m, s) = mean_std([1.0, 3.0].into_iter());
+        assert_eq!((m, s), (2.0, 1.0));
+        assert_eq!(mean_std([5.0, 5.0].into_iter()), (5.0, 1.0));
+        let v: Vec<u32> = (1..=9).collect();
+        assert_eq!(quantile(&v, 1.0 / 3.0), 3);
+        assert_eq!(median(&mut [5, 1, 3]), Some(3));
+        assert_eq!(median(&mut []), None);
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339(1_764_417_600), "2025-11-29T12:00:00Z");
+        assert_eq!(rfc3339(951_782_400), "2000-02-29T00:00:00Z");
+        let s = fit_standardizer(&[[0.0, 1.0, 2.0, 3.0], [0.0, 3.0, 4.0, 5.0]]);
+        assert_eq!(s.std[0], 1.0, "constant feature");
+        let z = standardize(&s, &[0.0, 1.0, 2.0, 3.0]);
+        assert!((z[1] + 1.0).abs() < 1e-12);
+    }
+}
