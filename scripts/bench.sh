@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the release binaries, then runs the benchmarks in bench/ (routing_decision,
-# router_overhead, and kv_transfer when present). Each prints its numbers and writes
+# dolphin_decision, router_overhead, kv_transfer). Each prints its numbers and writes
 # bench/results/<name>.json. Arguments pick benchmarks by name (any binary in bench/src/bin);
 # after `--`, the rest goes to each benchmark run (so name one), e.g.
 #   scripts/bench.sh                         # all of them
@@ -17,10 +17,7 @@ while [ $# -gt 0 ]; do
     esac
 done
 if [ ${#benches[@]} -eq 0 ]; then
-    benches=(routing_decision router_overhead)
-    if [ -f bench/src/bin/kv_transfer.rs ]; then
-        benches+=(kv_transfer)
-    fi
+    benches=(routing_decision dolphin_decision router_overhead kv_transfer)
 fi
 
 # Only the binaries needed: router_overhead starts the router and the workers from
