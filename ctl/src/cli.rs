@@ -50,6 +50,9 @@ pub enum Policy {
 pub enum Engine {
     /// The simulated engine (timing profile, deterministic tokens).
     Sim,
+    /// A real GGUF model on candle (SmolLM2 by default; `--model-path` for another); the
+    /// router then tokenizes with the model's own tokenizer.
+    Candle,
 }
 
 /// `dolphinctl up`.
@@ -92,6 +95,19 @@ pub struct UpArgs {
     /// Model name served (default: the workers' and router's).
     #[arg(long)]
     pub model: Option<String>,
+    /// Candle: the GGUF model file (default: SmolLM2 where `scripts/fetch-model.sh` puts it).
+    #[arg(long, env = "DOLPHIN_MODEL_PATH")]
+    pub model_path: Option<PathBuf>,
+    /// Candle: weight format of every worker (q8_0, keep, q4k, f32). Default: the workers'.
+    #[arg(long)]
+    pub weights: Option<String>,
+    /// Candle: compute threads per worker. Default: the workers' (`DOLPHIN_THREADS`, else one
+    /// per physical core).
+    #[arg(long)]
+    pub threads: Option<u32>,
+    /// Candle: KV memory per worker (e.g. 256MiB). Default: the workers'.
+    #[arg(long)]
+    pub kv_bytes: Option<String>,
     /// Directory holding dolphin-router and the workers (default: beside dolphinctl).
     #[arg(long)]
     pub bin_dir: Option<PathBuf>,

@@ -19,6 +19,15 @@ pub enum CtlError {
         /// Where it was looked for.
         path: PathBuf,
     },
+    /// `--engine candle`: the model file is not there.
+    #[error(
+        "model file {} not found; fetch SmolLM2 with scripts/fetch-model.sh or pass --model-path",
+        path.display()
+    )]
+    ModelMissing {
+        /// Where it was looked for.
+        path: PathBuf,
+    },
     /// The log directory or a log file could not be created.
     #[error("cannot write logs under {}", path.display())]
     Log {

@@ -53,6 +53,21 @@ pub fn worker_args(args: &UpArgs, kind: WorkerKind) -> Vec<String> {
                 a.extend(["--sim-time-scale".to_owned(), scale.to_string()]);
             }
         }
+        Engine::Candle => {
+            a.extend(["--engine".to_owned(), "candle".to_owned()]);
+            if let Some(path) = &args.model_path {
+                a.extend(["--model-path".to_owned(), path.display().to_string()]);
+            }
+            if let Some(weights) = &args.weights {
+                a.extend(["--weights".to_owned(), weights.clone()]);
+            }
+            if let Some(threads) = args.threads {
+                a.extend(["--threads".to_owned(), threads.to_string()]);
+            }
+            if let Some(kv) = &args.kv_bytes {
+                a.extend(["--kv-bytes".to_owned(), kv.clone()]);
+            }
+        }
     }
     if let Some(model) = &args.model {
         a.extend(["--model".to_owned(), model.clone()]);
@@ -86,6 +101,13 @@ pub fn router_args(args: &UpArgs, prefill: &[String], decode: &[String]) -> Vec<
             Policy::Dolphin => "dolphin",
         };
         a.extend(["--policy".to_owned(), name.to_owned()]);
+    }
+    if args.engine == Engine::Candle {
+        // The workers' model file gives the router its tokenizer (and the served name).
+        a.extend(["--tokenizer".to_owned(), "gguf".to_owned()]);
+        if let Some(path) = &args.model_path {
+            a.extend(["--model-path".to_owned(), path.display().to_string()]);
+        }
     }
     if let Some(model) = &args.model {
         a.extend(["--model".to_owned(), model.clone()]);
@@ -164,5 +186,34 @@ mod tests {
         assert!(decode.ends_with("--total-blocks=64"));
         let prefill = worker_args(&args, WorkerKind::Prefill).join(" ");
         assert!(!prefill.contains("--kv-addr"));
+    }
+
+    #[test]
+    fn candle_workers_and_router_share_the_model_file() {
+        let args = up_args(&[
+            "--engine",
+            "candle",
+            "--model-path",
+            "/m/x.gguf",
+            "--threads",
+            "1",
+            "--weights",
+            "keep",
+            "--kv-bytes",
+            "64MiB",
+        ]);
+        let worker = worker_args(&args, WorkerKind::Decode).join(" ");
+        assert!(
+            worker.contains(
+                "--engine candle --model-path /m/x.gguf --weights keep --threads 1 --kv-bytes 64MiB"
+            ),
+            "{worker}"
+        );
+        assert!(!worker.contains("--sim-profile"));
+        let router = router_args(&args, &[], &["d:1".into()]).join(" ");
+        assert!(
+            router.contains("--tokenizer gguf --model-path /m/x.gguf"),
+            "{router}"
+        );
     }
 }

@@ -36,7 +36,9 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
             let code = match err {
-                CtlError::BinaryMissing { .. } | CtlError::InvalidUrl { .. } => 64,
+                CtlError::BinaryMissing { .. }
+                | CtlError::ModelMissing { .. }
+                | CtlError::InvalidUrl { .. } => 64,
                 _ => 1,
             };
             eprintln!("dolphinctl: error: {:#}", anyhow::Error::from(err));

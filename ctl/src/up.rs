@@ -15,7 +15,7 @@ use dolphin_proto::v1::ListModelsRequest;
 use dolphin_proto::v1::inference_client::InferenceClient;
 use tokio::task::JoinSet;
 
-use crate::cli::UpArgs;
+use crate::cli::{Engine, UpArgs};
 use crate::client;
 use crate::error::CtlError;
 use crate::launch::{
@@ -47,8 +47,27 @@ pub fn default_bin_dir() -> Result<PathBuf, CtlError> {
         .map_or_else(|| PathBuf::from("."), Path::to_path_buf))
 }
 
+/// Where the workers look for their model without `--model-path`: SmolLM2 in the model
+/// directory (`$DOLPHIN_MODEL_DIR`, else `~/.cache/dolphin/models`).
+pub fn default_model_path() -> PathBuf {
+    use dolphin_tokenizer::{SMOLLM2_FILE, find_model, model_dir};
+    find_model(SMOLLM2_FILE).unwrap_or_else(|| {
+        model_dir()
+            .unwrap_or_else(|| PathBuf::from("."))
+            .join(SMOLLM2_FILE)
+    })
+}
+
 /// Runs `dolphinctl up` until a stop signal (`Ok`) or an unexpected child exit (`Err`).
-pub async fn up(args: UpArgs) -> Result<(), CtlError> {
+pub async fn up(mut args: UpArgs) -> Result<(), CtlError> {
+    if args.engine == Engine::Candle {
+        // Resolved once here so the router and every worker load the same file.
+        let path = args.model_path.clone().unwrap_or_else(default_model_path);
+        if !path.is_file() {
+            return Err(CtlError::ModelMissing { path });
+        }
+        args.model_path = Some(path);
+    }
     let bin_dir = match &args.bin_dir {
         Some(dir) => dir.clone(),
         None => default_bin_dir()?,
@@ -333,5 +352,20 @@ mod tests {
         let err = up(args).await.unwrap_err();
         assert!(matches!(err, CtlError::BinaryMissing { .. }), "{err}");
         assert!(err.to_string().contains("dolphin-router"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn a_missing_model_file_is_reported_before_anything_starts() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("none.gguf");
+        let mut args = up_args(&["--engine", "candle"]);
+        args.model_path = Some(missing.clone());
+        args.bin_dir = Some(dir.path().to_path_buf());
+        let err = up(args).await.unwrap_err();
+        assert!(
+            matches!(&err, CtlError::ModelMissing { path } if *path == missing),
+            "{err}"
+        );
+        assert!(err.to_string().contains("fetch-model.sh"), "{err}");
     }
 }

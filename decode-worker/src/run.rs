@@ -24,11 +24,13 @@ pub async fn run(cfg: DecodeConfig) -> Result<(), DecodeError> {
         telemetry::start_metrics(addr, metrics_stop).await?;
     }
     let engine = build_engine(&cfg.common.engine)?;
+    // The engine names the model (candle: the file's name unless --model says otherwise).
+    let model = engine.info().model.clone();
     let worker = start(
         engine,
         DecodeOptions {
             worker_id: cfg.common.worker_id(Role::Decode),
-            model: cfg.common.engine.model.clone(),
+            model,
             grpc_addr: cfg.common.grpc_addr,
             kv_addr: cfg.kv_addr,
             prefill_timeout: cfg.prefill_timeout(),

@@ -3,9 +3,12 @@
 //! pool with prefix cache, simulated and real backends.
 //!
 //! Workers hold an `Arc<dyn Engine>`. [`Scheduler`] implements it over any [`Backend`] (the
-//! model-specific compute); [`sim::sim_engine`] builds one over the simulated backend.
+//! model-specific compute); [`sim::sim_engine`] builds one over the simulated backend, and
+//! `candle::candle_engine` (cargo feature `candle`) one over a real llama model.
 
 mod backend;
+#[cfg(feature = "candle")]
+pub mod candle;
 mod engine;
 mod error;
 pub mod kv_pool;
@@ -14,6 +17,8 @@ pub mod sim;
 mod types;
 
 pub use backend::{Backend, BackendInfo, Batch, BatchEntry, ImportBlock, SeqStart};
+#[cfg(feature = "candle")]
+pub use candle::{CandleConfig, candle_engine};
 pub use engine::Engine;
 pub use error::{BackendError, BoxError, EngineError};
 pub use kv_pool::KvPool;

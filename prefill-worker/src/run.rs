@@ -23,11 +23,13 @@ pub async fn run(cfg: PrefillConfig) -> Result<(), WorkerError> {
         telemetry::start_metrics(addr, metrics_stop).await?;
     }
     let engine = build_engine(&cfg.common.engine)?;
+    // The engine names the model (candle: the file's name unless --model says otherwise).
+    let model = engine.info().model.clone();
     let worker = start(
         engine,
         PrefillOptions {
             worker_id: cfg.common.worker_id(Role::Prefill),
-            model: cfg.common.engine.model.clone(),
+            model,
             grpc_addr: cfg.common.grpc_addr,
             transfer: TransferConfig::default(),
         },

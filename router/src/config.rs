@@ -75,9 +75,13 @@ pub struct RouterConfig {
     /// Tokenizer (must match the workers').
     #[arg(long, env = "DOLPHIN_TOKENIZER", value_enum, default_value = "sim")]
     pub tokenizer: TokenizerKind,
-    /// Served model name; requests naming another get 404 / NOT_FOUND.
-    #[arg(long, env = "DOLPHIN_MODEL", default_value = "sim-model")]
-    pub model: String,
+    /// The GGUF model file the workers serve (`--tokenizer gguf` reads its tokenizer).
+    #[arg(long, env = "DOLPHIN_MODEL_PATH")]
+    pub model_path: Option<PathBuf>,
+    /// Served model name; requests naming another get 404 / NOT_FOUND. Default: the model
+    /// file's name without extension with `--tokenizer gguf`, else `sim-model`.
+    #[arg(long, env = "DOLPHIN_MODEL")]
+    pub model: Option<String>,
     /// Longest prompt accepted, in tokens.
     #[arg(long, env = "DOLPHIN_MAX_PROMPT_TOKENS", default_value_t = 131_072)]
     pub max_prompt_tokens: u32,
@@ -108,6 +112,10 @@ pub struct RouterConfig {
     /// Log as JSON lines.
     #[arg(long, env = "DOLPHIN_LOG_JSON")]
     pub log_json: bool,
+    /// Tokio worker threads (0: `TOKIO_WORKER_THREADS`, else one per core). One thread cuts
+    /// the CPU per request at low load (fewer cross-thread wake-ups) but caps throughput.
+    #[arg(long, env = "DOLPHIN_WORKER_THREADS", default_value_t = 0)]
+    pub worker_threads: usize,
 }
 
 /// A configuration that cannot work.
@@ -135,8 +143,11 @@ impl RouterConfig {
         {
             return bad("--etcd excludes --static-workers, --prefill and --decode".into());
         }
-        if self.model.trim().is_empty() {
+        if self.served_model().trim().is_empty() {
             return bad("--model must not be empty".into());
+        }
+        if self.tokenizer == TokenizerKind::Gguf && self.model_path.is_none() {
+            return bad("--tokenizer gguf needs --model-path".into());
         }
         if self.block_size == 0 {
             return bad("--block-size must be at least 1".into());
@@ -160,6 +171,16 @@ impl RouterConfig {
             .validate()
             .map_err(|e| ConfigError(e.to_string()))?;
         Ok(())
+    }
+
+    /// The model name served: `--model`, else derived from `--model-path` for a GGUF
+    /// tokenizer (as the workers derive it), else `sim-model`.
+    pub fn served_model(&self) -> String {
+        match (&self.model, self.tokenizer, &self.model_path) {
+            (Some(m), _, _) => m.clone(),
+            (None, TokenizerKind::Gguf, Some(path)) => crate::tokenizer::model_name_for_path(path),
+            _ => "sim-model".into(),
+        }
     }
 
     /// The threshold parameters from the flags.
@@ -269,5 +290,35 @@ mod tests {
         assert!(invalid(&["--etcd", "http://a:1", "--decode", "a:1"]));
         assert!(invalid(&["--decode", "a:1", "--model", " "]));
         assert!(!invalid(&["--static-workers", "/tmp/w.json"]));
+        assert!(invalid(&["--decode", "a:1", "--tokenizer", "gguf"]));
+    }
+
+    #[test]
+    fn served_model_follows_the_model_file() {
+        let c = parse(&["--decode", "a:1"]).expect("parse");
+        assert_eq!(c.served_model(), "sim-model");
+        let c = parse(&[
+            "--decode",
+            "a:1",
+            "--tokenizer",
+            "gguf",
+            "--model-path",
+            "/m/Small.Q8_0.gguf",
+        ])
+        .expect("parse");
+        c.validate().expect("valid");
+        assert_eq!(c.served_model(), "Small.Q8_0");
+        let c = parse(&[
+            "--decode",
+            "a:1",
+            "--tokenizer",
+            "gguf",
+            "--model-path",
+            "/m/x.gguf",
+            "--model",
+            "m",
+        ])
+        .expect("parse");
+        assert_eq!(c.served_model(), "m");
     }
 }

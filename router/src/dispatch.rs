@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Instant;
 
 use dolphin_cluster::{Role, WorkerId};
-use dolphin_proto::v1::{self, decode_worker_client::DecodeWorkerClient};
+use dolphin_proto::v1;
 use parking_lot::RwLock;
 
 use crate::dolphin::{Admission, DolphinRouting, MemoryStore, TableStore};
@@ -232,7 +232,11 @@ impl Dispatcher {
                         "messages must not be empty".into(),
                     ));
                 }
-                self.tokenizer.encode(&self.tokenizer.render_chat(msgs))
+                let text = self
+                    .tokenizer
+                    .render_chat(msgs)
+                    .map_err(|e| DispatchError::InvalidRequest(e.to_string()))?;
+                self.tokenizer.encode(&text)
             }
             Prompt::Tokens(ids) => {
                 let vocab = self.tokenizer.vocab_size();
@@ -436,7 +440,9 @@ impl Dispatcher {
             worker: worker.id.0.clone(),
             status,
         };
-        let mut stream = DecodeWorkerClient::new(worker.channel())
+        let mut stream = worker
+            .channel()
+            .decode()
             .decode(req)
             .await
             .map_err(fail)?

@@ -66,7 +66,15 @@ async fn generate_streams_with_routing_on_first_and_last() {
         ),
         ("d1", "always-local", -1)
     );
-    assert!(msgs[1..msgs.len() - 1].iter().all(|m| m.routing.is_none()));
+    // Tokens already received are merged into one message, so there may be a single one (both
+    // first and last); any in between carry no routing.
+    let middle = msgs.len().saturating_sub(1);
+    assert!(
+        msgs.iter()
+            .take(middle)
+            .skip(1)
+            .all(|m| m.routing.is_none())
+    );
     let last = msgs.last().expect("last");
     assert_eq!(last.finish_reason, v1::FinishReason::Length as i32);
     assert!(last.routing.is_some());

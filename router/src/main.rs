@@ -8,6 +8,12 @@ use clap::Parser;
 use dolphin_router::RouterConfig;
 use tokio_util::sync::CancellationToken;
 
+/// mimalloc instead of glibc malloc: the request path allocates many small, short-lived
+/// buffers (h2 frames, protobuf messages, boxed futures). Under callgrind (`router_overhead`,
+/// gRPC, 1 connection) it cut the router's instructions per request by about 11% (201k -> 178k).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Exit status for a bad configuration (EX_USAGE).
 const EXIT_CONFIG: u8 = 64;
 
@@ -28,10 +34,12 @@ fn main() -> ExitCode {
         eprintln!("dolphin-router: {e}");
         return ExitCode::from(EXIT_CONFIG);
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    builder.enable_all();
+    if cfg.worker_threads > 0 {
+        builder.worker_threads(cfg.worker_threads);
+    }
+    let runtime = match builder.build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("dolphin-router: cannot start the runtime: {e}");

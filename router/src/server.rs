@@ -32,6 +32,9 @@ pub enum ServerError {
     /// The routing-table store could not be reached.
     #[error("routing-table store failed")]
     TableStore(#[from] crate::dolphin::StoreError),
+    /// The tokenizer could not be built (`--tokenizer gguf`: the model file).
+    #[error(transparent)]
+    Tokenizer(#[from] crate::tokenizer::BuildTokenizerError),
     /// The request log could not be opened.
     #[error(transparent)]
     RequestLog(#[from] RequestLogError),
@@ -71,8 +74,10 @@ pub async fn start(
     metrics: Option<PrometheusHandle>,
     shutdown: CancellationToken,
 ) -> Result<RunningRouter, ServerError> {
+    let model = cfg.served_model();
+    let tokenizer = cfg.tokenizer.build(cfg.model_path.as_deref())?;
     let registry = WorkerRegistry::new(RegistryConfig {
-        model: cfg.model.clone(),
+        model: model.clone(),
         block_size: cfg.block_size,
         load_interval_ms: cfg.load_interval_ms,
         connect_timeout: cfg.connect_timeout(),
@@ -83,10 +88,10 @@ pub async fn start(
     };
     let dispatcher = Arc::new(Dispatcher::new(
         registry.clone(),
-        cfg.tokenizer.build(),
+        tokenizer,
         cfg.initial_policy(),
         DispatchConfig {
-            model: cfg.model.clone(),
+            model,
             max_prompt_tokens: cfg.max_prompt_tokens,
             max_output_tokens: cfg.max_output_tokens,
             overlap_weight: cfg.overlap_weight,

@@ -8,7 +8,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use dolphin_proto::v1::{self, worker_client::WorkerClient, worker_event::Event};
+use dolphin_proto::v1::{self, worker_event::Event};
 
 use crate::metrics as m;
 use crate::workers::{SharedPool, WorkerHandle};
@@ -52,7 +52,7 @@ async fn follow_once(
     load_interval_ms: u32,
     delay: &mut Duration,
 ) -> String {
-    let mut client = WorkerClient::new(worker.channel());
+    let mut client = worker.channel().worker();
     let mut stream = match client
         .subscribe(v1::SubscribeRequest { load_interval_ms })
         .await

@@ -2,10 +2,16 @@
 //!
 //! The router tokenizes prompts with the same tokenizer as the workers (prefix-cache hashes are
 //! computed over token ids, so both sides must agree). [`SimTokenizer`] is the deterministic
-//! byte-level tokenizer the simulated engine speaks; a real model tokenizer comes later behind the
-//! same [`Tokenizer`] trait.
+//! byte-level tokenizer the simulated engine speaks; [`GgufModelTokenizer`] is a real model's,
+//! read from its GGUF file, behind the same [`Tokenizer`] trait.
+
+mod gguf;
 
 use std::fmt::Debug;
+use std::path::Path;
+use std::sync::Arc;
+
+pub use gguf::{GgufModelTokenizer, TokenizerLoadError};
 
 /// One chat message to render into a prompt.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -22,13 +28,20 @@ pub trait Tokenizer: Send + Sync + Debug {
     fn encode(&self, text: &str) -> Vec<u32>;
     /// Text of `ids`; special tokens are skipped, ids the vocabulary lacks give U+FFFD.
     fn decode(&self, ids: &[u32]) -> String;
-    /// The prompt text for a conversation, ending where the assistant's answer begins.
-    fn render_chat(&self, messages: &[ChatMessage]) -> String;
+    /// The prompt text for a conversation, ending where the assistant's answer begins. A
+    /// model's template may refuse a conversation (e.g. roles out of order): the request is
+    /// then invalid (HTTP 400 / INVALID_ARGUMENT).
+    fn render_chat(&self, messages: &[ChatMessage]) -> Result<String, ChatTemplateError>;
     /// Number of token ids (valid ids are `0..vocab_size`).
     fn vocab_size(&self) -> u32;
     /// End-of-sequence token id, if the model has one.
     fn eos(&self) -> Option<u32>;
 }
+
+/// The chat template could not render a conversation; the message says why.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("chat template: {0}")]
+pub struct ChatTemplateError(pub String);
 
 /// Deterministic byte-level tokenizer of the simulated engine.
 ///
@@ -97,7 +110,7 @@ impl Tokenizer for SimTokenizer {
         }
     }
 
-    fn render_chat(&self, messages: &[ChatMessage]) -> String {
+    fn render_chat(&self, messages: &[ChatMessage]) -> Result<String, ChatTemplateError> {
         // ChatML, as SmolLM2 uses it: the sim model has no template of its own, and sharing the
         // real model's shape keeps prompt lengths (and so cache behaviour) realistic.
         let mut out = String::new();
@@ -109,7 +122,7 @@ impl Tokenizer for SimTokenizer {
             out.push_str("<|im_end|>\n");
         }
         out.push_str("<|im_start|>assistant\n");
-        out
+        Ok(out)
     }
 
     fn vocab_size(&self) -> u32 {
@@ -183,15 +196,44 @@ impl IncrementalDetokenizer {
 pub enum TokenizerKind {
     /// [`SimTokenizer`], for the simulated engine.
     Sim,
+    /// [`GgufModelTokenizer`]: the tokenizer and chat template of the GGUF model file the
+    /// workers serve (`--model-path`).
+    Gguf,
+}
+
+/// A tokenizer that cannot be built from the configuration.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildTokenizerError {
+    /// `gguf` needs the model file.
+    #[error("--tokenizer gguf needs --model-path")]
+    MissingModelPath,
+    /// The model file's tokenizer could not be read.
+    #[error(transparent)]
+    Load(#[from] TokenizerLoadError),
 }
 
 impl TokenizerKind {
-    /// Builds the tokenizer.
-    pub fn build(self) -> std::sync::Arc<dyn Tokenizer> {
+    /// Builds the tokenizer; `gguf` reads it from `model_path` (the file's header only).
+    pub fn build(
+        self,
+        model_path: Option<&Path>,
+    ) -> Result<Arc<dyn Tokenizer>, BuildTokenizerError> {
         match self {
-            TokenizerKind::Sim => std::sync::Arc::new(SimTokenizer),
+            TokenizerKind::Sim => Ok(Arc::new(SimTokenizer)),
+            TokenizerKind::Gguf => {
+                let path = model_path.ok_or(BuildTokenizerError::MissingModelPath)?;
+                Ok(Arc::new(GgufModelTokenizer::from_file(path)?))
+            }
         }
     }
+}
+
+/// The model name served for a GGUF file when `--model` is not given: the file name without
+/// its extension (workers and router derive it alike, so they agree without configuration).
+pub fn model_name_for_path(path: &Path) -> String {
+    path.file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "model".into())
 }
 
 #[cfg(test)]
@@ -236,7 +278,7 @@ mod tests {
             content: "hi".into(),
         }];
         assert_eq!(
-            t.render_chat(&msgs),
+            t.render_chat(&msgs).expect("renders"),
             "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
         );
     }
@@ -260,6 +302,19 @@ mod tests {
         let mut d = IncrementalDetokenizer::new();
         assert_eq!(d.push(&t, &ids[..1]), "");
         assert_eq!(d.flush(&t), "\u{FFFD}");
+    }
+
+    #[test]
+    fn gguf_needs_a_model_path_and_names_follow_the_file() {
+        assert!(matches!(
+            TokenizerKind::Gguf.build(None),
+            Err(BuildTokenizerError::MissingModelPath)
+        ));
+        assert!(TokenizerKind::Sim.build(None).is_ok());
+        assert_eq!(
+            model_name_for_path(Path::new("/m/SmolLM2-135M-Instruct.Q4_1.gguf")),
+            "SmolLM2-135M-Instruct.Q4_1"
+        );
     }
 
     proptest! {

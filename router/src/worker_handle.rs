@@ -7,10 +7,10 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use dolphin_cluster::{Role, WorkerId, WorkerRecord};
 use dolphin_proto::v1;
 use tokio_util::sync::CancellationToken;
-use tonic::transport::Channel;
 
 use crate::metrics as m;
 use crate::selection;
+use crate::worker_channel::WorkerChannel;
 
 /// Load figures of one worker, from its latest load report.
 #[derive(Debug, Default)]
@@ -37,7 +37,7 @@ pub struct WorkerHandle {
     /// Slot in its pool's prefix index.
     pub slot: usize,
     block_size: u32,
-    channel: Channel,
+    channel: WorkerChannel,
     load: Load,
     events_live: AtomicBool,
     /// Requests this router has in flight on the worker, and their prompt tokens: a load signal
@@ -49,9 +49,9 @@ pub struct WorkerHandle {
 }
 
 impl WorkerHandle {
-    /// A clone of the worker's channel (cheap; connects on first use, reconnects as needed).
-    pub fn channel(&self) -> Channel {
-        self.channel.clone()
+    /// The worker's channel (connects on first use, reconnects as needed).
+    pub fn channel(&self) -> &WorkerChannel {
+        &self.channel
     }
 
     /// Load term of the selection cost, in block units: tokens held (the larger of the worker's
@@ -144,7 +144,7 @@ impl Drop for InflightGuard {
 
 impl WorkerHandle {
     /// A handle for `rec` in pool slot `slot`, with its event stream not yet connected.
-    pub(crate) fn new(rec: &WorkerRecord, slot: usize, channel: Channel) -> Self {
+    pub(crate) fn new(rec: &WorkerRecord, slot: usize, channel: WorkerChannel) -> Self {
         let handle = WorkerHandle {
             id: rec.id.clone(),
             role: rec.role,

@@ -15,13 +15,13 @@ use dolphin_proto::v1;
 use parking_lot::{Mutex, RwLock};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
-use tonic::transport::Endpoint;
 
 use crate::dolphin::approx::ApproxIndex;
 use crate::dolphin::split::Split;
 use crate::metrics as m;
 use crate::prefix_index::PrefixIndex;
 use crate::selection::{self, Candidate};
+use crate::worker_channel::WorkerChannel;
 pub use crate::worker_handle::{InflightGuard, WorkerHandle};
 
 /// Settings shared by every worker of the registry.
@@ -166,12 +166,8 @@ impl WorkerRegistry {
                 router: self.cfg.block_size,
             });
         }
-        let endpoint = Endpoint::from_shared(format!("http://{}", rec.grpc_addr))
-            .map_err(|_| RejectReason::BadAddress(rec.grpc_addr.clone()))?
-            .tcp_nodelay(true)
-            .connect_timeout(self.cfg.connect_timeout)
-            .http2_keep_alive_interval(Duration::from_secs(10))
-            .keep_alive_while_idle(true);
+        let channel = WorkerChannel::new(&rec.grpc_addr, self.cfg.connect_timeout)
+            .map_err(|_| RejectReason::BadAddress(rec.grpc_addr.clone()))?;
         let mut members = self.members.lock();
         if let Some((old, _)) = members.get(&rec.id) {
             if *old == rec {
@@ -186,7 +182,7 @@ impl WorkerRegistry {
         let handle = {
             let mut p = pool.write();
             let slot = p.index.allocate_slot().ok_or(RejectReason::PoolFull)?;
-            let handle = Arc::new(WorkerHandle::new(&rec, slot, endpoint.connect_lazy()));
+            let handle = Arc::new(WorkerHandle::new(&rec, slot, channel));
             if p.slots.len() <= slot {
                 p.slots.resize(slot + 1, None);
             }

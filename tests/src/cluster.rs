@@ -1,5 +1,5 @@
 //! A test cluster of real processes: optional etcd, prefill and decode workers on the sim
-//! engine, and a router wired by static flags or etcd. Everything is killed on drop; unless the
+//! engine (or another, see [`ClusterConfig::engine_args`]), and a router wired by static flags or etcd. Everything is killed on drop; unless the
 //! test marked the cluster [`TestCluster::passed`] (or with `DOLPHIN_TEST_LOGS=1`), every
 //! process's output is printed first.
 
@@ -36,8 +36,15 @@ pub struct ClusterConfig {
     pub time_scale: f64,
     /// Overrides `time_scale` for the prefill workers.
     pub prefill_time_scale: Option<f64>,
+    /// The workers' engine flags, replacing the sim's (`--engine sim --sim-time-scale X`), e.g.
+    /// `--engine candle --model-path P`.
+    pub engine_args: Option<Vec<String>>,
+    /// The model name given to every process (`--model`).
+    pub model: String,
     /// Extra arguments for every worker.
     pub worker_args: Vec<String>,
+    /// Extra arguments for the decode workers only (after `worker_args`).
+    pub decode_args: Vec<String>,
     /// Extra arguments for the router.
     pub router_args: Vec<String>,
 }
@@ -51,7 +58,10 @@ impl Default for ClusterConfig {
             lease_ttl_secs: None,
             time_scale: 0.01,
             prefill_time_scale: None,
+            engine_args: None,
+            model: MODEL.to_owned(),
             worker_args: Vec::new(),
+            decode_args: Vec::new(),
             router_args: Vec::new(),
         }
     }
@@ -159,7 +169,7 @@ impl TestCluster {
             "--grpc-addr".to_owned(),
             "127.0.0.1:0".to_owned(),
             "--model".to_owned(),
-            MODEL.to_owned(),
+            cfg.model.clone(),
         ];
         match &etcd_url {
             Some(url) => args.extend(["--etcd".to_owned(), url.clone()]),
@@ -286,18 +296,20 @@ impl Drop for TestCluster {
 }
 
 fn worker_args(cfg: &ClusterConfig, etcd: Option<&str>, scale: f64, decode: bool) -> Vec<String> {
-    let mut a: Vec<String> = ["--grpc-addr", "127.0.0.1:0", "--engine", "sim"]
-        .map(str::to_owned)
-        .to_vec();
+    let mut a: Vec<String> = vec!["--grpc-addr".to_owned(), "127.0.0.1:0".to_owned()];
     if decode {
         a.extend(["--kv-addr".to_owned(), "127.0.0.1:0".to_owned()]);
     }
-    a.extend([
-        "--sim-time-scale".to_owned(),
-        scale.to_string(),
-        "--model".to_owned(),
-        MODEL.to_owned(),
-    ]);
+    match &cfg.engine_args {
+        Some(engine) => a.extend(engine.iter().cloned()),
+        None => a.extend([
+            "--engine".to_owned(),
+            "sim".to_owned(),
+            "--sim-time-scale".to_owned(),
+            scale.to_string(),
+        ]),
+    }
+    a.extend(["--model".to_owned(), cfg.model.clone()]);
     if let Some(url) = etcd {
         a.extend(["--etcd".to_owned(), url.to_owned()]);
         if let Some(ttl) = cfg.lease_ttl_secs {
@@ -305,6 +317,9 @@ fn worker_args(cfg: &ClusterConfig, etcd: Option<&str>, scale: f64, decode: bool
         }
     }
     a.extend(cfg.worker_args.iter().cloned());
+    if decode {
+        a.extend(cfg.decode_args.iter().cloned());
+    }
     a
 }
 

@@ -34,7 +34,13 @@ fn check_complete(name: &str, g: &Generated, max_tokens: u32) {
 
 #[tokio::test]
 async fn local_and_remote_paths_stream_identical_tokens() -> anyhow::Result<()> {
-    let cluster = TestCluster::start(ClusterConfig::default()).await?;
+    // Steps of a few milliseconds: the router merges tokens that reach it together into one
+    // message, so near-zero step times would make "streamed" (more than one message) a race.
+    let cluster = TestCluster::start(ClusterConfig {
+        time_scale: 0.5,
+        ..ClusterConfig::default()
+    })
+    .await?;
     let mut client = cluster.inference().await?;
     // Remote first: the decode worker holds nothing yet, so every block crosses the wire.
     let remote = grpc::generate(
@@ -94,7 +100,12 @@ fn finish_reasons(chunks: &[Value]) -> Vec<String> {
 
 #[tokio::test]
 async fn openai_completions_stream_over_sse() -> anyhow::Result<()> {
-    let cluster = TestCluster::start(ClusterConfig::default()).await?;
+    // Millisecond steps, so tokens reach the router one by one (see above).
+    let cluster = TestCluster::start(ClusterConfig {
+        time_scale: 0.5,
+        ..ClusterConfig::default()
+    })
+    .await?;
     let mut client = cluster.inference().await?;
     let reference = grpc::generate(
         &mut client,

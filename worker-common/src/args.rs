@@ -1,10 +1,11 @@
 //! Flags both worker binaries take (flattened into each binary's config). The names are part of
 //! the contract (`docs/dev/contracts.md`): tests and dolphinctl pass them.
 
-use std::{net::SocketAddr, time::Duration};
+use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
 use clap::{Args, ValueEnum};
 use dolphin_cluster::{EtcdConfig, Role, WorkerId};
+use dolphin_engine::candle::{DEFAULT_KV_BYTES, DeviceKind, Padding, WeightFormat};
 
 use crate::error::ConfigError;
 
@@ -13,6 +14,8 @@ use crate::error::ConfigError;
 pub enum EngineKind {
     /// Simulated engine: timing from a profile, deterministic tokens, real KV bytes.
     Sim,
+    /// A real llama-architecture GGUF model (SmolLM2 by default) on candle.
+    Candle,
 }
 
 /// Engine flags.
@@ -33,19 +36,84 @@ pub struct EngineArgs {
     /// Tokens per KV block (the router must hash with the same size).
     #[arg(long, env = "DOLPHIN_BLOCK_SIZE", default_value_t = 16)]
     pub block_size: u32,
-    /// KV blocks in the engine's pool.
+    /// KV blocks in the sim engine's pool (the candle engine sizes its pool by `--kv-bytes`).
     #[arg(long, env = "DOLPHIN_TOTAL_BLOCKS", default_value_t = 8192)]
     pub total_blocks: u32,
-    /// Most tokens one engine step processes (prefill chunks plus decodes).
-    #[arg(long, env = "DOLPHIN_MAX_BATCHED_TOKENS", default_value_t = 2048)]
-    pub max_batched_tokens: u32,
+    /// Most tokens one engine step processes (prefill chunks plus decodes). Default: 2048 for
+    /// the sim, the candle engine's own (a few hundred: a step holds the engine's lock, and long
+    /// real steps stall its callers).
+    #[arg(long, env = "DOLPHIN_MAX_BATCHED_TOKENS")]
+    pub max_batched_tokens: Option<u32>,
     /// Most requests queued for admission; more are refused (RESOURCE_EXHAUSTED).
     #[arg(long, env = "DOLPHIN_MAX_WAITING", default_value_t = 256)]
     pub max_waiting: u32,
-    /// Name of the model served.
-    #[arg(long, env = "DOLPHIN_MODEL", default_value = "sim-model")]
-    pub model: String,
+    /// Name of the model served. Default: `sim-model` for the sim engine, the model file's
+    /// name without extension for candle.
+    #[arg(long, env = "DOLPHIN_MODEL")]
+    pub model: Option<String>,
+    /// Candle: the GGUF model file (default: SmolLM2 where `scripts/fetch-model.sh` puts it).
+    #[arg(long, env = "DOLPHIN_MODEL_PATH")]
+    pub model_path: Option<PathBuf>,
+    /// Candle: how weights are held after loading: q8_0 (re-quantized; fast kernels), keep (as
+    /// stored), q4k, f32.
+    #[arg(long, env = "DOLPHIN_WEIGHTS", default_value = "q8_0", value_parser = parse_weights)]
+    pub weights: WeightFormat,
+    /// Candle: compute threads (default: `DOLPHIN_THREADS`, else 1: on a busy machine candle's
+    /// threads wait on each other every kernel, and 2 threads measured slower than 1).
+    #[arg(long, env = "DOLPHIN_THREADS")]
+    pub threads: Option<usize>,
+    /// Candle: KV memory in bytes (suffixes K, M, G, KiB, MiB, GiB); the pool holds this
+    /// divided by (KV bytes per token x block size) blocks.
+    #[arg(long, env = "DOLPHIN_KV_BYTES", default_value = "512MiB", value_parser = parse_bytes)]
+    pub kv_bytes: u64,
+    /// Candle: pad matmul inner dimensions to multiples of 256 for the fast x86 kernels
+    /// (auto, on, off).
+    #[arg(long, env = "DOLPHIN_PADDING", default_value = "auto", value_parser = parse_padding)]
+    pub padding: Padding,
+    /// Candle: cpu, cuda or cuda:N (CUDA needs a build with the `cuda` feature).
+    #[arg(long, env = "DOLPHIN_DEVICE", default_value = "cpu", value_parser = parse_device)]
+    pub device: DeviceKind,
+    /// Candle: cap the context length below the model's.
+    #[arg(long, env = "DOLPHIN_MAX_CONTEXT")]
+    pub max_context: Option<u32>,
 }
+
+fn parse_weights(s: &str) -> Result<WeightFormat, String> {
+    s.parse().map_err(|e| format!("{e}"))
+}
+
+fn parse_padding(s: &str) -> Result<Padding, String> {
+    s.parse().map_err(|e| format!("{e}"))
+}
+
+fn parse_device(s: &str) -> Result<DeviceKind, String> {
+    s.parse().map_err(|e| format!("{e}"))
+}
+
+/// A byte count: digits with an optional K/M/G (powers of 1000) or KiB/MiB/GiB suffix.
+pub fn parse_bytes(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (digits, unit) = s.split_at(split);
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("{s:?} is not a byte count (e.g. 536870912 or 512MiB)"))?;
+    let scale: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" => 1_000,
+        "m" | "mb" => 1_000_000,
+        "g" | "gb" => 1_000_000_000,
+        "kib" => 1 << 10,
+        "mib" => 1 << 20,
+        "gib" => 1 << 30,
+        other => return Err(format!("unknown byte unit {other:?} in {s:?}")),
+    };
+    n.checked_mul(scale)
+        .ok_or_else(|| format!("{s:?} is too large"))
+}
+
+/// Default KV memory of the candle engine (re-exported for documentation and tests).
+pub const DEFAULT_CANDLE_KV_BYTES: u64 = DEFAULT_KV_BYTES;
 
 impl EngineArgs {
     /// Checks ranges the engine would otherwise reject later, or worse, accept.
@@ -56,7 +124,7 @@ impl EngineArgs {
         if self.total_blocks == 0 {
             return Err(ConfigError::invalid("total-blocks", "must be at least 1"));
         }
-        if self.max_batched_tokens == 0 {
+        if self.max_batched_tokens == Some(0) {
             return Err(ConfigError::invalid(
                 "max-batched-tokens",
                 "must be at least 1",
@@ -74,8 +142,17 @@ impl EngineArgs {
                 format!("must be a finite number > 0, got {}", self.sim_byte_scale),
             ));
         }
-        if self.model.trim().is_empty() {
+        if self.model.as_ref().is_some_and(|m| m.trim().is_empty()) {
             return Err(ConfigError::invalid("model", "must not be empty"));
+        }
+        if self.threads == Some(0) {
+            return Err(ConfigError::invalid("threads", "must be at least 1"));
+        }
+        if self.kv_bytes == 0 {
+            return Err(ConfigError::invalid("kv-bytes", "must be at least 1"));
+        }
+        if self.max_context == Some(0) {
+            return Err(ConfigError::invalid("max-context", "must be at least 1"));
         }
         if self.sim_profile.is_empty() {
             return Err(ConfigError::invalid("sim-profile", "must not be empty"));
@@ -195,7 +272,11 @@ mod tests {
         assert_eq!(args.engine.sim_time_scale, 1.0);
         assert_eq!(args.engine.sim_byte_scale, 0.001);
         assert_eq!(args.engine.block_size, 16);
-        assert_eq!(args.engine.model, "sim-model");
+        assert_eq!(args.engine.model, None);
+        assert_eq!(args.engine.model_path, None);
+        assert_eq!(args.engine.weights, WeightFormat::Q8_0);
+        assert_eq!(args.engine.kv_bytes, DEFAULT_CANDLE_KV_BYTES);
+        assert_eq!(args.engine.threads, None);
         assert!(args.etcd_config().is_none());
         assert!(args.metrics_addr.is_none());
         args.validate().expect("defaults are valid");
@@ -267,6 +348,57 @@ mod tests {
         assert_eq!(flag_of(&["--worker-id", "a/b"]), "worker-id");
         assert_eq!(flag_of(&["--cluster", ""]), "cluster");
         assert_eq!(flag_of(&["--lease-ttl-secs", "0"]), "lease-ttl-secs");
-        assert!(parse(&["--engine", "candle"]).is_err(), "not built yet");
+        assert_eq!(flag_of(&["--threads", "0"]), "threads");
+        assert_eq!(flag_of(&["--kv-bytes", "0"]), "kv-bytes");
+        assert_eq!(flag_of(&["--model", " "]), "model");
+        assert!(parse(&["--weights", "q3"]).is_err());
+        assert!(parse(&["--device", "tpu"]).is_err());
+    }
+
+    #[test]
+    fn candle_flags_parse() {
+        let args = parse(&[
+            "--engine",
+            "candle",
+            "--model-path",
+            "/m/x.gguf",
+            "--weights",
+            "keep",
+            "--threads",
+            "1",
+            "--kv-bytes",
+            "64MiB",
+            "--padding",
+            "off",
+            "--device",
+            "cuda:1",
+            "--max-context",
+            "2048",
+        ])
+        .expect("parses");
+        args.validate().expect("valid");
+        let e = &args.engine;
+        assert_eq!(e.engine, EngineKind::Candle);
+        assert_eq!(
+            e.model_path.as_deref(),
+            Some(std::path::Path::new("/m/x.gguf"))
+        );
+        assert_eq!(e.weights, WeightFormat::Keep);
+        assert_eq!(e.threads, Some(1));
+        assert_eq!(e.kv_bytes, 64 << 20);
+        assert_eq!(e.padding, Padding::Off);
+        assert_eq!(e.device, DeviceKind::Cuda(1));
+        assert_eq!(e.max_context, Some(2048));
+    }
+
+    #[test]
+    fn byte_counts_take_units() {
+        assert_eq!(parse_bytes("1024"), Ok(1024));
+        assert_eq!(parse_bytes("2K"), Ok(2000));
+        assert_eq!(parse_bytes("512MiB"), Ok(512 << 20));
+        assert_eq!(parse_bytes("1 GiB"), Ok(1 << 30));
+        assert!(parse_bytes("12 parsecs").is_err());
+        assert!(parse_bytes("MiB").is_err());
+        assert!(parse_bytes("99999999999999GiB").is_err());
     }
 }

@@ -1,18 +1,52 @@
 //! Building the engine a worker serves from its flags.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 
+use dolphin_engine::candle::{CandleConfig, candle_engine};
 use dolphin_engine::{Engine, SimConfig, SimProfile, sim_engine};
+use dolphin_tokenizer::{GgufTokenizer, SMOLLM2_FILE, find_model, model_dir};
 
 use crate::{
     args::{EngineArgs, EngineKind},
     error::{ConfigError, WorkerError},
+    stop_tokens::WithStopTokens,
 };
 
-/// The engine the flags describe, started (its scheduler runs on the current Tokio runtime).
+/// The engine the flags describe, started. The sim's scheduler runs on the current Tokio
+/// runtime; candle's on a dedicated thread (loading the model blocks the caller for seconds).
 pub fn build_engine(args: &EngineArgs) -> Result<Arc<dyn Engine>, WorkerError> {
     args.validate()?;
     match args.engine {
+        EngineKind::Candle => {
+            let cfg = candle_config(args)?;
+            // The model's end-of-generation tokens (the wire cannot carry them; see
+            // stop_tokens.rs), read from the same file's tokenizer metadata.
+            let stops = GgufTokenizer::from_file(&cfg.model_path)
+                .map_err(|e| {
+                    ConfigError::invalid(
+                        "model-path",
+                        format!(
+                            "cannot read the tokenizer of {}: {}",
+                            cfg.model_path.display(),
+                            crate::error_chain(&e)
+                        ),
+                    )
+                })?
+                .stop_token_ids()
+                .to_vec();
+            tracing::info!(
+                path = %cfg.model_path.display(),
+                model = %cfg.model,
+                weights = %cfg.weights,
+                threads = ?cfg.threads,
+                kv_bytes = cfg.kv_bytes,
+                ?stops,
+                "starting the candle engine"
+            );
+            let engine = candle_engine(cfg).map_err(WorkerError::Engine)?;
+            Ok(Arc::new(WithStopTokens::new(engine, stops)))
+        }
         EngineKind::Sim => {
             let cfg = sim_config(args)?;
             tracing::info!(
@@ -28,6 +62,48 @@ pub fn build_engine(args: &EngineArgs) -> Result<Arc<dyn Engine>, WorkerError> {
     }
 }
 
+/// Where the candle engine looks for its model without `--model-path`: SmolLM2 in the model
+/// directory (`$DOLPHIN_MODEL_DIR`, else `~/.cache/dolphin/models`), where
+/// `scripts/fetch-model.sh` puts it.
+pub fn default_model_path() -> PathBuf {
+    find_model(SMOLLM2_FILE).unwrap_or_else(|| {
+        model_dir()
+            .unwrap_or_else(|| PathBuf::from("."))
+            .join(SMOLLM2_FILE)
+    })
+}
+
+/// The candle engine's configuration for the flags. A missing model file is a configuration
+/// error naming the fetch script.
+pub fn candle_config(args: &EngineArgs) -> Result<CandleConfig, ConfigError> {
+    let path = args.model_path.clone().unwrap_or_else(default_model_path);
+    if !path.is_file() {
+        return Err(ConfigError::invalid(
+            "model-path",
+            format!(
+                "{} is not a file (run scripts/fetch-model.sh, or pass a llama-architecture GGUF)",
+                path.display()
+            ),
+        ));
+    }
+    let mut cfg = CandleConfig::new(path);
+    if let Some(model) = &args.model {
+        cfg.model = model.clone();
+    }
+    cfg.weights = args.weights;
+    cfg.padding = args.padding;
+    cfg.device = args.device;
+    cfg.block_size = args.block_size;
+    cfg.kv_bytes = args.kv_bytes;
+    if let Some(n) = args.max_batched_tokens {
+        cfg.max_batched_tokens = n;
+    }
+    cfg.max_waiting = args.max_waiting;
+    cfg.threads = args.threads;
+    cfg.max_context = args.max_context;
+    Ok(cfg)
+}
+
 /// The sim engine's configuration for the flags: the profile (shipped name or JSON path) and
 /// the sizes given; vocabulary and context keep the sim's defaults.
 pub fn sim_config(args: &EngineArgs) -> Result<SimConfig, ConfigError> {
@@ -36,12 +112,14 @@ pub fn sim_config(args: &EngineArgs) -> Result<SimConfig, ConfigError> {
         source: Box::new(source),
     })?;
     let mut cfg = SimConfig::new(profile);
-    cfg.model = args.model.clone();
+    cfg.model = args.model.clone().unwrap_or_else(|| "sim-model".into());
     cfg.time_scale = args.sim_time_scale;
     cfg.byte_scale = args.sim_byte_scale;
     cfg.total_blocks = args.total_blocks;
     cfg.block_size = args.block_size;
-    cfg.max_batched_tokens = args.max_batched_tokens;
+    if let Some(n) = args.max_batched_tokens {
+        cfg.max_batched_tokens = n;
+    }
     cfg.max_waiting = args.max_waiting;
     Ok(cfg)
 }
@@ -92,6 +170,54 @@ mod tests {
         assert!(matches!(err, ConfigError::Profile { .. }), "{err:?}");
     }
 
+    #[test]
+    fn flags_reach_the_candle_config() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("Tiny-Model.Q8_0.gguf");
+        std::fs::write(&path, b"not read here").expect("write");
+        let p = path.to_str().expect("utf-8 path");
+        let cfg = candle_config(&args(&[
+            "--engine",
+            "candle",
+            "--model-path",
+            p,
+            "--weights",
+            "f32",
+            "--threads",
+            "1",
+            "--kv-bytes",
+            "1MiB",
+            "--block-size",
+            "32",
+            "--max-context",
+            "256",
+        ]))
+        .expect("valid");
+        assert_eq!(cfg.model, "Tiny-Model.Q8_0", "named after the file");
+        assert_eq!(cfg.weights, dolphin_engine::candle::WeightFormat::F32);
+        assert_eq!(cfg.threads, Some(1));
+        assert_eq!(cfg.kv_bytes, 1 << 20);
+        assert_eq!(cfg.block_size, 32);
+        assert_eq!(cfg.max_context, Some(256));
+        assert_eq!(
+            cfg.max_batched_tokens,
+            CandleConfig::new(&path).max_batched_tokens,
+            "candle's own default"
+        );
+        let named = candle_config(&args(&["--model-path", p, "--model", "m"])).expect("valid");
+        assert_eq!(named.model, "m");
+    }
+
+    #[test]
+    fn a_missing_model_file_names_the_flag() {
+        let err = candle_config(&args(&["--model-path", "/nonexistent/m.gguf"]))
+            .expect_err("no such file");
+        assert!(
+            matches!(&err, ConfigError::Invalid { flag: "model-path", reason } if reason.contains("fetch-model")),
+            "{err:?}"
+        );
+    }
+
     #[tokio::test]
     async fn builds_a_serving_engine() {
         let engine = build_engine(&args(&["--sim-time-scale", "0", "--model", "m2"]))
@@ -101,4 +227,16 @@ mod tests {
         assert_eq!(info.model, "m2");
         assert_eq!(info.block_size, 16);
     }
+}
+
+/// Fixes the candle engine's compute thread count. Call it first thing in `main`, before the
+/// async runtime starts: it sets process environment variables, which is only sound while no
+/// other thread runs. A no-op for the sim engine.
+pub fn configure_compute_threads(args: &EngineArgs) -> Result<(), ConfigError> {
+    if args.engine != EngineKind::Candle {
+        return Ok(());
+    }
+    dolphin_engine::candle::configure_threads(args.threads)
+        .map(|_| ())
+        .map_err(|e| ConfigError::invalid("threads", e.to_string()))
 }

@@ -20,11 +20,34 @@ mod proptests;
 mod tests;
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 
 use dolphin_cluster::BlockHash;
 
 use crate::types::{BlockId, KvEvent};
 use lru::Lru;
+
+/// Hasher of the cache index: block hashes are already uniform 64-bit xxh3 outputs, so they
+/// are their own hash (rehashing them with SipHash only costs time on every commit and evict).
+#[derive(Clone, Copy, Debug, Default)]
+struct HashIsKey(u64);
+
+impl Hasher for HashIsKey {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        // Only u64 keys are hashed; this keeps the hasher correct for anything else.
+        for b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(*b);
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+}
 
 /// Per-block bookkeeping.
 #[derive(Clone, Copy, Debug, Default)]
@@ -47,7 +70,7 @@ pub struct KvPool {
     free: Vec<BlockId>,
     /// Unreferenced cached blocks, least recently used first.
     lru: Lru,
-    cached: HashMap<BlockHash, BlockId>,
+    cached: HashMap<BlockHash, BlockId, BuildHasherDefault<HashIsKey>>,
     /// Blocks promised to admitted sequences and not allocated yet.
     reserved: u32,
     events: Vec<KvEvent>,
@@ -62,7 +85,7 @@ impl KvPool {
             // Reversed so block 0 is handed out first (easier to read in logs and tests).
             free: (0..total_blocks).rev().collect(),
             lru: Lru::new(total_blocks),
-            cached: HashMap::with_capacity(total_blocks as usize),
+            cached: HashMap::with_capacity_and_hasher(total_blocks as usize, Default::default()),
             reserved: 0,
             events: Vec::new(),
         }

@@ -184,16 +184,18 @@ async fn chat_whole_and_streamed() {
     assert_eq!(v["object"], "chat.completion");
     assert_eq!(v["choices"][0]["message"]["role"], "assistant");
     assert_eq!(v["choices"][0]["message"]["content"], "Hi!");
-    let rendered = SimTokenizer.render_chat(&[
-        ChatMessage {
-            role: "system".into(),
-            content: "be brief".into(),
-        },
-        ChatMessage {
-            role: "user".into(),
-            content: "hello".into(),
-        },
-    ]);
+    let rendered = SimTokenizer
+        .render_chat(&[
+            ChatMessage {
+                role: "system".into(),
+                content: "be brief".into(),
+            },
+            ChatMessage {
+                role: "user".into(),
+                content: "hello".into(),
+            },
+        ])
+        .expect("renders");
     assert_eq!(
         fake.state.calls.lock()[0].token_ids,
         SimTokenizer.encode(&rendered)

@@ -1,0 +1,218 @@
+//! `CandleBackend`: the [`Backend`] over a real llama model and its paged KV memory.
+
+use std::collections::HashMap;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use candle_core::{DType, Device};
+
+use super::attention::Span;
+use super::config::{CandleConfig, DeviceKind};
+use super::error::LoadError;
+use super::kv_store::{KvStore, compute};
+use super::model::{Llama, LoadOptions};
+use super::sampler::Sampler;
+use crate::backend::{Backend, BackendInfo, Batch, ImportBlock, SeqStart};
+use crate::error::BackendError;
+use crate::types::{BlockId, SeqId};
+
+/// A llama model on candle with its KV memory, under the shared scheduler.
+#[derive(Debug)]
+pub struct CandleBackend {
+    info: BackendInfo,
+    model: Llama,
+    kv: KvStore,
+    samplers: HashMap<SeqId, Sampler>,
+    /// Per-step buffers, kept to avoid reallocating.
+    tokens: Vec<u32>,
+    logit_rows: Vec<usize>,
+    sample_entries: Vec<usize>,
+}
+
+impl CandleBackend {
+    /// Loads the model of `cfg` and allocates its KV memory.
+    pub fn load(cfg: &CandleConfig) -> Result<CandleBackend, LoadError> {
+        let device = match cfg.device {
+            DeviceKind::Cpu => Device::Cpu,
+            DeviceKind::Cuda(i) => Device::new_cuda(i)?,
+        };
+        if cfg.block_size == 0 {
+            return Err(LoadError::Config("block_size must be at least 1".into()));
+        }
+        let opts = LoadOptions {
+            format: cfg.weights,
+            pad: cfg.pads(),
+            block_size: cfg.block_size as usize,
+            max_context: cfg.max_context.map(|c| c as usize),
+        };
+        let model = Llama::load(&cfg.model_path, opts, &device)?;
+        let p = &model.params;
+        let per_token = p.kv_bytes_per_token();
+        let total_blocks = cfg.total_blocks(per_token);
+        if total_blocks == 0 {
+            return Err(LoadError::Config(format!(
+                "a KV budget of {} bytes holds no block of {} tokens ({per_token} bytes per token)",
+                cfg.kv_bytes, cfg.block_size
+            )));
+        }
+        let total_blocks = u32::try_from(total_blocks)
+            .map_err(|_| LoadError::Config(format!("{total_blocks} KV blocks is too many")))?;
+        let kv = KvStore::new(
+            p.n_layer,
+            total_blocks as usize,
+            cfg.block_size as usize,
+            p.kv_dim(),
+            &device,
+        )?;
+        let info = BackendInfo {
+            model: cfg.model.clone(),
+            engine: "candle",
+            block_size: cfg.block_size,
+            total_blocks,
+            kv_bytes_per_token: per_token,
+            context_length: model.max_positions() as u32,
+            vocab_size: p.vocab_size as u32,
+            eos_token_id: p.eos_token_id,
+        };
+        tracing::info!(model = %info.model, path = %cfg.model_path.display(), weights = %cfg.weights,
+            padded = cfg.pads(), layers = p.n_layer, hidden = p.hidden, total_blocks,
+            kv_bytes_per_token = per_token, "candle model loaded");
+        Ok(CandleBackend {
+            info,
+            model,
+            kv,
+            samplers: HashMap::new(),
+            tokens: Vec::new(),
+            logit_rows: Vec::new(),
+            sample_entries: Vec::new(),
+        })
+    }
+
+    /// Checks that `table` covers `tokens` positions with blocks inside the pool.
+    fn check_table(
+        &self,
+        seq: SeqId,
+        table: &[BlockId],
+        tokens: usize,
+    ) -> Result<(), BackendError> {
+        let bs = self.info.block_size as usize;
+        let needed = tokens.div_ceil(bs);
+        let Some(used) = table.get(..needed) else {
+            return Err(BackendError::Invalid(format!(
+                "sequence {seq}: {} blocks do not cover {tokens} tokens",
+                table.len()
+            )));
+        };
+        if let Some(b) = used.iter().find(|&&b| b >= self.info.total_blocks) {
+            return Err(BackendError::Invalid(format!(
+                "sequence {seq}: block {b} is outside the pool"
+            )));
+        }
+        if tokens > self.model.max_positions() {
+            return Err(BackendError::Invalid(format!(
+                "sequence {seq}: position {tokens} is past the context length"
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// A seed for requests that name none: differs per sequence and per run.
+fn fallback_seed(seq: SeqId) -> u64 {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    xxhash_rust::xxh3::xxh3_64_with_seed(&seq.to_le_bytes(), nanos)
+}
+
+impl Backend for CandleBackend {
+    fn info(&self) -> &BackendInfo {
+        &self.info
+    }
+
+    fn start(&mut self, start: SeqStart<'_>) -> Result<(), BackendError> {
+        self.check_table(start.seq, start.table, start.computed as usize)?;
+        self.samplers.insert(
+            start.seq,
+            Sampler::new(start.sampling, fallback_seed(start.seq)),
+        );
+        Ok(())
+    }
+
+    fn step(
+        &mut self,
+        batch: &Batch,
+        sampled: &mut [Option<u32>],
+    ) -> Result<Duration, BackendError> {
+        self.tokens.clear();
+        self.logit_rows.clear();
+        self.sample_entries.clear();
+        let mut spans = Vec::with_capacity(batch.len());
+        for (i, e) in batch.entries().iter().enumerate() {
+            let table = batch.table(e);
+            let len = e.len() as usize;
+            self.check_table(e.seq, table, e.position as usize + len)?;
+            if !self.samplers.contains_key(&e.seq) {
+                return Err(BackendError::Invalid(format!(
+                    "sequence {} was not started",
+                    e.seq
+                )));
+            }
+            let start = self.tokens.len();
+            self.tokens.extend_from_slice(batch.tokens(e));
+            spans.push(Span {
+                start,
+                len,
+                position: e.position as usize,
+                table,
+            });
+            if e.sample {
+                self.logit_rows.push(start + len - 1);
+                self.sample_entries.push(i);
+            }
+        }
+        let logits = self
+            .model
+            .forward(&self.kv, &self.tokens, &spans, &self.logit_rows)
+            .map_err(compute)?;
+        let Some(logits) = logits else {
+            return Ok(Duration::ZERO);
+        };
+        let vocab = self.info.vocab_size as usize;
+        let logits = logits
+            .to_dtype(DType::F32)
+            .and_then(|l| l.flatten_all())
+            .and_then(|l| l.to_vec1::<f32>())
+            .map_err(compute)?;
+        let entries = batch.entries();
+        for (r, &i) in self.sample_entries.iter().enumerate() {
+            let e = &entries[i];
+            let sampler = self.samplers.get_mut(&e.seq).ok_or_else(|| {
+                BackendError::Invalid(format!("sequence {} was not started", e.seq))
+            })?;
+            let row = &logits[r * vocab..(r + 1) * vocab];
+            sampled[i] = Some(sampler.sample(row, e.position + e.len())?);
+        }
+        Ok(Duration::ZERO)
+    }
+
+    fn export_block(
+        &mut self,
+        block: BlockId,
+        _index: u32,
+        filled: u32,
+    ) -> Result<Bytes, BackendError> {
+        self.kv
+            .export_block(block, filled as usize)
+            .map(Bytes::from)
+    }
+
+    fn import_block(&mut self, import: ImportBlock<'_>, data: &[u8]) -> Result<(), BackendError> {
+        self.kv
+            .import_block(import.block, import.tokens.len(), data)
+    }
+
+    fn release(&mut self, seq: SeqId) {
+        self.samplers.remove(&seq);
+    }
+}

@@ -1,0 +1,214 @@
+//! `CandleConfig`: which model, how its weights are held, how much KV memory, which device.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::str::FromStr;
+
+/// How weights are held in memory after loading.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum WeightFormat {
+    /// As stored in the file (Q4_1 for SmolLM2: only scalar kernels in candle, slow).
+    Keep,
+    /// Re-quantized to Q8_0 at load: candle has SIMD kernels for it (the default).
+    #[default]
+    Q8_0,
+    /// Re-quantized to Q4_K (needs inner dimensions that are multiples of 256: padding on).
+    Q4K,
+    /// Dequantized to f32 (exact reference, four times the memory of Q8_0).
+    F32,
+}
+
+impl WeightFormat {
+    /// The name used by flags: `keep`, `q8_0`, `q4k`, `f32`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WeightFormat::Keep => "keep",
+            WeightFormat::Q8_0 => "q8_0",
+            WeightFormat::Q4K => "q4k",
+            WeightFormat::F32 => "f32",
+        }
+    }
+}
+
+impl fmt::Display for WeightFormat {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A string that names no [`WeightFormat`] / [`DeviceKind`] / [`Padding`].
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("unknown {what} {value:?} (expected {expected})")]
+pub struct ParseConfigError {
+    what: &'static str,
+    value: String,
+    expected: &'static str,
+}
+
+impl FromStr for WeightFormat {
+    type Err = ParseConfigError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.to_ascii_lowercase().as_str() {
+            "keep" => Ok(WeightFormat::Keep),
+            "q8_0" | "q8" => Ok(WeightFormat::Q8_0),
+            "q4k" | "q4_k" => Ok(WeightFormat::Q4K),
+            "f32" => Ok(WeightFormat::F32),
+            _ => Err(ParseConfigError {
+                what: "weight format",
+                value: s.into(),
+                expected: "keep, q8_0, q4k or f32",
+            }),
+        }
+    }
+}
+
+/// Where the model runs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum DeviceKind {
+    /// The CPU (candle's own thread pool; see [`super::configure_threads`]).
+    #[default]
+    Cpu,
+    /// An NVIDIA GPU by ordinal; needs the crate's `cuda` feature.
+    Cuda(usize),
+}
+
+impl FromStr for DeviceKind {
+    type Err = ParseConfigError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let err = || ParseConfigError {
+            what: "device",
+            value: s.into(),
+            expected: "cpu, cuda or cuda:N",
+        };
+        match s.to_ascii_lowercase().as_str() {
+            "cpu" => Ok(DeviceKind::Cpu),
+            "cuda" => Ok(DeviceKind::Cuda(0)),
+            other => other
+                .strip_prefix("cuda:")
+                .and_then(|n| n.parse().ok())
+                .map(DeviceKind::Cuda)
+                .ok_or_else(err),
+        }
+    }
+}
+
+/// Zero-padding of the inner dimension of matmuls whose input is the hidden state (576 for
+/// SmolLM2) up to a multiple of 256: candle's fast x86 kernels (AVX512-VNNI / AVX-VNNI, repacked
+/// Q8_0 and Q4_K) only take such sizes. Padding adds zero columns to weights and activations, so
+/// it does not change the result beyond the activations' quantization grouping.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Padding {
+    /// On for quantized weights on an x86 CPU with VNNI, off otherwise.
+    #[default]
+    Auto,
+    /// Never pad.
+    Off,
+    /// Always pad (tests use it to run the padded path anywhere).
+    On,
+}
+
+impl FromStr for Padding {
+    type Err = ParseConfigError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.to_ascii_lowercase().as_str() {
+            "auto" => Ok(Padding::Auto),
+            "off" | "false" | "no" => Ok(Padding::Off),
+            "on" | "true" | "yes" => Ok(Padding::On),
+            _ => Err(ParseConfigError {
+                what: "padding mode",
+                value: s.into(),
+                expected: "auto, on or off",
+            }),
+        }
+    }
+}
+
+/// Everything a candle engine is made of.
+#[derive(Clone, Debug)]
+pub struct CandleConfig {
+    /// A llama-architecture GGUF file.
+    pub model_path: PathBuf,
+    /// Served model name.
+    pub model: String,
+    /// How weights are held after loading.
+    pub weights: WeightFormat,
+    /// Inner-dimension padding for the fast kernels.
+    pub padding: Padding,
+    /// Where the model runs.
+    pub device: DeviceKind,
+    /// Tokens per KV block.
+    pub block_size: u32,
+    /// KV memory in bytes; the pool has `kv_bytes / (kv_bytes_per_token * block_size)` blocks.
+    pub kv_bytes: u64,
+    /// Tokens per step (decode tokens plus prefill chunks).
+    pub max_batched_tokens: u32,
+    /// Requests that may wait for admission.
+    pub max_waiting: u32,
+    /// Compute threads; `None`: `DOLPHIN_THREADS`, else 1 (see [`super::configure_threads`]).
+    pub threads: Option<usize>,
+    /// Caps the context length below the model's (`None`: the model's).
+    pub max_context: Option<u32>,
+}
+
+/// Default KV memory: 512 MiB, about 11.6k tokens of SmolLM2-135M.
+pub const DEFAULT_KV_BYTES: u64 = 512 << 20;
+
+impl CandleConfig {
+    /// Defaults around a model file: served as the file's stem, Q8_0 weights, automatic
+    /// padding, CPU, blocks of 16 tokens, 512 MiB of KV, 256 tokens per step, 256 waiting.
+    /// (A step holds the scheduler's lock; 256 SmolLM2 tokens take about 0.85 s on one core.)
+    pub fn new(model_path: impl Into<PathBuf>) -> Self {
+        let model_path = model_path.into();
+        let model = model_path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "model".into());
+        Self {
+            model_path,
+            model,
+            weights: WeightFormat::default(),
+            padding: Padding::default(),
+            device: DeviceKind::default(),
+            block_size: dolphin_cluster::DEFAULT_BLOCK_SIZE as u32,
+            kv_bytes: DEFAULT_KV_BYTES,
+            max_batched_tokens: 256,
+            max_waiting: 256,
+            threads: None,
+            max_context: None,
+        }
+    }
+
+    /// Whether matmul inner dimensions are padded to multiples of 256 under this config.
+    pub fn pads(&self) -> bool {
+        match self.padding {
+            Padding::On => true,
+            Padding::Off => false,
+            Padding::Auto => {
+                self.device == DeviceKind::Cpu
+                    && matches!(self.weights, WeightFormat::Q8_0 | WeightFormat::Q4K)
+                    && cpu_has_vnni()
+            }
+        }
+    }
+
+    /// Blocks of KV memory for a model with `bytes_per_token` of KV per token.
+    pub fn total_blocks(&self, bytes_per_token: u64) -> u64 {
+        self.kv_bytes / (bytes_per_token * u64::from(self.block_size)).max(1)
+    }
+}
+
+/// Whether candle's repacked x86 Q8_0 / Q4_K kernels can run here.
+fn cpu_has_vnni() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        (std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("avx512vnni")
+            && std::arch::is_x86_feature_detected!("avx512bw"))
+            || (std::arch::is_x86_feature_detected!("avxvnni")
+                && std::arch::is_x86_feature_detected!("avx2"))
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}

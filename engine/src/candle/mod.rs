@@ -1,0 +1,79 @@
+//! The real-model engine: llama-architecture GGUF models (SmolLM2 and kin) on candle's tensor
+//! ops, under the shared scheduler and KV pool.
+//!
+//! - `model`: our own llama forward pass over a ragged batch (all sequences' new tokens in one
+//!   activation for the linear layers, attention per sequence), so the KV layout is ours.
+//! - `kv_store`: the paged KV memory behind the pool's block ids, and the block export format.
+//! - `attention`: per-sequence attention over paged KV (a deterministic CPU kernel; tensor ops
+//!   on other devices).
+//! - `weights`: loading, re-quantization (Q8_0 by default) and padding for candle's fast kernels.
+//! - `sampler`: greedy, temperature, top-k, top-p, seeded.
+//! - [`configure_threads`]: compute threads (`threads` setting or `DOLPHIN_THREADS`).
+//!
+//! The scheduler runs model steps inline, holding its lock: [`candle_engine`] therefore gives
+//! it a dedicated thread rather than a Tokio worker. Loading takes seconds (call it from
+//! `spawn_blocking` or before starting the runtime).
+
+mod attention;
+mod backend;
+mod config;
+mod error;
+mod kv_store;
+mod model;
+mod params;
+mod sampler;
+mod threads;
+mod weights;
+
+#[cfg(test)]
+mod tests;
+
+use std::sync::Arc;
+
+pub use backend::CandleBackend;
+pub use config::{
+    CandleConfig, DEFAULT_KV_BYTES, DeviceKind, Padding, ParseConfigError, WeightFormat,
+};
+pub use error::LoadError;
+pub use params::LlamaParams;
+pub use threads::{DEFAULT_THREADS, THREADS_ENV, configure_threads};
+
+use crate::engine::Engine;
+use crate::error::EngineError;
+use crate::scheduler::{Scheduler, SchedulerConfig};
+
+/// Loads the model and starts a scheduler over it on a dedicated thread.
+pub fn candle_engine(cfg: CandleConfig) -> Result<Arc<dyn Engine>, EngineError> {
+    Ok(candle_scheduler(cfg)?)
+}
+
+/// Like [`candle_engine`], keeping the concrete type.
+pub fn candle_scheduler(cfg: CandleConfig) -> Result<Arc<Scheduler<CandleBackend>>, EngineError> {
+    let threads = configure_threads(cfg.threads)?;
+    let backend = CandleBackend::load(&cfg).map_err(|e| EngineError::Config(chain(&e)))?;
+    tracing::info!(threads, "candle engine starting");
+    let sched = SchedulerConfig {
+        max_batched_tokens: cfg.max_batched_tokens,
+        max_waiting: cfg.max_waiting,
+        ..SchedulerConfig::default()
+    };
+    // Scheduler::spawn uses the current Tokio runtime when there is one; called from a fresh
+    // thread it starts its own: model steps then never block the caller's runtime workers.
+    std::thread::scope(|s| {
+        s.spawn(move || Scheduler::spawn(backend, sched))
+            .join()
+            .unwrap_or_else(|_| Err(EngineError::Config("scheduler start panicked".into())))
+    })
+}
+
+/// An error and its causes on one line.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cause = c.source();
+    }
+    s
+}

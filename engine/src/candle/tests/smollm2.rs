@@ -1,0 +1,80 @@
+//! SmolLM2-135M-Instruct end to end on the engine (skipped with a notice when the model file is
+//! absent, unless `DOLPHIN_REQUIRE_MODEL` is set: then its absence fails).
+
+use std::path::PathBuf;
+
+use dolphin_tokenizer::{ChatMessage, GgufTokenizer, SMOLLM2_FILE, find_model};
+
+use super::engine_tests::{collect, remote};
+use crate::candle::{CandleConfig, candle_scheduler};
+use crate::engine::Engine;
+use crate::types::{Sampling, SeqRequest};
+
+fn model() -> Option<PathBuf> {
+    let found = find_model(SMOLLM2_FILE);
+    if found.is_none() {
+        if std::env::var_os("DOLPHIN_REQUIRE_MODEL").is_some_and(|v| !v.is_empty()) {
+            panic!(
+                "DOLPHIN_REQUIRE_MODEL is set but {SMOLLM2_FILE} is missing: run scripts/fetch-model.sh"
+            );
+        }
+        eprintln!("skipped: {SMOLLM2_FILE} not found (run scripts/fetch-model.sh)");
+    }
+    found
+}
+
+fn chat(tok: &GgufTokenizer, user: &str) -> Vec<u32> {
+    let text = tok
+        .render_chat(&[ChatMessage {
+            role: "user".into(),
+            content: user.into(),
+        }])
+        .expect("chat template");
+    tok.encode(&text)
+}
+
+fn request(id: &str, prompt: Vec<u32>, max_tokens: u32, stops: &[u32]) -> SeqRequest {
+    SeqRequest {
+        request_id: id.into(),
+        prompt,
+        sampling: Sampling {
+            max_tokens,
+            stop_token_ids: stops.to_vec(),
+            ..Sampling::default()
+        },
+    }
+}
+
+#[tokio::test]
+async fn smollm2_answers_remote_equals_local_and_long_prompts_work() {
+    let Some(path) = model() else { return };
+    let tok = GgufTokenizer::from_file(&path).expect("tokenizer");
+    let cfg = CandleConfig::new(&path);
+    let (pre, dec, local) = (
+        candle_scheduler(cfg.clone()).expect("engine"),
+        candle_scheduler(cfg.clone()).expect("engine"),
+        candle_scheduler(cfg).expect("engine"),
+    );
+    assert_eq!(local.info().kv_bytes_per_token, 46_080);
+    assert_eq!(local.info().eos_token_id, Some(2));
+    let stops = tok.stop_token_ids().to_vec();
+
+    let question = chat(&tok, "What is the capital of France?");
+    let req = request("capital", question, 24, &stops);
+    let (answer, _, _) = collect(local.generate(req.clone()).await.expect("generate")).await;
+    let text = tok.decode(&answer);
+    eprintln!("answer: {text:?}");
+    assert!(text.contains("Paris"), "answer: {text:?}");
+    assert_eq!(remote(&*pre, &*dec, req).await, answer, "remote: {text:?}");
+
+    let facts: String = (1..=40)
+        .map(|i| format!("Fact {i}: the number {i} squared is {}. ", i * i))
+        .collect();
+    let long = chat(&tok, &format!("{facts}\nWhat is the number 7 squared?"));
+    assert!(long.len() > 512, "{} tokens", long.len());
+    let req = request("long", long, 16, &stops);
+    let (local_long, _, _) = collect(local.generate(req.clone()).await.expect("generate")).await;
+    assert!(!local_long.is_empty());
+    assert_eq!(remote(&*pre, &*dec, req).await, local_long);
+    eprintln!("long prompt answer: {:?}", tok.decode(&local_long));
+}

@@ -1,0 +1,163 @@
+//! [`GgufModelTokenizer`]: a real model's tokenizer, read from its GGUF file's metadata
+//! (`dolphin_tokenizer`), behind the router's [`Tokenizer`] trait.
+
+use std::path::{Path, PathBuf};
+
+use dolphin_tokenizer::GgufTokenizer;
+
+use super::{ChatMessage, ChatTemplateError, Tokenizer};
+
+/// A model's byte-level BPE tokenizer and chat template, as the workers serving it use them.
+#[derive(Debug)]
+pub struct GgufModelTokenizer {
+    inner: GgufTokenizer,
+}
+
+/// A GGUF file whose tokenizer could not be loaded.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot load the tokenizer of {path}")]
+pub struct TokenizerLoadError {
+    /// The model file.
+    pub path: PathBuf,
+    /// The cause.
+    #[source]
+    pub source: dolphin_tokenizer::TokenizerError,
+}
+
+impl GgufModelTokenizer {
+    /// Reads the tokenizer from the header of the GGUF file at `path` (not the weights).
+    pub fn from_file(path: &Path) -> Result<Self, TokenizerLoadError> {
+        let inner = GgufTokenizer::from_file(path).map_err(|source| TokenizerLoadError {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Ok(Self { inner })
+    }
+
+    /// The underlying tokenizer.
+    pub fn inner(&self) -> &GgufTokenizer {
+        &self.inner
+    }
+}
+
+impl Tokenizer for GgufModelTokenizer {
+    fn encode(&self, text: &str) -> Vec<u32> {
+        // Special tokens written in the text are parsed, as llama.cpp's server does: chat
+        // prompts rendered by the template carry `<|im_start|>` and friends as text.
+        self.inner.encode(text)
+    }
+
+    fn decode(&self, ids: &[u32]) -> String {
+        self.inner.decode(ids)
+    }
+
+    fn render_chat(&self, messages: &[ChatMessage]) -> Result<String, ChatTemplateError> {
+        let messages: Vec<dolphin_tokenizer::ChatMessage> = messages
+            .iter()
+            .map(|m| dolphin_tokenizer::ChatMessage::new(m.role.clone(), m.content.clone()))
+            .collect();
+        self.inner
+            .render_chat(&messages)
+            .map_err(|e| ChatTemplateError(error_chain(&e)))
+    }
+
+    fn vocab_size(&self) -> u32 {
+        self.inner.vocab_size()
+    }
+
+    fn eos(&self) -> Option<u32> {
+        self.inner.eos()
+    }
+}
+
+/// An error and its causes on one line (minijinja's detail sits in the source).
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cause = c.source();
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dolphin_tokenizer::gguf::{Array, GgufWriter, Value};
+
+    /// A tiny GGUF holding only tokenizer metadata: bytes `a`, `b`, the merge `a b`, and two
+    /// control tokens; `template` is its chat template.
+    fn tiny_gguf(dir: &Path, template: &str) -> PathBuf {
+        let tokens = ["a", "b", "ab", "<|im_start|>", "<|im_end|>", "\u{10a}"];
+        let types = [1i32, 1, 1, 3, 3, 1];
+        let mut w = GgufWriter::new();
+        w.add("general.architecture", Value::String("llama".into()))
+            .add("tokenizer.ggml.model", Value::String("gpt2".into()))
+            .add("tokenizer.ggml.pre", Value::String("smollm".into()))
+            .add(
+                "tokenizer.ggml.tokens",
+                Value::Array(Array::String(
+                    tokens.iter().map(|s| s.to_string()).collect(),
+                )),
+            )
+            .add(
+                "tokenizer.ggml.token_type",
+                Value::Array(Array::I32(types.to_vec())),
+            )
+            .add(
+                "tokenizer.ggml.merges",
+                Value::Array(Array::String(vec!["a b".into()])),
+            )
+            .add("tokenizer.ggml.eos_token_id", Value::U32(4))
+            .add("tokenizer.chat_template", Value::String(template.into()));
+        let path = dir.join("tiny.gguf");
+        std::fs::write(&path, w.to_bytes()).expect("write gguf");
+        path
+    }
+
+    const CHATML: &str = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
+
+    #[test]
+    fn encodes_decodes_and_renders_from_the_file() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let t = GgufModelTokenizer::from_file(&tiny_gguf(dir.path(), CHATML)).expect("loads");
+        assert_eq!(t.vocab_size(), 6);
+        assert_eq!(t.eos(), Some(4));
+        assert_eq!(t.encode("ab"), vec![2]);
+        assert_eq!(t.encode("<|im_start|>ab"), vec![3, 2]);
+        assert_eq!(t.decode(&[3, 2, 0, 4]), "aba");
+        let text = t
+            .render_chat(&[ChatMessage {
+                role: "user".into(),
+                content: "ab".into(),
+            }])
+            .expect("renders");
+        assert_eq!(
+            text,
+            "<|im_start|>user\nab<|im_end|>\n<|im_start|>assistant\n"
+        );
+    }
+
+    #[test]
+    fn template_errors_are_reported_not_panicked() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let template = "{{ raise_exception('only user messages') }}";
+        let t = GgufModelTokenizer::from_file(&tiny_gguf(dir.path(), template)).expect("loads");
+        let err = t
+            .render_chat(&[ChatMessage {
+                role: "system".into(),
+                content: "x".into(),
+            }])
+            .expect_err("the template raises");
+        assert!(err.0.contains("only user messages"), "{err}");
+    }
+
+    #[test]
+    fn a_missing_file_names_its_path() {
+        let err = GgufModelTokenizer::from_file(Path::new("/nonexistent/m.gguf"))
+            .expect_err("no such file");
+        assert!(err.to_string().contains("/nonexistent/m.gguf"), "{err}");
+    }
+}

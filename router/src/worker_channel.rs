@@ -1,0 +1,83 @@
+//! The router's HTTP/2 client to one worker, without tonic's `Channel`.
+//!
+//! tonic's `Channel` puts a tower `Buffer` in front of the connection: every request is sent
+//! through an mpsc channel to a separate task that owns the connection, and its response future
+//! comes back through a oneshot, which costs a task switch and a few allocations per request.
+//! hyper-util's pooled client calls the HTTP/2 connection from the caller's task instead, and
+//! still connects lazily and reconnects when the connection dies. Measured with
+//! `router_overhead` at 1 connection on the shared 2-core box: router CPU 171 -> 165 us/request
+//! (gRPC) and 157 -> 134 (HTTP), p99 4.9 -> 0.5 ms (gRPC).
+
+use std::time::Duration;
+
+use dolphin_proto::v1::decode_worker_client::DecodeWorkerClient;
+use dolphin_proto::v1::worker_client::WorkerClient;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use tonic::transport::Uri;
+
+/// How often an idle connection is pinged, so that a dead worker is noticed.
+const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(10);
+
+/// The HTTP/2 client type under [`WorkerChannel`].
+pub type HttpClient = Client<HttpConnector, tonic::body::Body>;
+
+/// A lazily connected, self-reconnecting HTTP/2 client to one worker's gRPC address.
+#[derive(Clone, Debug)]
+pub struct WorkerChannel {
+    client: HttpClient,
+    origin: Uri,
+}
+
+/// The worker's address is not a valid URI authority.
+#[derive(Debug, thiserror::Error)]
+#[error("bad worker address {0:?}")]
+pub struct BadAddress(pub String);
+
+impl WorkerChannel {
+    /// A channel to `addr` (`host:port`); nothing connects until the first request.
+    pub fn new(addr: &str, connect_timeout: Duration) -> Result<Self, BadAddress> {
+        let origin: Uri = format!("http://{addr}")
+            .parse()
+            .map_err(|_| BadAddress(addr.to_string()))?;
+        if origin.authority().is_none() || origin.path() != "/" {
+            return Err(BadAddress(addr.to_string()));
+        }
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        connector.set_connect_timeout(Some(connect_timeout));
+        let client = Client::builder(TokioExecutor::new())
+            .http2_only(true)
+            .timer(TokioTimer::new())
+            .pool_timer(TokioTimer::new())
+            .http2_keep_alive_interval(KEEP_ALIVE_INTERVAL)
+            .http2_keep_alive_while_idle(true)
+            // Keep the one connection for as long as it lives: reconnecting costs a round trip.
+            .pool_idle_timeout(None)
+            .build(connector);
+        Ok(Self { client, origin })
+    }
+
+    /// A `DecodeWorker` client over this channel (cheap: clones two handles).
+    pub fn decode(&self) -> DecodeWorkerClient<HttpClient> {
+        DecodeWorkerClient::with_origin(self.client.clone(), self.origin.clone())
+    }
+
+    /// A `Worker` client over this channel.
+    pub fn worker(&self) -> WorkerClient<HttpClient> {
+        WorkerClient::with_origin(self.client.clone(), self.origin.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rejects_addresses_that_are_not_host_port() {
+        assert!(WorkerChannel::new("127.0.0.1:9000", Duration::from_secs(1)).is_ok());
+        assert!(WorkerChannel::new("bad addr", Duration::from_secs(1)).is_err());
+        assert!(WorkerChannel::new("host:1/path", Duration::from_secs(1)).is_err());
+    }
+}

@@ -1,0 +1,391 @@
+//! The simulated P/D cluster: the router's decision for every arrival, then the engines' steps
+//! and KV transfers as events, on one thread.
+//!
+//! Routing mirrors `dolphin_router::Dispatcher::route`: the prompt's block hashes are looked up
+//! in each pool's [`PrefixIndex`] (fed by the workers' cache events as they happen), each pool's
+//! worker is picked by [`selection::select`] (cache overlap against load), the four
+//! [`Features`] are computed with the output classifier's length, and the policy (or the
+//! compiled table under `Policy::Dolphin`) decides local or remote.
+//!
+//! Remote path, as in DESIGN.md section 3: the decode worker reserves KV for the prompt (waiting
+//! for admission if its pool is full), then the prefill worker computes what it does not hold,
+//! then the blocks the decode worker lacks cross the link (`bytes per token x tokens /
+//! bandwidth`, one transfer per request, not contended), then the decode worker emits the first
+//! token and decodes.
+
+use dolphin_router::dolphin::OutputClassifier;
+use dolphin_router::policy::{Decision, Features, Policy, PrefillState};
+use dolphin_router::prefix_index::PrefixIndex;
+use dolphin_router::selection::{self, Candidate, Choice};
+use rand::SeedableRng;
+use rand::rngs::SmallRng;
+
+use crate::config::{SimClusterConfig, SimError};
+use crate::event::{Action, EventQueue, Pool};
+use crate::report::{RequestRecord, SimReport};
+use crate::request::SimRequest;
+use crate::worker::{Kind, Outcome, Worker};
+
+/// Per-request progress.
+#[derive(Clone, Copy, Debug, Default)]
+struct ReqState {
+    decode: u32,
+    prefill: Option<u32>,
+    features: Features,
+    cluster: i32,
+    remote: bool,
+    /// Decode-side sequence of a remote request, and its cached blocks there.
+    dseq: u32,
+    skip_blocks: u32,
+    first_ms: f64,
+    done_ms: f64,
+}
+
+/// A simulated cluster; [`run`](Self::run) replays a workload on it from a cold start.
+#[derive(Debug)]
+pub struct SimCluster {
+    cfg: SimClusterConfig,
+}
+
+/// The mutable state of one run.
+struct Run<'a> {
+    cfg: &'a SimClusterConfig,
+    reqs: &'a [SimRequest],
+    prefill: Vec<Worker>,
+    decode: Vec<Worker>,
+    prefill_index: PrefixIndex,
+    decode_index: PrefixIndex,
+    rng: SmallRng,
+    events: EventQueue,
+    pending: Vec<Outcome>,
+    counts: Vec<u32>,
+    state: Vec<ReqState>,
+    now: f64,
+    bytes_per_ms: f64,
+}
+
+impl SimCluster {
+    /// A cluster of `cfg` (validated).
+    pub fn new(cfg: SimClusterConfig) -> Result<Self, SimError> {
+        cfg.validate()?;
+        Ok(SimCluster { cfg })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &SimClusterConfig {
+        &self.cfg
+    }
+
+    /// Replaces the policy and the table (between runs, e.g. while learning a table).
+    pub fn set_policy(
+        &mut self,
+        policy: Policy,
+        table: Option<dolphin_router::dolphin::CompiledTable>,
+    ) {
+        self.cfg.policy = policy;
+        self.cfg.table = table;
+    }
+
+    /// Replaces the output classifier.
+    pub fn set_classifier(&mut self, classifier: OutputClassifier) {
+        self.cfg.classifier = classifier;
+    }
+
+    /// Simulates `requests` (any order; ties in arrival keep input order) on a cold cluster and
+    /// reports every request. Fails if a request could never fit a worker's KV pool.
+    pub fn run(&mut self, requests: &[SimRequest]) -> Result<SimReport, SimError> {
+        let cfg = &self.cfg;
+        for (index, r) in requests.iter().enumerate() {
+            let bad = |reason: String| Err(SimError::Request { index, reason });
+            if r.prompt_len == 0 || r.output_len == 0 {
+                return bad("prompt and output need at least one token".into());
+            }
+            if r.hashes.len() as u32 > r.prompt_len / cfg.block_size {
+                return bad("more block hashes than full blocks in the prompt".into());
+            }
+            let need = cfg.blocks_for(u64::from(r.prompt_len) + u64::from(r.output_len) - 1);
+            if need > u64::from(cfg.total_blocks) {
+                return bad(format!(
+                    "needs {need} KV blocks, a worker has {}",
+                    cfg.total_blocks
+                ));
+            }
+            if !(r.arrival_ms.is_finite() && r.arrival_ms >= 0.0) {
+                return bad(format!("arrival {} ms is not a time", r.arrival_ms));
+            }
+        }
+        let mut run = Run::new(cfg, requests);
+        let mut order: Vec<u32> = (0..requests.len() as u32).collect();
+        order.sort_by(|&a, &b| {
+            requests[a as usize]
+                .arrival_ms
+                .total_cmp(&requests[b as usize].arrival_ms)
+        });
+        let mut next = 0usize;
+        loop {
+            let arrival = order.get(next).map(|&i| requests[i as usize].arrival_ms);
+            match (run.events.peek_time(), arrival) {
+                (None, None) => break,
+                (Some(t), Some(a)) if a < t => {}
+                (None, Some(_)) => {}
+                _ => {
+                    if let Some(ev) = run.events.pop() {
+                        run.now = ev.time;
+                        run.handle(ev.action);
+                    }
+                    continue;
+                }
+            }
+            let req = order[next];
+            next += 1;
+            run.now = requests[req as usize].arrival_ms;
+            run.arrive(req);
+        }
+        Ok(run.report())
+    }
+}
+
+impl<'a> Run<'a> {
+    fn new(cfg: &'a SimClusterConfig, reqs: &'a [SimRequest]) -> Self {
+        let worker =
+            |i: u32| Worker::new(i, cfg.total_blocks, cfg.block_size, cfg.max_batched_tokens);
+        let mut prefill_index = PrefixIndex::new();
+        let mut decode_index = PrefixIndex::new();
+        // Slots are handed out in order, so worker i has slot i.
+        for _ in 0..cfg.prefill {
+            prefill_index.allocate_slot();
+        }
+        for _ in 0..cfg.decode {
+            decode_index.allocate_slot();
+        }
+        Run {
+            cfg,
+            reqs,
+            prefill: (0..cfg.prefill).map(worker).collect(),
+            decode: (0..cfg.decode).map(worker).collect(),
+            prefill_index,
+            decode_index,
+            rng: SmallRng::seed_from_u64(cfg.seed),
+            events: EventQueue::default(),
+            pending: Vec::new(),
+            counts: Vec::new(),
+            state: vec![ReqState::default(); reqs.len()],
+            now: 0.0,
+            bytes_per_ms: cfg.link_gbps * 1e9 / 8.0 / 1e3,
+        }
+    }
+
+    /// Picks a worker of one pool for `hashes`, as the router does.
+    fn select(
+        index: &PrefixIndex,
+        workers: &[Worker],
+        hashes: &[u64],
+        counts: &mut Vec<u32>,
+        overlap_weight: f64,
+        rng: &mut SmallRng,
+    ) -> Option<Choice> {
+        if workers.is_empty() {
+            return None;
+        }
+        index.lookup(hashes, counts);
+        let candidates = workers.iter().enumerate().map(|(slot, w)| Candidate {
+            slot,
+            cached_blocks: counts.get(slot).copied().unwrap_or(0),
+            load: w.load_cost(),
+            draining: false,
+        });
+        selection::select(candidates, hashes.len() as u32, overlap_weight, rng)
+    }
+
+    /// A request reaches the router: route it and hand it to its decode worker.
+    fn arrive(&mut self, req: u32) {
+        let cfg = self.cfg;
+        let r = &self.reqs[req as usize];
+        let w = cfg.overlap_weight;
+        let bs = cfg.block_size;
+        let Some(decode) = Self::select(
+            &self.decode_index,
+            &self.decode,
+            &r.hashes,
+            &mut self.counts,
+            w,
+            &mut self.rng,
+        ) else {
+            return; // unreachable: validated to have decode workers
+        };
+        let prefill = Self::select(
+            &self.prefill_index,
+            &self.prefill,
+            &r.hashes,
+            &mut self.counts,
+            w,
+            &mut self.rng,
+        );
+        let isl = r.prompt_len;
+        let uncached = |c: &Choice| isl.saturating_sub(c.cached_blocks.saturating_mul(bs));
+        let features = Features {
+            isl,
+            eff_isl_prefill: prefill.as_ref().map_or(isl, uncached),
+            eff_isl_decode: uncached(&decode),
+            output_len_hint: cfg.classifier.predict(&r.admission).length,
+        };
+        let state = PrefillState {
+            available: prefill.is_some(),
+            queue: prefill.map_or(0, |p| self.prefill[p.slot].waiting()),
+        };
+        let looked_up = cfg.table.as_ref().map(|t| t.lookup(&features));
+        let decision = match (&cfg.policy, looked_up) {
+            (Policy::Dolphin(_), Some((_, bit))) if state.available => bit,
+            (Policy::Dolphin(_), Some(_)) => Decision::Local,
+            (p, _) => p.decide(&features, state),
+        };
+        let d = decode.slot as u32;
+        let remote = decision == Decision::Remote;
+        self.state[req as usize] = ReqState {
+            decode: d,
+            prefill: prefill.filter(|_| remote).map(|p| p.slot as u32),
+            features,
+            cluster: looked_up.map_or(-1, |(c, _)| c as i32),
+            remote,
+            first_ms: f64::NAN,
+            done_ms: f64::NAN,
+            ..ReqState::default()
+        };
+        let kind = if remote { Kind::Remote } else { Kind::Local };
+        let mut pending = std::mem::take(&mut self.pending);
+        self.decode[d as usize].enqueue(req, self.reqs, kind, &mut pending);
+        self.after(Pool::Decode, d, pending);
+    }
+
+    /// Publishes worker `w`'s cache changes, handles what it reported, and starts its next step
+    /// if it is idle and has work.
+    fn after(&mut self, pool: Pool, w: u32, mut pending: Vec<Outcome>) {
+        self.publish(pool, w);
+        let mut i = 0;
+        while i < pending.len() {
+            let o = pending[i];
+            i += 1;
+            self.outcome(o, &mut pending);
+        }
+        pending.clear();
+        self.pending = pending;
+        self.kick(pool, w);
+    }
+
+    fn publish(&mut self, pool: Pool, w: u32) {
+        match pool {
+            Pool::Prefill => self.prefill[w as usize].publish(&mut self.prefill_index, w as usize),
+            Pool::Decode => self.decode[w as usize].publish(&mut self.decode_index, w as usize),
+        }
+    }
+
+    fn kick(&mut self, pool: Pool, w: u32) {
+        let worker = match pool {
+            Pool::Prefill => &mut self.prefill[w as usize],
+            Pool::Decode => &mut self.decode[w as usize],
+        };
+        if worker.busy {
+            return;
+        }
+        if let Some(ms) = worker.build_batch(&self.cfg.profile) {
+            worker.busy = true;
+            self.events
+                .push(self.now + ms, Action::StepEnd { pool, worker: w });
+        }
+        // Blocks allocated for the batch may have evicted cached ones.
+        self.publish(pool, w);
+    }
+
+    fn outcome(&mut self, o: Outcome, pending: &mut Vec<Outcome>) {
+        match o {
+            Outcome::FirstToken { req } => self.state[req as usize].first_ms = self.now,
+            Outcome::Finished { req } => self.state[req as usize].done_ms = self.now,
+            Outcome::Reserved {
+                worker,
+                req,
+                seq,
+                cached_blocks,
+            } => {
+                let st = &mut self.state[req as usize];
+                st.dseq = seq;
+                st.skip_blocks = cached_blocks;
+                debug_assert_eq!(st.decode, worker);
+                let Some(p) = st.prefill else { return };
+                // The prefill worker's own outcomes are handled in this same loop.
+                self.prefill[p as usize].enqueue(req, self.reqs, Kind::PrefillOnly, pending);
+                self.publish(Pool::Prefill, p);
+                self.kick(Pool::Prefill, p);
+            }
+            Outcome::Prefilled { req } => {
+                let st = self.state[req as usize];
+                let r = &self.reqs[req as usize];
+                let tokens = r
+                    .prompt_len
+                    .saturating_sub(st.skip_blocks * self.cfg.block_size);
+                let bytes = f64::from(tokens) * self.cfg.profile.kv_bytes_per_token as f64;
+                self.events.push(
+                    self.now + bytes / self.bytes_per_ms,
+                    Action::KvArrived {
+                        worker: st.decode,
+                        seq: st.dseq,
+                    },
+                );
+            }
+        }
+    }
+
+    fn handle(&mut self, action: Action) {
+        let mut pending = std::mem::take(&mut self.pending);
+        match action {
+            Action::StepEnd { pool, worker } => {
+                let w = match pool {
+                    Pool::Prefill => &mut self.prefill[worker as usize],
+                    Pool::Decode => &mut self.decode[worker as usize],
+                };
+                w.busy = false;
+                w.apply(self.reqs, &mut pending);
+                self.after(pool, worker, pending);
+            }
+            Action::KvArrived { worker, seq } => {
+                self.decode[worker as usize].resume(seq, self.reqs, &mut pending);
+                self.after(Pool::Decode, worker, pending);
+            }
+        }
+    }
+
+    fn report(self) -> SimReport {
+        let records = self
+            .reqs
+            .iter()
+            .zip(&self.state)
+            .map(|(r, st)| {
+                let ttft = st.first_ms - r.arrival_ms;
+                let e2e = st.done_ms - r.arrival_ms;
+                let tpot = if r.output_len > 1 {
+                    (st.done_ms - st.first_ms) / f64::from(r.output_len - 1)
+                } else {
+                    0.0
+                };
+                RequestRecord {
+                    arrival_ms: r.arrival_ms,
+                    decode_worker: st.decode,
+                    prefill_worker: st.prefill,
+                    features: st.features,
+                    cluster: st.cluster,
+                    decision: if st.remote {
+                        Decision::Remote
+                    } else {
+                        Decision::Local
+                    },
+                    output_tokens: r.output_len,
+                    ttft_ms: ttft,
+                    tpot_ms: tpot,
+                    e2e_ms: e2e,
+                    met: e2e <= r.slo.e2e_budget_ms(r.output_len),
+                    met_each: ttft <= r.slo.ttft_ms && tpot <= r.slo.tpot_ms,
+                }
+            })
+            .collect();
+        SimReport::from_records(records, self.now, self.events.pushed())
+    }
+}

@@ -1,0 +1,108 @@
+//! The simulated cluster's configuration and its validation.
+
+use dolphin_engine::SimProfile;
+use dolphin_router::dolphin::{CompiledTable, OutputClassifier};
+use dolphin_router::policy::Policy;
+use dolphin_router::prefix_index::MAX_POOL_WORKERS;
+
+/// Why a cluster cannot be simulated.
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    /// A configuration value is out of range.
+    #[error("invalid simulator configuration: {0}")]
+    Config(String),
+    /// A request can never run on this cluster.
+    #[error("request {index}: {reason}")]
+    Request {
+        /// Position of the request in the input.
+        index: usize,
+        /// What is wrong with it.
+        reason: String,
+    },
+}
+
+/// Everything a simulated cluster is made of.
+#[derive(Clone, Debug)]
+pub struct SimClusterConfig {
+    /// Prefill workers.
+    pub prefill: u32,
+    /// Decode workers (at least 1).
+    pub decode: u32,
+    /// Step timing and KV bytes per token of every worker.
+    pub profile: SimProfile,
+    /// Tokens per KV block (the engines' and the router's block size).
+    pub block_size: u32,
+    /// KV blocks per worker.
+    pub total_blocks: u32,
+    /// Tokens per engine step (decode tokens plus prefill chunk tokens).
+    pub max_batched_tokens: u32,
+    /// Bandwidth of the prefill -> decode link, Gb/s (the profile's by default).
+    pub link_gbps: f64,
+    /// Weight of uncached blocks against load in worker selection (the router's default is 1).
+    pub overlap_weight: f64,
+    /// The prefill policy. `Policy::Dolphin` reads `table` (its fallback decides without one).
+    pub policy: Policy,
+    /// A routing table: decides under `Policy::Dolphin`, and under any policy names each
+    /// request's cluster in the records (for per-cluster attainment).
+    pub table: Option<CompiledTable>,
+    /// The output-length classifier (the fourth feature).
+    pub classifier: OutputClassifier,
+    /// Seed of the tie-breaking random generator in worker selection.
+    pub seed: u64,
+}
+
+impl SimClusterConfig {
+    /// A cluster of `prefill` + `decode` workers timed by `profile`, with the engine's defaults
+    /// (blocks of 16 tokens, 8192 blocks, 2048 tokens per step), the profile's link, the
+    /// router's overlap weight 1, the prior classifier, always-local.
+    pub fn new(prefill: u32, decode: u32, profile: SimProfile) -> Self {
+        SimClusterConfig {
+            prefill,
+            decode,
+            link_gbps: profile.link_gbps,
+            profile,
+            block_size: dolphin_cluster::DEFAULT_BLOCK_SIZE as u32,
+            total_blocks: 8192,
+            max_batched_tokens: 2048,
+            overlap_weight: 1.0,
+            policy: Policy::AlwaysLocal,
+            table: None,
+            classifier: OutputClassifier::prior(),
+            seed: 1,
+        }
+    }
+
+    /// KV blocks that hold `tokens` tokens.
+    pub(crate) fn blocks_for(&self, tokens: u64) -> u64 {
+        tokens.div_ceil(u64::from(self.block_size))
+    }
+
+    pub(crate) fn validate(&self) -> Result<(), SimError> {
+        let bad = |m: String| Err(SimError::Config(m));
+        if self.decode == 0 {
+            return bad("at least one decode worker is needed".into());
+        }
+        let most = MAX_POOL_WORKERS as u32;
+        if self.prefill > most || self.decode > most {
+            return bad(format!("at most {most} workers per pool"));
+        }
+        if self.block_size == 0 || self.total_blocks == 0 || self.max_batched_tokens == 0 {
+            return bad(
+                "block_size, total_blocks and max_batched_tokens must be at least 1".into(),
+            );
+        }
+        if !(self.link_gbps.is_finite() && self.link_gbps > 0.0) {
+            return bad(format!(
+                "link_gbps must be positive, got {}",
+                self.link_gbps
+            ));
+        }
+        if !(self.overlap_weight.is_finite() && self.overlap_weight >= 0.0) {
+            return bad(format!(
+                "overlap_weight must be finite and not negative, got {}",
+                self.overlap_weight
+            ));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,164 @@
+//! Simulated requests: arrival time, prompt (as chained block hashes), output length and SLO.
+//!
+//! Prompts are kept as block hashes rather than tokens: 100,000 prompts of 8k tokens would be
+//! 3 GB of token ids, while their hashes (one per 16-token block) are 16 times smaller, and
+//! hashes are all the prefix caches and the router's index ever look at.
+
+use dolphin_cluster::{BlockHash, block_hashes_into, chain_hash};
+use dolphin_router::dolphin::Admission;
+use dolphin_router::dolphin::admission::HEAD_TOKENS;
+use serde::{Deserialize, Serialize};
+
+/// Per-request latency targets (DESIGN.md section 1).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Slo {
+    /// Time to first token, ms.
+    pub ttft_ms: f64,
+    /// Time per output token, ms.
+    pub tpot_ms: f64,
+}
+
+impl Slo {
+    /// An SLO of `ttft_ms` / `tpot_ms`.
+    pub const fn new(ttft_ms: f64, tpot_ms: f64) -> Self {
+        Slo { ttft_ms, tpot_ms }
+    }
+
+    /// End-to-end budget of a request with `output_tokens` tokens:
+    /// `TTFT_slo + (output_tokens - 1) * TPOT_slo`.
+    pub fn e2e_budget_ms(&self, output_tokens: u32) -> f64 {
+        self.ttft_ms + f64::from(output_tokens.saturating_sub(1)) * self.tpot_ms
+    }
+}
+
+/// One request of a simulated workload.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SimRequest {
+    /// When it reaches the router, ms from the start of the run.
+    pub arrival_ms: f64,
+    /// Prompt length in tokens.
+    pub prompt_len: u32,
+    /// Chained hashes of the prompt's full blocks (at the cluster's block size).
+    pub hashes: Vec<BlockHash>,
+    /// Output tokens it generates (the simulated model never stops early).
+    pub output_len: u32,
+    /// What the output classifier sees (its `max_tokens` is the request's limit).
+    pub admission: Admission,
+    /// Its latency targets.
+    pub slo: Slo,
+}
+
+impl SimRequest {
+    /// A request for a prompt given as tokens, hashed into blocks of `block_size` exactly as
+    /// the router hashes it; `max_tokens` = `output_len`.
+    pub fn from_tokens(
+        arrival_ms: f64,
+        tokens: &[u32],
+        output_len: u32,
+        slo: Slo,
+        block_size: u32,
+    ) -> Self {
+        let mut hashes = Vec::with_capacity(tokens.len() / block_size.max(1) as usize);
+        block_hashes_into(tokens, block_size as usize, &mut hashes);
+        SimRequest {
+            arrival_ms,
+            prompt_len: tokens.len() as u32,
+            hashes,
+            output_len,
+            admission: Admission::new(tokens, output_len),
+            slo,
+        }
+    }
+
+    /// A request whose prompt is described by hash ids (as in Mooncake traces): id `i` stands for
+    /// `tokens_per_id` tokens of content, so prompts sharing leading ids share that prefix.
+    /// Each id expands into `tokens_per_id / block_size` chained block hashes (deterministic in
+    /// the id and the position, so sharing behaves as with real tokens); the prompt is
+    /// `prompt_len` tokens long (its last id may be partly used).
+    pub fn from_hash_ids(
+        arrival_ms: f64,
+        ids: &[u64],
+        tokens_per_id: u32,
+        prompt_len: u32,
+        output_len: u32,
+        slo: Slo,
+        block_size: u32,
+    ) -> Self {
+        let bs = block_size.max(1);
+        let per_id = (tokens_per_id / bs).max(1);
+        let full_blocks = (prompt_len / bs) as usize;
+        let mut hashes = Vec::with_capacity(full_blocks);
+        let mut parent = None;
+        'ids: for &id in ids {
+            for sub in 0..per_id {
+                if hashes.len() == full_blocks {
+                    break 'ids;
+                }
+                let h = chain_hash(parent, &[id as u32, (id >> 32) as u32, sub]);
+                hashes.push(h);
+                parent = Some(h);
+            }
+        }
+        // Ids that cover less than the prompt: the rest is content of its own.
+        let tail_seed = ids.last().copied().unwrap_or(0) ^ u64::from(prompt_len);
+        while hashes.len() < full_blocks {
+            let i = hashes.len() as u32;
+            let h = chain_hash(parent, &[tail_seed as u32, (tail_seed >> 32) as u32, i]);
+            hashes.push(h);
+            parent = Some(h);
+        }
+        let first = ids.first().copied().unwrap_or(0);
+        SimRequest {
+            arrival_ms,
+            prompt_len,
+            hashes,
+            output_len,
+            admission: Admission {
+                isl: prompt_len,
+                max_tokens: output_len,
+                prefix_hash: chain_hash(None, &[first as u32, (first >> 32) as u32]),
+                head: [0; HEAD_TOKENS],
+                head_len: 0,
+            },
+            slo,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn budget_follows_the_e2e_formula() {
+        let slo = Slo::new(5000.0, 250.0);
+        assert_eq!(slo.e2e_budget_ms(1), 5000.0);
+        assert_eq!(slo.e2e_budget_ms(5), 6000.0);
+        assert_eq!(slo.e2e_budget_ms(0), 5000.0);
+    }
+
+    #[test]
+    fn token_prompts_hash_like_the_router() {
+        let tokens: Vec<u32> = (0..40).collect();
+        let r = SimRequest::from_tokens(0.0, &tokens, 8, Slo::new(1.0, 1.0), 16);
+        assert_eq!(r.hashes, dolphin_cluster::block_hashes(&tokens, 16));
+        assert_eq!(r.prompt_len, 40);
+        assert_eq!(r.admission.isl, 40);
+    }
+
+    #[test]
+    fn hash_ids_share_exactly_the_shared_ids() {
+        let slo = Slo::new(1.0, 1.0);
+        let a = SimRequest::from_hash_ids(0.0, &[7, 8, 9], 512, 1536, 4, slo, 16);
+        let b = SimRequest::from_hash_ids(0.0, &[7, 8, 10], 512, 1500, 4, slo, 16);
+        assert_eq!(a.hashes.len(), 96);
+        assert_eq!(b.hashes.len(), 93);
+        let shared = a.hashes.iter().zip(&b.hashes).take_while(|(x, y)| x == y);
+        assert_eq!(shared.count(), 64);
+        // Ids shorter than the prompt still give every full block a hash.
+        let c = SimRequest::from_hash_ids(0.0, &[7], 512, 1024, 4, slo, 16);
+        assert_eq!(c.hashes.len(), 64);
+        assert_eq!(c.hashes[..32], a.hashes[..32]);
+        assert_ne!(c.hashes[32], a.hashes[32]);
+    }
+}

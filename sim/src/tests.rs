@@ -1,0 +1,257 @@
+//! Behaviour of the whole simulator against closed-form numbers of the profile.
+
+use dolphin_engine::SimProfile;
+use dolphin_router::dolphin::CompiledTable;
+use dolphin_router::policy::{Decision, DolphinConfig, Policy};
+
+use crate::{SimCluster, SimClusterConfig, SimReport, SimRequest, Slo};
+
+mod taichi;
+
+const BS: u32 = 16;
+const SLO: Slo = Slo::new(5000.0, 250.0);
+
+fn profile() -> SimProfile {
+    SimProfile::builtin("qwen72b-h20").expect("shipped profile")
+}
+
+fn cluster(prefill: u32, decode: u32, policy: Policy) -> SimCluster {
+    let mut cfg = SimClusterConfig::new(prefill, decode, profile());
+    cfg.policy = policy;
+    SimCluster::new(cfg).expect("valid config")
+}
+
+/// `len` tokens unique to `seed` (distinct seeds share no block).
+fn tokens(seed: u32, len: u32) -> Vec<u32> {
+    (0..len).map(|i| seed * 1_000_003 + i).collect()
+}
+
+fn req(arrival_ms: f64, prompt: &[u32], output: u32) -> SimRequest {
+    SimRequest::from_tokens(arrival_ms, prompt, output, SLO, BS)
+}
+
+fn run(sim: &mut SimCluster, reqs: &[SimRequest]) -> SimReport {
+    sim.run(reqs).expect("runs")
+}
+
+/// Decode time of steps 1..output of a lone sequence with a `prompt`-token prompt: step i
+/// computes position prompt + i - 1, so its table covers prompt + i tokens.
+fn lone_decode_ms(p: &SimProfile, total_blocks: u32, prompt: u32, output: u32) -> f64 {
+    (1..output)
+        .map(|i| {
+            let blocks = (prompt + i).div_ceil(BS);
+            p.decode_ms(1, f64::from(blocks) / f64::from(total_blocks))
+        })
+        .sum()
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-6 * b.abs().max(1.0)
+}
+
+#[test]
+fn a_lone_local_request_takes_the_profile_closed_form_time() {
+    let p = profile();
+    let mut sim = cluster(1, 1, Policy::AlwaysLocal);
+    let r = run(&mut sim, &[req(100.0, &tokens(1, 1000), 10)]);
+    let rec = r.records[0];
+    assert_eq!(rec.decision, Decision::Local);
+    assert!(
+        close(rec.ttft_ms, p.prefill_ms(1000)),
+        "{} vs {}",
+        rec.ttft_ms,
+        p.prefill_ms(1000)
+    );
+    let decode = lone_decode_ms(&p, 8192, 1000, 10);
+    assert!(close(rec.tpot_ms, decode / 9.0));
+    assert!(close(rec.e2e_ms, p.prefill_ms(1000) + decode));
+    assert!(rec.met);
+    assert_eq!(r.attainment, 1.0);
+}
+
+#[test]
+fn a_long_prompt_is_prefilled_in_chunks_of_the_step_budget() {
+    let p = profile();
+    let mut sim = cluster(0, 1, Policy::AlwaysLocal);
+    let r = run(&mut sim, &[req(0.0, &tokens(1, 5000), 2)]);
+    let expect = 2.0 * p.prefill_ms(2048) + p.prefill_ms(5000 - 4096);
+    assert!(close(r.records[0].ttft_ms, expect));
+}
+
+#[test]
+fn a_lone_remote_request_adds_prefill_queue_and_transfer() {
+    let p = profile();
+    let mut sim = cluster(1, 1, Policy::AlwaysRemote);
+    let r = run(&mut sim, &[req(0.0, &tokens(1, 1000), 10)]);
+    let rec = r.records[0];
+    assert_eq!(rec.decision, Decision::Remote);
+    assert_eq!(rec.prefill_worker, Some(0));
+    let transfer_ms = p.transfer_time(1000 * p.kv_bytes_per_token).as_secs_f64() * 1e3;
+    assert!(transfer_ms > 10.0, "{transfer_ms}");
+    assert!(close(rec.ttft_ms, p.prefill_ms(1000) + transfer_ms));
+    assert!(close(rec.tpot_ms, lone_decode_ms(&p, 8192, 1000, 10) / 9.0));
+
+    // Half the bandwidth: the transfer, and only it, takes twice as long.
+    let mut cfg = SimClusterConfig::new(1, 1, profile());
+    cfg.policy = Policy::AlwaysRemote;
+    cfg.link_gbps = p.link_gbps / 2.0;
+    let slow = SimCluster::new(cfg)
+        .expect("valid")
+        .run(&[req(0.0, &tokens(1, 1000), 10)])
+        .expect("runs");
+    assert!(close(slow.records[0].ttft_ms - rec.ttft_ms, transfer_ms));
+}
+
+#[test]
+fn local_prefill_slows_the_decodes_it_shares_steps_with() {
+    let short = req(0.0, &tokens(1, 100), 200);
+    let long = req(500.0, &tokens(2, 8000), 2);
+    let alone = run(
+        &mut cluster(1, 1, Policy::AlwaysLocal),
+        std::slice::from_ref(&short),
+    );
+    let local = run(
+        &mut cluster(1, 1, Policy::AlwaysLocal),
+        &[short.clone(), long.clone()],
+    );
+    let remote = run(&mut cluster(1, 1, Policy::AlwaysRemote), &[short, long]);
+    let (a, l, r) = (
+        alone.records[0].tpot_ms,
+        local.records[0].tpot_ms,
+        remote.records[0].tpot_ms,
+    );
+    // Four chunks of ~650 ms each land inside the short request's 200 decode steps of ~30 ms.
+    assert!(l > a + 10.0, "alone {a} ms, beside a local prefill {l} ms");
+    assert!(r < l, "beside a remote prefill {r} ms, a local one {l} ms");
+    assert!(r >= a, "a second decode never speeds a step up: {r} < {a}");
+}
+
+#[test]
+fn a_shared_prefix_lowers_the_second_requests_ttft() {
+    let p = profile();
+    let first = tokens(1, 4096);
+    let mut second = first.clone();
+    second.extend(tokens(2, 104));
+    let mut sim = cluster(1, 1, Policy::AlwaysLocal);
+    let r = run(&mut sim, &[req(0.0, &first, 4), req(60_000.0, &second, 4)]);
+    let (a, b) = (r.records[0], r.records[1]);
+    assert!(close(a.ttft_ms, 2.0 * p.prefill_ms(2048)));
+    // All 256 blocks of the first prompt are cached: only the 104 new tokens are computed.
+    assert_eq!(b.features.eff_isl_decode, 104);
+    assert!(close(b.ttft_ms, p.prefill_ms(104)), "{}", b.ttft_ms);
+}
+
+#[test]
+fn the_remote_path_sends_only_what_the_decode_worker_lacks() {
+    let p = profile();
+    let first = tokens(1, 4096);
+    let mut second = first.clone();
+    second.extend(tokens(2, 104));
+    let mut sim = cluster(1, 1, Policy::AlwaysRemote);
+    let r = run(&mut sim, &[req(0.0, &first, 4), req(60_000.0, &second, 4)]);
+    let b = r.records[1];
+    // Both caches hold the first prompt: the prefill worker computes 104 tokens and 104 tokens
+    // of KV cross the link.
+    assert_eq!(b.features.eff_isl_prefill, 104);
+    assert_eq!(b.features.eff_isl_decode, 104);
+    let transfer_ms = p.transfer_time(104 * p.kv_bytes_per_token).as_secs_f64() * 1e3;
+    assert!(close(b.ttft_ms, p.prefill_ms(104) + transfer_ms));
+}
+
+#[test]
+fn a_full_pool_makes_requests_wait_for_admission_and_evicts_lru() {
+    let p = profile();
+    let mut cfg = SimClusterConfig::new(0, 1, profile());
+    cfg.total_blocks = 100; // 1600 tokens: one 1000-token request at a time
+    let mut sim = SimCluster::new(cfg).expect("valid");
+    let a = tokens(1, 1000);
+    let reqs = [
+        req(0.0, &a, 8),
+        req(1.0, &tokens(2, 1000), 8),
+        req(60_000.0, &a, 8),
+    ];
+    let r = run(&mut sim, &reqs);
+    let (x, y, z) = (r.records[0], r.records[1], r.records[2]);
+    // The second waits for the first to finish and free its blocks.
+    assert!(y.arrival_ms + y.ttft_ms >= x.arrival_ms + x.e2e_ms);
+    // The first left 62 full blocks cached and 38 blocks free; the second's 63 blocks took the
+    // free ones and evicted 25 cached ones, least recently used first, which is the first
+    // prompt's tail (released last block first): its head of 37 blocks is still cached.
+    assert_eq!(z.features.eff_isl_decode, 1000 - 37 * BS);
+    assert!(close(z.ttft_ms, p.prefill_ms(1000 - 37 * BS)));
+}
+
+#[test]
+fn the_dolphin_policy_reads_the_bit_of_each_requests_cluster() {
+    // Two clusters split on prompt length: short prompts local, long ones remote.
+    let json = r#"{"schema_version": 1, "split": "1p1d", "slo": {"ttft_ms": 5000, "tpot_ms": 250},
+      "k": 2, "method": "kmeans",
+      "standardizer": {"transform": "log1p", "mean": [0, 0, 0, 0], "std": [1, 1, 1, 1]},
+      "model": {"centroids": [[5, 5, 5, 2], [9, 9, 9, 2]]},
+      "bits": [0, 1],
+      "provenance": {"workload": "test", "date": "2026-11-29T12:00:00Z", "rounds": 0}}"#;
+    let table = CompiledTable::from_json(json).expect("valid table");
+    let mut cfg = SimClusterConfig::new(1, 1, profile());
+    cfg.policy = Policy::Dolphin(DolphinConfig::default());
+    cfg.table = Some(table.clone());
+    let reqs = [req(0.0, &tokens(1, 100), 4), req(10.0, &tokens(2, 8000), 4)];
+    let r = SimCluster::new(cfg)
+        .expect("valid")
+        .run(&reqs)
+        .expect("runs");
+    assert_eq!(r.records[0].cluster, 0);
+    assert_eq!(r.records[0].decision, Decision::Local);
+    assert_eq!(r.records[1].cluster, 1);
+    assert_eq!(r.records[1].decision, Decision::Remote);
+    assert_eq!(r.per_cluster.len(), 2);
+    assert_eq!(r.remote, 1);
+
+    // Any other policy decides, but the records still name the clusters.
+    let mut sim = cluster(1, 1, Policy::AlwaysLocal);
+    sim.set_policy(Policy::AlwaysLocal, Some(table));
+    let r = run(&mut sim, &reqs);
+    assert_eq!(r.records[1].cluster, 1);
+    assert_eq!(r.records[1].decision, Decision::Local);
+}
+
+#[test]
+fn runs_are_deterministic_and_every_request_finishes() {
+    let reqs: Vec<SimRequest> = (0..200)
+        .map(|i| {
+            // Four prompt families sharing 1024-token prefixes, arriving every 50 ms.
+            let mut t = tokens(1000 + i % 4, 1024);
+            t.extend(tokens(i + 1, 200 + 37 * (i % 11)));
+            req(50.0 * f64::from(i), &t, 16 + i % 50)
+        })
+        .collect();
+    let mut sim = cluster(2, 2, Policy::Threshold(Default::default()));
+    let a = run(&mut sim, &reqs);
+    let b = run(&mut sim, &reqs);
+    assert_eq!(a, b);
+    for r in &a.records {
+        assert!(r.ttft_ms > 0.0 && r.e2e_ms >= r.ttft_ms, "{r:?}");
+    }
+    // Shared prefixes are found: many requests reuse most of their prompt on the decode side.
+    let reused = a
+        .records
+        .iter()
+        .filter(|r| r.features.eff_isl_decode < r.features.isl - 512)
+        .count();
+    assert!(reused > 100, "{reused} of 200 reused a prefix");
+}
+
+#[test]
+fn bad_inputs_are_refused() {
+    let mut cfg = SimClusterConfig::new(1, 0, profile());
+    assert!(SimCluster::new(cfg.clone()).is_err());
+    cfg.decode = 1;
+    cfg.link_gbps = 0.0;
+    assert!(SimCluster::new(cfg.clone()).is_err());
+    cfg.link_gbps = 100.0;
+    cfg.total_blocks = 10;
+    let mut sim = SimCluster::new(cfg).expect("valid");
+    let err = sim
+        .run(&[req(0.0, &tokens(1, 1000), 4)])
+        .expect_err("does not fit");
+    assert!(err.to_string().contains("KV blocks"), "{err}");
+}

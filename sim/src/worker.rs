@@ -1,0 +1,398 @@
+//! One simulated engine: the scheduling policy of `dolphin-engine`'s scheduler over its real
+//! [`KvPool`], with step times from the [`SimProfile`].
+//!
+//! Mirrors `engine/src/scheduler`: requests are admitted in arrival order only when the pool can
+//! hold prompt plus output (reserved at admission, so nothing is preempted), reusing cached
+//! prefix blocks; each step gives every decoding sequence one token, then fills the rest of
+//! `max_batched_tokens` with prefill chunks in admission order; a step costs
+//! `prefill_ms(chunk tokens) + decode_ms(decoding sequences, occupancy)`, so local prefill slows
+//! the decodes it shares a step with. A remote request is reserved first (all prompt blocks
+//! allocated), then waits for its KV and resumes with the first token. Full prompt blocks go into
+//! the prefix cache as they are computed; blocks of generated tokens stay private (the simulator
+//! has no token content to hash them by).
+//!
+//! Sequences live in a slab whose entries, and their block tables, are reused: after warm-up a
+//! step allocates nothing.
+
+use std::collections::VecDeque;
+
+use dolphin_engine::{BlockId, KvEvent, KvPool, SimProfile};
+use dolphin_router::prefix_index::PrefixIndex;
+use dolphin_router::selection::load_cost;
+
+use crate::request::SimRequest;
+
+/// What a sequence is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// Prefilled here, then decoded (local prefill).
+    Local,
+    /// KV reserved here, filled by a prefill worker, then decoded (remote prefill).
+    Remote,
+    /// Prefill only, on a prefill worker.
+    PrefillOnly,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    Waiting,
+    Running,
+    AwaitingKv,
+    Free,
+}
+
+/// Something a worker reports to the cluster.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum Outcome {
+    /// Request `req` emitted its first token.
+    FirstToken { req: u32 },
+    /// Request `req` emitted its last token.
+    Finished { req: u32 },
+    /// Remote request `req` holds its reservation as sequence `seq` (of decode worker
+    /// `worker`), whose first `cached_blocks` blocks were already cached.
+    Reserved {
+        worker: u32,
+        req: u32,
+        seq: u32,
+        cached_blocks: u32,
+    },
+    /// The prefill of request `req` finished on a prefill worker.
+    Prefilled { req: u32 },
+}
+
+#[derive(Debug)]
+struct Seq {
+    req: u32,
+    prompt_len: u32,
+    max_tokens: u32,
+    blocks_needed: u32,
+    table: Vec<BlockId>,
+    reserved: u32,
+    committed: u32,
+    computed: u32,
+    generated: u32,
+    kind: Kind,
+    phase: Phase,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Entry {
+    seq: u32,
+    tokens: u32,
+    /// Yields a token (a decode, or the last chunk of a prompt).
+    sample: bool,
+}
+
+/// One simulated engine.
+#[derive(Debug)]
+pub(crate) struct Worker {
+    id: u32,
+    pool: KvPool,
+    block_size: u32,
+    max_batched_tokens: u32,
+    seqs: Vec<Seq>,
+    free_slots: Vec<u32>,
+    waiting: VecDeque<u32>,
+    running: Vec<u32>,
+    batch: Vec<Entry>,
+    /// A step is in flight.
+    pub busy: bool,
+    /// Prompt plus generated tokens of admitted sequences (the engine's `active_tokens`).
+    active_tokens: u64,
+    /// Prompt tokens of requests sent here and not done (the router's own in-flight count).
+    inflight_tokens: u64,
+}
+
+impl Worker {
+    pub fn new(id: u32, total_blocks: u32, block_size: u32, max_batched_tokens: u32) -> Self {
+        Worker {
+            id,
+            pool: KvPool::new(total_blocks, block_size),
+            block_size,
+            max_batched_tokens,
+            seqs: Vec::new(),
+            free_slots: Vec::new(),
+            waiting: VecDeque::new(),
+            running: Vec::new(),
+            batch: Vec::new(),
+            busy: false,
+            active_tokens: 0,
+            inflight_tokens: 0,
+        }
+    }
+
+    /// Load term of worker selection, as the router computes it from this worker's report.
+    pub fn load_cost(&self) -> f64 {
+        load_cost(
+            self.active_tokens.max(self.inflight_tokens),
+            self.waiting.len() as u32,
+            self.block_size,
+        )
+    }
+
+    /// Requests waiting for admission.
+    pub fn waiting(&self) -> u32 {
+        self.waiting.len() as u32
+    }
+
+    /// Blocks a request of this kind needs in all (the engine's `blocks_needed`).
+    pub fn blocks_needed(block_size: u32, prompt_len: u32, max_tokens: u32, kind: Kind) -> u32 {
+        let kv_tokens = match kind {
+            Kind::PrefillOnly => u64::from(prompt_len),
+            Kind::Local | Kind::Remote => u64::from(prompt_len) + u64::from(max_tokens) - 1,
+        };
+        kv_tokens.div_ceil(u64::from(block_size)) as u32
+    }
+
+    /// Queues request `req` and admits what fits. Returns the sequence's slot.
+    pub fn enqueue(
+        &mut self,
+        req: u32,
+        reqs: &[SimRequest],
+        kind: Kind,
+        out: &mut Vec<Outcome>,
+    ) -> u32 {
+        let r = &reqs[req as usize];
+        let slot = match self.free_slots.pop() {
+            Some(s) => s,
+            None => {
+                self.seqs.push(Seq {
+                    req: 0,
+                    prompt_len: 0,
+                    max_tokens: 0,
+                    blocks_needed: 0,
+                    table: Vec::new(),
+                    reserved: 0,
+                    committed: 0,
+                    computed: 0,
+                    generated: 0,
+                    kind,
+                    phase: Phase::Free,
+                });
+                self.seqs.len() as u32 - 1
+            }
+        };
+        let s = &mut self.seqs[slot as usize];
+        s.req = req;
+        s.prompt_len = r.prompt_len;
+        s.max_tokens = r.output_len;
+        s.blocks_needed = Self::blocks_needed(self.block_size, r.prompt_len, r.output_len, kind);
+        s.table.clear();
+        s.reserved = 0;
+        s.committed = 0;
+        s.computed = 0;
+        s.generated = 0;
+        s.kind = kind;
+        s.phase = Phase::Waiting;
+        self.inflight_tokens += u64::from(r.prompt_len);
+        self.waiting.push_back(slot);
+        self.admit_waiting(reqs, out);
+        slot
+    }
+
+    /// Admits waiting requests in arrival order while the pool can hold them.
+    fn admit_waiting(&mut self, reqs: &[SimRequest], out: &mut Vec<Outcome>) {
+        while let Some(&slot) = self.waiting.front() {
+            if !self.try_admit(slot, reqs, out) {
+                break;
+            }
+        }
+    }
+
+    fn try_admit(&mut self, slot: u32, reqs: &[SimRequest], out: &mut Vec<Outcome>) -> bool {
+        let bs = self.block_size;
+        let s = &mut self.seqs[slot as usize];
+        let hashes = &reqs[s.req as usize].hashes;
+        // At least one prompt token is always computed: it yields the first token.
+        let max_hits = (((s.prompt_len - 1) / bs) as usize).min(hashes.len());
+        let hits = self.pool.match_prefix(&hashes[..max_hits]);
+        let new = s.blocks_needed - hits as u32;
+        if !self.pool.admit(&hashes[..hits], new, &mut s.table) {
+            return false;
+        }
+        self.waiting.pop_front();
+        s.reserved = new;
+        s.committed = hits as u32;
+        s.computed = hits as u32 * bs;
+        self.active_tokens += u64::from(s.prompt_len);
+        match s.kind {
+            Kind::Remote => {
+                // KV will be written into every prompt block: they are allocated now.
+                let prompt_blocks = s.prompt_len.div_ceil(bs) as usize;
+                while s.table.len() < prompt_blocks {
+                    let Some(b) = self.pool.allocate() else { break };
+                    s.reserved -= 1;
+                    s.table.push(b);
+                }
+                s.phase = Phase::AwaitingKv;
+                out.push(Outcome::Reserved {
+                    worker: self.id,
+                    req: s.req,
+                    seq: slot,
+                    cached_blocks: hits as u32,
+                });
+            }
+            Kind::Local | Kind::PrefillOnly => {
+                s.phase = Phase::Running;
+                self.running.push(slot);
+            }
+        }
+        true
+    }
+
+    /// Builds the next step's batch; returns its duration in ms, or `None` when there is nothing
+    /// to compute.
+    pub fn build_batch(&mut self, profile: &SimProfile) -> Option<f64> {
+        self.batch.clear();
+        let bs = self.block_size;
+        let mut budget = self.max_batched_tokens;
+        let mut decodes = 0u32;
+        for &slot in &self.running {
+            let s = &mut self.seqs[slot as usize];
+            if s.computed < s.prompt_len {
+                continue;
+            }
+            ensure_blocks(&mut self.pool, s, s.computed + 1, bs);
+            self.batch.push(Entry {
+                seq: slot,
+                tokens: 1,
+                sample: true,
+            });
+            decodes += 1;
+            budget = budget.saturating_sub(1);
+        }
+        let mut prefill_tokens = 0u32;
+        for &slot in &self.running {
+            if budget == 0 {
+                break;
+            }
+            let s = &mut self.seqs[slot as usize];
+            if s.computed >= s.prompt_len {
+                continue;
+            }
+            let n = (s.prompt_len - s.computed).min(budget);
+            ensure_blocks(&mut self.pool, s, s.computed + n, bs);
+            self.batch.push(Entry {
+                seq: slot,
+                tokens: n,
+                sample: s.computed + n == s.prompt_len,
+            });
+            prefill_tokens += n;
+            budget -= n;
+        }
+        if self.batch.is_empty() {
+            return None;
+        }
+        let occupancy = f64::from(self.pool.referenced()) / f64::from(self.pool.total());
+        Some(profile.step_ms(prefill_tokens, decodes, occupancy))
+    }
+
+    /// Applies the finished step: advances KV, caches full prompt blocks, emits tokens, ends
+    /// sequences, then admits what now fits.
+    pub fn apply(&mut self, reqs: &[SimRequest], out: &mut Vec<Outcome>) {
+        let bs = self.block_size;
+        let mut released = false;
+        for i in 0..self.batch.len() {
+            let e = self.batch[i];
+            let s = &mut self.seqs[e.seq as usize];
+            s.computed += e.tokens;
+            commit_blocks(&mut self.pool, s, &reqs[s.req as usize], bs);
+            if !e.sample {
+                continue;
+            }
+            if s.kind == Kind::PrefillOnly {
+                out.push(Outcome::Prefilled { req: s.req });
+                self.release(e.seq);
+                released = true;
+                continue;
+            }
+            s.generated += 1;
+            self.active_tokens += 1;
+            if s.generated == 1 {
+                out.push(Outcome::FirstToken { req: s.req });
+            }
+            if s.generated >= s.max_tokens {
+                out.push(Outcome::Finished { req: s.req });
+                self.release(e.seq);
+                released = true;
+            }
+        }
+        if released {
+            let seqs = &self.seqs;
+            self.running
+                .retain(|&slot| seqs[slot as usize].phase == Phase::Running);
+            self.admit_waiting(reqs, out);
+        }
+    }
+
+    /// The KV of remote sequence `slot` has arrived: it decodes from its first token on.
+    pub fn resume(&mut self, slot: u32, reqs: &[SimRequest], out: &mut Vec<Outcome>) {
+        let bs = self.block_size;
+        let s = &mut self.seqs[slot as usize];
+        debug_assert_eq!(
+            s.phase,
+            Phase::AwaitingKv,
+            "resume of a sequence not awaiting KV"
+        );
+        if s.phase != Phase::AwaitingKv {
+            return;
+        }
+        s.computed = s.prompt_len;
+        commit_blocks(&mut self.pool, s, &reqs[s.req as usize], bs);
+        s.generated = 1;
+        self.active_tokens += 1;
+        out.push(Outcome::FirstToken { req: s.req });
+        if s.generated >= s.max_tokens {
+            out.push(Outcome::Finished { req: s.req });
+            self.release(slot);
+            self.admit_waiting(reqs, out);
+        } else {
+            s.phase = Phase::Running;
+            self.running.push(slot);
+        }
+    }
+
+    /// Frees a sequence: its blocks go back to the pool (cached ones stay cached).
+    fn release(&mut self, slot: u32) {
+        let s = &mut self.seqs[slot as usize];
+        self.pool.release(&s.table);
+        self.pool.unreserve(s.reserved);
+        s.table.clear();
+        s.reserved = 0;
+        self.active_tokens -= u64::from(s.prompt_len) + u64::from(s.generated);
+        self.inflight_tokens -= u64::from(s.prompt_len);
+        s.phase = Phase::Free;
+        self.free_slots.push(slot);
+    }
+
+    /// Publishes the pool's cache changes to the router's index (the `Worker.Subscribe` feed).
+    pub fn publish(&mut self, index: &mut PrefixIndex, slot: usize) {
+        for ev in self.pool.drain_events() {
+            match ev {
+                KvEvent::Stored { hashes, .. } => index.stored(slot, &hashes),
+                KvEvent::Removed { hashes } => index.removed(slot, &hashes),
+                KvEvent::Cleared => index.clear_slot(slot),
+            }
+        }
+    }
+}
+
+/// Allocates reserved blocks until the table covers `tokens` positions.
+fn ensure_blocks(pool: &mut KvPool, s: &mut Seq, tokens: u32, bs: u32) {
+    while (s.table.len() as u32) * bs < tokens && s.reserved > 0 {
+        let Some(b) = pool.allocate() else { return };
+        s.reserved -= 1;
+        s.table.push(b);
+    }
+}
+
+/// Offers the sequence's newly full prompt blocks to the prefix cache.
+fn commit_blocks(pool: &mut KvPool, s: &mut Seq, r: &SimRequest, bs: u32) {
+    let full = ((s.computed / bs) as usize).min(r.hashes.len()) as u32;
+    while s.committed < full {
+        let i = s.committed as usize;
+        let parent = i.checked_sub(1).map(|p| r.hashes[p]);
+        pool.commit(s.table[i], parent, r.hashes[i], i as u32);
+        s.committed += 1;
+    }
+}

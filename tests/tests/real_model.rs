@@ -1,0 +1,241 @@
+//! SmolLM2-135M-Instruct through the real processes: a prefill worker, a decode worker and the
+//! router, all on the candle engine with the model's own tokenizer.
+//!
+//! - Disaggregation is lossless: for several prompts (a chat question, a raw code completion,
+//!   one over 512 tokens, and one whose long prefix the decode worker already holds), greedy
+//!   output with remote prefill equals output with local prefill equals a single-process
+//!   reference (`candle_engine` in this test process), token for token.
+//! - `/v1/chat/completions` answers a simple question sensibly.
+//!
+//! Skipped with a notice when the model file is absent (run `scripts/fetch-model.sh`), unless
+//! `DOLPHIN_REQUIRE_MODEL` is set: then its absence fails. Every process runs one compute
+//! thread (the machine has two shared cores) and outputs stay short.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use dolphin_engine::candle::{CandleConfig, candle_engine};
+use dolphin_engine::{Engine, Sampling, SeqOutput, SeqRequest};
+use dolphin_proto::v1::generate_request::Input;
+use dolphin_proto::v1::{FinishReason, GenerateRequest, PrefillMode, SamplingParams, TokenIds};
+use dolphin_tests::{ClusterConfig, TestCluster, grpc, http};
+use dolphin_tokenizer::{ChatMessage, GgufTokenizer, SMOLLM2_FILE, find_model};
+
+/// The served model name every process is given.
+const MODEL: &str = "smollm2";
+/// Greedy tokens generated per request: enough to compare paths, cheap on two cores.
+const MAX_TOKENS: u32 = 12;
+/// KV memory per process: room for every prompt here and their cached prefixes.
+const KV_BYTES: &str = "128MiB";
+/// Tokens per engine step in the workers. Small: a step holds the engine's lock, and in an
+/// unoptimized (debug) build a long step stalls the worker's gRPC connections. It also makes
+/// the workers chunk prompts differently from the reference, which must not change a token.
+const STEP_TOKENS: &str = "64";
+
+/// The model file, or `None` (test skipped) when it is absent and not required.
+fn model_path() -> Option<PathBuf> {
+    let found = find_model(SMOLLM2_FILE);
+    if found.is_none() {
+        if std::env::var_os("DOLPHIN_REQUIRE_MODEL").is_some_and(|v| !v.is_empty()) {
+            panic!(
+                "DOLPHIN_REQUIRE_MODEL is set but {SMOLLM2_FILE} is missing: run scripts/fetch-model.sh"
+            );
+        }
+        eprintln!("skipped: {SMOLLM2_FILE} not found (run scripts/fetch-model.sh)");
+    }
+    found
+}
+
+fn chat_tokens(tok: &GgufTokenizer, user: &str) -> anyhow::Result<Vec<u32>> {
+    let text = tok.render_chat(&[ChatMessage::new("user", user)])?;
+    Ok(tok.encode(&text))
+}
+
+/// Forty numbered facts: a prompt body of several hundred tokens.
+fn facts() -> String {
+    (1..=40)
+        .map(|i| format!("Fact {i}: the number {i} squared is {}. ", i * i))
+        .collect()
+}
+
+/// The prompts compared, in the order they are sent (the order sets up the cache reuse).
+fn prompts(tok: &GgufTokenizer) -> anyhow::Result<Vec<(&'static str, Vec<u32>)>> {
+    let long = chat_tokens(tok, &format!("{}\nWhat is the number 7 squared?", facts()))?;
+    anyhow::ensure!(
+        long.len() > 512,
+        "long prompt has only {} tokens",
+        long.len()
+    );
+    // Same long prefix, another question: sent after `long`, so the decode worker holds most
+    // of its KV already and only the tail crosses the wire.
+    let shared = chat_tokens(tok, &format!("{}\nWhat is the number 12 squared?", facts()))?;
+    Ok(vec![
+        (
+            "capital",
+            chat_tokens(tok, "What is the capital of France?")?,
+        ),
+        ("code", tok.encode("def fibonacci(n):\n    ")),
+        ("long", long),
+        ("shared-prefix", shared),
+    ])
+}
+
+/// Greedy tokens from the in-process reference engine.
+async fn reference(engine: &dyn Engine, id: &str, prompt: &[u32], stops: &[u32]) -> Vec<u32> {
+    let req = SeqRequest {
+        request_id: id.to_owned(),
+        prompt: prompt.to_vec(),
+        sampling: Sampling {
+            max_tokens: MAX_TOKENS,
+            stop_token_ids: stops.to_vec(),
+            ..Sampling::default()
+        },
+    };
+    let mut out = engine.generate(req).await.expect("reference generate");
+    let mut tokens = Vec::new();
+    while let Some(ev) = out.recv().await {
+        match ev {
+            SeqOutput::Token(t) => tokens.push(t),
+            SeqOutput::Finished { .. } => break,
+            SeqOutput::Error(e) => panic!("reference engine failed: {e}"),
+        }
+    }
+    tokens
+}
+
+fn token_request(prompt: &[u32], mode: PrefillMode) -> GenerateRequest {
+    GenerateRequest {
+        model: MODEL.to_owned(),
+        input: Some(Input::TokenIds(TokenIds {
+            ids: prompt.to_vec(),
+        })),
+        sampling: Some(SamplingParams {
+            max_tokens: MAX_TOKENS,
+            ..SamplingParams::default()
+        }),
+        force_mode: mode as i32,
+        ..GenerateRequest::default()
+    }
+}
+
+async fn start_cluster(path: &Path) -> anyhow::Result<TestCluster> {
+    let path = path.display().to_string();
+    TestCluster::start(ClusterConfig {
+        engine_args: Some(
+            [
+                "--engine",
+                "candle",
+                "--model-path",
+                &path,
+                "--threads",
+                "1",
+                "--kv-bytes",
+                KV_BYTES,
+                "--max-batched-tokens",
+                STEP_TOKENS,
+            ]
+            .map(str::to_owned)
+            .to_vec(),
+        ),
+        model: MODEL.to_owned(),
+        // Remote prefills must not fall back because a debug build is slow: the test checks
+        // that the remote path itself is lossless.
+        decode_args: vec!["--prefill-timeout-ms".to_owned(), "600000".to_owned()],
+        router_args: ["--tokenizer", "gguf", "--model-path", &path]
+            .map(str::to_owned)
+            .to_vec(),
+        ..ClusterConfig::default()
+    })
+    .await
+}
+
+#[tokio::test]
+async fn smollm2_remote_equals_local_equals_single_process_and_chat_answers() -> anyhow::Result<()>
+{
+    let Some(path) = model_path() else {
+        return Ok(());
+    };
+    let tok = GgufTokenizer::from_file(&path)?;
+    let stops = tok.stop_token_ids().to_vec();
+    let prompts = prompts(&tok)?;
+
+    // The single-process reference first, then dropped: the cluster gets the cores.
+    let mut expected = Vec::new();
+    {
+        let mut cfg = CandleConfig::new(&path);
+        cfg.threads = Some(1);
+        cfg.kv_bytes = 128 << 20;
+        let engine = candle_engine(cfg).context("reference engine")?;
+        for (name, prompt) in &prompts {
+            let tokens = reference(&*engine, name, prompt, &stops).await;
+            assert!(!tokens.is_empty(), "{name}: no reference output");
+            eprintln!("reference {name}: {:?}", tok.decode(&tokens));
+            expected.push(tokens);
+        }
+    }
+
+    let cluster = start_cluster(&path).await?;
+    let mut client = cluster.inference().await?;
+    for ((name, prompt), expected) in prompts.iter().zip(&expected) {
+        // Remote first: the decode worker has not computed this prompt itself.
+        let remote = grpc::generate(&mut client, token_request(prompt, PrefillMode::Remote))
+            .await
+            .with_context(|| format!("{name}: remote request"))?;
+        let routing = remote.last_routing.clone().context("routing info")?;
+        assert_eq!(
+            routing.mode,
+            PrefillMode::Remote as i32,
+            "{name}: {routing:?}"
+        );
+        assert!(!routing.fell_back, "{name} fell back to local: {routing:?}");
+        assert_eq!(
+            &remote.tokens, expected,
+            "{name}: remote prefill != reference"
+        );
+        let local = grpc::generate(&mut client, token_request(prompt, PrefillMode::Local))
+            .await
+            .with_context(|| format!("{name}: local request"))?;
+        assert_eq!(
+            &local.tokens, expected,
+            "{name}: local prefill != reference"
+        );
+        let usage = remote.usage.context("usage")?;
+        assert_eq!(usage.prompt_tokens as usize, prompt.len(), "{name}");
+        if *name == "shared-prefix" {
+            // `long` left its blocks on the decode worker: at least the shared facts were
+            // reused there, so only the differing tail was imported.
+            assert!(
+                usage.cached_tokens >= 400,
+                "{name}: the decode worker reused only {} cached tokens",
+                usage.cached_tokens
+            );
+        }
+        if remote.tokens.len() < MAX_TOKENS as usize {
+            assert_eq!(remote.finish_reason, Some(FinishReason::Stop), "{name}");
+        }
+    }
+
+    let body = serde_json::json!({
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "What is the capital of France?"}],
+        "max_tokens": 24,
+        "temperature": 0,
+    });
+    let response = http::post_json(
+        cluster.http_addr(),
+        "/v1/chat/completions",
+        &body.to_string(),
+    )
+    .await?;
+    assert_eq!(response.status, 200, "{}", response.text());
+    let v = response.json()?;
+    let answer = v["choices"][0]["message"]["content"]
+        .as_str()
+        .context("no message content")?;
+    assert!(answer.contains("Paris"), "answer: {answer:?}");
+    assert_eq!(v["choices"][0]["finish_reason"], "stop", "{v}");
+    assert_eq!(v["model"], MODEL, "{v}");
+
+    cluster.passed();
+    Ok(())
+}
