@@ -9,6 +9,7 @@ mod backoff;
 pub mod block_hash;
 pub mod discovery;
 pub mod etcd;
+pub mod hash_map;
 pub mod keys;
 pub mod static_discovery;
 pub mod telemetry;
@@ -25,6 +26,7 @@ pub const DEFAULT_BLOCK_SIZE: usize = 16;
 pub use block_hash::{ROOT_SEED, block_hashes, block_hashes_into, chain_hash};
 pub use discovery::{DiscoveryError, MembershipEvent};
 pub use etcd::{EtcdConfig, Registration, watch_workers};
+pub use hash_map::{BlockHashBuild, BlockHashHasher, BlockHashMap};
 pub use keys::{tables_prefix, worker_key, workers_prefix};
 pub use static_discovery::{load_static_file, static_workers};
 pub use telemetry::{

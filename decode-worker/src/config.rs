@@ -40,6 +40,12 @@ impl DecodeConfig {
     }
 }
 
+impl dolphin_worker_common::WorkerConfig for DecodeConfig {
+    fn common(&self) -> &CommonArgs {
+        &self.common
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

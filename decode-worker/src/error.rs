@@ -29,3 +29,9 @@ impl From<dolphin_worker_common::ConfigError> for DecodeError {
         Self::Worker(err.into())
     }
 }
+
+impl dolphin_worker_common::ExitStatus for DecodeError {
+    fn exit_code(&self) -> u8 {
+        DecodeError::exit_code(self)
+    }
+}

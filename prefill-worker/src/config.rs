@@ -19,6 +19,12 @@ impl PrefillConfig {
     }
 }
 
+impl dolphin_worker_common::WorkerConfig for PrefillConfig {
+    fn common(&self) -> &CommonArgs {
+        &self.common
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

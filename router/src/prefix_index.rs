@@ -6,7 +6,6 @@
 //! hold it, and the set of workers still matching narrows block by block.
 
 use std::collections::{HashMap, HashSet};
-use std::hash::{BuildHasherDefault, Hasher};
 
 use dolphin_cluster::BlockHash;
 
@@ -76,29 +75,7 @@ impl SlotSet {
     }
 }
 
-/// Hasher for keys that are already uniform 64-bit hashes (block hashes are xxh3 outputs):
-/// rehashing them would only cost time on the lookup path.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct IdentityHasher(u64);
-
-impl Hasher for IdentityHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        // Only u64 keys are used; this keeps the hasher correct for anything else.
-        for b in bytes {
-            self.0 = self.0.rotate_left(8) ^ u64::from(*b);
-        }
-    }
-
-    fn write_u64(&mut self, n: u64) {
-        self.0 = n;
-    }
-}
-
-type IdentityBuild = BuildHasherDefault<IdentityHasher>;
+type IdentityBuild = dolphin_cluster::BlockHashBuild;
 
 /// The prefix index of one pool.
 #[derive(Debug, Default)]

@@ -124,6 +124,18 @@ pub fn sim_config(args: &EngineArgs) -> Result<SimConfig, ConfigError> {
     Ok(cfg)
 }
 
+/// Fixes the candle engine's compute thread count. Call it first thing in `main`, before the
+/// async runtime starts: it sets process environment variables, which is only sound while no
+/// other thread runs. A no-op for the sim engine.
+pub fn configure_compute_threads(args: &EngineArgs) -> Result<(), ConfigError> {
+    if args.engine != EngineKind::Candle {
+        return Ok(());
+    }
+    dolphin_engine::candle::configure_threads(args.threads)
+        .map(|_| ())
+        .map_err(|e| ConfigError::invalid("threads", e.to_string()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -227,16 +239,4 @@ mod tests {
         assert_eq!(info.model, "m2");
         assert_eq!(info.block_size, 16);
     }
-}
-
-/// Fixes the candle engine's compute thread count. Call it first thing in `main`, before the
-/// async runtime starts: it sets process environment variables, which is only sound while no
-/// other thread runs. A no-op for the sim engine.
-pub fn configure_compute_threads(args: &EngineArgs) -> Result<(), ConfigError> {
-    if args.engine != EngineKind::Candle {
-        return Ok(());
-    }
-    dolphin_engine::candle::configure_threads(args.threads)
-        .map(|_| ())
-        .map_err(|e| ConfigError::invalid("threads", e.to_string()))
 }

@@ -85,6 +85,12 @@ impl WorkerError {
     }
 }
 
+impl crate::ExitStatus for WorkerError {
+    fn exit_code(&self) -> u8 {
+        WorkerError::exit_code(self)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

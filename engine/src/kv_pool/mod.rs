@@ -20,34 +20,11 @@ mod proptests;
 mod tests;
 
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
 
-use dolphin_cluster::BlockHash;
+use dolphin_cluster::{BlockHash, BlockHashMap};
 
 use crate::types::{BlockId, KvEvent};
 use lru::Lru;
-
-/// Hasher of the cache index: block hashes are already uniform 64-bit xxh3 outputs, so they
-/// are their own hash (rehashing them with SipHash only costs time on every commit and evict).
-#[derive(Clone, Copy, Debug, Default)]
-struct HashIsKey(u64);
-
-impl Hasher for HashIsKey {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        // Only u64 keys are hashed; this keeps the hasher correct for anything else.
-        for b in bytes {
-            self.0 = self.0.rotate_left(8) ^ u64::from(*b);
-        }
-    }
-
-    fn write_u64(&mut self, n: u64) {
-        self.0 = n;
-    }
-}
 
 /// Per-block bookkeeping.
 #[derive(Clone, Copy, Debug, Default)]
@@ -70,7 +47,7 @@ pub struct KvPool {
     free: Vec<BlockId>,
     /// Unreferenced cached blocks, least recently used first.
     lru: Lru,
-    cached: HashMap<BlockHash, BlockId, BuildHasherDefault<HashIsKey>>,
+    cached: BlockHashMap<BlockId>,
     /// Blocks promised to admitted sequences and not allocated yet.
     reserved: u32,
     events: Vec<KvEvent>,
