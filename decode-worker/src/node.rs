@@ -7,7 +7,7 @@ use dolphin_cluster::{Role, WorkerId};
 use dolphin_engine::Engine;
 use dolphin_kv_transfer::{KvReceiver, TransferConfig};
 use dolphin_proto::v1::decode_worker_server::DecodeWorkerServer;
-use dolphin_worker_common::{RunningWorker, WorkerError, WorkerIdentity, WorkerState, bind};
+use dolphin_worker_common::{RunningWorker, WorkerIdentity, WorkerState, bind};
 use tonic::{server::NamedService, service::Routes};
 
 use crate::{
@@ -40,12 +40,7 @@ pub async fn start(
     engine: Arc<dyn Engine>,
     opts: DecodeOptions,
 ) -> Result<RunningWorker, DecodeError> {
-    let listener = bind(opts.grpc_addr, "gRPC").await?;
-    let grpc_addr = listener.local_addr().map_err(|source| WorkerError::Bind {
-        what: "gRPC",
-        addr: opts.grpc_addr,
-        source,
-    })?;
+    let (listener, grpc_addr) = bind(opts.grpc_addr, "gRPC").await?;
     let receiver = KvReceiver::bind(opts.kv_addr, opts.transfer)
         .await
         .map_err(DecodeError::KvListener)?;

@@ -32,12 +32,7 @@ pub async fn start(
     engine: Arc<dyn Engine>,
     opts: PrefillOptions,
 ) -> Result<RunningWorker, WorkerError> {
-    let listener = bind(opts.grpc_addr, "gRPC").await?;
-    let grpc_addr = listener.local_addr().map_err(|source| WorkerError::Bind {
-        what: "gRPC",
-        addr: opts.grpc_addr,
-        source,
-    })?;
+    let (listener, grpc_addr) = bind(opts.grpc_addr, "gRPC").await?;
     let identity = WorkerIdentity {
         id: opts.worker_id,
         role: Role::Prefill,

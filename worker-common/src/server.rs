@@ -20,11 +20,15 @@ const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Once the drain grace period is over, how long aborted requests get to notice and clean up.
 const ABORT_SETTLE: Duration = Duration::from_secs(2);
 
-/// Binds a gRPC listener (port 0 picks a free port).
-pub async fn bind(addr: SocketAddr, what: &'static str) -> Result<TcpListener, WorkerError> {
-    TcpListener::bind(addr)
-        .await
-        .map_err(|source| WorkerError::Bind { what, addr, source })
+/// Binds a gRPC listener (port 0 picks a free port) and returns it with the address it got.
+pub async fn bind(
+    addr: SocketAddr,
+    what: &'static str,
+) -> Result<(TcpListener, SocketAddr), WorkerError> {
+    let err = |source| WorkerError::Bind { what, addr, source };
+    let listener = TcpListener::bind(addr).await.map_err(err)?;
+    let bound = listener.local_addr().map_err(err)?;
+    Ok((listener, bound))
 }
 
 /// A worker whose gRPC server runs.

@@ -18,10 +18,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure};
 use clap::Parser;
-use dolphin_bench::fake_worker::{self, FakeWorker};
+use dolphin_bench::fake_worker;
 use dolphin_bench::routing_workload::{self, WorkloadConfig};
 use dolphin_bench::stats::Summary;
-use dolphin_cluster::Role;
 use dolphin_router::dispatch::{DispatchConfig, Dispatcher};
 use dolphin_router::dolphin::admission::InputShape;
 use dolphin_router::dolphin::assign::CompiledTable;
@@ -119,7 +118,19 @@ fn main() -> anyhow::Result<()> {
         load_interval_ms: 100,
         connect_timeout: Duration::from_secs(5),
     });
-    let _fakes = rt.block_on(start_fakes(&registry, &workload, bs))?;
+    // Kept alive for the whole run: their event streams must stay connected.
+    let _fakes = rt.block_on(fake_worker::start_pools(
+        &registry,
+        &workload,
+        MODEL,
+        bs,
+        Duration::from_secs(180),
+    ))?;
+    ensure!(
+        registry.split().to_string() == format!("{0}p{0}d", workload.prefill.len()),
+        "unexpected split {}",
+        registry.split()
+    );
     let dispatcher = Dispatcher::new(
         registry.clone(),
         Arc::new(SimTokenizer),
@@ -377,50 +388,4 @@ fn whole(
     r.p99_within_target = r.whole.p99_us <= TARGET_P99_US;
     r.clusters_seen = if table.is_some() { clusters.len() } else { 0 };
     Ok(r)
-}
-
-/// One fake worker per pool member, registered; waits until every snapshot is indexed.
-async fn start_fakes(
-    registry: &Arc<WorkerRegistry>,
-    workload: &routing_workload::Workload,
-    bs: u32,
-) -> anyhow::Result<Vec<FakeWorker>> {
-    let mut fakes = Vec::new();
-    let mut expected = Vec::new();
-    for (role, pool) in [
-        (Role::Prefill, &workload.prefill),
-        (Role::Decode, &workload.decode),
-    ] {
-        for (i, contents) in pool.iter().enumerate() {
-            let id = format!("{}-{i:02}", role.as_str());
-            let fake = fake_worker::start(&id, role, MODEL, bs, contents).await?;
-            registry
-                .add(fake.record.clone())
-                .map_err(|e| anyhow::anyhow!("registry refused {id}: {e}"))?;
-            expected.push((id, contents.distinct_blocks() as u64));
-            fakes.push(fake);
-        }
-    }
-    let deadline = Instant::now() + Duration::from_secs(180);
-    loop {
-        let listed = registry.list();
-        let done = expected.iter().all(|(id, blocks)| {
-            listed
-                .iter()
-                .any(|w| &w.worker_id == id && w.events_live && w.indexed_blocks == *blocks)
-        });
-        if done {
-            break;
-        }
-        if Instant::now() > deadline {
-            bail!("the registry did not index every fake worker's snapshot in time");
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    ensure!(
-        registry.split().to_string() == format!("{0}p{0}d", workload.prefill.len()),
-        "unexpected split {}",
-        registry.split()
-    );
-    Ok(fakes)
 }

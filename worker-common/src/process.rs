@@ -1,0 +1,42 @@
+//! A worker process from validated flags to exit, shared by both workers: stop signals first (a
+//! signal during start-up must drain, not kill), the metrics endpoint, the engine, the role's
+//! own listeners and services, then registration and serving until a stop signal.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use dolphin_engine::Engine;
+use tokio_util::sync::CancellationToken;
+
+use crate::{
+    CommonArgs, Lifecycle, RunningWorker, StopSignals, WorkerError, build_engine,
+    run_until_stopped, telemetry,
+};
+
+/// Runs a worker until SIGTERM/SIGINT (then drains and returns `Ok`). `start` binds and serves
+/// the role's services on the engine; it gets the model name the engine serves (candle: the
+/// file's name unless `--model` says otherwise).
+pub async fn run_worker<E, Fut>(
+    common: &CommonArgs,
+    start: impl FnOnce(Arc<dyn Engine>, String) -> Fut,
+) -> Result<(), E>
+where
+    E: From<WorkerError>,
+    Fut: Future<Output = Result<RunningWorker, E>>,
+{
+    let signals = StopSignals::install().map_err(WorkerError::Signals)?;
+    let metrics_stop = CancellationToken::new();
+    let _metrics_stop = metrics_stop.clone().drop_guard();
+    if let Some(addr) = common.metrics_addr {
+        telemetry::start_metrics(addr, metrics_stop).await?;
+    }
+    let engine = build_engine(&common.engine)?;
+    let model = engine.info().model.clone();
+    let worker = start(engine, model).await?;
+    let lifecycle = Lifecycle {
+        etcd: common.etcd_config(),
+        drain_grace: common.drain_grace(),
+    };
+    run_until_stopped(worker, signals, lifecycle).await?;
+    Ok(())
+}
