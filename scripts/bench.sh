@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
-# Builds the release binaries, then runs the benchmarks in bench/ (routing_decision,
+# Builds the release binaries, then runs the benchmarks in bench/ (by default routing_decision,
 # dolphin_decision, router_overhead, kv_transfer). Each prints its numbers and writes
 # bench/results/<name>.json. Arguments pick benchmarks by name (any binary in bench/src/bin);
 # after `--`, the rest goes to each benchmark run (so name one), e.g.
-#   scripts/bench.sh                         # all of them
+#   scripts/bench.sh                         # the default set
 #   scripts/bench.sh router_overhead -- --duration-secs 5
+# Also known, not in the default set (they need the model from scripts/fetch-model.sh and take
+# minutes): engine_candle (the candle engine alone), cluster_candle (the same model through
+# router, prefill and decode worker; run engine_candle first for the side-by-side table);
+# sim_crosscheck (the cluster simulator against a live sim-engine cluster started with
+# dolphinctl up, 1p1d and 2p2d, about 3 minutes).
 # A benchmark that fails does not stop the others; the script then exits 1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,11 +28,16 @@ fi
 # Only the binaries needed: router_overhead starts the router and the workers from
 # target/release, beside itself.
 bins=(--bin dolphin-router --bin dolphin-decode-worker --bin dolphin-prefill-worker)
+pkgs=(-p dolphin-router -p dolphin-decode-worker -p dolphin-prefill-worker -p dolphin-bench)
 for b in "${benches[@]}"; do
     bins+=(--bin "$b")
+    # sim_crosscheck starts its cluster with dolphinctl up.
+    if [ "$b" = sim_crosscheck ]; then
+        bins+=(--bin dolphinctl)
+        pkgs+=(-p dolphinctl)
+    fi
 done
-cargo build --release --locked "${bins[@]}" \
-    -p dolphin-router -p dolphin-decode-worker -p dolphin-prefill-worker -p dolphin-bench
+cargo build --release --locked "${bins[@]}" "${pkgs[@]}"
 
 failed=()
 for b in "${benches[@]}"; do

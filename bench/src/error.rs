@@ -39,9 +39,15 @@ pub enum BenchError {
     /// The benchmark's setup did not come up as expected.
     #[error("setup: {0}")]
     Setup(String),
+    /// A simulator experiment could not run (learning, a table, the simulator).
+    #[error("experiment: {0}")]
+    Experiment(String),
     /// An HTTP exchange failed.
     #[error("HTTP: {0}")]
     Http(String),
+    /// A gRPC call failed (boxed: a status is large).
+    #[error("gRPC {}: {}", .0.code(), .0.message())]
+    Rpc(Box<tonic::Status>),
 }
 
 impl BenchError {

@@ -6,10 +6,14 @@
 //! ([`process`]), the closed-loop load driver ([`load`]), a keep-alive HTTP/1.1 client
 //! ([`http_client`]), the router-overhead benchmark's processes and clients
 //! ([`overhead_cluster`], [`overhead_clients`]), and the routing benchmark's workload
-//! ([`routing_workload`], [`fake_worker`]). Benchmarks report numbers; nothing here asserts on
+//! ([`routing_workload`], [`fake_worker`]), the real-model cluster benchmark's processes and
+//! timed requests ([`candle_cluster`], [`timed_generate`]), and the simulator experiments of
+//! `docs/results.md` ([`experiments`]). Benchmarks report numbers; nothing here asserts on
 //! timing.
 
+pub mod candle_cluster;
 pub mod error;
+pub mod experiments;
 pub mod fake_worker;
 pub mod http_client;
 pub mod load;
@@ -20,5 +24,6 @@ pub mod process;
 pub mod results;
 pub mod routing_workload;
 pub mod stats;
+pub mod timed_generate;
 
 pub use error::BenchError;

@@ -107,26 +107,7 @@ pub fn start(
 impl OverheadCluster {
     /// Waits until the router lists both workers with their event streams up.
     pub async fn wait_for_workers(&self) -> Result<(), BenchError> {
-        let addr = self.router.ready_field("grpc_addr")?;
-        let setup = |e: &dyn std::fmt::Display| BenchError::Setup(format!("router admin: {e}"));
-        let mut admin = RouterAdminClient::connect(format!("http://{addr}"))
-            .await
-            .map_err(|e| setup(&e))?;
-        for _ in 0..300 {
-            let workers = admin
-                .list_workers(v1::ListWorkersRequest {})
-                .await
-                .map_err(|e| setup(&e))?
-                .into_inner()
-                .workers;
-            if workers.len() == 2 && workers.iter().all(|w| w.events_live) {
-                return Ok(());
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        Err(BenchError::Setup(
-            "the router did not pick up both workers within 30 s".into(),
-        ))
+        wait_for_workers(self.router.ready_field("grpc_addr")?, 2).await
     }
 
     /// Stops the router with SIGTERM (so a profiler wrapping it can write its output; SIGKILL
@@ -141,4 +122,28 @@ impl OverheadCluster {
         drop((decode, prefill));
         clean
     }
+}
+
+/// Waits (up to 30 s) until the router at `router_grpc_addr` lists `expected` workers, each with
+/// its event stream up: from then on it routes with their cache and load.
+pub async fn wait_for_workers(router_grpc_addr: &str, expected: usize) -> Result<(), BenchError> {
+    let setup = |e: &dyn std::fmt::Display| BenchError::Setup(format!("router admin: {e}"));
+    let mut admin = RouterAdminClient::connect(format!("http://{router_grpc_addr}"))
+        .await
+        .map_err(|e| setup(&e))?;
+    for _ in 0..300 {
+        let workers = admin
+            .list_workers(v1::ListWorkersRequest {})
+            .await
+            .map_err(|e| setup(&e))?
+            .into_inner()
+            .workers;
+        if workers.len() == expected && workers.iter().all(|w| w.events_live) {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Err(BenchError::Setup(format!(
+        "the router did not pick up {expected} workers within 30 s"
+    )))
 }

@@ -30,6 +30,12 @@ pub enum Command {
     Tables(crate::tables::TablesArgs),
     /// The output-length classifier: train from a request log, show.
     Classifier(crate::classifier::ClassifierArgs),
+    /// Replay a workload (trace or synthetic) on the live router or the simulator and report
+    /// latency percentiles and SLO attainment.
+    Replay(Box<crate::replay::ReplayArgs>),
+    /// Learn the routing table of a split by measurement (fit clusters, scan, refine) on the
+    /// simulator or the live router.
+    Learn(Box<crate::learn::LearnArgs>),
 }
 
 /// Routing policies the router accepts for `--policy`.

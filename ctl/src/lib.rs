@@ -1,5 +1,6 @@
 //! Dolphin operator CLI: start a local cluster (`up`), inspect the router's workers
-//! (`workers`), and send a streamed request (`request`).
+//! (`workers`), send a streamed request (`request`), and replay a workload on the live router
+//! or the simulator (`replay`).
 //!
 //! The process supervision pieces ([`process`], [`ready`]) are also what the end-to-end tests
 //! use to run the real binaries.
@@ -9,9 +10,12 @@ pub mod cli;
 pub mod client;
 pub mod error;
 pub mod launch;
+pub mod learn;
 pub mod pdeathsig;
+pub mod plot;
 pub mod process;
 pub mod ready;
+pub mod replay;
 pub mod request;
 pub mod signals;
 pub mod summary;

@@ -6,8 +6,10 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use clap::Parser;
-use dolphinctl::cli::{Cli, Command};
-use dolphinctl::{CtlError, classifier, request, tables, up, workers};
+use dolphinctl::cli::{Cli, Command, WorkersArgs};
+use dolphinctl::learn::LearnCmdError;
+use dolphinctl::replay::ReplayError;
+use dolphinctl::{CtlError, classifier, learn, replay, request, tables, up, workers};
 
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
@@ -34,45 +36,82 @@ fn main() -> ExitCode {
     };
     match runtime.block_on(run(cli)) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(err) => {
-            let code = match err {
-                CtlError::BinaryMissing { .. }
-                | CtlError::ModelMissing { .. }
-                | CtlError::InvalidUrl { .. } => 64,
-                _ => 1,
-            };
-            eprintln!("dolphinctl: error: {:#}", anyhow::Error::from(err));
+        Err(Failure { code, error }) => {
+            eprintln!("dolphinctl: error: {error:#}");
             ExitCode::from(code)
         }
     }
 }
 
-async fn run(cli: Cli) -> Result<(), CtlError> {
-    match cli.command {
-        Command::Up(args) => up::up(*args).await,
-        Command::Workers(args) => {
-            let rows = workers::list_workers(&args.router_grpc).await?;
-            let text = if args.json {
-                let mut s = serde_json::to_string_pretty(&rows).unwrap_or_default();
-                s.push('\n');
-                s
-            } else {
-                workers::render_table(&rows)
-            };
-            std::io::stdout()
-                .write_all(text.as_bytes())
-                .map_err(CtlError::Output)
+/// A command's error with the exit code it maps to.
+struct Failure {
+    code: u8,
+    error: anyhow::Error,
+}
+
+impl From<CtlError> for Failure {
+    fn from(err: CtlError) -> Self {
+        let code = match err {
+            CtlError::BinaryMissing { .. }
+            | CtlError::ModelMissing { .. }
+            | CtlError::InvalidUrl { .. } => 64,
+            _ => 1,
+        };
+        Failure {
+            code,
+            error: err.into(),
         }
+    }
+}
+
+impl From<LearnCmdError> for Failure {
+    fn from(err: LearnCmdError) -> Self {
+        Failure {
+            code: err.exit_code(),
+            error: err.into(),
+        }
+    }
+}
+
+impl From<ReplayError> for Failure {
+    fn from(err: ReplayError) -> Self {
+        Failure {
+            code: err.exit_code(),
+            error: err.into(),
+        }
+    }
+}
+
+async fn run(cli: Cli) -> Result<(), Failure> {
+    let mut stdout = std::io::stdout();
+    match cli.command {
+        Command::Up(args) => Ok(up::up(*args).await?),
+        Command::Workers(args) => Ok(list_workers(&args).await?),
         Command::Request(args) => {
-            let mut stdout = std::io::stdout();
             let outcome = request::run(&args, &mut stdout).await?;
             writeln!(stdout).map_err(CtlError::Output)?;
             eprintln!("{}", request::describe(&outcome));
             Ok(())
         }
-        Command::Tables(args) => tables::run(args, &mut std::io::stdout()).await,
-        Command::Classifier(args) => classifier::run(args, &mut std::io::stdout()).await,
+        Command::Tables(args) => Ok(tables::run(args, &mut stdout).await?),
+        Command::Classifier(args) => Ok(classifier::run(args, &mut stdout).await?),
+        Command::Replay(args) => Ok(replay::run(&args, &mut stdout).await?),
+        Command::Learn(args) => Ok(learn::run(&args, &mut stdout).await?),
     }
+}
+
+async fn list_workers(args: &WorkersArgs) -> Result<(), CtlError> {
+    let rows = workers::list_workers(&args.router_grpc).await?;
+    let text = if args.json {
+        let mut s = serde_json::to_string_pretty(&rows).unwrap_or_default();
+        s.push('\n');
+        s
+    } else {
+        workers::render_table(&rows)
+    };
+    std::io::stdout()
+        .write_all(text.as_bytes())
+        .map_err(CtlError::Output)
 }
 
 /// Logs to stderr; RUST_LOG overrides the default (warnings only: the CLI's output is its own).

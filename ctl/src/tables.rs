@@ -352,6 +352,7 @@ pub fn fit(args: &FitArgs) -> Result<(RoutingTable, String), TablesError> {
             BitsInit::Remote => InitBits::Remote,
         },
         seed: args.seed,
+        features: [true; 4],
     };
     let r = fit_table(&log.records, &cfg)?;
     let mut s = format!(

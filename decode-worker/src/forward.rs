@@ -27,6 +27,8 @@ pub struct PrefillTimings {
     pub prefill_started: Instant,
     /// Time the prefill worker spent pushing the KV.
     pub kv_transfer: Duration,
+    /// KV bytes received from the prefill worker and imported here.
+    pub kv_bytes: u64,
     /// A remote prefill failed and the prompt was prefilled here.
     pub fell_back: bool,
     /// Prompt tokens the prefill worker found in its cache.
@@ -41,6 +43,7 @@ impl PrefillTimings {
             prefill: None,
             prefill_started: arrived,
             kv_transfer: Duration::ZERO,
+            kv_bytes: 0,
             fell_back: false,
             remote_cached_tokens: 0,
         }
@@ -209,6 +212,7 @@ pub fn timings(
         ttft_us: micros(ttft),
         e2e_us: micros(e2e),
         tpot_us: micros(tpot),
+        kv_bytes: prefill.kv_bytes,
     }
 }
 
@@ -229,6 +233,7 @@ mod tests {
             prefill: None,
             prefill_started: arrived + Duration::from_millis(10),
             kv_transfer: Duration::ZERO,
+            kv_bytes: 0,
             fell_back: true,
             remote_cached_tokens: 0,
         };
@@ -248,6 +253,7 @@ mod tests {
         let prefill = PrefillTimings {
             prefill: Some(Duration::from_millis(7)),
             kv_transfer: Duration::from_millis(3),
+            kv_bytes: 4096,
             ..PrefillTimings::local(arrived)
         };
         let t = timings(
@@ -259,6 +265,7 @@ mod tests {
         );
         assert_eq!(t.prefill_us, 7_000);
         assert_eq!(t.kv_transfer_us, 3_000);
+        assert_eq!(t.kv_bytes, 4096);
         assert_eq!(t.ttft_us, 50_000, "no token: ttft is the whole request");
         assert_eq!(t.tpot_us, 0);
     }

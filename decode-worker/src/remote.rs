@@ -97,7 +97,7 @@ pub async fn prefill(
         () = abort.cancelled() => return Err(Status::unavailable("the decode worker is stopping")),
     };
     match result {
-        Ok(answer) => {
+        Ok((answer, kv_bytes)) => {
             metrics::histogram!(m::DECODE_REMOTE_PREFILL_SECONDS)
                 .record(started.elapsed().as_secs_f64());
             let output = engine
@@ -111,6 +111,7 @@ pub async fn prefill(
                     prefill: Some(Duration::from_micros(answer.prefill_us)),
                     prefill_started: started,
                     kv_transfer: Duration::from_micros(answer.transfer_us),
+                    kv_bytes,
                     fell_back: false,
                     remote_cached_tokens: answer.cached_tokens,
                 },
@@ -149,6 +150,7 @@ async fn local(
             prefill: None,
             prefill_started: started,
             kv_transfer: Duration::ZERO,
+            kv_bytes: 0,
             fell_back,
             remote_cached_tokens: 0,
         },
@@ -157,12 +159,13 @@ async fn local(
 
 /// One remote prefill: announce the transfer, call the prefill worker and import the blocks as
 /// they arrive, both at once; the first failure ends both (dropping the slot rejects the rest of
-/// the transfer, dropping the call cancels it on the prefill worker).
+/// the transfer, dropping the call cancels it on the prefill worker). Returns the prefill
+/// worker's answer and the KV bytes imported.
 async fn attempt(
     ctx: &DecodeContext,
     reservation: &Reservation,
     call: PrefillCall,
-) -> Result<v1::PrefillResponse, RemoteFailure> {
+) -> Result<(v1::PrefillResponse, u64), RemoteFailure> {
     let transfer_id = ctx.transfer_ids().next_id();
     let mut slot = ctx
         .receiver()
@@ -189,30 +192,32 @@ async fn attempt(
         &mut slot,
         reservation.blocks_expected,
     );
-    let (answer, ()) = tokio::try_join!(rpc, import)?;
-    Ok(answer)
+    tokio::try_join!(rpc, import)
 }
 
-/// Writes each arriving block into the reservation; done once the transfer completes.
+/// Writes each arriving block into the reservation; done once the transfer completes. Returns
+/// the bytes imported.
 async fn import_blocks(
     engine: &dyn Engine,
     seq: SeqId,
     slot: &mut TransferSlot,
     expected: u32,
-) -> Result<(), RemoteFailure> {
+) -> Result<u64, RemoteFailure> {
     let mut imported = 0u32;
+    let mut bytes_imported = 0u64;
     while let Some(block) = slot.recv().await {
         let (index, bytes) = block.map_err(RemoteFailure::Transfer)?;
         engine
             .import(seq, index, &bytes)
             .map_err(RemoteFailure::Import)?;
         imported += 1;
+        bytes_imported += bytes.len() as u64;
     }
     metrics::counter!(m::DECODE_KV_BLOCKS_IMPORTED_TOTAL).increment(u64::from(imported));
     if imported != expected {
         return Err(RemoteFailure::Incomplete { imported, expected });
     }
-    Ok(())
+    Ok(bytes_imported)
 }
 
 #[cfg(test)]

@@ -162,6 +162,11 @@ async fn local_and_remote_prefill_give_identical_tokens() -> Result<()> {
     assert!(!local.fell_back && !remote_run.fell_back, "{remote_run:?}");
     assert_eq!(local.tokens, remote_run.tokens);
     assert_eq!(remote_run.last.usage.context("usage")?.prompt_tokens, 70);
+    // Every prompt token's KV crossed the wire; none for the local request.
+    let per_token = SimConfig::new(SimProfile::load("dynamo-mocker")?).wire_bytes_per_token();
+    let kv_bytes = |d: &Decoded| d.last.timings.map(|t| t.kv_bytes);
+    assert_eq!(kv_bytes(&remote_run), Some(70 * per_token));
+    assert_eq!(kv_bytes(&local), Some(0));
 
     // A longer prompt sharing the first one's prefix: the decode worker now holds its leading
     // blocks, so the prefill worker is asked to skip them and sends only the rest.
@@ -180,6 +185,8 @@ async fn local_and_remote_prefill_give_identical_tokens() -> Result<()> {
         cached >= 4 * BLOCK_SIZE,
         "leading blocks came from a cache: {cached}"
     );
+    // Only the blocks after the four held here were moved: 111 - 64 tokens.
+    assert_eq!(kv_bytes(&remote_run), Some(47 * per_token));
 
     for w in [local_d, remote_d, p] {
         w.drain(Duration::from_secs(5)).await;

@@ -5,9 +5,20 @@
 //! the scheduler hands the backend a [`Batch`]: for each sequence its new tokens (a prefill chunk
 //! or one decode token), its position and its whole block table; the backend writes the KV of
 //! those tokens into the blocks and samples a token for each sequence that finished its prompt or
-//! decoded. Blocks move between engines through `export_block` / `import_block`.
+//! decoded. Blocks move between engines through the backend's [`KvBlocks`], which the scheduler
+//! uses while a step runs.
+//!
+//! Who writes which block while a step runs (the rule that makes running `step` outside the
+//! scheduler's lock safe): the step writes only the blocks its entries' new tokens land in, which
+//! belong to that one sequence and are not yet in the prefix cache; an import writes only blocks
+//! of a reservation (a sequence awaiting KV, never in a batch); and no block named by the running
+//! batch returns to the free list before the step returns, even when its sequence is cancelled
+//! meanwhile. So concurrent writers never share a block, and nothing a step reads is rewritten.
+//! Exports read blocks whose KV is complete (a prefilled prompt), which no one writes any more.
 
+use std::fmt::Debug;
 use std::ops::Range;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -186,14 +197,34 @@ pub struct ImportBlock<'a> {
     pub tokens: &'a [u32],
 }
 
-/// Model-specific compute under the shared scheduler. Calls come from the scheduler with its
-/// lock held, one at a time; a backend whose compute blocks for long should run it where it does
-/// not stall the async runtime's other tasks.
+/// A backend's KV memory as the scheduler reaches it from any thread, also while a step runs
+/// (see the module docs for which blocks may be touched then). Implementations synchronize their
+/// memory internally.
+pub trait KvBlocks: Debug + Send + Sync + 'static {
+    /// Bytes of block `block`, the `index`-th of its sequence, holding `filled` tokens.
+    fn export_block(&self, block: BlockId, index: u32, filled: u32) -> Result<Bytes, BackendError>;
+
+    /// Writes received bytes into a block after checking them.
+    fn import_block(&self, import: ImportBlock<'_>, data: &[u8]) -> Result<(), BackendError>;
+}
+
+/// Model-specific compute under the shared scheduler. The scheduler's loop owns the backend and
+/// calls it from one thread, without holding the scheduler's lock during `step`, so requests,
+/// cancels, imports and load reports proceed while a step computes. `start` and `release` are
+/// deferred to the loop (called between steps, in order). A backend whose compute blocks for
+/// long should run where it does not stall the async runtime's other tasks.
 pub trait Backend: Send + 'static {
+    /// The KV memory, shared with the scheduler for block export and import.
+    type Blocks: KvBlocks;
+
     /// Fixed facts, including the pool geometry the scheduler must use.
     fn info(&self) -> &BackendInfo;
 
-    /// A sequence enters compute (after admission, or after its prompt KV was imported).
+    /// A handle on the KV memory (taken once, when the scheduler starts).
+    fn blocks(&self) -> Arc<Self::Blocks>;
+
+    /// A sequence enters compute (after admission, or after its prompt KV was imported); called
+    /// before the first step that includes it.
     fn start(&mut self, start: SeqStart<'_>) -> Result<(), BackendError>;
 
     /// Runs one step: writes the KV of every entry's new tokens and sets `sampled[i]` for every
@@ -206,17 +237,7 @@ pub trait Backend: Send + 'static {
         sampled: &mut [Option<u32>],
     ) -> Result<Duration, BackendError>;
 
-    /// Bytes of block `block`, the `index`-th of its sequence, holding `filled` tokens.
-    fn export_block(
-        &mut self,
-        block: BlockId,
-        index: u32,
-        filled: u32,
-    ) -> Result<Bytes, BackendError>;
-
-    /// Writes received bytes into a block after checking them.
-    fn import_block(&mut self, import: ImportBlock<'_>, data: &[u8]) -> Result<(), BackendError>;
-
-    /// The sequence is gone; drop any per-sequence state.
+    /// The sequence is gone; drop any per-sequence state. (A sequence may be released without
+    /// having been started.)
     fn release(&mut self, seq: SeqId);
 }

@@ -16,7 +16,7 @@ mod scheduler;
 pub mod sim;
 mod types;
 
-pub use backend::{Backend, BackendInfo, Batch, BatchEntry, ImportBlock, SeqStart};
+pub use backend::{Backend, BackendInfo, Batch, BatchEntry, ImportBlock, KvBlocks, SeqStart};
 #[cfg(feature = "candle")]
 pub use candle::{CandleConfig, candle_engine};
 pub use engine::Engine;

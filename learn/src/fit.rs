@@ -8,7 +8,8 @@
 use dolphin_router::dolphin::assign::CompiledTable;
 use dolphin_router::dolphin::split::Split;
 use dolphin_router::dolphin::table::{
-    ClusterMethod, ClusterModel, Provenance, RoutingTable, TABLE_SCHEMA_VERSION, TableSlo,
+    ClusterMethod, ClusterModel, FEATURE_NAMES, N_FEATURES, Provenance, RoutingTable,
+    TABLE_SCHEMA_VERSION, TableSlo,
 };
 use dolphin_router::policy::{Decision, Policy, PrefillState, ThresholdConfig};
 
@@ -47,6 +48,10 @@ pub struct FitConfig {
     pub bits: InitBits,
     /// Random seed.
     pub seed: u64,
+    /// Which features take part, in [`FEATURE_NAMES`] order (ablation "no output-length
+    /// feature": `[true, true, true, false]`). A disabled feature cannot influence assignment:
+    /// see [`stats::DISABLED_FEATURE_STD`]. At least one must be enabled.
+    pub features: [bool; N_FEATURES],
 }
 
 /// A fitted table and how the requests fell into it.
@@ -64,6 +69,11 @@ pub struct FitReport {
 
 /// Fits a table to the features of the logged requests.
 pub fn fit_table(records: &[LogRecord], cfg: &FitConfig) -> Result<FitReport, LearnError> {
+    if !cfg.features.iter().any(|f| *f) {
+        return Err(LearnError::Invalid(
+            "at least one feature must be enabled".into(),
+        ));
+    }
     let used: Vec<&LogRecord> = records.iter().filter(|r| r.features.isl > 0).collect();
     if used.len() < cfg.k.max(2) * 5 {
         return Err(LearnError::NotEnoughData(format!(
@@ -76,10 +86,20 @@ pub fn fit_table(records: &[LogRecord], cfg: &FitConfig) -> Result<FitReport, Le
         .iter()
         .map(|r| CompiledTable::raw(&r.features))
         .collect();
-    let standardizer = stats::fit_standardizer(&raw);
+    let standardizer = stats::fit_standardizer(&raw, &cfg.features);
+    // Disabled features are exactly 0 here (the router's z is below 1e-297 for them), so the
+    // model's coordinates for them are 0 and the fit does not depend on their values.
     let z: Vec<Point> = raw
         .iter()
-        .map(|x| stats::standardize(&standardizer, x))
+        .map(|x| {
+            let mut z = stats::standardize(&standardizer, x);
+            for (zd, on) in z.iter_mut().zip(cfg.features) {
+                if !on {
+                    *zd = 0.0;
+                }
+            }
+            z
+        })
         .collect();
     let model = match cfg.method {
         ClusterMethod::Kmeans => {
@@ -171,6 +191,17 @@ pub fn fit_table(records: &[LogRecord], cfg: &FitConfig) -> Result<FitReport, Le
         InitBits::Remote => "initial bits: all remote".into(),
         InitBits::Explicit(_) => "bits given by the operator".into(),
     };
+    let disabled: Vec<&str> = (0..N_FEATURES)
+        .filter(|d| !cfg.features[*d])
+        .map(|d| FEATURE_NAMES[d])
+        .collect();
+    if !disabled.is_empty() {
+        table.provenance.notes.push_str(&format!(
+            "; features disabled (mean 0, std {:e}): {}",
+            stats::DISABLED_FEATURE_STD,
+            disabled.join(", ")
+        ));
+    }
     if judged.iter().all(|j| *j > 0) {
         table.provenance.rewards = (0..k).map(|c| met[c] as f64 / judged[c] as f64).collect();
         table.provenance.notes.push_str(
@@ -203,6 +234,7 @@ mod tests {
             workload: "synthetic".into(),
             bits,
             seed: 1,
+            features: [true; N_FEATURES],
         }
     }
 
@@ -234,5 +266,55 @@ mod tests {
         );
         assert!(matches!(bad, Err(LearnError::Table(_))));
         assert!(fit_table(&log[..10], &cfg(ClusterMethod::Kmeans, InitBits::Local)).is_err());
+    }
+
+    #[test]
+    fn a_disabled_feature_does_not_influence_assignment() {
+        let log = synthetic::log(600, 11);
+        // The same requests with other output-length hints.
+        let mut other = log.clone();
+        for (i, r) in other.iter_mut().enumerate() {
+            r.features.output_len_hint = [1, 64, 900, 30_000][i % 4];
+        }
+        let hints = [0, 1, 16, 512, 4096, u32::MAX];
+        let varies = |c: &CompiledTable, r: &LogRecord| {
+            let mut f = r.features;
+            let first = c.lookup(&f).0;
+            hints.iter().any(|h| {
+                f.output_len_hint = *h;
+                c.lookup(&f).0 != first
+            })
+        };
+        for method in [ClusterMethod::Kmeans, ClusterMethod::Gmm] {
+            let all = fit_table(&log, &cfg(method, InitBits::Local)).expect("fit");
+            let all = CompiledTable::compile(all.table).expect("compiles");
+            assert!(
+                log.iter().any(|r| varies(&all, r)),
+                "{method:?}: with the feature on, the output length matters"
+            );
+            let no_out = FitConfig {
+                features: [true, true, true, false],
+                ..cfg(method, InitBits::Local)
+            };
+            let a = fit_table(&log, &no_out).expect("fit");
+            assert!(a.table.provenance.notes.contains("output_len"));
+            let b = fit_table(&other, &no_out).expect("fit");
+            assert_eq!(a.table.standardizer, b.table.standardizer);
+            assert_eq!(a.table.model, b.table.model, "{method:?}: same model");
+            assert_eq!(a.cluster_sizes, b.cluster_sizes);
+            // The router's assignment ignores the feature, whatever its value.
+            let c = CompiledTable::from_json(&a.table.to_json_pretty()).expect("router loads it");
+            for r in &log {
+                assert!(!varies(&c, r), "{method:?}: {:?}", r.features);
+            }
+        }
+        let none = FitConfig {
+            features: [false; N_FEATURES],
+            ..cfg(ClusterMethod::Kmeans, InitBits::Local)
+        };
+        assert!(matches!(
+            fit_table(&log, &none),
+            Err(LearnError::Invalid(_))
+        ));
     }
 }

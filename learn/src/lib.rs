@@ -5,7 +5,11 @@
 //!   from the log's output lengths, multinomial logistic regression over the admission sketch),
 //!   with held-out accuracy against the majority-class baseline;
 //! - [`fit`]: a routing table's standardizer and clustering model ([`kmeans`] or a
-//!   diagonal-covariance Gaussian mixture, [`gmm`]) with initial bits.
+//!   diagonal-covariance Gaussian mixture, [`gmm`]) with initial bits;
+//! - [`search`]: learning the bits by measurement (per-cluster scan, then epsilon-greedy
+//!   refinement) against an [`search::Evaluator`] that serves a period with given bits;
+//! - [`measure`]: replayed requests (live or simulated) as log records and measured periods;
+//! - [`sim_target`]: the simulator as a learning target.
 //!
 //! k-means++ and EM are written here rather than taken from linfa-clustering: they are about
 //! 300 lines, while linfa brings ndarray and its own dependency tree to compile on a 2-core
@@ -19,6 +23,9 @@ pub mod fit;
 pub mod gmm;
 pub mod kmeans;
 pub mod log;
+pub mod measure;
+pub mod search;
+pub mod sim_target;
 pub mod stats;
 pub mod synthetic;
 

@@ -35,11 +35,23 @@ pub fn median(values: &mut [u32]) -> Option<u32> {
     Some(quantile(values, 0.5))
 }
 
-/// Fits the `ln(1 + x)` standardizer of raw feature vectors.
-pub fn fit_standardizer(raw: &[[f64; N_FEATURES]]) -> Standardizer {
+/// Standardizer scale of a disabled feature. The router's table format has no "off" switch and
+/// requires a finite positive `std`, so a disabled feature gets mean 0 and this scale: for any
+/// finite input `ln(1 + x)` is below 710, so `z` is below 1e-297 and its square (or its
+/// difference from a centroid or mixture mean of 0, squared) underflows to exactly 0. Every
+/// distance and likelihood the router computes is then the same whatever the feature's value.
+pub const DISABLED_FEATURE_STD: f64 = 1e300;
+
+/// Fits the `ln(1 + x)` standardizer of raw feature vectors; `enabled[d] == false` gives
+/// feature `d` mean 0 and [`DISABLED_FEATURE_STD`].
+pub fn fit_standardizer(raw: &[[f64; N_FEATURES]], enabled: &[bool; N_FEATURES]) -> Standardizer {
     let (mut mean, mut std) = (Vec::new(), Vec::new());
     for d in 0..N_FEATURES {
-        let (m, s) = mean_std(raw.iter().map(move |x| x[d].ln_1p()));
+        let (m, s) = if enabled[d] {
+            mean_std(raw.iter().map(move |x| x[d].ln_1p()))
+        } else {
+            (0.0, DISABLED_FEATURE_STD)
+        };
         mean.push(m);
         std.push(s);
     }
@@ -104,9 +116,16 @@ mod tests {
         assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
         assert_eq!(rfc3339(1_764_417_600), "2025-11-29T12:00:00Z");
         assert_eq!(rfc3339(951_782_400), "2000-02-29T00:00:00Z");
-        let s = fit_standardizer(&[[0.0, 1.0, 2.0, 3.0], [0.0, 3.0, 4.0, 5.0]]);
+        let raw = [[0.0, 1.0, 2.0, 3.0], [0.0, 3.0, 4.0, 5.0]];
+        let s = fit_standardizer(&raw, &[true; 4]);
         assert_eq!(s.std[0], 1.0, "constant feature");
         let z = standardize(&s, &[0.0, 1.0, 2.0, 3.0]);
         assert!((z[1] + 1.0).abs() < 1e-12);
+        let s = fit_standardizer(&raw, &[true, true, true, false]);
+        assert_eq!((s.mean[3], s.std[3]), (0.0, DISABLED_FEATURE_STD));
+        for x in [0.0, 1.0, 4096.0, f64::from(u32::MAX), 1e300] {
+            let z = standardize(&s, &[1.0, 1.0, 1.0, x])[3];
+            assert_eq!(z * z, 0.0, "{x}: z = {z}");
+        }
     }
 }

@@ -158,6 +158,12 @@ impl ResponseStream {
             cluster: r.cluster,
             policy: r.policy.to_string(),
             fell_back: self.fell_back,
+            features: Some(v1::RoutingFeatures {
+                isl: r.features.isl,
+                eff_isl_prefill: r.features.eff_isl_prefill,
+                eff_isl_decode: r.features.eff_isl_decode,
+                output_len_hint: r.features.output_len_hint,
+            }),
         }
     }
 
@@ -303,6 +309,7 @@ impl ResponseStream {
                 ttft_us: ttft.map_or(0, us),
                 e2e_us: us(e2e),
                 tpot_us: tpot.map_or(0, us),
+                kv_bytes: worker.kv_bytes,
             },
             fell_back: self.fell_back,
         };

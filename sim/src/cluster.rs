@@ -3,7 +3,9 @@
 //!
 //! Routing mirrors `dolphin_router::Dispatcher::route`: the prompt's block hashes are looked up
 //! in each pool's [`PrefixIndex`] (fed by the workers' cache events as they happen), each pool's
-//! worker is picked by [`selection::select`] (cache overlap against load), the four
+//! worker is picked by [`selection::select`] (cache overlap against load, the load as the router
+//! knows it: each worker's latest periodic load report, and for decode workers the router's own
+//! count of prompts in flight there), the four
 //! [`Features`] are computed with the output classifier's length, and the policy (or the
 //! compiled table under `Policy::Dolphin`) decides local or remote.
 //!
@@ -24,6 +26,7 @@ use crate::config::{SimClusterConfig, SimError};
 use crate::event::{Action, EventQueue, Pool};
 use crate::report::{RequestRecord, SimReport};
 use crate::request::SimRequest;
+use crate::source::Source;
 use crate::worker::{Kind, Outcome, Worker};
 
 /// Per-request progress.
@@ -37,6 +40,8 @@ struct ReqState {
     /// Decode-side sequence of a remote request, and its cached blocks there.
     dseq: u32,
     skip_blocks: u32,
+    /// Arrival at the router.
+    sent_ms: f64,
     first_ms: f64,
     done_ms: f64,
 }
@@ -56,6 +61,7 @@ struct Run<'a> {
     prefill_index: PrefixIndex,
     decode_index: PrefixIndex,
     rng: SmallRng,
+    source: Source,
     events: EventQueue,
     pending: Vec<Outcome>,
     counts: Vec<u32>,
@@ -94,59 +100,33 @@ impl SimCluster {
     /// Simulates `requests` (any order; ties in arrival keep input order) on a cold cluster and
     /// reports every request. Fails if a request could never fit a worker's KV pool.
     pub fn run(&mut self, requests: &[SimRequest]) -> Result<SimReport, SimError> {
-        let cfg = &self.cfg;
-        for (index, r) in requests.iter().enumerate() {
-            let bad = |reason: String| Err(SimError::Request { index, reason });
-            if r.prompt_len == 0 || r.output_len == 0 {
-                return bad("prompt and output need at least one token".into());
-            }
-            if r.hashes.len() as u32 > r.prompt_len / cfg.block_size {
-                return bad("more block hashes than full blocks in the prompt".into());
-            }
-            let need = cfg.blocks_for(u64::from(r.prompt_len) + u64::from(r.output_len) - 1);
-            if need > u64::from(cfg.total_blocks) {
-                return bad(format!(
-                    "needs {need} KV blocks, a worker has {}",
-                    cfg.total_blocks
-                ));
-            }
-            if !(r.arrival_ms.is_finite() && r.arrival_ms >= 0.0) {
-                return bad(format!("arrival {} ms is not a time", r.arrival_ms));
-            }
+        self.cfg.check_requests(requests, true)?;
+        Ok(Run::new(&self.cfg, requests, Source::open(requests)).drive())
+    }
+
+    /// Simulates `requests` in closed loop on a cold cluster: the first `concurrency` start at
+    /// 0, and each completion releases the next request, in input order, at that instant (their
+    /// `arrival_ms` are ignored; the records hold the release times). Saturated load with at
+    /// most `concurrency` requests in flight. Fails if `concurrency` is 0 or a request could
+    /// never fit a worker's KV pool.
+    pub fn run_closed(
+        &mut self,
+        requests: &[SimRequest],
+        concurrency: u32,
+    ) -> Result<SimReport, SimError> {
+        if concurrency == 0 {
+            return Err(SimError::Config(
+                "closed-loop concurrency must be at least 1".into(),
+            ));
         }
-        let mut run = Run::new(cfg, requests);
-        let mut order: Vec<u32> = (0..requests.len() as u32).collect();
-        order.sort_by(|&a, &b| {
-            requests[a as usize]
-                .arrival_ms
-                .total_cmp(&requests[b as usize].arrival_ms)
-        });
-        let mut next = 0usize;
-        loop {
-            let arrival = order.get(next).map(|&i| requests[i as usize].arrival_ms);
-            match (run.events.peek_time(), arrival) {
-                (None, None) => break,
-                (Some(t), Some(a)) if a < t => {}
-                (None, Some(_)) => {}
-                _ => {
-                    if let Some(ev) = run.events.pop() {
-                        run.now = ev.time;
-                        run.handle(ev.action);
-                    }
-                    continue;
-                }
-            }
-            let req = order[next];
-            next += 1;
-            run.now = requests[req as usize].arrival_ms;
-            run.arrive(req);
-        }
-        Ok(run.report())
+        self.cfg.check_requests(requests, false)?;
+        let source = Source::closed(requests.len(), concurrency);
+        Ok(Run::new(&self.cfg, requests, source).drive())
     }
 }
 
 impl<'a> Run<'a> {
-    fn new(cfg: &'a SimClusterConfig, reqs: &'a [SimRequest]) -> Self {
+    fn new(cfg: &'a SimClusterConfig, reqs: &'a [SimRequest], source: Source) -> Self {
         let worker =
             |i: u32| Worker::new(i, cfg.total_blocks, cfg.block_size, cfg.max_batched_tokens);
         let mut prefill_index = PrefixIndex::new();
@@ -166,6 +146,7 @@ impl<'a> Run<'a> {
             prefill_index,
             decode_index,
             rng: SmallRng::seed_from_u64(cfg.seed),
+            source,
             events: EventQueue::default(),
             pending: Vec::new(),
             counts: Vec::new(),
@@ -175,13 +156,62 @@ impl<'a> Run<'a> {
         }
     }
 
-    /// Picks a worker of one pool for `hashes`, as the router does.
+    /// Runs until every request has arrived and finished: the earlier of the next arrival and
+    /// the next event first (an event first on a tie).
+    fn drive(mut self) -> SimReport {
+        if self.cfg.load_interval_ms > 0.0 {
+            self.events
+                .push(self.cfg.load_interval_ms, Action::LoadReport);
+        }
+        loop {
+            let arrival = self.source.peek(self.reqs);
+            match (self.events.peek_time(), arrival) {
+                (None, None) => break,
+                (Some(t), Some(a)) if a < t => {}
+                (None, Some(_)) => {}
+                _ => {
+                    match self.events.pop() {
+                        // Not a change of the cluster: `now` stays the last one's time (the
+                        // makespan).
+                        Some(ev) if ev.action == Action::LoadReport => self.load_report(ev.time),
+                        Some(ev) => {
+                            self.now = ev.time;
+                            self.handle(ev.action);
+                        }
+                        None => {}
+                    }
+                    continue;
+                }
+            }
+            let Some((at, req)) = self.source.pop(self.reqs) else {
+                break;
+            };
+            self.now = at;
+            self.arrive(req);
+        }
+        self.report()
+    }
+
+    /// Every worker reports its load (at `time`), and the next reports are scheduled while
+    /// anything is left to happen.
+    fn load_report(&mut self, time: f64) {
+        for w in self.prefill.iter_mut().chain(&mut self.decode) {
+            w.report();
+        }
+        if !self.events.is_empty() || self.source.peek(self.reqs).is_some() {
+            self.events
+                .push(time + self.cfg.load_interval_ms, Action::LoadReport);
+        }
+    }
+
+    /// Picks a worker of one pool for `hashes`, as the router does. `inflight`: the router
+    /// counts its own in-flight prompts on this pool's workers (it does on decode workers).
     fn select(
         index: &PrefixIndex,
         workers: &[Worker],
         hashes: &[u64],
         counts: &mut Vec<u32>,
-        overlap_weight: f64,
+        (overlap_weight, inflight): (f64, bool),
         rng: &mut SmallRng,
     ) -> Option<Choice> {
         if workers.is_empty() {
@@ -191,7 +221,7 @@ impl<'a> Run<'a> {
         let candidates = workers.iter().enumerate().map(|(slot, w)| Candidate {
             slot,
             cached_blocks: counts.get(slot).copied().unwrap_or(0),
-            load: w.load_cost(),
+            load: w.load_cost(inflight),
             draining: false,
         });
         selection::select(candidates, hashes.len() as u32, overlap_weight, rng)
@@ -203,12 +233,18 @@ impl<'a> Run<'a> {
         let r = &self.reqs[req as usize];
         let w = cfg.overlap_weight;
         let bs = cfg.block_size;
+        if cfg.load_interval_ms == 0.0 {
+            // Reports reach the router at every change: it sees the present load.
+            for worker in self.prefill.iter_mut().chain(&mut self.decode) {
+                worker.report();
+            }
+        }
         let Some(decode) = Self::select(
             &self.decode_index,
             &self.decode,
             &r.hashes,
             &mut self.counts,
-            w,
+            (w, true),
             &mut self.rng,
         ) else {
             return; // unreachable: validated to have decode workers
@@ -218,7 +254,7 @@ impl<'a> Run<'a> {
             &self.prefill,
             &r.hashes,
             &mut self.counts,
-            w,
+            (w, false),
             &mut self.rng,
         );
         let isl = r.prompt_len;
@@ -247,6 +283,7 @@ impl<'a> Run<'a> {
             features,
             cluster: looked_up.map_or(-1, |(c, _)| c as i32),
             remote,
+            sent_ms: self.now,
             first_ms: f64::NAN,
             done_ms: f64::NAN,
             ..ReqState::default()
@@ -299,7 +336,10 @@ impl<'a> Run<'a> {
     fn outcome(&mut self, o: Outcome, pending: &mut Vec<Outcome>) {
         match o {
             Outcome::FirstToken { req } => self.state[req as usize].first_ms = self.now,
-            Outcome::Finished { req } => self.state[req as usize].done_ms = self.now,
+            Outcome::Finished { req } => {
+                self.state[req as usize].done_ms = self.now;
+                self.source.completed(self.now);
+            }
             Outcome::Reserved {
                 worker,
                 req,
@@ -350,6 +390,10 @@ impl<'a> Run<'a> {
                 self.decode[worker as usize].resume(seq, self.reqs, &mut pending);
                 self.after(Pool::Decode, worker, pending);
             }
+            Action::LoadReport => {
+                self.pending = pending;
+                self.load_report(self.now);
+            }
         }
     }
 
@@ -359,15 +403,16 @@ impl<'a> Run<'a> {
             .iter()
             .zip(&self.state)
             .map(|(r, st)| {
-                let ttft = st.first_ms - r.arrival_ms;
-                let e2e = st.done_ms - r.arrival_ms;
+                let ttft = st.first_ms - st.sent_ms;
+                let e2e = st.done_ms - st.sent_ms;
                 let tpot = if r.output_len > 1 {
                     (st.done_ms - st.first_ms) / f64::from(r.output_len - 1)
                 } else {
                     0.0
                 };
                 RequestRecord {
-                    arrival_ms: r.arrival_ms,
+                    arrival_ms: st.sent_ms,
+                    kind: r.kind,
                     decode_worker: st.decode,
                     prefill_worker: st.prefill,
                     features: st.features,
@@ -381,8 +426,8 @@ impl<'a> Run<'a> {
                     ttft_ms: ttft,
                     tpot_ms: tpot,
                     e2e_ms: e2e,
-                    met: e2e <= r.slo.e2e_budget_ms(r.output_len),
-                    met_each: ttft <= r.slo.ttft_ms && tpot <= r.slo.tpot_ms,
+                    met: r.slo.met_e2e(e2e, r.output_len),
+                    met_each: r.slo.met_each(ttft, tpot),
                 }
             })
             .collect();

@@ -5,6 +5,11 @@ use dolphin_router::dolphin::{CompiledTable, OutputClassifier};
 use dolphin_router::policy::Policy;
 use dolphin_router::prefix_index::MAX_POOL_WORKERS;
 
+use crate::request::SimRequest;
+
+/// The router's default load report interval (`--load-interval-ms`), ms.
+pub const DEFAULT_LOAD_INTERVAL_MS: f64 = 100.0;
+
 /// Why a cluster cannot be simulated.
 #[derive(Debug, thiserror::Error)]
 pub enum SimError {
@@ -40,6 +45,11 @@ pub struct SimClusterConfig {
     pub link_gbps: f64,
     /// Weight of uncached blocks against load in worker selection (the router's default is 1).
     pub overlap_weight: f64,
+    /// How often every worker reports its load to the router, ms (the router's
+    /// `--load-interval-ms`, 100 by default). Between reports the router knows a worker's load
+    /// only from its latest report, plus, on decode workers, the prompts it sent there itself.
+    /// 0: the router sees every change at once.
+    pub load_interval_ms: f64,
     /// The prefill policy. `Policy::Dolphin` reads `table` (its fallback decides without one).
     pub policy: Policy,
     /// A routing table: decides under `Policy::Dolphin`, and under any policy names each
@@ -54,7 +64,8 @@ pub struct SimClusterConfig {
 impl SimClusterConfig {
     /// A cluster of `prefill` + `decode` workers timed by `profile`, with the engine's defaults
     /// (blocks of 16 tokens, 8192 blocks, 2048 tokens per step), the profile's link, the
-    /// router's overlap weight 1, the prior classifier, always-local.
+    /// router's overlap weight 1 and load reports every 100 ms, the prior classifier,
+    /// always-local.
     pub fn new(prefill: u32, decode: u32, profile: SimProfile) -> Self {
         SimClusterConfig {
             prefill,
@@ -65,6 +76,7 @@ impl SimClusterConfig {
             total_blocks: 8192,
             max_batched_tokens: 2048,
             overlap_weight: 1.0,
+            load_interval_ms: DEFAULT_LOAD_INTERVAL_MS,
             policy: Policy::AlwaysLocal,
             table: None,
             classifier: OutputClassifier::prior(),
@@ -97,11 +109,47 @@ impl SimClusterConfig {
                 self.link_gbps
             ));
         }
+        if !(self.load_interval_ms.is_finite() && self.load_interval_ms >= 0.0) {
+            return bad(format!(
+                "load_interval_ms must be finite and not negative, got {}",
+                self.load_interval_ms
+            ));
+        }
         if !(self.overlap_weight.is_finite() && self.overlap_weight >= 0.0) {
             return bad(format!(
                 "overlap_weight must be finite and not negative, got {}",
                 self.overlap_weight
             ));
+        }
+        Ok(())
+    }
+
+    /// Refuses requests that could never run here: empty prompt or output, more block hashes
+    /// than full blocks, more KV than a worker holds, or (when `arrivals` is set: open-loop
+    /// runs) an arrival time that is not a finite time from 0.
+    pub(crate) fn check_requests(
+        &self,
+        reqs: &[SimRequest],
+        arrivals: bool,
+    ) -> Result<(), SimError> {
+        for (index, r) in reqs.iter().enumerate() {
+            let bad = |reason: String| Err(SimError::Request { index, reason });
+            if r.prompt_len == 0 || r.output_len == 0 {
+                return bad("prompt and output need at least one token".into());
+            }
+            if r.hashes.len() as u32 > r.prompt_len / self.block_size {
+                return bad("more block hashes than full blocks in the prompt".into());
+            }
+            let need = self.blocks_for(u64::from(r.prompt_len) + u64::from(r.output_len) - 1);
+            if need > u64::from(self.total_blocks) {
+                return bad(format!(
+                    "needs {need} KV blocks, a worker has {}",
+                    self.total_blocks
+                ));
+            }
+            if arrivals && !(r.arrival_ms.is_finite() && r.arrival_ms >= 0.0) {
+                return bad(format!("arrival {} ms is not a time", r.arrival_ms));
+            }
         }
         Ok(())
     }

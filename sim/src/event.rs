@@ -19,6 +19,8 @@ pub(crate) enum Action {
     StepEnd { pool: Pool, worker: u32 },
     /// A remote prefill's KV has fully arrived at decode worker `worker` for its sequence `seq`.
     KvArrived { worker: u32, seq: u32 },
+    /// Every worker's periodic load report reaches the router.
+    LoadReport,
 }
 
 /// An action at a time.
@@ -82,6 +84,11 @@ impl EventQueue {
     /// Removes the earliest event.
     pub fn pop(&mut self) -> Option<Event> {
         self.heap.pop()
+    }
+
+    /// Whether no event is pending.
+    pub fn is_empty(&self) -> bool {
+        self.heap.is_empty()
     }
 
     /// Events handled so far plus pending (a measure of simulation work).

@@ -4,13 +4,18 @@
 //!
 //! - Routing is the router's: its [`PrefixIndex`](dolphin_router::prefix_index::PrefixIndex)
 //!   per pool, worker selection, the four features, the output classifier, the policies and
-//!   compiled routing tables ([`cluster`]).
+//!   compiled routing tables (`cluster.rs`).
 //! - Every worker is the engine's scheduling policy over the engine's own
 //!   [`KvPool`](dolphin_engine::KvPool) (prefix cache with LRU eviction), timed by a
 //!   [`SimProfile`](dolphin_engine::SimProfile): continuous batching with chunked prefill, where
-//!   a mixed step costs prefill plus decode time ([`worker`]).
+//!   a mixed step costs prefill plus decode time (`worker.rs`).
 //! - Remote prefill adds the prefill worker's queue and compute and the KV transfer
 //!   (`bytes per token x uncached tokens / link bandwidth`).
+//! - Workloads come from `dolphin_workload` ([`SimRequest::from_workload`]); [`SimCluster::run`]
+//!   replays them at their arrival times, [`SimCluster::run_closed`] in closed loop (a fixed
+//!   number in flight); [`SimReport::outcomes`] turns a run into the
+//!   [`RequestOutcome`](dolphin_workload::RequestOutcome)s a live replay produces, for
+//!   `dolphin_workload::Summary::of`.
 //!
 //! ```no_run
 //! use dolphin_engine::SimProfile;
@@ -24,10 +29,13 @@
 //! println!("TTFT {} ms, attainment {}", report.ttft.p50, report.attainment);
 //! ```
 //!
-//! Simplifications, each small against the timings modelled: load reports reach the router
-//! instantly (the live router sees them a little late); KV transfers do not contend for the link;
-//! blocks of generated tokens are not cached (there is no token content to hash); queues are not
-//! bounded (no request is refused with `QueueFull`).
+//! The router sees load as the live one does: every worker reports it every
+//! `load_interval_ms` (100 ms, the router's default), and between reports the router adds only
+//! its own count of prompts in flight on decode workers (it keeps none for prefill workers).
+//!
+//! Simplifications, each small against the timings modelled: KV transfers do not contend for
+//! the link; blocks of generated tokens are not cached (there is no token content to hash);
+//! queues are not bounded (no request is refused with `QueueFull`).
 //!
 //! One run is single-threaded and deterministic for a given seed; the event queue is a binary
 //! heap of small `Copy` events, and workers reuse their sequence slots and block tables, so the
@@ -38,12 +46,14 @@ mod config;
 mod event;
 mod report;
 mod request;
+mod source;
 mod worker;
 
 pub use cluster::SimCluster;
-pub use config::{SimClusterConfig, SimError};
+pub use config::{DEFAULT_LOAD_INTERVAL_MS, SimClusterConfig, SimError};
+pub use dolphin_workload::{RequestKind, Slo};
 pub use report::{ClusterAttainment, Percentiles, RequestRecord, SimReport};
-pub use request::{SimRequest, Slo};
+pub use request::SimRequest;
 
 #[cfg(test)]
 mod tests;

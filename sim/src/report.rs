@@ -1,16 +1,22 @@
 //! What a run produces: one record per request and the aggregates operators read (P50/P90/P99
-//! of TTFT, TPOT and e2e; SLO attainment overall and per routing-table cluster).
+//! of TTFT, TPOT and e2e; SLO attainment overall and per routing-table cluster). The order
+//! statistics and per-cluster attainment are `dolphin_workload`'s, so a simulated replay and a
+//! live one report alike ([`SimReport::outcomes`]).
 
 use std::collections::BTreeMap;
 
 use dolphin_router::policy::{Decision, Features};
+pub use dolphin_workload::{ClusterAttainment, Percentiles};
+use dolphin_workload::{RequestKind, RequestOutcome};
 use serde::Serialize;
 
 /// One simulated request, as the router's request log would record it.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub struct RequestRecord {
-    /// Arrival at the router, ms.
+    /// Arrival at the router, ms (under closed-loop arrivals, when it was released).
     pub arrival_ms: f64,
+    /// Where the request comes from.
+    pub kind: RequestKind,
     /// Decode worker (index in its pool).
     pub decode_worker: u32,
     /// Prefill worker that computed the prompt (remote requests only).
@@ -33,54 +39,6 @@ pub struct RequestRecord {
     pub met: bool,
     /// Whether TTFT and TPOT each meet their own target (TaiChi's criterion).
     pub met_each: bool,
-}
-
-/// Order statistics of one latency, ms (nearest rank).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
-pub struct Percentiles {
-    /// Mean.
-    pub mean: f64,
-    /// Median.
-    pub p50: f64,
-    /// 90th percentile.
-    pub p90: f64,
-    /// 99th percentile.
-    pub p99: f64,
-}
-
-impl Percentiles {
-    /// Statistics of `values` (sorted in place; empty gives zeros).
-    pub fn of(values: &mut [f64]) -> Self {
-        if values.is_empty() {
-            return Percentiles::default();
-        }
-        values.sort_by(f64::total_cmp);
-        let rank = |q: f64| {
-            let i = (q * values.len() as f64).ceil() as usize;
-            values[i.clamp(1, values.len()) - 1]
-        };
-        Percentiles {
-            mean: values.iter().sum::<f64>() / values.len() as f64,
-            p50: rank(0.5),
-            p90: rank(0.9),
-            p99: rank(0.99),
-        }
-    }
-}
-
-/// Attainment of one routing-table cluster.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
-pub struct ClusterAttainment {
-    /// The cluster (-1: requests decided without a table).
-    pub cluster: i32,
-    /// Requests in it.
-    pub requests: u64,
-    /// Of which met their SLO.
-    pub met: u64,
-    /// `met / requests`.
-    pub attainment: f64,
-    /// Of which took the remote path.
-    pub remote: u64,
 }
 
 /// The result of a run.
@@ -164,19 +122,37 @@ impl SimReport {
             events,
         }
     }
-}
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn nearest_rank_percentiles() {
-        let mut v: Vec<f64> = (1..=100).rev().map(f64::from).collect();
-        let p = Percentiles::of(&mut v);
-        assert_eq!((p.p50, p.p90, p.p99), (50.0, 90.0, 99.0));
-        assert_eq!(p.mean, 50.5);
-        assert_eq!(Percentiles::of(&mut []), Percentiles::default());
-        assert_eq!(Percentiles::of(&mut [7.0]).p99, 7.0);
+    /// Every request as a replay outcome, in input order (`index` is the position in the
+    /// input): sent at its arrival, completed (`ok`, never fell back: the simulator has no
+    /// failures), with its features, cluster, path and SLO verdicts. `Summary::of` over them
+    /// gives this report's percentiles, attainment and per-cluster numbers.
+    pub fn outcomes(&self) -> Vec<RequestOutcome> {
+        self.records
+            .iter()
+            .enumerate()
+            .map(|(i, r)| RequestOutcome {
+                index: i as u32,
+                kind: r.kind,
+                sent_ms: r.arrival_ms,
+                prompt_tokens: r.features.isl,
+                output_tokens: r.output_tokens,
+                ttft_ms: r.ttft_ms,
+                tpot_ms: r.tpot_ms,
+                e2e_ms: r.e2e_ms,
+                features: [
+                    r.features.isl,
+                    r.features.eff_isl_prefill,
+                    r.features.eff_isl_decode,
+                    r.features.output_len_hint,
+                ],
+                cluster: r.cluster,
+                remote: r.decision == Decision::Remote,
+                fell_back: false,
+                ok: true,
+                met: r.met,
+                met_each: r.met_each,
+            })
+            .collect()
     }
 }

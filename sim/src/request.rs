@@ -7,29 +7,7 @@
 use dolphin_cluster::{BlockHash, block_hashes_into, chain_hash};
 use dolphin_router::dolphin::Admission;
 use dolphin_router::dolphin::admission::HEAD_TOKENS;
-use serde::{Deserialize, Serialize};
-
-/// Per-request latency targets (DESIGN.md section 1).
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Slo {
-    /// Time to first token, ms.
-    pub ttft_ms: f64,
-    /// Time per output token, ms.
-    pub tpot_ms: f64,
-}
-
-impl Slo {
-    /// An SLO of `ttft_ms` / `tpot_ms`.
-    pub const fn new(ttft_ms: f64, tpot_ms: f64) -> Self {
-        Slo { ttft_ms, tpot_ms }
-    }
-
-    /// End-to-end budget of a request with `output_tokens` tokens:
-    /// `TTFT_slo + (output_tokens - 1) * TPOT_slo`.
-    pub fn e2e_budget_ms(&self, output_tokens: u32) -> f64 {
-        self.ttft_ms + f64::from(output_tokens.saturating_sub(1)) * self.tpot_ms
-    }
-}
+use dolphin_workload::{RequestKind, Slo, Workload};
 
 /// One request of a simulated workload.
 #[derive(Clone, Debug, PartialEq)]
@@ -46,11 +24,14 @@ pub struct SimRequest {
     pub admission: Admission,
     /// Its latency targets.
     pub slo: Slo,
+    /// Where it comes from (summaries break attainment down by kind).
+    pub kind: RequestKind,
 }
 
 impl SimRequest {
     /// A request for a prompt given as tokens, hashed into blocks of `block_size` exactly as
-    /// the router hashes it; `max_tokens` = `output_len`.
+    /// the router hashes it; `max_tokens` = `output_len`. Its kind is [`RequestKind::Arxiv`]
+    /// (a prompt of its own); [`with_kind`](Self::with_kind) changes it.
     pub fn from_tokens(
         arrival_ms: f64,
         tokens: &[u32],
@@ -67,6 +48,7 @@ impl SimRequest {
             output_len,
             admission: Admission::new(tokens, output_len),
             slo,
+            kind: RequestKind::Arxiv,
         }
     }
 
@@ -74,7 +56,9 @@ impl SimRequest {
     /// `tokens_per_id` tokens of content, so prompts sharing leading ids share that prefix.
     /// Each id expands into `tokens_per_id / block_size` chained block hashes (deterministic in
     /// the id and the position, so sharing behaves as with real tokens); the prompt is
-    /// `prompt_len` tokens long (its last id may be partly used).
+    /// `prompt_len` tokens long (its last id may be partly used). Its kind is
+    /// [`RequestKind::Mooncake`] (the trace hash ids come from); [`with_kind`](Self::with_kind)
+    /// changes it.
     pub fn from_hash_ids(
         arrival_ms: f64,
         ids: &[u64],
@@ -121,21 +105,40 @@ impl SimRequest {
                 head_len: 0,
             },
             slo,
+            kind: RequestKind::Mooncake,
         }
+    }
+
+    /// The same request, of kind `kind`.
+    pub fn with_kind(mut self, kind: RequestKind) -> Self {
+        self.kind = kind;
+        self
+    }
+
+    /// Every request of `w`, in order, through [`from_hash_ids`](Self::from_hash_ids) with the
+    /// workload's `tokens_per_id`, keeping each request's arrival and kind; all with `slo`.
+    pub fn from_workload(w: &Workload, slo: Slo, block_size: u32) -> Vec<SimRequest> {
+        w.requests
+            .iter()
+            .map(|r| {
+                SimRequest::from_hash_ids(
+                    r.arrival_ms,
+                    &r.hash_ids,
+                    w.tokens_per_id,
+                    r.prompt_len,
+                    r.output_len,
+                    slo,
+                    block_size,
+                )
+                .with_kind(r.kind)
+            })
+            .collect()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn budget_follows_the_e2e_formula() {
-        let slo = Slo::new(5000.0, 250.0);
-        assert_eq!(slo.e2e_budget_ms(1), 5000.0);
-        assert_eq!(slo.e2e_budget_ms(5), 6000.0);
-        assert_eq!(slo.e2e_budget_ms(0), 5000.0);
-    }
 
     #[test]
     fn token_prompts_hash_like_the_router() {

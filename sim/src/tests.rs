@@ -6,7 +6,9 @@ use dolphin_router::policy::{Decision, DolphinConfig, Policy};
 
 use crate::{SimCluster, SimClusterConfig, SimReport, SimRequest, Slo};
 
+mod load;
 mod taichi;
+mod workload;
 
 const BS: u32 = 16;
 const SLO: Slo = Slo::new(5000.0, 250.0);

@@ -101,6 +101,9 @@ pub(crate) struct Worker {
     active_tokens: u64,
     /// Prompt tokens of requests sent here and not done (the router's own in-flight count).
     inflight_tokens: u64,
+    /// `active_tokens` and waiting requests as of the latest load report.
+    reported_active: u64,
+    reported_waiting: u32,
 }
 
 impl Worker {
@@ -118,21 +121,32 @@ impl Worker {
             busy: false,
             active_tokens: 0,
             inflight_tokens: 0,
+            reported_active: 0,
+            reported_waiting: 0,
         }
     }
 
-    /// Load term of worker selection, as the router computes it from this worker's report.
-    pub fn load_cost(&self) -> f64 {
+    /// Sends a load report: from now on the router sees the worker's present load.
+    pub fn report(&mut self) {
+        self.reported_active = self.active_tokens;
+        self.reported_waiting = self.waiting.len() as u32;
+    }
+
+    /// Load term of worker selection, as the router computes it: tokens held per the latest
+    /// report, or the prompt tokens the router itself has in flight here if more (it counts
+    /// those only for decode workers: `inflight`), plus waiting requests per the report.
+    pub fn load_cost(&self, inflight: bool) -> f64 {
+        let own = if inflight { self.inflight_tokens } else { 0 };
         load_cost(
-            self.active_tokens.max(self.inflight_tokens),
-            self.waiting.len() as u32,
+            self.reported_active.max(own),
+            self.reported_waiting,
             self.block_size,
         )
     }
 
-    /// Requests waiting for admission.
+    /// Requests waiting for admission, per the latest load report.
     pub fn waiting(&self) -> u32 {
-        self.waiting.len() as u32
+        self.reported_waiting
     }
 
     /// Blocks a request of this kind needs in all (the engine's `blocks_needed`).

@@ -40,8 +40,8 @@ pub struct EngineArgs {
     #[arg(long, env = "DOLPHIN_TOTAL_BLOCKS", default_value_t = 8192)]
     pub total_blocks: u32,
     /// Most tokens one engine step processes (prefill chunks plus decodes). Default: 2048 for
-    /// the sim, the candle engine's own (a few hundred: a step holds the engine's lock, and long
-    /// real steps stall its callers).
+    /// the sim, the candle engine's own (a few hundred: every running sequence's next token
+    /// waits for a step, and real steps are slow).
     #[arg(long, env = "DOLPHIN_MAX_BATCHED_TOKENS")]
     pub max_batched_tokens: Option<u32>,
     /// Most requests queued for admission; more are refused (RESOURCE_EXHAUSTED).

@@ -1,6 +1,7 @@
 //! `CandleBackend`: the [`Backend`] over a real llama model and its paged KV memory.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
@@ -12,7 +13,7 @@ use super::error::LoadError;
 use super::kv_store::{KvStore, compute};
 use super::model::{Llama, LoadOptions};
 use super::sampler::Sampler;
-use crate::backend::{Backend, BackendInfo, Batch, ImportBlock, SeqStart};
+use crate::backend::{Backend, BackendInfo, Batch, ImportBlock, KvBlocks, SeqStart};
 use crate::error::BackendError;
 use crate::types::{BlockId, SeqId};
 
@@ -21,7 +22,7 @@ use crate::types::{BlockId, SeqId};
 pub struct CandleBackend {
     info: BackendInfo,
     model: Llama,
-    kv: KvStore,
+    kv: Arc<CandleBlocks>,
     samplers: HashMap<SeqId, Sampler>,
     /// Per-step buffers, kept to avoid reallocating.
     tokens: Vec<u32>,
@@ -80,7 +81,7 @@ impl CandleBackend {
         Ok(CandleBackend {
             info,
             model,
-            kv,
+            kv: Arc::new(CandleBlocks(kv)),
             samplers: HashMap::new(),
             tokens: Vec::new(),
             logit_rows: Vec::new(),
@@ -125,9 +126,36 @@ fn fallback_seed(seq: SeqId) -> u64 {
     xxhash_rust::xxh3::xxh3_64_with_seed(&seq.to_le_bytes(), nanos)
 }
 
+/// The candle backend's KV memory as the scheduler sees it. Export and import go straight to the
+/// KV tensors: each read or write of a layer's storage takes that tensor's lock, so they may run
+/// beside a step (on other blocks, by the scheduler's rule; see `crate::backend`).
+#[derive(Debug)]
+pub struct CandleBlocks(KvStore);
+
+impl KvBlocks for CandleBlocks {
+    fn export_block(
+        &self,
+        block: BlockId,
+        _index: u32,
+        filled: u32,
+    ) -> Result<Bytes, BackendError> {
+        self.0.export_block(block, filled as usize).map(Bytes::from)
+    }
+
+    fn import_block(&self, import: ImportBlock<'_>, data: &[u8]) -> Result<(), BackendError> {
+        self.0.import_block(import.block, import.tokens.len(), data)
+    }
+}
+
 impl Backend for CandleBackend {
+    type Blocks = CandleBlocks;
+
     fn info(&self) -> &BackendInfo {
         &self.info
+    }
+
+    fn blocks(&self) -> Arc<CandleBlocks> {
+        self.kv.clone()
     }
 
     fn start(&mut self, start: SeqStart<'_>) -> Result<(), BackendError> {
@@ -173,7 +201,7 @@ impl Backend for CandleBackend {
         }
         let logits = self
             .model
-            .forward(&self.kv, &self.tokens, &spans, &self.logit_rows)
+            .forward(&self.kv.0, &self.tokens, &spans, &self.logit_rows)
             .map_err(compute)?;
         let Some(logits) = logits else {
             return Ok(Duration::ZERO);
@@ -194,22 +222,6 @@ impl Backend for CandleBackend {
             sampled[i] = Some(sampler.sample(row, e.position + e.len())?);
         }
         Ok(Duration::ZERO)
-    }
-
-    fn export_block(
-        &mut self,
-        block: BlockId,
-        _index: u32,
-        filled: u32,
-    ) -> Result<Bytes, BackendError> {
-        self.kv
-            .export_block(block, filled as usize)
-            .map(Bytes::from)
-    }
-
-    fn import_block(&mut self, import: ImportBlock<'_>, data: &[u8]) -> Result<(), BackendError> {
-        self.kv
-            .import_block(import.block, import.tokens.len(), data)
     }
 
     fn release(&mut self, seq: SeqId) {

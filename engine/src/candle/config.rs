@@ -156,7 +156,8 @@ pub const DEFAULT_KV_BYTES: u64 = 512 << 20;
 impl CandleConfig {
     /// Defaults around a model file: served as the file's stem, Q8_0 weights, automatic
     /// padding, CPU, blocks of 16 tokens, 512 MiB of KV, 256 tokens per step, 256 waiting.
-    /// (A step holds the scheduler's lock; 256 SmolLM2 tokens take about 0.85 s on one core.)
+    /// (256 SmolLM2 tokens take about 0.85 s on one core: every running sequence's next token
+    /// waits for the step, so steps stay short.)
     pub fn new(model_path: impl Into<PathBuf>) -> Self {
         let model_path = model_path.into();
         let model = model_path

@@ -10,8 +10,9 @@
 //! - `sampler`: greedy, temperature, top-k, top-p, seeded.
 //! - [`configure_threads`]: compute threads (`threads` setting or `DOLPHIN_THREADS`).
 //!
-//! The scheduler runs model steps inline, holding its lock: [`candle_engine`] therefore gives
-//! it a dedicated thread rather than a Tokio worker. Loading takes seconds (call it from
+//! The scheduler's loop runs model steps inline on its own task (without holding the scheduler's
+//! lock, so requests and imports are served meanwhile): [`candle_engine`] therefore gives it a
+//! dedicated thread rather than a Tokio worker. Loading takes seconds (call it from
 //! `spawn_blocking` or before starting the runtime).
 
 mod attention;
@@ -30,7 +31,7 @@ mod tests;
 
 use std::sync::Arc;
 
-pub use backend::CandleBackend;
+pub use backend::{CandleBackend, CandleBlocks};
 pub use config::{
     CandleConfig, DEFAULT_KV_BYTES, DeviceKind, Padding, ParseConfigError, WeightFormat,
 };

@@ -1,5 +1,7 @@
-//! The scheduler loop, on its own task: admit, build a batch, run it, wait out its simulated
-//! duration, apply the results; sleep while there is nothing to do.
+//! The scheduler loop, on its own task, owning the backend: plan a step under the lock (admit,
+//! bring the backend up to date, build the batch), compute it without the lock, free what was
+//! released meanwhile, wait out its simulated duration, apply the results; sleep while there is
+//! nothing to do.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -15,7 +17,7 @@ use crate::backend::{Backend, Batch};
 const MAX_LAG: Duration = Duration::from_millis(50);
 
 /// Runs until the engine handle is dropped.
-pub(super) async fn run<B: Backend>(shared: Arc<Shared<B>>) {
+pub(super) async fn run<B: Backend>(shared: Arc<Shared<B>>, mut backend: B) {
     let mut batch = Batch::default();
     let mut sampled: Vec<Option<u32>> = Vec::new();
     let mut failed = Vec::new();
@@ -25,28 +27,36 @@ pub(super) async fn run<B: Backend>(shared: Arc<Shared<B>>) {
     let mut next_start: Option<Instant> = None;
     loop {
         if shared.shutdown.load(Ordering::Acquire) {
-            shared.lock().shutdown();
+            let mut core = shared.lock();
+            core.shutdown();
+            core.sync_backend(&mut backend);
             return;
         }
-        let duration = {
+        {
             let mut core = shared.lock();
             core.admit_waiting();
+            core.sync_backend(&mut backend);
             core.build_batch(&mut batch, &mut failed);
-            if batch.is_empty() {
-                None
-            } else {
-                core.run_step(&batch, &mut sampled)
-                    .map(Some)
-                    .unwrap_or_else(|| {
-                        batch.clear();
-                        Some(Duration::ZERO)
-                    })
-            }
-        };
-        let Some(duration) = duration else {
+        }
+        if batch.is_empty() {
             next_start = None;
             shared.notify.notified().await;
             continue;
+        }
+        sampled.clear();
+        sampled.resize(batch.len(), None);
+        // The model computes without the lock: callers are served meanwhile.
+        let result = backend.step(&batch, &mut sampled);
+        let duration = {
+            let mut core = shared.lock();
+            core.step_returned(&batch);
+            match result {
+                Ok(d) => d,
+                Err(e) => {
+                    core.step_failed(&batch, &e);
+                    continue;
+                }
+            }
         };
         if duration.is_zero() {
             // Zero-delay mode: let the callers' tasks run between steps.
@@ -61,8 +71,6 @@ pub(super) async fn run<B: Backend>(shared: Arc<Shared<B>>) {
             sleep_until(deadline).await;
             next_start = Some(deadline);
         }
-        if !batch.is_empty() {
-            shared.lock().apply(&batch, &sampled, &mut done);
-        }
+        shared.lock().apply(&batch, &sampled, &mut done);
     }
 }

@@ -6,8 +6,20 @@
 //! `max_batched_tokens` in admission order (chunked when they do not fit). A request is admitted,
 //! in arrival order, only when the pool can hold its prompt plus `max_tokens`; that capacity is
 //! reserved at admission, so nothing is ever preempted. At most `max_waiting` requests wait.
+//!
+//! Locking: one lock guards the scheduler's state (`Core`); the loop owns the backend. Each step
+//! is planned under the lock (admission, backend start/release, the batch), computed by the
+//! backend without it, and applied under it again. So `generate`, `cancel`, `import`, `load` and
+//! the rest wait at most for a plan or an apply, never for a model step. A sequence released while
+//! its step computes keeps its blocks until the step returns (see `step.rs`); for which blocks
+//! imports and exports may touch meanwhile see the rule in `crate::backend`.
 
+#[cfg(test)]
+mod concurrency_tests;
 mod driver;
+#[cfg(test)]
+mod gated;
+mod release;
 mod remote;
 mod seq;
 mod state;
@@ -123,11 +135,11 @@ impl<B: Backend> Scheduler<B> {
         };
         let (events, _) = broadcast::channel(cfg.event_capacity);
         let shared = Arc::new(Shared {
-            core: Mutex::new(Core::new(backend, cfg, events)),
+            core: Mutex::new(Core::new(&backend, cfg, events)),
             notify: Notify::new(),
             shutdown: AtomicBool::new(false),
         });
-        let task = driver::run(shared.clone());
+        let task = driver::run(shared.clone(), backend);
         match tokio::runtime::Handle::try_current() {
             Ok(handle) => {
                 handle.spawn(task);

@@ -5,7 +5,7 @@ use tokio::sync::mpsc;
 
 use super::seq::{Kind, Phase};
 use super::state::{Core, commit_blocks};
-use crate::backend::{Backend, ImportBlock, SeqStart};
+use crate::backend::{Backend, ImportBlock, KvBlocks};
 use crate::error::{BackendError, EngineError};
 use crate::types::{OutputStream, SeqId, SeqOutput};
 
@@ -43,7 +43,9 @@ impl<B: Backend> Core<B> {
             parent: (abs as usize).checked_sub(1).map(|p| seq.hashes[p]),
             tokens: &seq.tokens[start..end],
         };
-        match self.backend.import_block(import, data) {
+        // Under the lock, concurrently with a running step: the block belongs to this reservation
+        // alone, which no batch includes (see `crate::backend` for the rule).
+        match self.kv.import_block(import, data) {
             Ok(()) => {
                 *slot = true;
                 Ok(())
@@ -117,27 +119,18 @@ impl<B: Backend> Core<B> {
         Ok(rx)
     }
 
-    /// Turns an awaiting sequence into a streaming one at `computed` tokens of KV.
+    /// Turns an awaiting sequence into a streaming one at `computed` tokens of KV; the backend
+    /// starts it before its first step.
     fn start_stream(&mut self, id: SeqId) -> Result<OutputStream, EngineError> {
         let seq = self
             .seqs
             .get_mut(&id)
             .ok_or(EngineError::UnknownSequence(id))?;
-        let started = self.backend.start(SeqStart {
-            seq: id,
-            sampling: &seq.sampling,
-            prompt: &seq.tokens[..seq.prompt_len as usize],
-            table: &seq.table,
-            computed: seq.computed,
-        });
-        if let Err(e) = started {
-            self.release(id);
-            return Err(EngineError::Backend(e));
-        }
         let (tx, rx) = mpsc::channel(seq.sampling.max_tokens as usize + 2);
         seq.out = Some(tx);
         seq.kind = Kind::Generate;
         seq.phase = Phase::Running;
+        self.to_start.push(id);
         Ok(rx)
     }
 }

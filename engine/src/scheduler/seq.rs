@@ -68,6 +68,9 @@ pub(crate) struct Seq {
     pub out: Option<mpsc::Sender<SeqOutput>>,
     pub arrived: Instant,
     pub admitted: Option<Instant>,
+    /// In the batch the backend is computing now: its blocks stay held until the step returns,
+    /// even if the sequence is released meanwhile.
+    pub in_step: bool,
 }
 
 impl Seq {

@@ -1,7 +1,9 @@
 //! Scheduler state and request lifecycle: validation, the waiting queue, admission control,
-//! release, cancel, load. The step itself is in `step.rs`, the remote-KV path in `remote.rs`.
+//! load. Ending sequences is in `release.rs`, the step in `step.rs`, the remote-KV path in
+//! `remote.rs`.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
 
 use dolphin_cluster::{BlockHash, block_hashes_into, chain_hash};
 use tokio::sync::{broadcast, mpsc};
@@ -9,17 +11,18 @@ use tokio::time::Instant;
 
 use super::SchedulerConfig;
 use super::seq::{Kind, Phase, Seq};
-use crate::backend::{Backend, BackendInfo, SeqStart};
+use crate::backend::{Backend, BackendInfo};
 use crate::error::{BackendError, EngineError};
 use crate::kv_pool::KvPool;
-use crate::types::{
-    FinishReason, KvEvent, LoadSnapshot, OutputStream, Reservation, SeqId, SeqOutput, SeqRequest,
-};
+use crate::types::{BlockId, KvEvent, LoadSnapshot, OutputStream, Reservation, SeqId, SeqRequest};
 
-/// Everything the scheduler owns, behind one lock.
+/// Everything the scheduler owns, behind one lock. The backend itself is not here: the loop owns
+/// it and computes steps without the lock; what the backend must learn meanwhile (sequences to
+/// start or release) is queued here for the loop.
 #[derive(Debug)]
 pub(crate) struct Core<B: Backend> {
-    pub(super) backend: B,
+    /// The backend's KV memory, for imports and exports (also while a step runs).
+    pub(super) kv: Arc<B::Blocks>,
     pub(super) pool: KvPool,
     pub(super) info: BackendInfo,
     pub(super) cfg: SchedulerConfig,
@@ -29,26 +32,35 @@ pub(crate) struct Core<B: Backend> {
     pub(super) waiting: VecDeque<SeqId>,
     /// Admitted and computing, in admission order (may hold ids released since: see `tidy`).
     pub(super) running: Vec<SeqId>,
+    /// Sequences to `start` on the backend before their first step, in order.
+    pub(super) to_start: Vec<SeqId>,
+    /// Started sequences released since the loop last told the backend.
+    pub(super) to_release: Vec<SeqId>,
+    /// Block tables of sequences released while in the running step: freed when it returns.
+    pub(super) deferred: Vec<Vec<BlockId>>,
     next_id: SeqId,
     events: broadcast::Sender<KvEvent>,
 }
 
 impl<B: Backend> Core<B> {
     pub(super) fn new(
-        backend: B,
+        backend: &B,
         cfg: SchedulerConfig,
         events: broadcast::Sender<KvEvent>,
     ) -> Self {
         let info = backend.info().clone();
         Self {
             pool: KvPool::new(info.total_blocks, info.block_size),
-            backend,
+            kv: backend.blocks(),
             info,
             cfg,
             seqs: HashMap::new(),
             by_request: HashMap::new(),
             waiting: VecDeque::new(),
             running: Vec::new(),
+            to_start: Vec::new(),
+            to_release: Vec::new(),
+            deferred: Vec::new(),
             next_id: 1,
             events,
         }
@@ -163,6 +175,7 @@ impl<B: Backend> Core<B> {
             out,
             arrived: Instant::now(),
             admitted: None,
+            in_step: false,
         };
         self.by_request.insert(seq.request_id.clone(), id);
         self.seqs.insert(id, seq);
@@ -224,18 +237,11 @@ impl<B: Backend> Core<B> {
         let outcome = match seq.kind {
             Kind::Reserve { .. } => Self::admit_reserved(&mut self.pool, seq, bs),
             Kind::Generate | Kind::Prefill { .. } => {
-                let started = self.backend.start(SeqStart {
-                    seq: id,
-                    sampling: &seq.sampling,
-                    prompt: &seq.tokens[..seq.prompt_len as usize],
-                    table: &seq.table,
-                    computed: seq.computed,
-                });
-                started.map(|()| {
-                    seq.phase = Phase::Running;
-                    self.running.push(id);
-                    true
-                })
+                // The backend learns of it before its first step (the loop owns the backend).
+                seq.phase = Phase::Running;
+                self.running.push(id);
+                self.to_start.push(id);
+                Ok(true)
             }
         };
         match outcome {
@@ -274,81 +280,6 @@ impl<B: Backend> Core<B> {
                 .is_some_and(|tx| tx.send(Ok(reservation)).is_ok()),
             _ => false,
         })
-    }
-
-    /// Removes a sequence and returns its blocks and reservation to the pool.
-    pub(super) fn release(&mut self, id: SeqId) -> Option<Seq> {
-        let seq = self.seqs.remove(&id)?;
-        self.by_request.remove(&seq.request_id);
-        self.pool.release(&seq.table);
-        self.pool.unreserve(seq.reserved);
-        if seq.phase == Phase::Waiting {
-            self.waiting.retain(|&w| w != id);
-        }
-        self.backend.release(id);
-        Some(seq)
-    }
-
-    /// Ends a sequence with an error: the caller's reply or stream gets it.
-    pub(super) fn fail(&mut self, id: SeqId, error: BackendError) {
-        if let Some(mut seq) = self.release(id) {
-            let msg = error.to_string();
-            seq.fail(|| EngineError::Backend(error), SeqOutput::Error(msg));
-        }
-    }
-
-    /// Ends a sequence normally: sends `Finished` and frees it.
-    pub(super) fn finish(&mut self, id: SeqId, reason: FinishReason) {
-        if let Some(seq) = self.release(id)
-            && let Some(out) = &seq.out
-        {
-            tracing::debug!(seq = id, request_id = %seq.request_id, ?reason, tokens = seq.generated, "finished");
-            let _ = out.try_send(SeqOutput::Finished {
-                reason,
-                usage: seq.usage(),
-            });
-        }
-    }
-
-    /// Drops `running` entries released since (keeps admission order).
-    pub(super) fn tidy(&mut self) {
-        let seqs = &self.seqs;
-        self.running.retain(|id| seqs.contains_key(id));
-    }
-
-    /// Drops a request wherever it is; an open stream gets `Finished { Cancelled }`, a pending
-    /// `prefill` / `reserve` gets `Cancelled`.
-    pub(super) fn cancel(&mut self, request_id: &str) -> bool {
-        let Some(&id) = self.by_request.get(request_id) else {
-            return false;
-        };
-        if let Some(mut seq) = self.release(id) {
-            let usage = seq.usage();
-            seq.fail(
-                || EngineError::Cancelled,
-                SeqOutput::Finished {
-                    reason: FinishReason::Cancelled,
-                    usage,
-                },
-            );
-        }
-        self.tidy();
-        self.admit_waiting();
-        true
-    }
-
-    /// Fails every sequence (the engine is going away).
-    pub(super) fn shutdown(&mut self) {
-        let ids: Vec<SeqId> = self.seqs.keys().copied().collect();
-        for id in ids {
-            if let Some(mut seq) = self.release(id) {
-                seq.fail(
-                    || EngineError::Shutdown,
-                    SeqOutput::Error("engine shut down".into()),
-                );
-            }
-        }
-        self.tidy();
     }
 
     pub(super) fn load(&self) -> LoadSnapshot {

@@ -1,13 +1,13 @@
-//! One scheduler step: build the batch (continuous batching with chunked prefill), run it on the
-//! backend, then apply its results (tokens, stop conditions, finished prefills).
-
-use std::time::Duration;
+//! One scheduler step, in the lock's phases around the backend's compute: tell the backend of
+//! sequences started and released, build the batch (continuous batching with chunked prefill);
+//! once the backend returns, free what was released meanwhile; then apply the results (tokens,
+//! stop conditions, finished prefills).
 
 use tokio::time::Instant;
 
 use super::seq::{Kind, Seq};
 use super::state::{Core, commit_blocks, out_of_reserved};
-use crate::backend::{Backend, Batch};
+use crate::backend::{Backend, Batch, KvBlocks, SeqStart};
 use crate::error::{BackendError, EngineError};
 use crate::kv_pool::KvPool;
 use crate::types::{FinishReason, PrefillOutput, SeqId, SeqOutput};
@@ -24,6 +24,35 @@ pub(super) enum Done {
 }
 
 impl<B: Backend> Core<B> {
+    /// Brings the backend up to date before a step (the loop owns it, so this runs there, with
+    /// the lock held): drops the state of released sequences, then starts the sequences admitted
+    /// or resumed since. A sequence the backend refuses to start fails.
+    pub(super) fn sync_backend(&mut self, backend: &mut B) {
+        for id in self.to_release.drain(..) {
+            backend.release(id);
+        }
+        let mut to_start = std::mem::take(&mut self.to_start);
+        for id in to_start.drain(..) {
+            // Released since it was queued: nothing to start.
+            let Some(seq) = self.seqs.get(&id) else {
+                continue;
+            };
+            let started = backend.start(SeqStart {
+                seq: id,
+                sampling: &seq.sampling,
+                prompt: &seq.tokens[..seq.prompt_len as usize],
+                table: &seq.table,
+                computed: seq.computed,
+            });
+            if let Err(e) = started {
+                self.fail(id, e);
+            }
+        }
+        // Keep the buffer (nothing was queued meanwhile: the lock is held).
+        self.to_start = to_start;
+        self.tidy();
+    }
+
     /// Fills `batch` for the next step: every decoding sequence's one token, then prefill chunks
     /// in admission order until `max_batched_tokens` is spent. Allocates the blocks the new
     /// tokens land in (from the sequences' reservations).
@@ -49,6 +78,7 @@ impl<B: Backend> Core<B> {
             }
             let token = &seq.tokens[pos as usize..pos as usize + 1];
             batch.push(id, pos, seq.prompt_len, token, &seq.table, true);
+            seq.in_step = true;
             budget = budget.saturating_sub(1);
         }
         for &id in &self.running {
@@ -76,6 +106,7 @@ impl<B: Backend> Core<B> {
                 &seq.table,
                 pos + n == seq.prompt_len,
             );
+            seq.in_step = true;
             budget -= n;
         }
         batch.kv_blocks_active = self.pool.referenced();
@@ -85,30 +116,34 @@ impl<B: Backend> Core<B> {
         }
     }
 
-    /// Runs the batch on the backend; returns the step's simulated duration. On a backend
-    /// failure every sequence in the batch fails (their KV is in an unknown state).
-    pub(super) fn run_step(
-        &mut self,
-        batch: &Batch,
-        sampled: &mut Vec<Option<u32>>,
-    ) -> Option<Duration> {
-        sampled.clear();
-        sampled.resize(batch.len(), None);
-        match self.backend.step(batch, sampled) {
-            Ok(d) => Some(d),
-            Err(e) => {
-                tracing::warn!(error = %e, seqs = batch.len(), "backend step failed");
-                let msg = e.to_string();
-                for entry in batch.entries() {
-                    self.fail(
-                        entry.seq,
-                        BackendError::Invalid(format!("step failed: {msg}")),
-                    );
-                }
-                self.tidy();
-                None
+    /// The backend returned from `batch`: blocks of sequences released meanwhile go back to the
+    /// pool, and what they make room for is admitted.
+    pub(super) fn step_returned(&mut self, batch: &Batch) {
+        for entry in batch.entries() {
+            if let Some(seq) = self.seqs.get_mut(&entry.seq) {
+                seq.in_step = false;
             }
         }
+        if self.deferred.is_empty() {
+            return;
+        }
+        for table in self.deferred.drain(..) {
+            self.pool.release(&table);
+        }
+        self.admit_waiting();
+    }
+
+    /// The backend failed the step: every sequence in the batch fails (their KV is in an unknown
+    /// state).
+    pub(super) fn step_failed(&mut self, batch: &Batch, error: &BackendError) {
+        tracing::warn!(error = %error, seqs = batch.len(), "backend step failed");
+        for entry in batch.entries() {
+            self.fail(
+                entry.seq,
+                BackendError::Invalid(format!("step failed: {error}")),
+            );
+        }
+        self.tidy();
     }
 
     /// Applies a finished step: advances KV, caches newly full blocks, streams sampled tokens,
@@ -169,7 +204,7 @@ impl<B: Backend> Core<B> {
         let mut result = Ok(());
         for i in *skip_blocks..blocks_total {
             let filled = (seq.prompt_len - i * bs).min(bs);
-            match self.backend.export_block(seq.table[i as usize], i, filled) {
+            match self.kv.export_block(seq.table[i as usize], i, filled) {
                 Ok(b) => blocks.push(b),
                 Err(e) => {
                     result = Err(e);

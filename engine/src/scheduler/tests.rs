@@ -10,7 +10,7 @@ use dolphin_cluster::block_hashes;
 use parking_lot::Mutex;
 
 use super::*;
-use crate::backend::{BackendInfo, Batch, ImportBlock, SeqStart};
+use crate::backend::{BackendInfo, Batch, ImportBlock, KvBlocks, SeqStart};
 use crate::error::BackendError;
 use crate::types::{BlockId, FinishReason, Sampling, SeqOutput, SeqUsage};
 
@@ -28,9 +28,30 @@ struct Recorder {
     eos_at: Option<u32>,
 }
 
+/// The recorder's KV memory: exports carry the block index, imports check the length.
+#[derive(Debug)]
+struct RecorderBlocks;
+
+impl KvBlocks for RecorderBlocks {
+    fn export_block(&self, _: BlockId, index: u32, filled: u32) -> Result<Bytes, BackendError> {
+        Ok(Bytes::from(vec![index as u8; filled as usize]))
+    }
+    fn import_block(&self, import: ImportBlock<'_>, data: &[u8]) -> Result<(), BackendError> {
+        if data.len() != import.tokens.len() {
+            return Err(BackendError::Corrupt("length".into()));
+        }
+        Ok(())
+    }
+}
+
 impl Backend for Recorder {
+    type Blocks = RecorderBlocks;
+
     fn info(&self) -> &BackendInfo {
         &self.info
+    }
+    fn blocks(&self) -> Arc<RecorderBlocks> {
+        Arc::new(RecorderBlocks)
     }
     fn start(&mut self, _: SeqStart<'_>) -> Result<(), BackendError> {
         Ok(())
@@ -60,15 +81,6 @@ impl Backend for Recorder {
         }
         self.log.lock().push(log);
         Ok(STEP)
-    }
-    fn export_block(&mut self, _: BlockId, index: u32, filled: u32) -> Result<Bytes, BackendError> {
-        Ok(Bytes::from(vec![index as u8; filled as usize]))
-    }
-    fn import_block(&mut self, import: ImportBlock<'_>, data: &[u8]) -> Result<(), BackendError> {
-        if data.len() != import.tokens.len() {
-            return Err(BackendError::Corrupt("length".into()));
-        }
-        Ok(())
     }
     fn release(&mut self, _: SeqId) {}
 }

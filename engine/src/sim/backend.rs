@@ -9,14 +9,16 @@
 //! tokens, and KV that is wrong anywhere is rejected on import.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use dolphin_cluster::chain_hash;
+use parking_lot::Mutex;
 
 use super::content::{self, EOS_TOKEN};
 use super::profile::SimProfile;
-use crate::backend::{Backend, BackendInfo, Batch, ImportBlock, SeqStart};
+use crate::backend::{Backend, BackendInfo, Batch, ImportBlock, KvBlocks, SeqStart};
 use crate::error::BackendError;
 use crate::types::{BlockId, SeqId};
 
@@ -42,14 +44,76 @@ struct SimSeq {
     salt: u64,
 }
 
+/// The simulated KV memory: what each block holds, shared by the backend's steps and the
+/// scheduler's exports and imports.
+#[derive(Debug)]
+pub struct SimBlocks {
+    memory: Mutex<Vec<BlockMem>>,
+    /// Exported bytes per token.
+    bytes_per_token: usize,
+}
+
+impl SimBlocks {
+    fn mem(&self, block: BlockId) -> Result<BlockMem, BackendError> {
+        self.memory
+            .lock()
+            .get(block as usize)
+            .copied()
+            .ok_or_else(|| outside(block))
+    }
+
+    /// Sets what `block` holds.
+    fn write(&self, block: BlockId, chain: u64, filled: u32) -> Result<(), BackendError> {
+        let mut memory = self.memory.lock();
+        let slot = memory
+            .get_mut(block as usize)
+            .ok_or_else(|| outside(block))?;
+        *slot = BlockMem { chain, filled };
+        Ok(())
+    }
+}
+
+impl KvBlocks for SimBlocks {
+    fn export_block(&self, block: BlockId, index: u32, filled: u32) -> Result<Bytes, BackendError> {
+        let m = self.mem(block)?;
+        if m.filled != filled {
+            return Err(BackendError::Invalid(format!(
+                "block {block} holds {} tokens, not {filled}",
+                m.filled
+            )));
+        }
+        Ok(content::generate(
+            content::block_seed(m.chain, index),
+            filled as usize * self.bytes_per_token,
+        ))
+    }
+
+    fn import_block(&self, import: ImportBlock<'_>, data: &[u8]) -> Result<(), BackendError> {
+        let chain = chain_hash(import.parent, import.tokens);
+        let expected = import.tokens.len() * self.bytes_per_token;
+        if data.len() != expected {
+            return Err(BackendError::Corrupt(format!(
+                "{} bytes, expected {expected}",
+                data.len()
+            )));
+        }
+        if let Some(at) = content::first_mismatch(content::block_seed(chain, import.index), data) {
+            return Err(BackendError::Corrupt(format!(
+                "byte {at} of {expected} differs from block {}'s content",
+                import.index
+            )));
+        }
+        self.write(import.block, chain, import.tokens.len() as u32)
+    }
+}
+
 /// The simulated model.
 #[derive(Debug)]
 pub struct SimBackend {
     info: BackendInfo,
     profile: SimProfile,
     time_scale: f64,
-    bytes_per_token: usize,
-    memory: Vec<BlockMem>,
+    blocks: Arc<SimBlocks>,
     seqs: HashMap<SeqId, SimSeq>,
 }
 
@@ -57,9 +121,12 @@ impl SimBackend {
     /// A backend with `info`'s geometry, timed by `profile` scaled by `time_scale` (0: no delay).
     /// `info.kv_bytes_per_token` is the exported size of one token's KV.
     pub fn new(info: BackendInfo, profile: SimProfile, time_scale: f64) -> Self {
-        Self {
+        let blocks = SimBlocks {
+            memory: Mutex::new(vec![BlockMem::default(); info.total_blocks as usize]),
             bytes_per_token: info.kv_bytes_per_token.max(1) as usize,
-            memory: vec![BlockMem::default(); info.total_blocks as usize],
+        };
+        Self {
+            blocks: Arc::new(blocks),
             seqs: HashMap::new(),
             info,
             profile,
@@ -68,10 +135,7 @@ impl SimBackend {
     }
 
     fn mem(&self, block: BlockId) -> Result<BlockMem, BackendError> {
-        self.memory
-            .get(block as usize)
-            .copied()
-            .ok_or_else(|| BackendError::Invalid(format!("block {block} is outside the pool")))
+        self.blocks.mem(block)
     }
 
     /// Digest of a prompt of `prompt_len` tokens whose KV is in `table`.
@@ -113,15 +177,14 @@ impl SimBackend {
                     .get((pos - 1) / bs)
                     .ok_or_else(|| short_table(seq, pos))?;
                 let chain = chain_hash(s.parent, &s.partial);
-                write(&mut self.memory, block, chain, bs as u32)?;
+                self.blocks.write(block, chain, bs as u32)?;
                 s.parent = Some(chain);
                 s.partial.clear();
             }
         }
         if !s.partial.is_empty() {
             let block = *table.get(pos / bs).ok_or_else(|| short_table(seq, pos))?;
-            write(
-                &mut self.memory,
+            self.blocks.write(
                 block,
                 chain_hash(s.parent, &s.partial),
                 s.partial.len() as u32,
@@ -131,18 +194,8 @@ impl SimBackend {
     }
 }
 
-/// Sets what `block` holds.
-fn write(
-    memory: &mut [BlockMem],
-    block: BlockId,
-    chain: u64,
-    filled: u32,
-) -> Result<(), BackendError> {
-    let slot = memory
-        .get_mut(block as usize)
-        .ok_or_else(|| BackendError::Invalid(format!("block {block} is outside the pool")))?;
-    *slot = BlockMem { chain, filled };
-    Ok(())
+fn outside(block: BlockId) -> BackendError {
+    BackendError::Invalid(format!("block {block} is outside the pool"))
 }
 
 fn unknown(seq: SeqId) -> BackendError {
@@ -154,8 +207,14 @@ fn short_table(seq: SeqId, pos: usize) -> BackendError {
 }
 
 impl Backend for SimBackend {
+    type Blocks = SimBlocks;
+
     fn info(&self) -> &BackendInfo {
         &self.info
+    }
+
+    fn blocks(&self) -> Arc<SimBlocks> {
+        self.blocks.clone()
     }
 
     fn start(&mut self, start: SeqStart<'_>) -> Result<(), BackendError> {
@@ -247,48 +306,6 @@ impl Backend for SimBackend {
         Ok(Duration::from_secs_f64(
             (ms * self.time_scale / 1e3).max(0.0),
         ))
-    }
-
-    fn export_block(
-        &mut self,
-        block: BlockId,
-        index: u32,
-        filled: u32,
-    ) -> Result<Bytes, BackendError> {
-        let m = self.mem(block)?;
-        if m.filled != filled {
-            return Err(BackendError::Invalid(format!(
-                "block {block} holds {} tokens, not {filled}",
-                m.filled
-            )));
-        }
-        Ok(content::generate(
-            content::block_seed(m.chain, index),
-            filled as usize * self.bytes_per_token,
-        ))
-    }
-
-    fn import_block(&mut self, import: ImportBlock<'_>, data: &[u8]) -> Result<(), BackendError> {
-        let chain = chain_hash(import.parent, import.tokens);
-        let expected = import.tokens.len() * self.bytes_per_token;
-        if data.len() != expected {
-            return Err(BackendError::Corrupt(format!(
-                "{} bytes, expected {expected}",
-                data.len()
-            )));
-        }
-        if let Some(at) = content::first_mismatch(content::block_seed(chain, import.index), data) {
-            return Err(BackendError::Corrupt(format!(
-                "byte {at} of {expected} differs from block {}'s content",
-                import.index
-            )));
-        }
-        write(
-            &mut self.memory,
-            import.block,
-            chain,
-            import.tokens.len() as u32,
-        )
     }
 
     fn release(&mut self, seq: SeqId) {

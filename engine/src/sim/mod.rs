@@ -9,7 +9,7 @@ mod tests;
 
 use std::sync::Arc;
 
-pub use backend::SimBackend;
+pub use backend::{SimBackend, SimBlocks};
 pub use profile::{DecodeCost, PrefillCost, ProfileError, SimProfile};
 
 use crate::backend::BackendInfo;
@@ -45,7 +45,8 @@ pub struct SimConfig {
 
 impl SimConfig {
     /// Defaults around `profile`: real time, 1/1000 of the bytes, 8192 blocks of 16 tokens,
-    /// 2048 tokens per step, 256 waiting, the sim tokenizer's 99 ids, 32k context.
+    /// 2048 tokens per step, 256 waiting, the router's sim tokenizer's 355 ids (so any text it
+    /// tokenizes is accepted; generated tokens stay printable), 32k context.
     pub fn new(profile: SimProfile) -> Self {
         Self {
             profile,
@@ -56,7 +57,7 @@ impl SimConfig {
             block_size: dolphin_cluster::DEFAULT_BLOCK_SIZE as u32,
             max_batched_tokens: 2048,
             max_waiting: 256,
-            vocab_size: 99,
+            vocab_size: 355,
             context_length: 32768,
         }
     }

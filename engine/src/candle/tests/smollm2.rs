@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use dolphin_tokenizer::{ChatMessage, GgufTokenizer, SMOLLM2_FILE, find_model};
 
 use super::engine_tests::{collect, remote};
-use crate::candle::{CandleConfig, candle_scheduler};
+use crate::candle::{CandleConfig, WeightFormat, candle_scheduler};
 use crate::engine::Engine;
 use crate::types::{Sampling, SeqRequest};
 
@@ -63,9 +63,21 @@ async fn smollm2_answers_remote_equals_local_and_long_prompts_work() {
     let req = request("capital", question, 24, &stops);
     let (answer, _, _) = collect(local.generate(req.clone()).await.expect("generate")).await;
     let text = tok.decode(&answer);
-    eprintln!("answer: {text:?}");
-    assert!(text.contains("Paris"), "answer: {text:?}");
-    assert_eq!(remote(&*pre, &*dec, req).await, answer, "remote: {text:?}");
+    eprintln!("answer (Q8_0): {text:?}");
+    assert_eq!(
+        remote(&*pre, &*dec, req.clone()).await,
+        answer,
+        "remote: {text:?}"
+    );
+    // The answer's quality at full precision: re-quantized to Q8_0, the 135M model's greedy
+    // answer depends on the CPU's kernels (right on AVX-512 VNNI, a list of Paris landmarks on
+    // AVX2), so correctness is checked where it is a property of the model alone.
+    let mut f32_cfg = CandleConfig::new(&path);
+    f32_cfg.weights = WeightFormat::F32;
+    let full = candle_scheduler(f32_cfg).expect("f32 engine");
+    let (answer, _, _) = collect(full.generate(req).await.expect("generate")).await;
+    let text = tok.decode(&answer);
+    assert!(text.contains("Paris"), "answer (f32): {text:?}");
 
     let facts: String = (1..=40)
         .map(|i| format!("Fact {i}: the number {i} squared is {}. ", i * i))

@@ -1,0 +1,104 @@
+//! `dolphinctl learn`'s command line.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+use dolphin_router::dolphin::Split;
+use dolphin_workload::{Arrivals, WorkloadSpec};
+
+use crate::cli::DEFAULT_ROUTER_GRPC;
+use crate::replay::{DEFAULT_SIM_PROFILE, DEFAULT_TOTAL_BLOCKS, Target, parse_duration};
+
+/// Clustering methods.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Method {
+    /// k-means (nearest centroid).
+    Kmeans,
+    /// Diagonal Gaussian mixture (most likely component).
+    Gmm,
+}
+
+/// `dolphinctl learn`: fit a routing table for a split and learn its bits by measurement.
+#[derive(Clone, Debug, Args)]
+pub struct LearnArgs {
+    /// The prefill/decode split the table is for (e.g. 3p1d). With --target sim it is also the
+    /// simulated cluster; with --target live it must be the live cluster's split.
+    #[arg(long)]
+    pub split: Split,
+    /// Clusters K.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub k: u32,
+    /// Clustering method.
+    #[arg(long, value_enum, default_value_t = Method::Kmeans)]
+    pub method: Method,
+    /// Time-to-first-token SLO (e.g. 5s).
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    pub slo_ttft: Duration,
+    /// Time-per-output-token SLO (e.g. 250ms).
+    #[arg(long, default_value = "250ms", value_parser = parse_duration)]
+    pub slo_tpot: Duration,
+    /// The workload: mooncake:PATH, azure:PATH, arxiv, leval, humaneval or hybrid.
+    #[arg(long)]
+    pub workload: WorkloadSpec,
+    /// Requests of the workload (synthetic: generated; traces: the first N rows).
+    #[arg(long)]
+    pub requests: Option<usize>,
+    /// Seed of a synthetic workload.
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Arrivals; learning measures under saturated load, so closed-loop by default.
+    #[arg(long, default_value = "closed:16")]
+    pub arrivals: Arrivals,
+    /// Where periods are measured: the simulator (the whole workload each round) or the live
+    /// router (--period-requests of the workload each round, in turn).
+    #[arg(long, value_enum, default_value_t = Target::Sim)]
+    pub target: Target,
+    /// Sim: timing profile (a shipped name or a JSON file).
+    #[arg(long, default_value = DEFAULT_SIM_PROFILE)]
+    pub sim_profile: String,
+    /// Sim: KV blocks (of 16 tokens) per worker.
+    #[arg(long, default_value_t = DEFAULT_TOTAL_BLOCKS, value_parser = clap::value_parser!(u32).range(1..))]
+    pub total_blocks: u32,
+    /// Live: the router's gRPC URL (and, with --activate, where the table is stored).
+    #[arg(long, env = "DOLPHIN_ROUTER_GRPC", default_value = DEFAULT_ROUTER_GRPC)]
+    pub router_grpc: String,
+    /// Live: requests per measured period.
+    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u32).range(10..))]
+    pub period_requests: u32,
+    /// Live: most requests in flight under open-loop arrivals.
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_in_flight: u32,
+    /// Skip the per-cluster scan (refinement starts right after the initial table).
+    #[arg(long)]
+    pub no_scan: bool,
+    /// Cluster without the output-length feature (an ablation).
+    #[arg(long)]
+    pub no_output_feature: bool,
+    /// Refinement: probability that a cluster tries its other bit.
+    #[arg(long, default_value_t = 0.2)]
+    pub epsilon: f64,
+    /// Refinement: epsilon's decay per round.
+    #[arg(long, default_value_t = 0.9)]
+    pub epsilon_decay: f64,
+    /// Most rounds in all (the initial table and the scan included).
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_rounds: u32,
+    /// Stop after this many refinement rounds without improvement.
+    #[arg(long, default_value_t = 8)]
+    pub patience: u32,
+    /// Seed of clustering and of the search's random choices.
+    #[arg(long, default_value_t = 1)]
+    pub learn_seed: u64,
+    /// Round log, one JSON line per round after a header with the fitted table; if the file
+    /// exists, learning resumes from it.
+    #[arg(long)]
+    pub log: Option<PathBuf>,
+    /// Write the learned table (JSON) to this file.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Store the learned table in the router's table store (etcd) and make it active. Without
+    /// it, a live run makes the table active before learning active again.
+    #[arg(long)]
+    pub activate: bool,
+}

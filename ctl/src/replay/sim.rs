@@ -1,0 +1,161 @@
+//! Replay on the cluster simulator (`dolphin-sim`): the router's routing code and the engines'
+//! timing profiles, in this process, in simulated time.
+
+use std::path::Path;
+
+use dolphin_engine::SimProfile;
+use dolphin_router::dolphin::{CompiledTable, RoutingTable, Split};
+use dolphin_router::policy::{DolphinConfig, Policy as RouterPolicy, ThresholdConfig};
+use dolphin_sim::{SimCluster, SimClusterConfig, SimRequest};
+use dolphin_workload::{Arrivals, Slo, Workload};
+
+use super::{ReplayError, ReplayRun};
+use crate::cli::Policy;
+
+/// The profile `--target sim` uses without `--sim-profile`.
+pub const DEFAULT_SIM_PROFILE: &str = "qwen72b-h20";
+/// KV blocks per worker without `--total-blocks`: 1.6M tokens of 16-token blocks, about what
+/// an 8-GPU H20 node holds for a 72B model after the weights.
+pub const DEFAULT_TOTAL_BLOCKS: u32 = 100_000;
+
+/// A simulated cluster to replay on.
+#[derive(Clone, Debug)]
+pub struct SimTargetConfig {
+    /// Prefill and decode workers.
+    pub split: Split,
+    /// Every worker's timing.
+    pub profile: SimProfile,
+    /// The prefill policy (`Dolphin` decides by `table`).
+    pub policy: RouterPolicy,
+    /// A compiled routing table.
+    pub table: Option<CompiledTable>,
+    /// KV blocks per worker.
+    pub total_blocks: u32,
+    /// Seed of the simulator's tie-breaking.
+    pub seed: u64,
+}
+
+impl SimTargetConfig {
+    /// Loads `profile` (a shipped name or a JSON file) and the table at `table` (compiled with
+    /// the router's code), and maps `policy` to the router's policy with its default
+    /// parameters.
+    pub fn load(
+        split: Split,
+        profile: &str,
+        policy: Policy,
+        table: Option<&Path>,
+        total_blocks: u32,
+    ) -> Result<Self, ReplayError> {
+        let profile = SimProfile::load(profile).map_err(|source| ReplayError::Profile {
+            name: profile.to_owned(),
+            source,
+        })?;
+        let table = table.map(load_table).transpose()?;
+        Ok(SimTargetConfig {
+            split,
+            profile,
+            policy: router_policy(policy),
+            table,
+            total_blocks,
+            seed: 1,
+        })
+    }
+
+    /// The split the table was learned for, if there is a table.
+    pub fn table_split(&self) -> Option<Split> {
+        self.table.as_ref().map(|t| t.table().split)
+    }
+
+    fn cluster_config(&self) -> SimClusterConfig {
+        let mut cfg =
+            SimClusterConfig::new(self.split.prefill, self.split.decode, self.profile.clone());
+        cfg.total_blocks = self.total_blocks;
+        cfg.policy = self.policy;
+        cfg.table = self.table.clone();
+        cfg.seed = self.seed;
+        cfg
+    }
+}
+
+/// The router's policy for a `--policy` value, with the router's default parameters.
+pub fn router_policy(policy: Policy) -> RouterPolicy {
+    match policy {
+        Policy::AlwaysLocal => RouterPolicy::AlwaysLocal,
+        Policy::AlwaysRemote => RouterPolicy::AlwaysRemote,
+        Policy::Threshold => RouterPolicy::Threshold(ThresholdConfig::default()),
+        Policy::Dolphin => RouterPolicy::Dolphin(DolphinConfig::default()),
+    }
+}
+
+/// Reads, validates and compiles a routing table file.
+pub fn load_table(path: &Path) -> Result<CompiledTable, ReplayError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ReplayError::TableRead {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    RoutingTable::from_json(&text)
+        .and_then(CompiledTable::compile)
+        .map_err(|source| ReplayError::Table {
+            path: path.to_path_buf(),
+            source,
+        })
+}
+
+/// Replays `workload` under `arrivals` on a cold simulated cluster and judges every request
+/// against `slo`. Closed-loop arrivals keep `concurrency` requests in flight; the others send
+/// each request at its arrival time. Outcomes are in the workload's order after `arrivals` is
+/// applied (the order the requests are sent in); nothing fails in the simulator, so
+/// `failures` is empty.
+pub fn replay_sim(
+    cfg: &SimTargetConfig,
+    workload: &Workload,
+    arrivals: Arrivals,
+    slo: Slo,
+) -> Result<ReplayRun, ReplayError> {
+    let mut w = workload.clone();
+    arrivals.apply(&mut w);
+    let mut cluster = SimCluster::new(cfg.cluster_config())?;
+    let block_size = cluster.config().block_size;
+    let requests = SimRequest::from_workload(&w, slo, block_size);
+    let started = std::time::Instant::now();
+    let report = match arrivals.concurrency() {
+        Some(c) => cluster.run_closed(&requests, c)?,
+        None => cluster.run(&requests)?,
+    };
+    Ok(ReplayRun {
+        outcomes: report.outcomes(),
+        failures: Default::default(),
+        wall_ms: started.elapsed().as_secs_f64() * 1e3,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn policies_map_to_the_router_defaults() {
+        assert_eq!(
+            router_policy(Policy::AlwaysLocal),
+            RouterPolicy::AlwaysLocal
+        );
+        assert_eq!(
+            router_policy(Policy::Threshold),
+            RouterPolicy::Threshold(ThresholdConfig::default())
+        );
+        assert_eq!(router_policy(Policy::Dolphin).name(), "dolphin");
+    }
+
+    #[test]
+    fn table_errors_name_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("none.json");
+        let err = load_table(&missing).unwrap_err();
+        assert!(matches!(err, ReplayError::TableRead { .. }));
+        assert!(err.to_string().contains("none.json"), "{err}");
+        let bad = dir.path().join("bad.json");
+        std::fs::write(&bad, "{\"schema_version\": 1}").unwrap();
+        let err = load_table(&bad).unwrap_err();
+        assert!(matches!(err, ReplayError::Table { .. }), "{err}");
+    }
+}

@@ -1,0 +1,127 @@
+//! Turning replayed requests (live or simulated) into what learning consumes: request-log
+//! records for fitting a table, and a measured [`Period`] for the search.
+
+use dolphin_router::dolphin::RoutingTable;
+use dolphin_router::policy::{Decision, Features};
+use dolphin_workload::{RequestOutcome, Summary};
+
+use crate::log::LogRecord;
+use crate::search::{Period, SearchResult};
+
+/// The request-log view of replayed requests: their four features, lengths, path and whether
+/// they met the SLO. Failed requests are kept with outcome `"error"` (fitting skips them).
+pub fn records_from_outcomes(outcomes: &[RequestOutcome]) -> Vec<LogRecord> {
+    outcomes
+        .iter()
+        .map(|o| LogRecord {
+            features: Features {
+                isl: o.features[0],
+                eff_isl_prefill: o.features[1],
+                eff_isl_decode: o.features[2],
+                output_len_hint: o.features[3],
+            },
+            admission: None,
+            prompt_tokens: o.prompt_tokens,
+            completion_tokens: o.output_tokens,
+            outcome: if o.ok { "ok" } else { "error" }.into(),
+            decision: Some(if o.remote {
+                Decision::Remote
+            } else {
+                Decision::Local
+            }),
+            slo_met: Some(o.met),
+        })
+        .collect()
+}
+
+/// One measured period of a table with `k` clusters: per-cluster requests and SLO hits (by
+/// the cluster the router reported), overall attainment and P90 latencies. Requests the router
+/// decided without the table (cluster -1, or out of range) count only in the overall figures.
+pub fn period_of(outcomes: &[RequestOutcome], k: usize) -> Period {
+    let mut per_cluster = vec![(0u64, 0u64); k];
+    for o in outcomes {
+        if let Some(c) = usize::try_from(o.cluster).ok().filter(|&c| c < k) {
+            per_cluster[c].0 += 1;
+            per_cluster[c].1 += u64::from(o.met);
+        }
+    }
+    let s = Summary::of(outcomes);
+    Period {
+        per_cluster,
+        attainment: s.attainment,
+        p90_ttft_ms: s.ttft.p90,
+        p90_tpot_ms: s.tpot.p90,
+    }
+}
+
+/// `table` with the learned bits and its provenance: rounds run, the per-cluster rewards of the
+/// round that found the bits (a cluster without requests in it gets 0), and how it was learned.
+pub fn learned_table(mut table: RoutingTable, result: &SearchResult, how: &str) -> RoutingTable {
+    table.bits = result.bits.clone();
+    table.provenance.rounds = result.rounds;
+    if let Some(best) = result
+        .history
+        .iter()
+        .find(|r| r.round == result.converged_round)
+    {
+        table.provenance.rewards = best
+            .per_cluster_reward
+            .iter()
+            .map(|r| r.unwrap_or(0.0))
+            .collect();
+    }
+    table.provenance.notes = format!(
+        "bits learned by measurement ({how}): {} rounds, best found in round {}, attainment {:.4}",
+        result.rounds, result.converged_round, result.attainment
+    );
+    table
+}
+
+#[cfg(test)]
+mod tests {
+    use dolphin_workload::{RequestKind, Slo};
+
+    use super::*;
+
+    fn outcome(cluster: i32, e2e_ms: f64, ok: bool) -> RequestOutcome {
+        RequestOutcome {
+            index: 0,
+            kind: RequestKind::Arxiv,
+            sent_ms: 0.0,
+            prompt_tokens: 1000,
+            output_tokens: 11,
+            ttft_ms: 100.0,
+            tpot_ms: 10.0,
+            e2e_ms,
+            features: [1000, 1000, 600, 64],
+            cluster,
+            remote: cluster == 1,
+            fell_back: false,
+            ok,
+            met: false,
+            met_each: false,
+        }
+        .judge(&Slo::new(500.0, 50.0))
+    }
+
+    #[test]
+    fn periods_count_per_cluster_and_overall() {
+        // Budget 1000 ms.
+        let rows = [
+            outcome(0, 900.0, true),
+            outcome(0, 1200.0, true),
+            outcome(1, 100.0, true),
+            outcome(-1, 100.0, true),
+            outcome(5, 100.0, false),
+        ];
+        let p = period_of(&rows, 2);
+        assert_eq!(p.per_cluster, vec![(2, 1), (1, 1)]);
+        assert_eq!(p.attainment, 3.0 / 5.0);
+        let logs = records_from_outcomes(&rows);
+        assert_eq!(logs.len(), 5);
+        assert_eq!(logs[0].features.eff_isl_decode, 600);
+        assert!(logs[0].ok() && !logs[4].ok());
+        assert_eq!(logs[1].slo_met, Some(false));
+        assert_eq!(logs[2].decision, Some(Decision::Remote));
+    }
+}

@@ -1,0 +1,217 @@
+use std::io::Write;
+use std::path::PathBuf;
+
+use super::*;
+
+fn file(name: &str, text: &str) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join(name);
+    std::fs::File::create(&path)
+        .and_then(|mut f| f.write_all(text.as_bytes()))
+        .expect("write");
+    (dir, path)
+}
+
+/// The real traces, or `None` (with a note) where this checkout has no `../shared`.
+fn real(name: &str) -> Option<PathBuf> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../shared/traces")
+        .join(name);
+    if path.exists() {
+        Some(path)
+    } else {
+        eprintln!("skipping: {} is absent", path.display());
+        None
+    }
+}
+
+fn parse_error(err: WorkloadError) -> (usize, String) {
+    match err {
+        WorkloadError::Parse { line, reason, .. } => (line, reason),
+        other => panic!("expected a parse error, got {other}"),
+    }
+}
+
+#[test]
+fn mooncake_rows_become_requests() {
+    let (_d, path) = file(
+        "mc.jsonl",
+        "{\"timestamp\": 0, \"input_length\": 1000, \"output_length\": 5, \"hash_ids\": [0, 1]}\n\
+         \n\
+         {\"timestamp\": 30, \"input_length\": 600, \"output_length\": 0, \"hash_ids\": [0, 2], \"extra\": 1}\n",
+    );
+    let w = mooncake(&path).expect("loads");
+    assert_eq!(w.name, "mc");
+    assert_eq!(w.tokens_per_id, 512);
+    assert_eq!(w.requests.len(), 2);
+    let r = &w.requests[1];
+    assert_eq!((r.arrival_ms, r.prompt_len, r.output_len), (30.0, 600, 1));
+    assert_eq!(r.hash_ids, vec![0, 2]);
+    assert_eq!(r.kind, RequestKind::Mooncake);
+}
+
+#[test]
+fn mooncake_errors_name_file_and_line() {
+    let good =
+        "{\"timestamp\": 0, \"input_length\": 10, \"output_length\": 5, \"hash_ids\": [0]}\n";
+    for (row, needle) in [
+        ("{\"timestamp\": 0, \"input_length\": 10}", "missing field"),
+        ("not json", "expected"),
+        (
+            "{\"timestamp\": 0, \"input_length\": 0, \"output_length\": 5, \"hash_ids\": []}",
+            "input_length is 0",
+        ),
+        (
+            "{\"timestamp\": -1, \"input_length\": 10, \"output_length\": 5, \"hash_ids\": [0]}",
+            "not a time",
+        ),
+        (
+            "{\"timestamp\": 0, \"input_length\": 10, \"output_length\": 5, \"hash_ids\": [0, 1]}",
+            "2 hash ids",
+        ),
+        (
+            "{\"timestamp\": 0, \"input_length\": -3, \"output_length\": 5, \"hash_ids\": [0]}",
+            "invalid value",
+        ),
+    ] {
+        let (_d, path) = file("bad.jsonl", &format!("{good}{good}{row}\n"));
+        let err = mooncake(&path).expect_err(row);
+        let text = err.to_string();
+        assert!(
+            text.starts_with(&format!("{}:3: ", path.display())),
+            "{text}"
+        );
+        let (line, reason) = parse_error(err);
+        assert_eq!(line, 3);
+        assert!(reason.contains(needle), "{row}: {reason}");
+    }
+}
+
+#[test]
+fn missing_and_empty_files_are_errors() {
+    let err = mooncake(Path::new("/nonexistent/trace.jsonl")).expect_err("absent");
+    assert!(matches!(err, WorkloadError::Io { .. }));
+    assert!(
+        err.to_string()
+            .starts_with("reading /nonexistent/trace.jsonl: "),
+        "{err}"
+    );
+    let (_d, path) = file("empty.jsonl", "\n\n");
+    assert!(matches!(mooncake(&path), Err(WorkloadError::Empty(_))));
+    let (_d, path) = file("empty.csv", "");
+    assert!(matches!(azure(&path), Err(WorkloadError::Empty(_))));
+    let (_d, path) = file("header.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n");
+    assert!(matches!(azure(&path), Err(WorkloadError::Empty(_))));
+}
+
+#[test]
+fn azure_rows_become_requests_with_own_ids() {
+    let (_d, path) = file(
+        "az.csv",
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n\
+         2023-11-16 23:59:59.9000000,1000,44\n\
+         2023-11-17 00:00:01.2345000,374,0\n\
+         2023-11-16 23:59:59.9000000,512,7\n",
+    );
+    let w = azure(&path).expect("loads");
+    assert_eq!(w.name, "az");
+    let r: Vec<_> = w
+        .requests
+        .iter()
+        .map(|r| (r.arrival_ms, r.prompt_len, r.output_len))
+        .collect();
+    assert_eq!(r[0], (0.0, 1000, 44));
+    assert_eq!(r[1], (0.0, 512, 7));
+    assert!((r[2].0 - 1334.5).abs() < 1e-9, "{}", r[2].0);
+    assert_eq!(r[2].2, 1);
+    // No sharing: ids are fresh per prompt, one per 512 tokens.
+    assert_eq!(w.requests[0].hash_ids, vec![0, 1]);
+    assert_eq!(w.requests[2].hash_ids, vec![2]);
+    assert_eq!(w.requests[1].hash_ids, vec![3]);
+    assert!(w.requests.iter().all(|r| r.kind == RequestKind::Azure));
+    // Columns are found by name.
+    let (_d, path) = file(
+        "b.csv",
+        "GeneratedTokens,TIMESTAMP,ContextTokens\n9,2023-11-16 18:15:46,30\n",
+    );
+    let w = azure(&path).expect("loads");
+    assert_eq!(
+        (w.requests[0].prompt_len, w.requests[0].output_len),
+        (30, 9)
+    );
+}
+
+#[test]
+fn azure_errors_name_file_and_line() {
+    let head = "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,374,44\n";
+    for (row, needle) in [
+        ("2023-11-16 18:15:46,374", "2 fields"),
+        ("2023-11-16 18:75:46,374,44", "no such time"),
+        ("yesterday,374,44", "not YYYY-MM-DD"),
+        ("2023-11-16 18:15:46,x,44", "ContextTokens \"x\""),
+        ("2023-11-16 18:15:46,374,-1", "GeneratedTokens \"-1\""),
+        ("2023-11-16 18:15:46,0,4", "ContextTokens is 0"),
+    ] {
+        let (_d, path) = file("bad.csv", &format!("{head}{row}\n"));
+        let err = azure(&path).expect_err(row);
+        assert!(
+            err.to_string()
+                .starts_with(&format!("{}:3: ", path.display())),
+            "{err}"
+        );
+        let (line, reason) = parse_error(err);
+        assert_eq!(line, 3);
+        assert!(reason.contains(needle), "{row}: {reason}");
+    }
+    let (_d, path) = file("bad.csv", "TIMESTAMP,Context,GeneratedTokens\n");
+    let (line, reason) = parse_error(azure(&path).expect_err("bad header"));
+    assert_eq!(line, 1);
+    assert!(reason.contains("ContextTokens"), "{reason}");
+}
+
+#[test]
+fn the_real_mooncake_trace_loads() {
+    let Some(path) = real("mooncake-conversation.jsonl") else {
+        return;
+    };
+    let w = mooncake(&path).expect("loads");
+    assert_eq!(w.name, "mooncake-conversation");
+    assert_eq!(w.requests.len(), 12_031);
+    let (input, output) = w.mean_lengths();
+    // Release notes: input 12,035 tokens, output 343 on average.
+    assert!((input - 12_035.0).abs() < 150.0, "mean input {input}");
+    assert!((output - 343.0).abs() < 10.0, "mean output {output}");
+    assert!(
+        w.requests
+            .windows(2)
+            .all(|p| p[0].arrival_ms <= p[1].arrival_ms)
+    );
+    assert_eq!(w.requests[0].hash_ids[..3], [0, 1, 2]);
+    // Conversations share prefixes: many prompts start with an id seen before.
+    let mut seen = std::collections::HashSet::new();
+    let shared = w
+        .requests
+        .iter()
+        .filter(|r| !seen.insert(r.hash_ids[0]))
+        .count();
+    assert!(shared > 6_000, "{shared} prompts share a first id");
+}
+
+#[test]
+fn the_real_azure_trace_loads() {
+    let Some(path) = real("azure-conv-2023.csv") else {
+        return;
+    };
+    let w = azure(&path).expect("loads");
+    assert_eq!(w.requests.len(), 19_366);
+    let (input, output) = w.mean_lengths();
+    // README: mean input about 1,155 tokens, output about 211.
+    assert!((input - 1155.0).abs() < 30.0, "mean input {input}");
+    assert!((output - 211.0).abs() < 10.0, "mean output {output}");
+    assert_eq!(w.requests[0].arrival_ms, 0.0);
+    // 18:15:46.6805900 to 18:15:50.9951690.
+    assert!((w.requests[1].arrival_ms - 4314.579).abs() < 1e-6);
+    // 18:15:46.68 to 19:14:08.40: just under an hour.
+    let last = w.requests.last().expect("rows").arrival_ms;
+    assert!((last - 3_501_721.937).abs() < 1e-3, "{last}");
+}
