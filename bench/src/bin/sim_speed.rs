@@ -53,6 +53,9 @@ struct Args {
     /// Timing profile.
     #[arg(long, default_value = "qwen72b-h20")]
     profile: String,
+    /// How often the simulated router refreshes its view of worker load, ms (0: instantly).
+    #[arg(long, default_value_t = dolphin_sim::DEFAULT_LOAD_INTERVAL_MS)]
+    load_interval_ms: f64,
     /// Workload seed.
     #[arg(long, default_value_t = 20_261_129)]
     seed: u64,
@@ -163,6 +166,7 @@ fn main() -> anyhow::Result<()> {
 
     let mut cfg = SimClusterConfig::new(args.prefill, args.decode, profile);
     cfg.total_blocks = args.total_blocks;
+    cfg.load_interval_ms = args.load_interval_ms;
     cfg.policy = Policy::Threshold(ThresholdConfig::default());
     let mut sim = SimCluster::new(cfg)?;
     let cpu = dolphin_bench::proc_stat::CpuClock::new(std::process::id());
