@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
 use dolphin_learn::classifier::{TrainConfig, TrainReport, train};
-use dolphin_proto::v1::{self, router_admin_client::RouterAdminClient};
+use dolphin_proto::v1;
 use dolphin_router::dolphin::classifier::CLASS_NAMES;
 
 use crate::cli::DEFAULT_ROUTER_GRPC;
@@ -113,7 +113,8 @@ pub async fn run(args: ClassifierArgs, out: &mut impl Write) -> Result<(), CtlEr
     };
     match args.command {
         ClassifierCommand::Show => {
-            let doc = RouterAdminClient::new(crate::client::connect(&args.router_grpc).await?)
+            let doc = crate::client::admin(&args.router_grpc)
+                .await?
                 .get_classifier(v1::GetClassifierRequest {})
                 .await
                 .map_err(|s| CtlError::rpc("GetClassifier", s))?
@@ -135,7 +136,8 @@ pub async fn run(args: ClassifierArgs, out: &mut impl Write) -> Result<(), CtlEr
                 })?;
             }
             if t.put {
-                RouterAdminClient::new(crate::client::connect(&args.router_grpc).await?)
+                crate::client::admin(&args.router_grpc)
+                    .await?
                     .put_classifier(v1::ClassifierDocument {
                         json: json.clone(),
                         prior: false,

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use dolphin_proto::v1::router_admin_client::RouterAdminClient;
 use tonic::transport::{Channel, Endpoint};
 
 use crate::error::CtlError;
@@ -29,6 +30,11 @@ pub async fn connect(url: &str) -> Result<Channel, CtlError> {
         .connect()
         .await
         .map_err(|source| CtlError::Connect { url, source })
+}
+
+/// A `RouterAdmin` client for the router at `url`.
+pub async fn admin(url: &str) -> Result<RouterAdminClient<Channel>, CtlError> {
+    Ok(RouterAdminClient::new(connect(url).await?))
 }
 
 #[cfg(test)]

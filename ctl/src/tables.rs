@@ -7,13 +7,13 @@ use std::path::{Path, PathBuf};
 
 use clap::{Args, Subcommand, ValueEnum};
 use dolphin_learn::fit::{FitConfig, InitBits, fit_table};
-use dolphin_proto::v1::{self, router_admin_client::RouterAdminClient};
+use dolphin_proto::v1;
 use dolphin_router::dolphin::split::Split;
 use dolphin_router::dolphin::table::{ClusterMethod, RoutingTable, TableSlo};
 use dolphin_router::policy::ThresholdConfig;
-use tonic::transport::Channel;
 
 use crate::cli::DEFAULT_ROUTER_GRPC;
+use crate::client::admin;
 use crate::error::CtlError;
 use crate::table_diff::diff;
 
@@ -173,10 +173,6 @@ pub enum TablesError {
     /// A bad argument.
     #[error("{0}")]
     Usage(String),
-}
-
-async fn admin(url: &str) -> Result<RouterAdminClient<Channel>, CtlError> {
-    Ok(RouterAdminClient::new(crate::client::connect(url).await?))
 }
 
 fn read(path: &Path) -> Result<String, TablesError> {

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, ensure};
 use clap::Parser;
 use dolphin_bench::proc_stat::CpuClock;
+use dolphin_bench::timed_generate::synthetic_prompt;
 use dolphin_engine::candle::{CandleConfig, Padding, WeightFormat, candle_engine};
 use dolphin_engine::{Engine, Sampling, SeqOutput, SeqRequest};
 use serde::Serialize;
@@ -113,19 +114,6 @@ fn cpu_name() -> String {
         .unwrap_or_else(|| "?".into())
 }
 
-/// Deterministic token ids in the ordinary-text range, different for each `salt`.
-fn prompt(n: usize, salt: u64) -> Vec<u32> {
-    let mut x = salt.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            200 + (x % 30_000) as u32
-        })
-        .collect()
-}
-
 fn request(id: String, prompt: Vec<u32>, max_tokens: u32) -> SeqRequest {
     SeqRequest {
         request_id: id,
@@ -187,7 +175,7 @@ async fn decode(
     for i in 0..n {
         let req = request(
             format!("d{salt}-{i}"),
-            prompt(prompt_len, salt * 100 + i as u64),
+            synthetic_prompt(prompt_len, salt * 100 + i as u64),
             max_tokens,
         );
         streams.push(engine.generate(req).await?);
@@ -253,7 +241,7 @@ async fn main() -> anyhow::Result<()> {
 
     // Warm-up: first-use costs (weight repacking, allocations) stay out of the numbers.
     engine
-        .prefill(request("warm".into(), prompt(64, 999), 1), 0)
+        .prefill(request("warm".into(), synthetic_prompt(64, 999), 1), 0)
         .await?;
     decode(&engine, 1, args.decode_prompt, 4, 998).await?;
 
@@ -263,7 +251,7 @@ async fn main() -> anyhow::Result<()> {
     for rep in 0..args.reps {
         let req = request(
             format!("p{rep}"),
-            prompt(args.prefill_tokens, rep as u64 + 1),
+            synthetic_prompt(args.prefill_tokens, rep as u64 + 1),
             1,
         );
         let start = Stamp::now(&clock)?;

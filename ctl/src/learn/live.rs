@@ -9,13 +9,12 @@ use std::time::{Duration, Instant};
 use dolphin_learn::measure::period_of;
 use dolphin_learn::search::{Evaluator, Period};
 use dolphin_proto::v1;
-use dolphin_proto::v1::router_admin_client::RouterAdminClient;
 use dolphin_router::dolphin::RoutingTable;
 use dolphin_workload::{Arrivals, RequestOutcome, Slo, Workload};
 use tokio::runtime::Handle;
-use tonic::transport::Channel;
 
 use super::{LearnArgs, LearnCmdError};
+use crate::client::admin;
 use crate::error::CtlError;
 use crate::replay::{LiveConfig, replay_live};
 
@@ -225,11 +224,6 @@ impl LiveTarget {
             active_before,
         })
     }
-}
-
-/// Connects to the router's admin service.
-pub async fn admin(url: &str) -> Result<RouterAdminClient<Channel>, CtlError> {
-    Ok(RouterAdminClient::new(crate::client::connect(url).await?))
 }
 
 /// Measures bits on the live cluster (see the module docs). Runs on a blocking thread of a
