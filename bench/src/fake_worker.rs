@@ -137,6 +137,8 @@ pub async fn start(
             kv_addr: None,
             model: model.into(),
             block_size,
+            version: dolphin_cluster::BUILD_VERSION.into(),
+            kv_layout: String::new(),
         },
         _stop: stop,
     })

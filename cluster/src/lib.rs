@@ -5,6 +5,7 @@
 //! definition of a cluster-wide fact: how a prompt's blocks are hashed, where a worker is
 //! registered in etcd, what a worker record looks like.
 
+pub mod advertise;
 mod backoff;
 pub mod block_hash;
 pub mod discovery;
@@ -23,6 +24,7 @@ pub type BlockHash = u64;
 /// Tokens per KV block unless a worker is configured otherwise.
 pub const DEFAULT_BLOCK_SIZE: usize = 16;
 
+pub use advertise::{Advertise, AdvertiseError, advertised, needs_advertise};
 pub use block_hash::{ROOT_SEED, block_hashes, block_hashes_into, chain_hash};
 pub use discovery::{DiscoveryError, MembershipEvent};
 pub use etcd::{EtcdConfig, Registration, watch_workers};
@@ -32,4 +34,4 @@ pub use static_discovery::{load_static_file, static_workers};
 pub use telemetry::{
     init_metrics, init_tracing, nodelay_incoming, serve_metrics, serve_metrics_on,
 };
-pub use worker::{Role, UnknownRole, WorkerId, WorkerRecord};
+pub use worker::{BUILD_VERSION, KvCompat, KvMismatch, Role, UnknownRole, WorkerId, WorkerRecord};

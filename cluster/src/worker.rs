@@ -153,6 +153,128 @@ pub struct WorkerRecord {
     pub model: String,
     /// Tokens per KV block; the router hashes prompts with the same size.
     pub block_size: u32,
+    /// Build version of the worker binary ([`BUILD_VERSION`]); empty from workers that predate
+    /// it (they pair only with each other).
+    #[serde(default)]
+    pub version: String,
+    /// How the worker lays out KV blocks on the wire (engine, dtype, geometry): KV moves only
+    /// between workers whose layouts are equal. Empty from workers that predate it.
+    #[serde(default)]
+    pub kv_layout: String,
+}
+
+/// The build version every Dolphin binary publishes: `DOLPHIN_BUILD_VERSION` at compile time
+/// (an image build stamps its git revision there), else the crate version.
+pub const BUILD_VERSION: &str = match option_env!("DOLPHIN_BUILD_VERSION") {
+    Some(v) => v,
+    None => env!("CARGO_PKG_VERSION"),
+};
+
+/// Why a prefill worker's KV cannot go to a decode worker.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum KvMismatch {
+    /// Different builds (a rolling upgrade in progress): the KV format may differ.
+    #[error("build version {prefill:?} (prefill) differs from {decode:?} (decode)")]
+    Version {
+        /// The prefill worker's.
+        prefill: String,
+        /// The decode worker's.
+        decode: String,
+    },
+    /// Different models.
+    #[error("model {prefill:?} (prefill) differs from {decode:?} (decode)")]
+    Model {
+        /// The prefill worker's.
+        prefill: String,
+        /// The decode worker's.
+        decode: String,
+    },
+    /// Different block sizes.
+    #[error("block size {prefill} (prefill) differs from {decode} (decode)")]
+    BlockSize {
+        /// The prefill worker's.
+        prefill: u32,
+        /// The decode worker's.
+        decode: u32,
+    },
+    /// Different KV layouts (dtype, layers, heads).
+    #[error("KV layout {prefill:?} (prefill) differs from {decode:?} (decode)")]
+    KvLayout {
+        /// The prefill worker's.
+        prefill: String,
+        /// The decode worker's.
+        decode: String,
+    },
+}
+
+impl KvMismatch {
+    /// The metric label of the mismatch: `version`, `model`, `block_size` or `kv_layout`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::Version { .. } => "version",
+            Self::Model { .. } => "model",
+            Self::BlockSize { .. } => "block_size",
+            Self::KvLayout { .. } => "kv_layout",
+        }
+    }
+}
+
+/// What must match for KV to move from a prefill worker to a decode worker.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
+pub struct KvCompat {
+    /// Build version.
+    pub version: String,
+    /// Model served.
+    pub model: String,
+    /// Tokens per block.
+    pub block_size: u32,
+    /// KV layout.
+    pub kv_layout: String,
+}
+
+impl KvCompat {
+    /// `Ok` when KV prefilled by `self` (a prefill worker) may be shipped to `decode`; else the
+    /// first difference, checked in the order version, model, block size, layout.
+    pub fn check(&self, decode: &KvCompat) -> Result<(), KvMismatch> {
+        let (p, d) = (self, decode);
+        if p.version != d.version {
+            return Err(KvMismatch::Version {
+                prefill: p.version.clone(),
+                decode: d.version.clone(),
+            });
+        }
+        if p.model != d.model {
+            return Err(KvMismatch::Model {
+                prefill: p.model.clone(),
+                decode: d.model.clone(),
+            });
+        }
+        if p.block_size != d.block_size {
+            return Err(KvMismatch::BlockSize {
+                prefill: p.block_size,
+                decode: d.block_size,
+            });
+        }
+        if p.kv_layout != d.kv_layout {
+            return Err(KvMismatch::KvLayout {
+                prefill: p.kv_layout.clone(),
+                decode: d.kv_layout.clone(),
+            });
+        }
+        Ok(())
+    }
+}
+
+impl WorkerRecord {
+    /// The fields that decide whether KV may move between this worker and another.
+    pub fn kv_compat(&self) -> KvCompat {
+        KvCompat {
+            version: self.version.clone(),
+            model: self.model.clone(),
+            block_size: self.block_size,
+            kv_layout: self.kv_layout.clone(),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -203,10 +325,44 @@ mod tests {
             kv_addr: None,
             model: "sim-model".into(),
             block_size: 16,
+            version: BUILD_VERSION.into(),
+            kv_layout: "sim/bytes_per_token=128".into(),
         };
         let json = serde_json::to_string(&record).unwrap();
         assert!(!json.contains("kv_addr"), "{json}");
         assert!(json.contains(r#""id":"prefill-00000001""#), "{json}");
         assert_eq!(serde_json::from_str::<WorkerRecord>(&json).unwrap(), record);
+    }
+
+    #[test]
+    fn records_without_version_or_layout_still_parse() {
+        let old = r#"{"id":"d","role":"decode","grpc_addr":"h:1","model":"m","block_size":16}"#;
+        let rec: WorkerRecord = serde_json::from_str(old).expect("parses");
+        assert_eq!((rec.version.as_str(), rec.kv_layout.as_str()), ("", ""));
+    }
+
+    #[test]
+    fn kv_compat_names_the_first_difference() {
+        let base = KvCompat {
+            version: "1.0".into(),
+            model: "m".into(),
+            block_size: 16,
+            kv_layout: "candle/f32".into(),
+        };
+        assert_eq!(base.check(&base.clone()), Ok(()));
+        let with = |f: fn(&mut KvCompat)| {
+            let mut c = base.clone();
+            f(&mut c);
+            base.check(&c).expect_err("mismatch").as_str()
+        };
+        assert_eq!(with(|c| c.version = "1.1".into()), "version");
+        assert_eq!(with(|c| c.model = "n".into()), "model");
+        assert_eq!(with(|c| c.block_size = 32), "block_size");
+        assert_eq!(with(|c| c.kv_layout = "candle/f16".into()), "kv_layout");
+        let mut both = base.clone();
+        both.version = "2".into();
+        both.kv_layout = "x".into();
+        assert!(matches!(base.check(&both), Err(KvMismatch::Version { .. })));
+        assert!(!BUILD_VERSION.is_empty());
     }
 }

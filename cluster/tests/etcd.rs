@@ -32,6 +32,8 @@ fn record(id: &str, role: Role) -> WorkerRecord {
         kv_addr: (role == Role::Decode).then(|| "127.0.0.1:7001".into()),
         model: "sim-model".into(),
         block_size: 16,
+        version: dolphin_cluster::BUILD_VERSION.into(),
+        kv_layout: String::new(),
     }
 }
 

@@ -24,6 +24,8 @@ pub enum Command {
     Up(Box<UpArgs>),
     /// List the workers the router knows, with their load and cache state.
     Workers(WorkersArgs),
+    /// Drain one worker (stop admitting, wait for running requests): a preStop hook's job.
+    Drain(crate::drain::DrainArgs),
     /// Send one streamed Generate request and print the text as it arrives.
     Request(RequestArgs),
     /// DolphinRouting tables: list, show, diff, put, activate, rollback, fit.

@@ -154,6 +154,16 @@ pub enum CtlError {
     /// A tables or classifier command failed (bad file, bad table, learning failed).
     #[error(transparent)]
     Tables(#[from] crate::tables::TablesError),
+    /// A drained worker still ran requests when the wait was over.
+    #[error("{worker} still runs {running} request(s) after {waited:?} of draining")]
+    DrainTimeout {
+        /// The worker's address.
+        worker: String,
+        /// Requests still running.
+        running: u32,
+        /// How long we waited.
+        waited: std::time::Duration,
+    },
     /// Writing the command's output failed (closed pipe, full disk).
     #[error("cannot write output")]
     Output(#[source] std::io::Error),

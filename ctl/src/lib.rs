@@ -8,6 +8,7 @@
 pub mod classifier;
 pub mod cli;
 pub mod client;
+pub mod drain;
 pub mod error;
 pub mod launch;
 pub mod learn;
@@ -19,6 +20,7 @@ pub mod replay;
 pub mod request;
 pub mod signals;
 pub mod summary;
+pub mod supervise;
 pub mod table_diff;
 pub mod tables;
 pub mod up;

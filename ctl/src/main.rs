@@ -87,6 +87,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
     match cli.command {
         Command::Up(args) => Ok(up::up(*args).await?),
         Command::Workers(args) => Ok(list_workers(&args).await?),
+        Command::Drain(args) => Ok(dolphinctl::drain::drain(&args).await?),
         Command::Request(args) => {
             let outcome = request::run(&args, &mut stdout).await?;
             writeln!(stdout).map_err(CtlError::Output)?;

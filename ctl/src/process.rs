@@ -111,10 +111,17 @@ impl ManagedProcess {
     /// child (the parent-death signal follows the spawning thread).
     pub fn spawn(spec: ProcessSpec) -> Result<Self, CtlError> {
         let file = match &spec.log_path {
-            Some(path) => Some(File::create(path).map_err(|source| CtlError::Log {
-                path: path.clone(),
-                source,
-            })?),
+            // Appended: a restarted child's lines follow those of the one before.
+            Some(path) => Some(
+                File::options()
+                    .create(true)
+                    .append(true)
+                    .open(path)
+                    .map_err(|source| CtlError::Log {
+                        path: path.clone(),
+                        source,
+                    })?,
+            ),
             None => None,
         };
         let mut cmd = match pdeathsig::setpriv_path().filter(|_| spec.parent_death_signal) {

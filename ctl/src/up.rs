@@ -1,6 +1,7 @@
 //! `dolphinctl up`: start workers, then the router, as supervised children; wire them with static
-//! discovery or etcd; print a summary; stop everything on Ctrl-C / SIGTERM / SIGHUP, or when any
-//! child dies unexpectedly (then exit non-zero).
+//! discovery or etcd; print a summary; restart a child that dies (with backoff, on the addresses
+//! it had, while the others keep serving: [`crate::supervise`]); stop everything on Ctrl-C /
+//! SIGTERM / SIGHUP.
 //!
 //! Children run in their own process groups (a terminal's Ctrl-C reaches dolphinctl only, which
 //! stops the router first so it stops admitting, then the workers) and, where `setpriv` exists,
@@ -8,7 +9,6 @@
 //! [`crate::pdeathsig`] for the limits).
 
 use std::path::{Path, PathBuf};
-use std::process::ExitStatus;
 use std::time::Duration;
 
 use dolphin_proto::v1::ListModelsRequest;
@@ -25,15 +25,10 @@ use crate::process::{ManagedProcess, ProcessSpec};
 use crate::ready::ReadyInfo;
 use crate::signals::StopSignals;
 use crate::summary::{ClusterSummary, MemberSummary};
+use crate::supervise::{Supervised, supervise};
 use crate::workers;
 
-/// A started process of the cluster and what it announced.
-#[derive(Debug)]
-struct Member {
-    role: &'static str,
-    process: ManagedProcess,
-    ready: ReadyInfo,
-}
+type Member = Supervised;
 
 /// The directory holding dolphinctl itself, where `cargo build` puts the other binaries too.
 pub fn default_bin_dir() -> Result<PathBuf, CtlError> {
@@ -112,41 +107,20 @@ pub async fn up(mut args: UpArgs) -> Result<(), CtlError> {
     print!("{}", summary.render());
     println!("{}", summary.ready_line());
 
-    // One watcher per child; the first exit ends the session.
-    let (died_tx, mut died_rx) = tokio::sync::mpsc::channel(members.len().max(1));
-    for (i, m) in members.iter().enumerate() {
-        let exited = m.process.exited();
-        let tx = died_tx.clone();
-        tokio::spawn(async move {
-            let status = exited.await;
-            let _ = tx.send((i, status)).await;
-        });
+    // Restarted processes come back on the addresses they announced; with static discovery
+    // the router knows workers by id and address, so the ids are kept too.
+    for m in &mut members {
+        m.pin_announced(args.etcd.is_none());
     }
-    drop(died_tx);
-    let died: Option<(usize, ExitStatus)> = tokio::select! {
-        sig = signals.recv() => {
-            eprintln!("dolphinctl: {sig}; stopping the cluster");
-            None
-        }
-        Some(d) = died_rx.recv() => Some(d),
-    };
-    let Some((index, status)) = died else {
-        shutdown(members, grace).await;
-        return Ok(());
-    };
-    let dead = &mut members[index];
-    eprintln!(
-        "dolphinctl: {} exited unexpectedly ({status}); stopping the others",
-        dead.process.name()
-    );
-    dead.process.drain_output().await;
-    let err = CtlError::ChildDied {
-        name: dead.process.name().to_owned(),
-        status,
-        tail: dead.process.output_tail(40),
-    };
+    let sig = supervise(
+        &mut members,
+        &mut signals,
+        Duration::from_secs(args.ready_timeout_secs),
+    )
+    .await;
+    eprintln!("dolphinctl: {sig}; stopping the cluster");
     shutdown(members, grace).await;
-    Err(err)
+    Ok(())
 }
 
 /// Starts every worker, waits for them, then starts the router and waits for it.
@@ -164,17 +138,19 @@ async fn start(
         .chain(std::iter::repeat_n(WorkerKind::Decode, args.decode as usize).enumerate());
     for (i, kind) in kinds {
         let name = format!("{}-{i}", kind.as_str());
-        let process = spawn(
+        let spec = spec(
             &name,
             &bin_dir.join(kind.binary()),
             worker_args(args, kind),
             log_dir,
-        )?;
-        members.push(Member {
-            role: kind.as_str(),
+        );
+        let process = ManagedProcess::spawn(spec.clone())?;
+        members.push(Member::new(
+            kind.as_str(),
+            spec,
             process,
-            ready: ReadyInfo::default(),
-        });
+            ReadyInfo::default(),
+        ));
     }
     let mut prefill_addrs = Vec::new();
     let mut decode_addrs = Vec::new();
@@ -188,21 +164,23 @@ async fn start(
         }
     }
 
-    let mut router = spawn(
+    let router_spec = spec(
         "router",
         &bin_dir.join(ROUTER_BIN),
         router_args(args, &prefill_addrs, &decode_addrs),
         log_dir,
-    )?;
+    );
+    let mut router = ManagedProcess::spawn(router_spec.clone())?;
     let ready = router.wait_ready(ready_timeout).await;
     // The router goes first in the list (the summary shows it first; shutdown stops it first).
     members.insert(
         0,
-        Member {
-            role: "router",
-            process: router,
-            ready: ready.as_ref().cloned().unwrap_or_default(),
-        },
+        Member::new(
+            "router",
+            router_spec,
+            router,
+            ready.as_ref().cloned().unwrap_or_default(),
+        ),
     );
     let ready = ready?;
     let http_addr = required("router", ready.http_addr.clone(), "http_addr")?;
@@ -242,15 +220,10 @@ async fn start(
     })
 }
 
-fn spawn(
-    name: &str,
-    program: &Path,
-    args: Vec<String>,
-    log_dir: &Path,
-) -> Result<ManagedProcess, CtlError> {
+fn spec(name: &str, program: &Path, args: Vec<String>, log_dir: &Path) -> ProcessSpec {
     let mut spec = ProcessSpec::new(name, program).args(args);
     spec.log_path = Some(log_dir.join(format!("{name}.log")));
-    ManagedProcess::spawn(spec)
+    spec
 }
 
 fn required(name: &str, value: Option<String>, field: &'static str) -> Result<String, CtlError> {

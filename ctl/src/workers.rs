@@ -32,6 +32,10 @@ pub struct WorkerRow {
     pub events_live: bool,
     /// Whether the worker is draining.
     pub draining: bool,
+    /// Build version the worker published.
+    pub version: String,
+    /// KV layout the worker published (prefill and decode pair only when equal).
+    pub kv_layout: String,
 }
 
 impl From<&WorkerStatus> for WorkerRow {
@@ -48,6 +52,8 @@ impl From<&WorkerStatus> for WorkerRow {
             indexed_blocks: w.indexed_blocks,
             events_live: w.events_live,
             draining: w.draining,
+            version: w.version.clone(),
+            kv_layout: w.kv_layout.clone(),
         }
     }
 }
@@ -76,7 +82,7 @@ pub async fn list_workers(url: &str) -> Result<Vec<WorkerRow>, CtlError> {
 
 /// Renders rows as an aligned text table with a header.
 pub fn render_table(rows: &[WorkerRow]) -> String {
-    const HEADER: [&str; 9] = [
+    const HEADER: [&str; 10] = [
         "ID",
         "ROLE",
         "ADDRESS",
@@ -86,8 +92,9 @@ pub fn render_table(rows: &[WorkerRow]) -> String {
         "INDEXED",
         "EVENTS",
         "DRAINING",
+        "VERSION",
     ];
-    let cells: Vec<[String; 9]> = rows
+    let cells: Vec<[String; 10]> = rows
         .iter()
         .map(|r| {
             [
@@ -100,6 +107,7 @@ pub fn render_table(rows: &[WorkerRow]) -> String {
                 r.indexed_blocks.to_string(),
                 if r.events_live { "live" } else { "stale" }.to_owned(),
                 if r.draining { "yes" } else { "no" }.to_owned(),
+                r.version.clone(),
             ]
         })
         .collect();
@@ -146,6 +154,8 @@ mod tests {
             indexed_blocks: 38,
             events_live: true,
             draining: false,
+            version: "0.1.0".to_owned(),
+            kv_layout: "sim/bytes_per_token=128".to_owned(),
         }
     }
 

@@ -74,7 +74,14 @@ fn endpoint(addr: &str) -> Result<Endpoint, BadRequest> {
             "remote.prefill_addr {addr:?} is not an address: {e}"
         ))
     })?;
-    Ok(endpoint.tcp_nodelay(true).connect_timeout(CONNECT_TIMEOUT))
+    // Pings notice a prefill host that vanished (no RST ever comes) well before the prefill
+    // timeout, so the request falls back to local prefill sooner.
+    Ok(endpoint
+        .tcp_nodelay(true)
+        .connect_timeout(CONNECT_TIMEOUT)
+        .http2_keep_alive_interval(Duration::from_secs(5))
+        .keep_alive_timeout(Duration::from_secs(5))
+        .keep_alive_while_idle(true))
 }
 
 #[cfg(test)]

@@ -3,6 +3,8 @@
 use std::{net::SocketAddr, time::Duration};
 
 use clap::Parser;
+use dolphin_cluster::Advertise;
+use dolphin_worker_common::args::{check_advertised, parse_advertise};
 use dolphin_worker_common::{CommonArgs, ConfigError};
 
 /// `dolphin-decode-worker`: decodes requests, prefilling locally or through a prefill worker.
@@ -15,6 +17,10 @@ pub struct DecodeConfig {
     /// KV transfer listener: prefill workers push blocks here (port 0 allowed).
     #[arg(long, env = "DOLPHIN_KV_ADDR", default_value = "127.0.0.1:0")]
     pub kv_addr: SocketAddr,
+    /// Address published for the KV transfer listener (host, or host:port). Default: the host
+    /// of --advertise-addr with the bound KV port, else the bound address.
+    #[arg(long, env = "DOLPHIN_KV_ADVERTISE_ADDR")]
+    pub kv_advertise_addr: Option<String>,
     /// How long a remote prefill may take before the worker prefills locally instead, unless
     /// the request sets its own timeout.
     #[arg(long, env = "DOLPHIN_PREFILL_TIMEOUT_MS", default_value_t = 30_000)]
@@ -25,6 +31,7 @@ impl DecodeConfig {
     /// Checks every flag; the process exits 64 on an error.
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.common.validate()?;
+        check_advertised(self.kv_addr, self.kv_advertise()?.as_ref(), "kv-addr")?;
         if self.prefill_timeout_ms == 0 {
             return Err(ConfigError::invalid(
                 "prefill-timeout-ms",
@@ -32,6 +39,20 @@ impl DecodeConfig {
             ));
         }
         Ok(())
+    }
+
+    /// The KV listener's advertise address: `--kv-advertise-addr`, else the host of
+    /// `--advertise-addr`.
+    pub fn kv_advertise(&self) -> Result<Option<Advertise>, ConfigError> {
+        let own = parse_advertise(
+            self.kv_advertise_addr.as_deref(),
+            "kv-advertise-addr",
+            "KV transfer",
+        )?;
+        Ok(match own {
+            Some(a) => Some(a),
+            None => self.common.advertise()?.map(|a| a.host_only()),
+        })
     }
 
     /// The default remote prefill timeout.
@@ -65,6 +86,45 @@ mod tests {
         cfg.validate().expect("valid");
         assert_eq!(cfg.prefill_timeout(), Duration::from_millis(1500));
         assert_eq!(cfg.kv_addr.port(), 0);
+    }
+
+    #[test]
+    fn kv_advertise_defaults_to_the_advertise_host() {
+        let parse = |args: &[&str]| {
+            DecodeConfig::try_parse_from(
+                std::iter::once("dolphin-decode-worker").chain(args.iter().copied()),
+            )
+            .expect("parses")
+        };
+        let cfg = parse(&[
+            "--grpc-addr=0.0.0.0:7000",
+            "--kv-addr=0.0.0.0:7001",
+            "--advertise-addr=10.0.0.7:9000",
+        ]);
+        cfg.validate().expect("valid");
+        let kv = cfg.kv_advertise().expect("parses").expect("derived");
+        assert_eq!(kv.with_port(7001), "10.0.0.7:7001");
+        let own = parse(&[
+            "--kv-addr=0.0.0.0:7001",
+            "--kv-advertise-addr=kv.example:7100",
+        ]);
+        own.validate().expect("valid");
+        assert_eq!(
+            own.kv_advertise()
+                .expect("parses")
+                .expect("given")
+                .with_port(7001),
+            "kv.example:7100"
+        );
+        // A KV listener on 0.0.0.0 with nothing to advertise is refused before anything starts.
+        let bare = parse(&["--kv-addr=0.0.0.0:7001"]);
+        assert!(matches!(
+            bare.validate(),
+            Err(ConfigError::Invalid {
+                flag: "kv-addr",
+                ..
+            })
+        ));
     }
 
     #[test]

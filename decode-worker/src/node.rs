@@ -3,11 +3,11 @@
 
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 
-use dolphin_cluster::{Role, WorkerId};
+use dolphin_cluster::{Advertise, Role, WorkerId};
 use dolphin_engine::Engine;
 use dolphin_kv_transfer::{KvReceiver, TransferConfig};
 use dolphin_proto::v1::decode_worker_server::DecodeWorkerServer;
-use dolphin_worker_common::{RunningWorker, WorkerIdentity, WorkerState, bind};
+use dolphin_worker_common::{RunningWorker, WorkerError, WorkerIdentity, WorkerState, bind};
 use tonic::{server::NamedService, service::Routes};
 
 use crate::{
@@ -24,8 +24,13 @@ pub struct DecodeOptions {
     pub model: String,
     /// gRPC listen address (port 0 allowed).
     pub grpc_addr: SocketAddr,
+    /// Published gRPC address (`None`: the bound one, which must then be concrete).
+    pub advertise: Option<Advertise>,
     /// KV transfer listen address (port 0 allowed).
     pub kv_addr: SocketAddr,
+    /// Published KV transfer address, where prefill workers push blocks (`None`: the bound
+    /// one, which must then be concrete).
+    pub kv_advertise: Option<Advertise>,
     /// Remote prefill timeout for requests that set none.
     pub prefill_timeout: Duration,
     /// KV transport settings (should match the prefill workers').
@@ -44,13 +49,14 @@ pub async fn start(
     let receiver = KvReceiver::bind(opts.kv_addr, opts.transfer)
         .await
         .map_err(DecodeError::KvListener)?;
-    let identity = WorkerIdentity {
-        id: opts.worker_id,
-        role: Role::Decode,
-        model: opts.model,
-        grpc_addr,
-        kv_addr: Some(receiver.local_addr()),
-    };
+    let identity = WorkerIdentity::new(
+        opts.worker_id,
+        Role::Decode,
+        opts.model,
+        (grpc_addr, opts.advertise.as_ref()),
+        Some((receiver.local_addr(), opts.kv_advertise.as_ref())),
+    )
+    .map_err(WorkerError::from)?;
     let state = WorkerState::new(identity, engine, SERVICE_NAME);
     let ctx = Arc::new(DecodeContext::new(
         Arc::clone(&state),

@@ -174,6 +174,7 @@ async fn attempt(
     request.transfer_id = transfer_id;
     request.skip_blocks = reservation.cached_blocks;
     request.target_kv_addr = ctx.kv_addr().to_string();
+    request.decode_compat = Some(ctx.kv_compat().clone());
     let mut request = tonic::Request::new(request);
     // The prefill worker stops working on it when we stop waiting.
     request.set_timeout(call.timeout);

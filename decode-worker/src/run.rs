@@ -13,6 +13,8 @@ use crate::{
 /// Runs the decode worker until SIGTERM/SIGINT (then drains and exits `Ok`).
 pub async fn run(cfg: DecodeConfig) -> Result<(), DecodeError> {
     cfg.validate()?;
+    let advertise = cfg.common.advertise()?;
+    let kv_advertise = cfg.kv_advertise()?;
     run_worker(&cfg.common, |engine, model| {
         start(
             engine,
@@ -20,7 +22,9 @@ pub async fn run(cfg: DecodeConfig) -> Result<(), DecodeError> {
                 worker_id: cfg.common.worker_id(Role::Decode),
                 model,
                 grpc_addr: cfg.common.grpc_addr,
+                advertise,
                 kv_addr: cfg.kv_addr,
+                kv_advertise,
                 prefill_timeout: cfg.prefill_timeout(),
                 transfer: TransferConfig::default(),
             },

@@ -2,7 +2,6 @@
 //! reserve KV for a remote prefill), then stream its output from a task of its own.
 
 use std::{
-    net::SocketAddr,
     sync::Arc,
     time::{Duration, Instant},
 };
@@ -36,7 +35,10 @@ const RESPONSE_BUFFER: usize = 64;
 pub struct DecodeContext {
     state: Arc<WorkerState>,
     receiver: KvReceiver,
-    kv_addr: SocketAddr,
+    /// The published KV address prefill workers push to.
+    kv_addr: String,
+    /// This worker's build and KV layout, sent with every remote prefill.
+    compat: v1::KvCompat,
     clients: PrefillClients,
     transfer_ids: TransferIds,
     default_prefill_timeout: Duration,
@@ -49,11 +51,17 @@ impl DecodeContext {
         receiver: KvReceiver,
         default_prefill_timeout: Duration,
     ) -> Self {
-        let kv_addr = receiver.local_addr();
+        let kv_addr = state
+            .identity()
+            .public_kv_addr
+            .clone()
+            .unwrap_or_else(|| receiver.local_addr().to_string());
+        let compat = state.kv_compat();
         Self {
             state,
             receiver,
             kv_addr,
+            compat,
             clients: PrefillClients::new(),
             transfer_ids: TransferIds::new(),
             default_prefill_timeout,
@@ -70,9 +78,14 @@ impl DecodeContext {
         &self.receiver
     }
 
-    /// Where prefill workers push KV (the listener's bound address).
-    pub fn kv_addr(&self) -> SocketAddr {
-        self.kv_addr
+    /// Where prefill workers push KV: the KV listener's published address.
+    pub fn kv_addr(&self) -> &str {
+        &self.kv_addr
+    }
+
+    /// This worker's build and KV layout (prefill workers refuse a mismatch).
+    pub fn kv_compat(&self) -> &v1::KvCompat {
+        &self.compat
     }
 
     /// Transfer id generator.

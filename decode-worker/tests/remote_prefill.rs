@@ -36,7 +36,9 @@ async fn decode_worker(time_scale: f64) -> Result<RunningWorker> {
             worker_id: WorkerId("decode-test".into()),
             model: "sim-model".into(),
             grpc_addr: "127.0.0.1:0".parse()?,
+            advertise: None,
             kv_addr: "127.0.0.1:0".parse()?,
+            kv_advertise: None,
             prefill_timeout: Duration::from_secs(60),
             transfer: TransferConfig::default(),
         },
@@ -52,6 +54,7 @@ async fn prefill_worker(time_scale: f64) -> Result<RunningWorker> {
             worker_id: WorkerId("prefill-test".into()),
             model: "sim-model".into(),
             grpc_addr: "127.0.0.1:0".parse()?,
+            advertise: None,
             transfer: TransferConfig::default(),
         },
     )

@@ -40,6 +40,9 @@ pub struct BackendInfo {
     pub total_blocks: u32,
     /// Bytes of one token's KV as exported.
     pub kv_bytes_per_token: u64,
+    /// How exported KV blocks are laid out (engine, dtype, geometry), e.g.
+    /// `candle/f32/layers=30/kv_heads=3/head_dim=64`: blocks move only between equal layouts.
+    pub kv_layout: String,
     /// Longest prompt plus output supported.
     pub context_length: u32,
     /// Token ids are below this.

@@ -149,6 +149,8 @@ pub struct EngineInfo {
     pub total_blocks: u32,
     /// KV bytes per token as moved on the wire (after the sim's byte scale).
     pub kv_bytes_per_token: u64,
+    /// Layout of exported KV blocks (see `BackendInfo::kv_layout`).
+    pub kv_layout: String,
     /// Longest prompt plus output the engine accepts.
     pub context_length: u32,
     /// Token ids are below this.

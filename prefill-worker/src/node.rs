@@ -2,7 +2,7 @@
 
 use std::{net::SocketAddr, sync::Arc};
 
-use dolphin_cluster::{Role, WorkerId};
+use dolphin_cluster::{Advertise, Role, WorkerId};
 use dolphin_engine::Engine;
 use dolphin_kv_transfer::{KvSender, TransferConfig};
 use dolphin_proto::v1::prefill_worker_server::PrefillWorkerServer;
@@ -20,6 +20,8 @@ pub struct PrefillOptions {
     pub model: String,
     /// gRPC listen address (port 0 allowed).
     pub grpc_addr: SocketAddr,
+    /// Published gRPC address (`None`: the bound one, which must then be concrete).
+    pub advertise: Option<Advertise>,
     /// KV transport settings (should match the decode workers').
     pub transfer: TransferConfig,
 }
@@ -33,13 +35,13 @@ pub async fn start(
     opts: PrefillOptions,
 ) -> Result<RunningWorker, WorkerError> {
     let (listener, grpc_addr) = bind(opts.grpc_addr, "gRPC").await?;
-    let identity = WorkerIdentity {
-        id: opts.worker_id,
-        role: Role::Prefill,
-        model: opts.model,
-        grpc_addr,
-        kv_addr: None,
-    };
+    let identity = WorkerIdentity::new(
+        opts.worker_id,
+        Role::Prefill,
+        opts.model,
+        (grpc_addr, opts.advertise.as_ref()),
+        None,
+    )?;
     let state = WorkerState::new(identity, engine, SERVICE_NAME);
     let sender = Arc::new(KvSender::new(opts.transfer));
     let service = PrefillService::new(Arc::clone(&state), sender);

@@ -12,6 +12,7 @@ use crate::{
 /// Runs the prefill worker until SIGTERM/SIGINT (then drains and exits `Ok`).
 pub async fn run(cfg: PrefillConfig) -> Result<(), WorkerError> {
     cfg.validate()?;
+    let advertise = cfg.common.advertise()?;
     run_worker(&cfg.common, |engine, model| {
         start(
             engine,
@@ -19,6 +20,7 @@ pub async fn run(cfg: PrefillConfig) -> Result<(), WorkerError> {
                 worker_id: cfg.common.worker_id(Role::Prefill),
                 model,
                 grpc_addr: cfg.common.grpc_addr,
+                advertise,
                 transfer: TransferConfig::default(),
             },
         )

@@ -28,6 +28,30 @@ impl PrefillService {
         Self { state, sender }
     }
 
+    /// Refuses to compute KV for a decode worker of another build or KV layout: during a
+    /// rolling upgrade the router pairs only compatible workers, and this is the check at the
+    /// other end, so KV never crosses versions even when the router's view is stale.
+    #[allow(clippy::result_large_err)] // tonic::Status is the handler's error type
+    fn check_compat(&self, decode: &v1::KvCompat) -> Result<(), Status> {
+        let own = self.state.kv_compat();
+        let as_compat = |c: &v1::KvCompat| dolphin_cluster::KvCompat {
+            version: c.version.clone(),
+            model: c.model.clone(),
+            block_size: c.block_size,
+            kv_layout: c.kv_layout.clone(),
+        };
+        as_compat(&own)
+            .check(&as_compat(decode))
+            .map_err(|mismatch| {
+                metrics::counter!(m::PREFILL_INCOMPATIBLE_TOTAL, "reason" => mismatch.as_str())
+                    .increment(1);
+                tracing::warn!(%mismatch, "refused a prefill for an incompatible decode worker");
+                Status::failed_precondition(format!(
+                    "this prefill worker's KV cannot go to that decode worker: {mismatch}"
+                ))
+            })
+    }
+
     /// Validates, prefills, pushes the blocks and builds the answer. Dropping the future (the
     /// caller's deadline passed, or it went away) drops the engine call, which cancels the
     /// request there.
@@ -39,6 +63,9 @@ impl PrefillService {
         let info = engine.info();
         if req.target_kv_addr.is_empty() {
             return Err(Status::invalid_argument("target_kv_addr is required"));
+        }
+        if let Some(decode) = &req.decode_compat {
+            self.check_compat(decode)?;
         }
         let prompt_blocks = req
             .token_ids

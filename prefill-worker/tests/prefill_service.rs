@@ -18,6 +18,7 @@ async fn prefill_worker() -> Result<RunningWorker> {
             worker_id: WorkerId("prefill-test".into()),
             model: "sim-model".into(),
             grpc_addr: "127.0.0.1:0".parse()?,
+            advertise: None,
             transfer: TransferConfig::default(),
         },
     )
@@ -36,6 +37,7 @@ fn request(target: String, tokens: usize, skip_blocks: u32) -> v1::PrefillReques
         target_kv_addr: target,
         transfer_id: 1,
         skip_blocks,
+        decode_compat: None,
     }
 }
 
@@ -63,6 +65,40 @@ async fn bad_requests_are_invalid_argument() -> Result<()> {
         .await
         .unwrap_err();
     assert_eq!(skip_all.code(), Code::InvalidArgument, "{skip_all:?}");
+    p.stop().await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_decode_worker_of_another_build_or_layout_is_refused_before_any_work() -> Result<()> {
+    let p = prefill_worker().await?;
+    let own = p.state().kv_compat();
+    assert_eq!(own.version, dolphin_cluster::BUILD_VERSION);
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
+    for (field, change) in [
+        (
+            "version",
+            (|c: &mut v1::KvCompat| c.version = "0.0.0-old".into()) as fn(&mut _),
+        ),
+        ("kv_layout", |c| c.kv_layout = "candle/f16".into()),
+        ("block_size", |c| c.block_size = 32),
+    ] {
+        let mut compat = own.clone();
+        change(&mut compat);
+        let mut req = request(closed.to_string(), 40, 0);
+        req.decode_compat = Some(compat);
+        let status = call(&p, req).await.unwrap_err();
+        assert_eq!(
+            status.code(),
+            Code::FailedPrecondition,
+            "{field}: {status:?}"
+        );
+    }
+    // A matching decode worker gets past the check (and then fails to be reached).
+    let mut req = request(closed.to_string(), 40, 0);
+    req.decode_compat = Some(own);
+    let status = call(&p, req).await.unwrap_err();
+    assert_eq!(status.code(), Code::Unavailable, "{status:?}");
     p.stop().await?;
     Ok(())
 }

@@ -22,6 +22,11 @@ pub struct RouterConfig {
     /// gRPC listener for `dolphin.v1.Inference` and `RouterAdmin` (port 0 picks one).
     #[arg(long, env = "DOLPHIN_GRPC_ADDR", default_value = "127.0.0.1:50051")]
     pub grpc_addr: SocketAddr,
+    /// Address the router publishes for its listeners (in its READY line and logs): a host (the
+    /// bound ports are added) or host:port for gRPC. Required when a listener is bound to an
+    /// unspecified address (0.0.0.0, [::]), as in a container: give the pod or host IP.
+    #[arg(long, env = "DOLPHIN_ADVERTISE_ADDR")]
+    pub advertise_addr: Option<String>,
     /// etcd endpoints (repeatable or comma-separated); absent: static discovery.
     #[arg(long, env = "DOLPHIN_ETCD", value_delimiter = ',')]
     pub etcd: Vec<String>,
@@ -167,10 +172,31 @@ impl RouterConfig {
         if self.connect_timeout_ms == 0 {
             return bad("--connect-timeout-ms must be at least 1".into());
         }
+        let advertise = self.advertise()?;
+        for (flag, addr) in [
+            ("--http-addr", self.http_addr),
+            ("--grpc-addr", self.grpc_addr),
+        ] {
+            if advertise.is_none() && dolphin_cluster::needs_advertise(addr) {
+                return bad(format!(
+                    "{flag} {addr} is an unspecified address, which other hosts cannot connect \
+                     to; give --advertise-addr (DOLPHIN_ADVERTISE_ADDR), e.g. the pod or host IP"
+                ));
+            }
+        }
         self.threshold()
             .validate()
             .map_err(|e| ConfigError(e.to_string()))?;
         Ok(())
+    }
+
+    /// The parsed `--advertise-addr`.
+    pub fn advertise(&self) -> Result<Option<dolphin_cluster::Advertise>, ConfigError> {
+        self.advertise_addr
+            .as_deref()
+            .map(|v| dolphin_cluster::Advertise::parse(v, "router"))
+            .transpose()
+            .map_err(|e| ConfigError(format!("--advertise-addr: {e}")))
     }
 
     /// The model name served: `--model`, else derived from `--model-path` for a GGUF

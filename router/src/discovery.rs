@@ -125,6 +125,8 @@ pub async fn info(addr: &str, connect_timeout: Duration) -> Result<WorkerRecord,
         kv_addr: (!info.kv_addr.is_empty()).then_some(info.kv_addr),
         model: info.model,
         block_size: info.block_size,
+        version: info.version,
+        kv_layout: info.kv_layout,
     })
 }
 

@@ -281,7 +281,9 @@ impl Dispatcher {
                 .registry
                 .route(Role::Decode, hashes, w, exclude, counts)
                 .ok_or(DispatchError::NoDecodeWorkers)?;
-            let prefill = self.registry.route(Role::Prefill, hashes, w, None, counts);
+            let prefill = self
+                .registry
+                .route_prefill_for(&decode.worker, hashes, w, counts);
             let isl = tokens.len() as u32;
             let uncached = |r: &Routed| isl.saturating_sub(r.cached_blocks.saturating_mul(bs));
             let features = Features {

@@ -40,6 +40,10 @@ pub const EVENT_GAPS_TOTAL: &str = "dolphin_router_event_gaps_total";
 pub const INDEX_BLOCKS: &str = "dolphin_router_index_blocks";
 /// Workers refused at registration (wrong model or block size, pool full), by `role`.
 pub const WORKERS_REJECTED_TOTAL: &str = "dolphin_router_workers_rejected_total";
+/// Prefill workers passed over as partners of a request's decode worker because their build,
+/// model, block size or KV layout differs, by `reason` (`version`, `model`, `block_size`,
+/// `kv_layout`): one per refused candidate per request.
+pub const PAIRS_REFUSED_TOTAL: &str = "dolphin_router_pairs_refused_total";
 /// Request-log records dropped because the writer fell behind.
 pub const REQUEST_LOG_DROPPED_TOTAL: &str = "dolphin_router_request_log_dropped_total";
 
@@ -145,6 +149,10 @@ pub fn describe() {
     describe_counter!(
         WORKERS_REJECTED_TOTAL,
         "Workers refused at registration, by role."
+    );
+    describe_counter!(
+        PAIRS_REFUSED_TOTAL,
+        "Prefill workers refused as partners of a decode worker (other build or KV layout), by reason."
     );
     describe_counter!(
         REQUEST_LOG_DROPPED_TOTAL,

@@ -47,6 +47,12 @@ pub enum ServerError {
     /// A server task panicked.
     #[error("server task failed")]
     Join(#[from] tokio::task::JoinError),
+    /// A flag the router cannot run with.
+    #[error(transparent)]
+    Config(crate::config::ConfigError),
+    /// A listener has no address other hosts can connect to.
+    #[error(transparent)]
+    Advertise(dolphin_cluster::AdvertiseError),
 }
 
 /// A started router.
@@ -56,6 +62,10 @@ pub struct RunningRouter {
     pub http_addr: SocketAddr,
     /// Bound gRPC address.
     pub grpc_addr: SocketAddr,
+    /// Published HTTP address (`host:port`): the advertise host, else the bound address.
+    pub public_http_addr: String,
+    /// Published gRPC address.
+    pub public_grpc_addr: String,
     /// The dispatcher (for in-process use and tests).
     pub dispatcher: Arc<Dispatcher>,
     http: JoinHandle<std::io::Result<()>>,
@@ -114,6 +124,15 @@ pub async fn start(
             addr: cfg.grpc_addr,
             source,
         })?;
+    let advertise = cfg.advertise().map_err(ServerError::Config)?;
+    let public_http_addr = dolphin_cluster::advertised(
+        http_addr,
+        advertise.as_ref().map(|a| a.host_only()).as_ref(),
+        "HTTP",
+    )
+    .map_err(ServerError::Advertise)?;
+    let public_grpc_addr = dolphin_cluster::advertised(grpc_addr, advertise.as_ref(), "gRPC")
+        .map_err(ServerError::Advertise)?;
     if !cfg.etcd.is_empty() {
         // Tables and the classifier come from etcd: load them before serving, then follow.
         let store = crate::dolphin::EtcdStore::connect(
@@ -139,10 +158,14 @@ pub async fn start(
         dispatcher.clone(),
         shutdown.clone(),
     ));
-    tracing::info!(%http_addr, %grpc_addr, policy = dispatcher.policy().name(), "router started");
+    tracing::info!(%public_http_addr, %public_grpc_addr, http_bound = %http_addr,
+        grpc_bound = %grpc_addr, version = dolphin_cluster::BUILD_VERSION,
+        policy = dispatcher.policy().name(), "router started");
     Ok(RunningRouter {
         http_addr,
         grpc_addr,
+        public_http_addr,
+        public_grpc_addr,
         dispatcher,
         http,
         grpc,
@@ -160,8 +183,8 @@ impl RunningRouter {
         }
         let ready = Ready {
             role: "router",
-            http_addr: self.http_addr.to_string(),
-            grpc_addr: self.grpc_addr.to_string(),
+            http_addr: self.public_http_addr.clone(),
+            grpc_addr: self.public_grpc_addr.clone(),
         };
         format!(
             "DOLPHIN_READY {}",

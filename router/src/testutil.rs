@@ -245,6 +245,8 @@ impl FakeWorker {
             kv_addr: None,
             model: "sim-model".into(),
             block_size: 4,
+            version: dolphin_cluster::BUILD_VERSION.into(),
+            kv_layout: String::new(),
         }
     }
 

@@ -17,8 +17,12 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use tonic::transport::Uri;
 
-/// How often an idle connection is pinged, so that a dead worker is noticed.
-const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(10);
+/// How often a connection is pinged, so that a dead worker (a crashed host, a cut link: no
+/// RST ever arrives) is noticed and its streams end with an error instead of hanging.
+const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(5);
+/// How long a ping may go unanswered before the connection and its streams are closed. A
+/// worker that left etcd but still answers (only its etcd link is cut) keeps its streams.
+const KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The HTTP/2 client type under [`WorkerChannel`].
 pub type HttpClient = Client<HttpConnector, tonic::body::Body>;
@@ -52,6 +56,7 @@ impl WorkerChannel {
             .timer(TokioTimer::new())
             .pool_timer(TokioTimer::new())
             .http2_keep_alive_interval(KEEP_ALIVE_INTERVAL)
+            .http2_keep_alive_timeout(KEEP_ALIVE_TIMEOUT)
             .http2_keep_alive_while_idle(true)
             // Keep the one connection for as long as it lives: reconnecting costs a round trip.
             .pool_idle_timeout(None)

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
-use dolphin_cluster::{Role, WorkerId, WorkerRecord};
+use dolphin_cluster::{KvCompat, KvMismatch, Role, WorkerId, WorkerRecord};
 use dolphin_proto::v1;
 use tokio_util::sync::CancellationToken;
 
@@ -36,6 +36,9 @@ pub struct WorkerHandle {
     pub kv_addr: Option<String>,
     /// Slot in its pool's prefix index.
     pub slot: usize,
+    /// Build version, model, block size and KV layout: a prefill and a decode worker are
+    /// paired only when theirs are equal.
+    pub compat: KvCompat,
     block_size: u32,
     channel: WorkerChannel,
     load: Load,
@@ -151,6 +154,7 @@ impl WorkerHandle {
             grpc_addr: rec.grpc_addr.clone(),
             kv_addr: rec.kv_addr.clone(),
             slot,
+            compat: rec.kv_compat(),
             block_size: rec.block_size,
             channel,
             load: Load::default(),
@@ -178,6 +182,17 @@ impl WorkerHandle {
             indexed_blocks,
             events_live: self.events_live(),
             draining: self.draining(),
+            version: self.compat.version.clone(),
+            kv_layout: self.compat.kv_layout.clone(),
         }
+    }
+
+    /// Whether this (prefill) worker's KV may go to `decode`; else why not.
+    pub fn pairs_with(&self, decode: &WorkerHandle) -> Result<(), KvMismatch> {
+        // Equal in the steady state: one comparison of short strings per candidate.
+        if self.compat == decode.compat {
+            return Ok(());
+        }
+        self.compat.check(&decode.compat)
     }
 }

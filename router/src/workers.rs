@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use dolphin_cluster::{BlockHash, MembershipEvent, Role, WorkerId, WorkerRecord};
+use dolphin_cluster::{BlockHash, KvMismatch, MembershipEvent, Role, WorkerId, WorkerRecord};
 use dolphin_proto::v1;
 use parking_lot::{Mutex, RwLock};
 use tokio::sync::mpsc;
@@ -257,11 +257,63 @@ impl WorkerRegistry {
         exclude: Option<&WorkerId>,
         counts: &mut Vec<u32>,
     ) -> Option<Routed> {
+        self.route_among(role, hashes, overlap_weight, counts, |w| {
+            exclude != Some(&w.id)
+        })
+    }
+
+    /// Picks the best prefill worker whose KV may go to `decode` (same build, model, block size
+    /// and KV layout). Every compatible-looking candidate refused for a mismatch is counted in
+    /// a metric and named in one log line, so a rolling upgrade that leaves a decode worker
+    /// without partners is visible.
+    pub fn route_prefill_for(
+        &self,
+        decode: &WorkerHandle,
+        hashes: &[BlockHash],
+        overlap_weight: f64,
+        counts: &mut Vec<u32>,
+    ) -> Option<Routed> {
+        let mut refused: Option<(WorkerId, KvMismatch)> = None;
+        let mut refusals = 0u32;
+        let routed = self.route_among(Role::Prefill, hashes, overlap_weight, counts, |p| {
+            match p.pairs_with(decode) {
+                Ok(()) => true,
+                Err(mismatch) => {
+                    metrics::counter!(m::PAIRS_REFUSED_TOTAL, "reason" => mismatch.as_str())
+                        .increment(1);
+                    refusals += 1;
+                    refused.get_or_insert_with(|| (p.id.clone(), mismatch));
+                    false
+                }
+            }
+        });
+        if let Some((prefill, mismatch)) = refused {
+            tracing::warn!(
+                decode = %decode.id,
+                %prefill,
+                %mismatch,
+                refused = refusals,
+                chosen = routed.as_ref().map(|r| r.worker.id.as_str()),
+                "prefill workers refused as partners of this decode worker: KV is never shipped \
+                 between incompatible builds or layouts"
+            );
+        }
+        routed
+    }
+
+    fn route_among(
+        &self,
+        role: Role,
+        hashes: &[BlockHash],
+        overlap_weight: f64,
+        counts: &mut Vec<u32>,
+        mut keep: impl FnMut(&WorkerHandle) -> bool,
+    ) -> Option<Routed> {
         let pool = self.pool(role).read();
         pool.index.lookup(hashes, counts);
         let candidates = pool.slots.iter().enumerate().filter_map(|(slot, w)| {
             let w = w.as_ref()?;
-            if exclude == Some(&w.id) {
+            if !keep(w) {
                 return None;
             }
             let exact = counts.get(slot).copied().unwrap_or(0);
@@ -356,6 +408,8 @@ mod tests {
             kv_addr: None,
             model: "sim-model".into(),
             block_size: 16,
+            version: dolphin_cluster::BUILD_VERSION.into(),
+            kv_layout: String::new(),
         }
     }
 

@@ -45,6 +45,8 @@ pub struct ClusterConfig {
     pub worker_args: Vec<String>,
     /// Extra arguments for the decode workers only (after `worker_args`).
     pub decode_args: Vec<String>,
+    /// Extra arguments for prefill worker `i` only (after `worker_args`), where given.
+    pub prefill_args_each: Vec<Vec<String>>,
     /// Extra arguments for the router.
     pub router_args: Vec<String>,
 }
@@ -62,6 +64,7 @@ impl Default for ClusterConfig {
             model: MODEL.to_owned(),
             worker_args: Vec::new(),
             decode_args: Vec::new(),
+            prefill_args_each: Vec::new(),
             router_args: Vec::new(),
         }
     }
@@ -125,7 +128,8 @@ impl TestCluster {
         let mut started: Vec<(String, ManagedProcess)> = Vec::new();
         for i in 0..cfg.prefill {
             let scale = cfg.prefill_time_scale.unwrap_or(cfg.time_scale);
-            let args = worker_args(&cfg, etcd_url.as_deref(), scale, false);
+            let mut args = worker_args(&cfg, etcd_url.as_deref(), scale, false);
+            args.extend(cfg.prefill_args_each.get(i).into_iter().flatten().cloned());
             started.push((
                 format!("prefill-{i}"),
                 spawn(&format!("prefill-{i}"), &prefill_bin, args)?,

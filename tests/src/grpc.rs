@@ -7,7 +7,7 @@ use dolphin_proto::v1::inference_client::InferenceClient;
 use dolphin_proto::v1::router_admin_client::RouterAdminClient;
 use dolphin_proto::v1::{
     FinishReason, GenerateRequest, ListWorkersRequest, PrefillMode, RoutingInfo, SamplingParams,
-    Usage, WorkerStatus,
+    Timings, Usage, WorkerStatus,
 };
 use tonic::transport::Channel;
 
@@ -55,6 +55,8 @@ pub struct Generated {
     pub first_routing: Option<RoutingInfo>,
     /// Routing of the last message that had one.
     pub last_routing: Option<RoutingInfo>,
+    /// Timings of the last message that had them.
+    pub timings: Option<Timings>,
 }
 
 /// Sends `req` and drains the stream; a status (at call time or mid-stream) is returned as is.
@@ -73,6 +75,9 @@ pub async fn generate(
         }
         if msg.usage.is_some() {
             out.usage = msg.usage;
+        }
+        if msg.timings.is_some() {
+            out.timings = msg.timings;
         }
         if let Some(routing) = msg.routing {
             if out.first_routing.is_none() {

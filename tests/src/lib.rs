@@ -9,6 +9,7 @@ pub mod binaries;
 pub mod cluster;
 pub mod grpc;
 pub mod http;
+pub mod netns;
 pub mod wait;
 
 pub use cluster::{ClusterConfig, Node, TestCluster};

@@ -1,11 +1,13 @@
 //! `dolphinctl up` end to end: it brings up a cluster that serves requests (also through
-//! `dolphinctl workers` and `dolphinctl request`), stops every child on SIGINT, exits non-zero
-//! when a child dies, and its children do not outlive it even when it is SIGKILLed.
+//! `dolphinctl workers` and `dolphinctl request`), stops every child on SIGINT, restarts a child
+//! that dies while the rest keeps serving, and its children do not outlive it even when it is
+//! SIGKILLed.
 
 use std::process::Output;
 
 use anyhow::Context;
 use dolphin_proto::v1::PrefillMode;
+use dolphin_proto::v1::inference_client::InferenceClient;
 use dolphin_tests::cluster::{READY_TIMEOUT, spawn};
 use dolphin_tests::wait::{self, GENEROUS};
 use dolphin_tests::{EtcdServer, binaries, grpc, http};
@@ -218,26 +220,99 @@ async fn up_serves_requests_and_sigint_stops_every_child() -> anyhow::Result<()>
 }
 
 #[tokio::test]
-async fn up_exits_nonzero_when_a_child_dies() -> anyhow::Result<()> {
-    let mut up = Up::start().await?;
+async fn up_restarts_a_dead_worker_and_keeps_serving() -> anyhow::Result<()> {
+    let mut up = Up::start_with(&["--decode", "2"]).await?;
     let children = up.children();
     let (_, decode) = children
         .iter()
         .find(|(n, _)| n == "decode-0")
         .context("no decode-0")?;
     rustix::process::kill_process(*decode, Signal::KILL)?;
-    let status = tokio::time::timeout(GENEROUS, up.ctl.wait())
-        .await
-        .context("dolphinctl did not exit after its decode worker died")?;
-    assert_eq!(status.code(), Some(1), "{status}: {}", up.output());
+    wait::until("dolphinctl to report the death", GENEROUS, || async {
+        let out = up.output();
+        match out.contains("decode-0 exited unexpectedly") {
+            true => Ok(()),
+            false => Err(out),
+        }
+    })
+    .await?;
+    // While decode-0 is down (or coming back), the cluster keeps serving.
+    let mut client = InferenceClient::new(grpc::channel(&up.grpc_addr()).await?);
+    for i in 0..4 {
+        let req = grpc::text_request(
+            &format!("while one is down {i}"),
+            4,
+            PrefillMode::Unspecified,
+        );
+        let g = grpc::generate(&mut client, req)
+            .await
+            .map_err(|s| anyhow::anyhow!("request {i} with decode-0 dead failed: {s}"))?;
+        assert!(!g.tokens.is_empty(), "{g:?}");
+    }
+    wait::until("decode-0 to be restarted", GENEROUS, || async {
+        let out = up.output();
+        match out.contains("decode-0 restarted") {
+            true => Ok(()),
+            false => Err(out),
+        }
+    })
+    .await?;
     assert!(
-        up.output().contains("decode-0 exited unexpectedly"),
-        "{}",
+        up.ctl.exit_status().is_none(),
+        "dolphinctl exited: {}",
         up.output()
     );
-    for (name, pid) in &children {
-        assert!(is_gone(*pid), "{name} ({pid:?}) outlived dolphinctl");
+    // The restarted worker is back where it was, under the same id: the router lists it
+    // live again and routes to it.
+    let id = up.ready["processes"]
+        .as_array()
+        .and_then(|ps| ps.iter().find(|p| p["name"] == "decode-0"))
+        .and_then(|p| p["id"].as_str())
+        .context("no id for decode-0")?
+        .to_owned();
+    wait::until(
+        "the router to list every worker live again",
+        GENEROUS,
+        || async {
+            let mut admin = dolphin_proto::v1::router_admin_client::RouterAdminClient::new(
+                grpc::channel(&up.grpc_addr())
+                    .await
+                    .map_err(|e| e.to_string())?,
+            );
+            let ws = grpc::list_workers(&mut admin)
+                .await
+                .map_err(|e| e.to_string())?;
+            match ws.iter().filter(|w| w.events_live).count() {
+                3 if ws.iter().any(|w| w.worker_id == id) => Ok(()),
+                _ => Err(format!("{ws:?}")),
+            }
+        },
+    )
+    .await?;
+    let mut served = false;
+    for i in 0..40 {
+        let req = grpc::text_request(
+            &format!("{i}: after the restart"),
+            4,
+            PrefillMode::Unspecified,
+        );
+        let g = grpc::generate(&mut client, req)
+            .await
+            .map_err(|s| anyhow::anyhow!("request {i} after the restart failed: {s}"))?;
+        if g.last_routing.is_some_and(|r| r.decode_worker == id) {
+            served = true;
+            break;
+        }
     }
+    assert!(
+        served,
+        "the restarted decode-0 ({id}) served none of 40 requests"
+    );
+    up.ctl.signal(Signal::INT)?;
+    let status = tokio::time::timeout(GENEROUS, up.ctl.wait())
+        .await
+        .context("dolphinctl did not exit after SIGINT")?;
+    assert!(status.success(), "{status}: {}", up.output());
     up.passed = true;
     Ok(())
 }

@@ -4,7 +4,7 @@
 use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
 use clap::{Args, ValueEnum};
-use dolphin_cluster::{EtcdConfig, Role, WorkerId};
+use dolphin_cluster::{Advertise, EtcdConfig, Role, WorkerId, needs_advertise};
 use dolphin_engine::candle::{DEFAULT_KV_BYTES, DeviceKind, Padding, WeightFormat};
 
 use crate::error::ConfigError;
@@ -167,6 +167,12 @@ pub struct CommonArgs {
     /// gRPC listen address (port 0: pick a free port; the READY line tells which).
     #[arg(long, env = "DOLPHIN_GRPC_ADDR", default_value = "127.0.0.1:0")]
     pub grpc_addr: SocketAddr,
+    /// Address published for the gRPC listener, what the router and peers connect to: a host
+    /// (the bound port is added) or host:port. Required when --grpc-addr is unspecified
+    /// (0.0.0.0, [::]), as in a container: give the pod or host IP. Its host is also the decode
+    /// worker's KV advertise host unless --kv-advertise-addr says otherwise.
+    #[arg(long, env = "DOLPHIN_ADVERTISE_ADDR")]
+    pub advertise_addr: Option<String>,
     /// Worker id (default: the role plus 8 random hex digits).
     #[arg(long, env = "DOLPHIN_WORKER_ID")]
     pub worker_id: Option<String>,
@@ -221,7 +227,13 @@ impl CommonArgs {
         if self.etcd.iter().any(|e| e.trim().is_empty()) {
             return Err(ConfigError::invalid("etcd", "empty endpoint"));
         }
+        check_advertised(self.grpc_addr, self.advertise()?.as_ref(), "grpc-addr")?;
         Ok(())
+    }
+
+    /// The parsed `--advertise-addr`.
+    pub fn advertise(&self) -> Result<Option<Advertise>, ConfigError> {
+        parse_advertise(self.advertise_addr.as_deref(), "advertise-addr", "gRPC")
     }
 
     /// The worker id: from the flag, or generated for `role`.
@@ -244,6 +256,37 @@ impl CommonArgs {
     pub fn drain_grace(&self) -> Duration {
         Duration::from_secs(self.drain_grace_secs)
     }
+}
+
+/// Parses an advertise flag's value (`None`: not given).
+pub fn parse_advertise(
+    value: Option<&str>,
+    flag: &'static str,
+    what: &'static str,
+) -> Result<Option<Advertise>, ConfigError> {
+    value
+        .map(|v| Advertise::parse(v, what))
+        .transpose()
+        .map_err(|e| ConfigError::invalid(flag, e.to_string()))
+}
+
+/// Refuses, before anything starts, a listener bound to an unspecified address that would
+/// publish that address (no advertise address for it).
+pub fn check_advertised(
+    bind: SocketAddr,
+    advertise: Option<&Advertise>,
+    bind_flag: &'static str,
+) -> Result<(), ConfigError> {
+    if advertise.is_none() && needs_advertise(bind) {
+        return Err(ConfigError::invalid(
+            bind_flag,
+            format!(
+                "{bind} is an unspecified address, which other hosts cannot connect to; give \
+                 --advertise-addr (DOLPHIN_ADVERTISE_ADDR), e.g. the pod or host IP"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -330,6 +373,20 @@ mod tests {
     }
 
     #[test]
+    fn an_unspecified_bind_with_an_advertise_address_is_valid() {
+        let args = parse(&[
+            "--grpc-addr",
+            "0.0.0.0:7000",
+            "--advertise-addr",
+            "10.0.0.7",
+        ])
+        .expect("parses");
+        args.validate().expect("valid");
+        let a = args.advertise().expect("parses").expect("given");
+        assert_eq!(a.with_port(7000), "10.0.0.7:7000");
+    }
+
+    #[test]
     fn generated_ids_carry_the_role() {
         let args = parse(&[]).expect("parses");
         assert!(args.worker_id(Role::Prefill).0.starts_with("prefill-"));
@@ -351,6 +408,10 @@ mod tests {
         assert_eq!(flag_of(&["--threads", "0"]), "threads");
         assert_eq!(flag_of(&["--kv-bytes", "0"]), "kv-bytes");
         assert_eq!(flag_of(&["--model", " "]), "model");
+        assert_eq!(flag_of(&["--grpc-addr", "0.0.0.0:7000"]), "grpc-addr");
+        assert_eq!(flag_of(&["--grpc-addr", "[::]:0"]), "grpc-addr");
+        assert_eq!(flag_of(&["--advertise-addr", "0.0.0.0"]), "advertise-addr");
+        assert_eq!(flag_of(&["--advertise-addr", "h:x"]), "advertise-addr");
         assert!(parse(&["--weights", "q3"]).is_err());
         assert!(parse(&["--device", "tpu"]).is_err());
     }

@@ -52,6 +52,9 @@ pub enum WorkerError {
         #[source]
         source: std::io::Error,
     },
+    /// A listener has no address other hosts can connect to.
+    #[error(transparent)]
+    Advertise(#[from] dolphin_cluster::AdvertiseError),
     /// The engine refused to start.
     #[error("cannot start the engine")]
     Engine(#[source] dolphin_engine::EngineError),
@@ -79,7 +82,9 @@ impl WorkerError {
     /// The process exit code for this error: 64 (EX_USAGE) for bad configuration, else 1.
     pub fn exit_code(&self) -> u8 {
         match self {
-            Self::Config(_) | Self::Engine(dolphin_engine::EngineError::Config(_)) => 64,
+            Self::Config(_)
+            | Self::Advertise(_)
+            | Self::Engine(dolphin_engine::EngineError::Config(_)) => 64,
             _ => 1,
         }
     }

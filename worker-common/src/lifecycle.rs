@@ -41,15 +41,18 @@ pub async fn run_until_stopped(
     print_ready(
         identity.role,
         &identity.id,
-        identity.grpc_addr,
-        identity.kv_addr,
+        &identity.public_grpc_addr,
+        identity.public_kv_addr.as_deref(),
     )
     .map_err(WorkerError::Ready)?;
     tracing::info!(
         worker_id = %identity.id,
         role = %identity.role,
-        grpc_addr = %identity.grpc_addr,
-        kv_addr = ?identity.kv_addr,
+        version = dolphin_cluster::BUILD_VERSION,
+        grpc_addr = %identity.public_grpc_addr,
+        kv_addr = ?identity.public_kv_addr,
+        grpc_bound = %identity.grpc_addr,
+        kv_bound = ?identity.kv_addr,
         "worker ready"
     );
 

@@ -39,6 +39,9 @@ pub const PREFILL_KV_SEND_SECONDS: &str = "dolphin_prefill_kv_send_seconds";
 pub const PREFILL_KV_BYTES_SENT_TOTAL: &str = "dolphin_prefill_kv_bytes_sent_total";
 /// Prefill worker: prompt tokens found in its own prefix cache.
 pub const PREFILL_CACHED_TOKENS_TOTAL: &str = "dolphin_prefill_cached_tokens_total";
+/// Prefill worker: requests refused because the decode worker's build or KV layout differs
+/// from its own, by `reason` (`version`, `model`, `block_size`, `kv_layout`).
+pub const PREFILL_INCOMPATIBLE_TOTAL: &str = "dolphin_prefill_incompatible_total";
 
 /// Values of the `outcome` label.
 pub mod outcome {
@@ -104,6 +107,10 @@ pub fn describe() {
         PREFILL_KV_BYTES_SENT_TOTAL,
         Unit::Bytes,
         "KV bytes pushed to decode workers."
+    );
+    describe_counter!(
+        PREFILL_INCOMPATIBLE_TOTAL,
+        "Prefill requests refused for a decode worker of another build or KV layout, by reason."
     );
     describe_counter!(
         PREFILL_CACHED_TOKENS_TOTAL,

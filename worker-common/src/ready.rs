@@ -1,7 +1,7 @@
 //! The `DOLPHIN_READY` line a worker prints on stdout once it serves: tests and dolphinctl parse
 //! it to learn the addresses the process bound (ports may be 0 on the command line).
 
-use std::{io::Write, net::SocketAddr};
+use std::io::Write;
 
 use dolphin_cluster::{Role, WorkerId};
 use serde::Serialize;
@@ -14,24 +14,19 @@ pub const READY_PREFIX: &str = "DOLPHIN_READY";
 struct ReadyFields<'a> {
     role: &'a str,
     id: &'a str,
-    grpc_addr: String,
+    grpc_addr: &'a str,
     /// Only decode workers have a KV transfer listener.
     #[serde(skip_serializing_if = "Option::is_none")]
-    kv_addr: Option<String>,
+    kv_addr: Option<&'a str>,
 }
 
 /// Formats the ready line (without a trailing newline).
-pub fn ready_line(
-    role: Role,
-    id: &WorkerId,
-    grpc_addr: SocketAddr,
-    kv_addr: Option<SocketAddr>,
-) -> String {
+pub fn ready_line(role: Role, id: &WorkerId, grpc_addr: &str, kv_addr: Option<&str>) -> String {
     let fields = ReadyFields {
         role: role.as_str(),
         id: &id.0,
-        grpc_addr: grpc_addr.to_string(),
-        kv_addr: kv_addr.map(|a| a.to_string()),
+        grpc_addr,
+        kv_addr,
     };
     // Serializing a struct of strings cannot fail.
     let json = serde_json::to_string(&fields).unwrap_or_default();
@@ -39,12 +34,13 @@ pub fn ready_line(
 }
 
 /// Prints the ready line on stdout and flushes it at once: the reader waits for it, and stdout is
-/// block-buffered when it is a pipe.
+/// block-buffered when it is a pipe. The addresses are the published ones (advertise addresses
+/// where given), so the reader connects where the cluster does.
 pub fn print_ready(
     role: Role,
     id: &WorkerId,
-    grpc_addr: SocketAddr,
-    kv_addr: Option<SocketAddr>,
+    grpc_addr: &str,
+    kv_addr: Option<&str>,
 ) -> std::io::Result<()> {
     let line = ready_line(role, id, grpc_addr, kv_addr);
     let mut out = std::io::stdout().lock();
@@ -61,8 +57,8 @@ mod tests {
         let line = ready_line(
             Role::Decode,
             &WorkerId("decode-ab12cd34".into()),
-            "127.0.0.1:41234".parse().expect("addr"),
-            Some("127.0.0.1:41235".parse().expect("addr")),
+            "127.0.0.1:41234",
+            Some("127.0.0.1:41235"),
         );
         assert_eq!(
             line,
@@ -75,7 +71,7 @@ mod tests {
         let line = ready_line(
             Role::Prefill,
             &WorkerId("prefill-00000001".into()),
-            "127.0.0.1:5000".parse().expect("addr"),
+            "127.0.0.1:5000",
             None,
         );
         let json = line.strip_prefix("DOLPHIN_READY ").expect("prefix");

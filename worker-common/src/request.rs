@@ -95,6 +95,7 @@ mod tests {
             block_size: 16,
             total_blocks: 64,
             kv_bytes_per_token: 8,
+            kv_layout: "test".into(),
             context_length: 4096,
             vocab_size: 100,
             eos_token_id: None,

@@ -3,7 +3,9 @@
 
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 
-use dolphin_cluster::{Role, WorkerId, WorkerRecord};
+use dolphin_cluster::{
+    Advertise, AdvertiseError, BUILD_VERSION, Role, WorkerId, WorkerRecord, advertised,
+};
 use dolphin_engine::Engine;
 use dolphin_proto::v1;
 use tokio_util::sync::CancellationToken;
@@ -35,6 +37,37 @@ pub struct WorkerIdentity {
     pub grpc_addr: SocketAddr,
     /// Decode workers: the bound KV transfer listener.
     pub kv_addr: Option<SocketAddr>,
+    /// The published gRPC address (`host:port`): the advertise address, else the bound one.
+    pub public_grpc_addr: String,
+    /// Decode workers: the published KV transfer address, where prefill workers push blocks.
+    pub public_kv_addr: Option<String>,
+}
+
+impl WorkerIdentity {
+    /// An identity for listeners bound at `grpc_addr` (and `kv_addr`), published as
+    /// `advertise` (and `kv_advertise`) or, without one, as bound. Refuses a listener bound to
+    /// an unspecified address with nothing to advertise.
+    pub fn new(
+        id: WorkerId,
+        role: Role,
+        model: String,
+        (grpc_addr, advertise): (SocketAddr, Option<&Advertise>),
+        kv: Option<(SocketAddr, Option<&Advertise>)>,
+    ) -> Result<Self, AdvertiseError> {
+        let public_grpc_addr = advertised(grpc_addr, advertise, "gRPC")?;
+        let public_kv_addr = kv
+            .map(|(bound, adv)| advertised(bound, adv, "KV transfer"))
+            .transpose()?;
+        Ok(Self {
+            id,
+            role,
+            model,
+            grpc_addr,
+            kv_addr: kv.map(|(bound, _)| bound),
+            public_grpc_addr,
+            public_kv_addr,
+        })
+    }
 }
 
 /// State shared by every service of one worker process.
@@ -122,10 +155,12 @@ impl WorkerState {
         WorkerRecord {
             id: self.identity.id.clone(),
             role: self.identity.role,
-            grpc_addr: self.identity.grpc_addr.to_string(),
-            kv_addr: self.identity.kv_addr.map(|a| a.to_string()),
+            grpc_addr: self.identity.public_grpc_addr.clone(),
+            kv_addr: self.identity.public_kv_addr.clone(),
             model: self.identity.model.clone(),
             block_size: self.engine.info().block_size,
+            version: BUILD_VERSION.to_string(),
+            kv_layout: self.engine.info().kv_layout.clone(),
         }
     }
 
@@ -136,18 +171,26 @@ impl WorkerState {
             worker_id: self.identity.id.0.clone(),
             role: i32::from(self.identity.role),
             model: self.identity.model.clone(),
-            grpc_addr: self.identity.grpc_addr.to_string(),
-            kv_addr: self
-                .identity
-                .kv_addr
-                .map(|a| a.to_string())
-                .unwrap_or_default(),
+            grpc_addr: self.identity.public_grpc_addr.clone(),
+            kv_addr: self.identity.public_kv_addr.clone().unwrap_or_default(),
             block_size: info.block_size,
             total_blocks: info.total_blocks,
             kv_bytes_per_token: info.kv_bytes_per_token,
             engine: info.engine.to_string(),
             context_length: info.context_length,
             vocab_size: info.vocab_size,
+            version: BUILD_VERSION.to_string(),
+            kv_layout: info.kv_layout.clone(),
+        }
+    }
+
+    /// What must match for KV to move to or from this worker.
+    pub fn kv_compat(&self) -> v1::KvCompat {
+        v1::KvCompat {
+            version: BUILD_VERSION.to_string(),
+            model: self.identity.model.clone(),
+            block_size: self.engine.info().block_size,
+            kv_layout: self.engine.info().kv_layout.clone(),
         }
     }
 

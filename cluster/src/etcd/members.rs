@@ -105,6 +105,8 @@ mod tests {
             kv_addr: Some("127.0.0.1:2".into()),
             model: "m".into(),
             block_size: 16,
+            version: crate::BUILD_VERSION.into(),
+            kv_layout: String::new(),
         }
     }
 

@@ -71,6 +71,7 @@ impl CandleBackend {
             block_size: cfg.block_size,
             total_blocks,
             kv_bytes_per_token: per_token,
+            kv_layout: p.kv_layout(),
             context_length: model.max_positions() as u32,
             vocab_size: p.vocab_size as u32,
             eos_token_id: p.eos_token_id,

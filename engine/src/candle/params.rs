@@ -135,6 +135,14 @@ impl LlamaParams {
     pub fn kv_bytes_per_token(&self) -> u64 {
         (self.n_layer * 2 * self.kv_dim() * 4) as u64
     }
+
+    /// The exported KV layout: per block, every layer's K then V, f32, this geometry.
+    pub fn kv_layout(&self) -> String {
+        format!(
+            "candle/f32/layers={}/kv_heads={}/head_dim={}",
+            self.n_layer, self.n_head_kv, self.head_dim
+        )
+    }
 }
 
 fn int(md: &HashMap<String, Value>, key: &str) -> Result<usize, LoadError> {

@@ -229,6 +229,7 @@ pub(super) fn engine(total_blocks: u32, gate: &Arc<Gate>) -> Arc<Scheduler<Gated
             block_size: BS,
             total_blocks,
             kv_bytes_per_token: 4,
+            kv_layout: "test".into(),
             context_length: 1024,
             vocab_size: 100,
             eos_token_id: None,

@@ -129,6 +129,7 @@ impl<B: Backend> Scheduler<B> {
             block_size: bi.block_size,
             total_blocks: bi.total_blocks,
             kv_bytes_per_token: bi.kv_bytes_per_token,
+            kv_layout: bi.kv_layout.clone(),
             context_length: bi.context_length,
             vocab_size: bi.vocab_size,
             eos_token_id: bi.eos_token_id,

@@ -113,6 +113,7 @@ fn engine(s: Setup) -> (Arc<Scheduler<Recorder>>, Arc<Mutex<Vec<StepLog>>>) {
         block_size: BS,
         total_blocks: s.total_blocks,
         kv_bytes_per_token: 1,
+        kv_layout: "test".into(),
         context_length: 1024,
         vocab_size: 100,
         eos_token_id: Some(EOS),

@@ -100,6 +100,7 @@ pub fn sim_scheduler(cfg: SimConfig) -> Result<Arc<Scheduler<SimBackend>>, Engin
         block_size: cfg.block_size,
         total_blocks: cfg.total_blocks,
         kv_bytes_per_token: cfg.wire_bytes_per_token(),
+        kv_layout: format!("sim/bytes_per_token={}", cfg.wire_bytes_per_token()),
         context_length: cfg.context_length,
         vocab_size: cfg.vocab_size,
         eos_token_id: Some(content::EOS_TOKEN),

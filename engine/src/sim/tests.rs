@@ -248,6 +248,7 @@ fn a_mixed_step_costs_prefill_plus_decode() {
         block_size: 16,
         total_blocks: 100,
         kv_bytes_per_token: 8,
+        kv_layout: "test".into(),
         context_length: 4096,
         vocab_size: 99,
         eos_token_id: Some(content::EOS_TOKEN),

@@ -271,6 +271,8 @@ async fn stale_workers_are_estimated_from_what_was_routed_to_them() {
         kv_addr: None,
         model: "sim-model".into(),
         block_size: crate::testutil::BS,
+        version: dolphin_cluster::BUILD_VERSION.into(),
+        kv_layout: String::new(),
     };
     d.registry().add(rec).expect("add");
     let prompt: Vec<u32> = (3..43).collect(); // 40 tokens: 10 blocks of 4
