@@ -103,16 +103,6 @@ pub enum CtlError {
         /// What the router last reported (or why asking failed).
         seen: String,
     },
-    /// A process of the local cluster died while the cluster was up.
-    #[error("{name} exited unexpectedly ({status}); its last output:\n{tail}")]
-    ChildDied {
-        /// Name of the process.
-        name: String,
-        /// How it ended.
-        status: ExitStatus,
-        /// Its last lines of output.
-        tail: String,
-    },
     /// Waiting for a child or reading its output failed.
     #[error("lost track of {name}")]
     Wait {
