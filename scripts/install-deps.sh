@@ -5,25 +5,36 @@
 # namespaces) and pip (scripts/fetch-model.sh). Idempotent and quiet when all is there; uses
 # sudo -n when not root. The quick start, scripts/test.sh, .ci/run and the container build call
 # it, so they install the same things.
+#   scripts/install-deps.sh           # everything
+#   scripts/install-deps.sh --build   # only what `cargo build` needs (the container build)
 set -euo pipefail
+
+build_only=false
+case "${1:-}" in
+    --build) build_only=true ;;
+    "") ;;
+    *) echo "usage: $0 [--build]" >&2; exit 64 ;;
+esac
 
 need=()
 command -v protoc >/dev/null 2>&1 || need+=(protobuf-compiler)
 # protoc's well-known types (google/protobuf/*.proto): etcd-client's build imports them, and
 # --no-install-recommends leaves them out of protobuf-compiler.
 [[ -f /usr/include/google/protobuf/descriptor.proto ]] || need+=(libprotobuf-dev)
-command -v etcd >/dev/null 2>&1 || need+=(etcd-server)
-command -v etcdctl >/dev/null 2>&1 || need+=(etcd-client)
-command -v setpriv >/dev/null 2>&1 || need+=(util-linux)
-command -v ip >/dev/null 2>&1 || need+=(iproute2)
 command -v cc >/dev/null 2>&1 || need+=(gcc libc6-dev)
-if ! command -v python3 >/dev/null 2>&1; then
-    need+=(python3 python3-pip)
-elif ! python3 -m pip --version >/dev/null 2>&1; then
-    need+=(python3-pip)
+if ! $build_only; then
+    command -v etcd >/dev/null 2>&1 || need+=(etcd-server)
+    command -v etcdctl >/dev/null 2>&1 || need+=(etcd-client)
+    command -v setpriv >/dev/null 2>&1 || need+=(util-linux)
+    command -v ip >/dev/null 2>&1 || need+=(iproute2)
+    if ! command -v python3 >/dev/null 2>&1; then
+        need+=(python3 python3-pip)
+    elif ! python3 -m pip --version >/dev/null 2>&1; then
+        need+=(python3-pip)
+    fi
 fi
 if ((${#need[@]} == 0)); then
-    echo "install-deps: protoc, etcd, etcdctl, setpriv, ip and pip are present" >&2
+    echo "install-deps: everything needed is present" >&2
     exit 0
 fi
 if ! command -v apt-get >/dev/null 2>&1; then

@@ -28,4 +28,4 @@ if [[ $engine == candle ]]; then
     scripts/fetch-model.sh >/dev/null
 fi
 cargo build --release --locked --bins
-exec target/release/dolphinctl up "${extra[@]}" "$@"
+exec "${CARGO_TARGET_DIR:-target}/release/dolphinctl" up "${extra[@]}" "$@"
