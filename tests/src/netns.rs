@@ -43,6 +43,8 @@ pub struct Host {
 pub struct VirtualNet {
     switch: String,
     hosts: Vec<Host>,
+    /// Whether `/etc/netns/<host>/` directories were written ([`VirtualNet::set_hosts`]).
+    etc_written: bool,
 }
 
 /// Whether to fail (rather than skip) when namespaces are unavailable.
@@ -86,6 +88,7 @@ impl VirtualNet {
         let mut net = VirtualNet {
             switch: format!("{tag}-sw"),
             hosts: Vec::new(),
+            etc_written: false,
         };
         // From here on, Drop removes whatever was made, also on an error below.
         ip(&["netns", "add", &net.switch])?;
@@ -205,8 +208,35 @@ impl VirtualNet {
     }
 }
 
+impl VirtualNet {
+    /// Gives every host the same `/etc/hosts`: localhost plus `names` (address, names), as a
+    /// cluster's DNS would answer. `ip netns exec` bind-mounts `/etc/netns/<ns>/hosts` over
+    /// `/etc/hosts` for the programs it starts; nothing outside the namespaces sees it.
+    pub fn set_hosts(&mut self, names: &[(Ipv4Addr, Vec<String>)]) -> anyhow::Result<()> {
+        let mut text = String::from("127.0.0.1 localhost\n::1 localhost\n");
+        for (ip, names) in names {
+            text.push_str(&format!("{ip} {}\n", names.join(" ")));
+        }
+        self.etc_written = true;
+        for host in &self.hosts {
+            let dir = Path::new("/etc/netns").join(&host.netns);
+            std::fs::create_dir_all(&dir)
+                .with_context(|| format!("cannot create {}", dir.display()))?;
+            std::fs::write(dir.join("hosts"), &text)?;
+        }
+        Ok(())
+    }
+}
+
 impl Drop for VirtualNet {
     fn drop(&mut self) {
+        if self.etc_written {
+            for host in &self.hosts {
+                let _ = std::fs::remove_dir_all(Path::new("/etc/netns").join(&host.netns));
+            }
+            // Only when empty: another test's (or the machine's own) files stay.
+            let _ = std::fs::remove_dir("/etc/netns");
+        }
         // Deleting a namespace removes its interfaces (and so the veth pairs and the bridge).
         for host in &self.hosts {
             let _ = ip(&["netns", "del", &host.netns]);

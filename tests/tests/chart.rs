@@ -1,12 +1,14 @@
 //! The Helm chart runs: `helm template` renders `deploy/helm/dolphin` with the CPU profile
-//! (SmolLM2 on candle), and this test runs what it rendered. Every pod of the router, prefill
-//! and decode Deployments becomes a host (a network namespace, see `dolphin_tests::netns`); its
-//! init containers and then its main container are started as processes from their `command`,
-//! `args` and `env`, with the downward-API values (pod IP, pod name) replaced by the host's,
-//! `$(VAR)` references expanded as the kubelet does, and volume mount paths mapped to
-//! directories here (the model volume to the model directory). etcd is external, started by the
-//! test on its own host. Then: requests through the router on both paths, each container's
-//! readiness probe as declared, and the decode pod's preStop hook (the drain).
+//! (SmolLM2 on candle, bundled etcd), and this test runs what it rendered. Every pod of the
+//! etcd StatefulSet and the router, prefill and decode Deployments becomes a host (a network
+//! namespace, see `dolphin_tests::netns`) whose `/etc/hosts` answers the Services' and the
+//! StatefulSet pods' cluster DNS names with the pods' addresses. Each pod's init containers and
+//! then its main container are started as processes from their `command`, `args` and `env`,
+//! with the downward-API values (pod IP, pod name) replaced by the host's, `$(VAR)` references
+//! expanded as the kubelet does, and volume mount paths mapped to directories here (the model
+//! volume to the model directory; etcd runs Debian's etcd binary). Then: each readiness probe as
+//! declared, requests through the router on both paths, the learn Job's command line as
+//! `dolphinctl` parses it, and the decode pod's preStop hook (the drain).
 //!
 //! A flag the binary does not accept fails the process; a `DOLPHIN_*` variable the binary does
 //! not read (not in its `--help`) fails the test. Needs helm (`DOLPHIN_HELM`, or
@@ -63,6 +65,7 @@ struct Container {
     mounts: Vec<(String, String)>,
     readiness: Option<Value>,
     pre_stop: Option<Vec<String>>,
+    ports: BTreeMap<String, u64>,
 }
 
 #[derive(Debug)]
@@ -71,13 +74,60 @@ enum EnvValue {
     Field(String),
 }
 
-/// One pod template of a Deployment.
+/// One pod template of a Deployment or StatefulSet.
 #[derive(Debug)]
 struct Workload {
+    name: String,
     component: String,
     replicas: u64,
+    /// StatefulSets: the governing (headless) Service, for the pods' DNS names.
+    service_name: Option<String>,
+    labels: BTreeMap<String, String>,
     init: Vec<Container>,
     main: Container,
+}
+
+impl Workload {
+    /// The name of replica 0 (a Deployment's real pods get a hash suffix instead).
+    fn pod_name(&self) -> String {
+        format!("{}-0", self.name)
+    }
+}
+
+/// A Service: its name and pod selector.
+#[derive(Debug)]
+struct Service {
+    name: String,
+    selector: BTreeMap<String, String>,
+}
+
+fn string_map(v: &Value) -> BTreeMap<String, String> {
+    v.as_mapping()
+        .into_iter()
+        .flatten()
+        .filter_map(|(k, v)| Some((k.as_str()?.to_owned(), v.as_str()?.to_owned())))
+        .collect()
+}
+
+/// The Deployments, StatefulSets and Services of a render.
+fn parse(rendered: &str) -> anyhow::Result<(Vec<Workload>, Vec<Service>, Vec<Value>)> {
+    let (mut workloads, mut services, mut jobs) = (Vec::new(), Vec::new(), Vec::new());
+    for doc in serde_yaml::Deserializer::from_str(rendered) {
+        let doc = Value::deserialize(doc)?;
+        match doc["kind"].as_str() {
+            Some("Deployment" | "StatefulSet") => workloads.push(workload(&doc)?),
+            Some("Service") => services.push(Service {
+                name: doc["metadata"]["name"]
+                    .as_str()
+                    .context("Service name")?
+                    .to_owned(),
+                selector: string_map(&doc["spec"]["selector"]),
+            }),
+            Some("Job") => jobs.push(doc),
+            _ => {}
+        }
+    }
+    Ok((workloads, services, jobs))
 }
 
 fn strings(v: &Value) -> Vec<String> {
@@ -132,6 +182,12 @@ fn container(c: &Value) -> anyhow::Result<Container> {
     let pre_stop = c["lifecycle"]["preStop"]["exec"]
         .get("command")
         .map(strings);
+    let ports = c["ports"]
+        .as_sequence()
+        .into_iter()
+        .flatten()
+        .filter_map(|p| Some((p["name"].as_str()?.to_owned(), p["containerPort"].as_u64()?)))
+        .collect();
     Ok(Container {
         name,
         command: strings(&c["command"]),
@@ -140,40 +196,39 @@ fn container(c: &Value) -> anyhow::Result<Container> {
         mounts,
         readiness: c.get("readinessProbe").cloned(),
         pre_stop,
+        ports,
     })
 }
 
-fn workloads(rendered: &str) -> anyhow::Result<Vec<Workload>> {
-    let mut out = Vec::new();
-    for doc in serde_yaml::Deserializer::from_str(rendered) {
-        let doc = Value::deserialize(doc)?;
-        if doc["kind"].as_str() != Some("Deployment") {
-            continue;
-        }
-        let spec = &doc["spec"]["template"]["spec"];
-        let component = doc["metadata"]["labels"]["app.kubernetes.io/component"]
+fn workload(doc: &Value) -> anyhow::Result<Workload> {
+    let spec = &doc["spec"]["template"]["spec"];
+    let component = doc["metadata"]["labels"]["app.kubernetes.io/component"]
+        .as_str()
+        .context("workload without a component label")?
+        .to_owned();
+    let mut containers = spec["containers"].as_sequence().into_iter().flatten();
+    let main = container(containers.next().context("no container")?)?;
+    ensure!(
+        containers.next().is_none(),
+        "{component}: more than one container"
+    );
+    Ok(Workload {
+        name: doc["metadata"]["name"]
             .as_str()
-            .context("Deployment without a component label")?
-            .to_owned();
-        let mut containers = spec["containers"].as_sequence().into_iter().flatten();
-        let main = container(containers.next().context("no container")?)?;
-        ensure!(
-            containers.next().is_none(),
-            "{component}: more than one container"
-        );
-        out.push(Workload {
-            component,
-            replicas: doc["spec"]["replicas"].as_u64().unwrap_or(1),
-            init: spec["initContainers"]
-                .as_sequence()
-                .into_iter()
-                .flatten()
-                .map(container)
-                .collect::<anyhow::Result<_>>()?,
-            main,
-        });
-    }
-    Ok(out)
+            .context("no name")?
+            .to_owned(),
+        component,
+        replicas: doc["spec"]["replicas"].as_u64().unwrap_or(1),
+        service_name: doc["spec"]["serviceName"].as_str().map(str::to_owned),
+        labels: string_map(&doc["spec"]["template"]["metadata"]["labels"]),
+        init: spec["initContainers"]
+            .as_sequence()
+            .into_iter()
+            .flatten()
+            .map(container)
+            .collect::<anyhow::Result<_>>()?,
+        main,
+    })
 }
 
 /// The `DOLPHIN_*` variables `program` reads: the `[env: NAME=...]` its `--help` lists.
@@ -197,6 +252,9 @@ fn program(command0: &str) -> anyhow::Result<PathBuf> {
         .context("empty command")?;
     match base {
         "dolphin-fetch-model" => Ok(repo_root().join("scripts/fetch-model.sh")),
+        // The bundled etcd's image runs etcd; here Debian's (3.4) does.
+        "etcd" => Ok(std::env::var_os("DOLPHIN_ETCD_BIN")
+            .map_or_else(|| PathBuf::from("/usr/bin/etcd"), PathBuf::from)),
         b @ ("dolphin-router"
         | "dolphin-prefill-worker"
         | "dolphin-decode-worker"
@@ -209,7 +267,17 @@ fn program(command0: &str) -> anyhow::Result<PathBuf> {
 struct Mounts(Vec<(String, PathBuf)>);
 
 impl Mounts {
+    /// `s` with a leading mount path replaced (also the value of `--flag=PATH`).
     fn map(&self, s: &str) -> String {
+        if let Some((flag, value)) = s.split_once('=')
+            && flag.starts_with("--")
+        {
+            return format!("{flag}={}", self.map_path(value));
+        }
+        self.map_path(s)
+    }
+
+    fn map_path(&self, s: &str) -> String {
         for (mount, dir) in &self.0 {
             if let Some(rest) = s.strip_prefix(mount.as_str())
                 && (rest.is_empty() || rest.starts_with('/'))
@@ -252,7 +320,9 @@ fn spec_of(net: &VirtualNet, pod: &Pod, c: &Container) -> anyhow::Result<Process
         };
         vars.insert(key.clone(), value);
     }
-    let accepted = if program.extension().is_some_and(|e| e == "sh") {
+    let accepted = if program.file_name().is_some_and(|n| n == "etcd") {
+        BTreeSet::new()
+    } else if program.extension().is_some_and(|e| e == "sh") {
         // The fetch script: the variables its text reads.
         let text = std::fs::read_to_string(&program)?;
         vars.keys()
@@ -287,13 +357,11 @@ fn spec_of(net: &VirtualNet, pod: &Pod, c: &Container) -> anyhow::Result<Process
     Ok(spec)
 }
 
-/// Runs a container's readiness probe as declared (gRPC health or HTTP GET) from the client.
-async fn probe(
-    net: &VirtualNet,
-    ip: &str,
-    readiness: &Value,
-    ports: &BTreeMap<String, u64>,
-) -> anyhow::Result<()> {
+/// Runs a container's readiness probe as declared (gRPC health or HTTP GET) from the client;
+/// named ports are the container's.
+async fn probe(net: &VirtualNet, ip: &str, c: &Container) -> anyhow::Result<()> {
+    let readiness = c.readiness.as_ref().context("no readiness probe")?;
+    let ports = &c.ports;
     let port_of = |v: &Value| -> anyhow::Result<u64> {
         match v {
             Value::Number(n) => n.as_u64().context("bad port"),
@@ -335,18 +403,49 @@ async fn tonic_health_client(
     ))
 }
 
+/// The cluster DNS names of every pod and Service of the render, with the host each maps to.
+fn dns_names(
+    workloads: &[(&Workload, String)],
+    services: &[Service],
+) -> BTreeMap<String, Vec<String>> {
+    let mut names: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (w, host) in workloads {
+        if let Some(svc) = &w.service_name {
+            let pod = w.pod_name();
+            names.entry(host.clone()).or_default().extend([
+                format!("{pod}.{svc}.{NAMESPACE}.svc.cluster.local"),
+                format!("{pod}.{svc}.{NAMESPACE}.svc"),
+                format!("{pod}.{svc}"),
+            ]);
+        }
+    }
+    for svc in services {
+        let mut matching = workloads.iter().filter(|(w, _)| {
+            !svc.selector.is_empty() && svc.selector.iter().all(|(k, v)| w.labels.get(k) == Some(v))
+        });
+        // One replica each: a Service's name answers with its one pod's address (no ClusterIP).
+        if let (Some((_, host)), None) = (matching.next(), matching.next()) {
+            let n = &svc.name;
+            names.entry(host.clone()).or_default().extend([
+                format!("{n}.{NAMESPACE}.svc.cluster.local"),
+                format!("{n}.{NAMESPACE}.svc"),
+                format!("{n}.{NAMESPACE}"),
+                n.clone(),
+            ]);
+        }
+    }
+    names
+}
+
+const NAMESPACE: &str = "dolphin";
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_rendered_chart_serves_requests() -> anyhow::Result<()> {
     let Some(helm) = helm()? else { return Ok(()) };
-    let hosts = ["etcd", "router-0", "prefill-0", "decode-0", "client"];
-    let Some(net) = netns::create_or_skip(&hosts)? else {
-        return Ok(());
-    };
     let model = dolphinctl::up::default_model_path();
     if !model.is_file() {
         bail!("{} is missing: run scripts/fetch-model.sh", model.display());
     }
-    let etcd_url = format!("http://{}:2379", net.host("etcd").ip);
     let root = repo_root();
     let out = std::process::Command::new(&helm)
         .current_dir(&root)
@@ -355,50 +454,66 @@ async fn the_rendered_chart_serves_requests() -> anyhow::Result<()> {
             "t",
             CHART,
             "--namespace",
-            "dolphin",
+            NAMESPACE,
             "-f",
             PROFILE,
         ])
-        .args(["--set", "etcd.bundled.enabled=false"])
-        .args(["--set", &format!("etcd.external.endpoints={{{etcd_url}}}")])
+        // The learn Job is rendered (its command line is checked below), not run.
+        .args([
+            "--set",
+            "learn.enabled=true",
+            "--set",
+            "router.policy=dolphin",
+        ])
         .output()?;
     ensure!(
         out.status.success(),
         "helm template failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let rendered = String::from_utf8(out.stdout)?;
-    let workloads = workloads(&rendered)?;
+    let (workloads, services, jobs) = parse(&String::from_utf8(out.stdout)?)?;
+    // Start order: etcd, the workers (slow model loads), the router.
+    let order = [
+        ("etcd", "etcd"),
+        ("prefill-worker", "prefill"),
+        ("decode-worker", "decode"),
+        ("router", "router"),
+    ];
     let components: BTreeSet<&str> = workloads.iter().map(|w| w.component.as_str()).collect();
     ensure!(
-        components == BTreeSet::from(["decode-worker", "prefill-worker", "router"]),
-        "unexpected Deployments {components:?}"
+        components == order.iter().map(|(c, _)| *c).collect(),
+        "unexpected workloads {components:?}"
     );
-
-    let dir = tempfile::tempdir()?;
-    let mut running: Vec<ManagedProcess> = Vec::new();
-    let result = async {
-        let (etcd, _) = netns::etcd_spec(&net, "etcd", &dir.path().join("etcd"));
-        running.push(ManagedProcess::spawn(etcd)?);
-        net.wait_etcd("client", &etcd_url).await?;
-
-        // Workers first, then the router (the order of a fresh install does not matter with
-        // etcd, but a quicker test starts the slow model loads first).
-        let mut pods = Vec::new();
-        for (component, host) in [
-            ("prefill-worker", "prefill-0"),
-            ("decode-worker", "decode-0"),
-            ("router", "router-0"),
-        ] {
+    let placed: Vec<(&Workload, String)> = order
+        .iter()
+        .map(|(component, host)| {
             let w = workloads
                 .iter()
-                .find(|w| w.component == component)
+                .find(|w| w.component == *component)
                 .context("missing")?;
             ensure!(
                 w.replicas == 1,
                 "{component}: the CPU profile has one replica"
             );
-            let host = host.to_owned();
+            Ok((w, (*host).to_owned()))
+        })
+        .collect::<anyhow::Result<_>>()?;
+
+    let hosts: Vec<&str> = order.iter().map(|(_, h)| *h).chain(["client"]).collect();
+    let Some(mut net) = netns::create_or_skip(&hosts)? else {
+        return Ok(());
+    };
+    let dns: Vec<_> = dns_names(&placed, &services)
+        .into_iter()
+        .map(|(host, names)| (net.host(&host).ip, names))
+        .collect();
+    net.set_hosts(&dns)?;
+
+    let dir = tempfile::tempdir()?;
+    let mut running: Vec<ManagedProcess> = Vec::new();
+    let result = async {
+        let mut pods = Vec::new();
+        for (w, host) in &placed {
             let mut dirs = Vec::new();
             for (volume, mount) in w
                 .main
@@ -409,7 +524,7 @@ async fn the_rendered_chart_serves_requests() -> anyhow::Result<()> {
                 let here = match volume.as_str() {
                     "model" => model.parent().context("model dir")?.to_path_buf(),
                     other => {
-                        let d = dir.path().join(&host).join(other);
+                        let d = dir.path().join(host).join(other);
                         std::fs::create_dir_all(&d)?;
                         d
                     }
@@ -417,9 +532,9 @@ async fn the_rendered_chart_serves_requests() -> anyhow::Result<()> {
                 dirs.push((mount.clone(), here));
             }
             let pod = Pod {
-                name: format!("t-dolphin-{host}"),
-                ip: net.host(&host).ip.to_string(),
-                host,
+                name: w.pod_name(),
+                ip: net.host(host).ip.to_string(),
+                host: host.clone(),
                 dirs: Mounts(dirs),
             };
             for init in &w.init {
@@ -434,12 +549,25 @@ async fn the_rendered_chart_serves_requests() -> anyhow::Result<()> {
                 );
             }
             running.push(ManagedProcess::spawn(spec_of(&net, &pod, &w.main)?)?);
-            pods.push((w, pod));
+            // Ready as the kubelet sees it: the declared readiness probe passes.
+            let what = format!("{} to pass its readiness probe", pod.name);
+            wait::until(&what, Duration::from_secs(180), || async {
+                probe(&net, &pod.ip, &w.main)
+                    .await
+                    .map_err(|e| format!("{e:#}"))
+            })
+            .await?;
+            pods.push((*w, pod));
         }
-        for p in running.iter_mut().skip(1) {
-            p.wait_ready(Duration::from_secs(180)).await?;
-        }
-        let router = format!("{}:50051", net.host("router-0").ip);
+        let router_svc = services
+            .iter()
+            .find(|s| {
+                s.selector
+                    .get("app.kubernetes.io/component")
+                    .is_some_and(|c| c == "router")
+            })
+            .context("no router Service")?;
+        let router = format!("{}:50051", net.host("router").ip);
         wait::until("the router to list both workers live", GENEROUS, || async {
             let router = router.clone();
             let ws = net
@@ -455,25 +583,6 @@ async fn the_rendered_chart_serves_requests() -> anyhow::Result<()> {
             }
         })
         .await?;
-
-        // Every container's readiness probe, as the kubelet would run it.
-        for (w, pod) in &pods {
-            let ports: BTreeMap<String, u64> = BTreeMap::from([
-                ("http".to_owned(), 8000),
-                (
-                    "grpc".to_owned(),
-                    if w.component == "router" {
-                        50051
-                    } else {
-                        50060
-                    },
-                ),
-            ]);
-            let readiness = w.main.readiness.as_ref().context("no readiness probe")?;
-            probe(&net, &pod.ip, readiness, &ports)
-                .await
-                .with_context(|| format!("{} readiness", pod.name))?;
-        }
 
         // Requests through the router, on both paths, with the real model.
         for mode in [PrefillMode::Local, PrefillMode::Remote] {
@@ -505,6 +614,27 @@ async fn the_rendered_chart_serves_requests() -> anyhow::Result<()> {
             }
         }
 
+        // The learn Job: dolphinctl accepts its command line (--help after it: clap checks every
+        // flag and value before it prints the help), and it names the router's Service.
+        let job = jobs.first().context("learn.enabled rendered no Job")?;
+        let c = container(&job["spec"]["template"]["spec"]["containers"][0])?;
+        ensure!(
+            c.args.iter().any(|a| a.contains(&router_svc.name)),
+            "the learn Job does not address the router Service: {:?}",
+            c.args
+        );
+        let out = std::process::Command::new(program(&c.command[0])?)
+            .args(&c.command[1..])
+            .args(&c.args)
+            .arg("--help")
+            .output()?;
+        ensure!(
+            out.status.success(),
+            "dolphinctl refuses the learn Job's arguments {:?}: {}",
+            c.args,
+            String::from_utf8_lossy(&out.stderr)
+        );
+
         // The decode pod's preStop hook drains it: readiness turns NOT_SERVING.
         let (w, pod) = pods
             .iter()
@@ -523,14 +653,13 @@ async fn the_rendered_chart_serves_requests() -> anyhow::Result<()> {
             mounts: Vec::new(),
             readiness: None,
             pre_stop: None,
+            ports: BTreeMap::new(),
         };
         let mut p = ManagedProcess::spawn(spec_of(&net, pod, &hook_container)?)?;
         let status = tokio::time::timeout(GENEROUS, p.wait()).await?;
         ensure!(status.success(), "preStop failed: {}", p.output_tail(20));
-        let readiness = w.main.readiness.as_ref().context("no readiness probe")?;
-        let ports = BTreeMap::from([("grpc".to_owned(), 50060)]);
         ensure!(
-            probe(&net, &pod.ip, readiness, &ports).await.is_err(),
+            probe(&net, &pod.ip, &w.main).await.is_err(),
             "a drained decode worker still reports ready"
         );
         anyhow::Ok(())
