@@ -37,6 +37,20 @@ pub enum DispatchError {
         #[source]
         status: tonic::Status,
     },
+    /// The connection to the decode worker broke while the request ran (its host stopped
+    /// answering pings, the connection was reset): an error of the transport, not an answer
+    /// of the worker.
+    #[error(
+        "lost the connection to decode worker {worker} before the request finished: {}",
+        status.message()
+    )]
+    Disconnected {
+        /// The worker's id.
+        worker: String,
+        /// The transport's error, as tonic reports it.
+        #[source]
+        status: tonic::Status,
+    },
     /// The worker's stream ended before the request finished.
     #[error("decode worker {worker} ended the stream before the request finished")]
     Truncated {
@@ -71,6 +85,7 @@ impl DispatchError {
             DispatchError::RouterBusy(_) => ErrorKind::Overloaded,
             DispatchError::NoDecodeWorkers
             | DispatchError::NoPrefillWorkers
+            | DispatchError::Disconnected { .. }
             | DispatchError::Truncated { .. } => ErrorKind::Unavailable,
             DispatchError::Worker { status, .. } => match status.code() {
                 Code::InvalidArgument | Code::OutOfRange => ErrorKind::InvalidRequest,
@@ -106,7 +121,7 @@ impl DispatchError {
                     | Code::Unauthenticated
                     | Code::FailedPrecondition
             ),
-            DispatchError::Truncated { .. } => true,
+            DispatchError::Truncated { .. } | DispatchError::Disconnected { .. } => true,
             _ => false,
         }
     }
@@ -117,6 +132,20 @@ impl DispatchError {
             DispatchError::PromptTooLong { .. } => Some("context_length_exceeded"),
             DispatchError::ModelNotFound(_) => Some("model_not_found"),
             _ => None,
+        }
+    }
+}
+
+impl DispatchError {
+    /// The error for a status that ended decode worker `worker`'s stream: a status the worker
+    /// sent is its answer ([`DispatchError::Worker`]); one the local transport made (it carries
+    /// the transport's error as its source) means the connection broke
+    /// ([`DispatchError::Disconnected`]).
+    pub fn from_worker_status(worker: String, status: tonic::Status) -> Self {
+        if std::error::Error::source(&status).is_some() {
+            DispatchError::Disconnected { worker, status }
+        } else {
+            DispatchError::Worker { worker, status }
         }
     }
 }
@@ -137,6 +166,25 @@ impl From<DispatchError> for tonic::Status {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_broken_connection_is_unavailable_and_an_answer_keeps_its_code() {
+        let broken =
+            tonic::Status::from_error(Box::new(std::io::Error::other("keep-alive timed out")));
+        let e = DispatchError::from_worker_status("decode-1".into(), broken);
+        assert!(matches!(e, DispatchError::Disconnected { .. }), "{e:?}");
+        assert_eq!(e.kind(), ErrorKind::Unavailable);
+        assert!(
+            e.to_string()
+                .contains("lost the connection to decode worker decode-1"),
+            "{e}"
+        );
+        assert_eq!(tonic::Status::from(e).code(), Code::Unavailable);
+        let answer = tonic::Status::internal("engine failed");
+        let e = DispatchError::from_worker_status("decode-1".into(), answer);
+        assert!(matches!(e, DispatchError::Worker { .. }), "{e:?}");
+        assert_eq!(e.kind(), ErrorKind::Internal);
+    }
 
     fn worker(code: Code) -> DispatchError {
         DispatchError::Worker {

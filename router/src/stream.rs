@@ -204,10 +204,10 @@ impl ResponseStream {
                         Poll::Ready(None) => DispatchError::Truncated {
                             worker: self.meta.route.decode.worker.id.0.clone(),
                         },
-                        Poll::Ready(Some(Err(status))) => DispatchError::Worker {
-                            worker: self.meta.route.decode.worker.id.0.clone(),
+                        Poll::Ready(Some(Err(status))) => DispatchError::from_worker_status(
+                            self.meta.route.decode.worker.id.0.clone(),
                             status,
-                        },
+                        ),
                     };
                     if out.is_some() {
                         self.deferred = Some(err);

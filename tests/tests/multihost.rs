@@ -3,7 +3,9 @@
 //! address, as in containers. Checks the local and remote paths with KV crossing hosts, then
 //! pulls one decode host's cable: it leaves the router's view within its lease TTL, its
 //! in-flight requests end with a clear error (or complete), new requests are served by the
-//! other host; the cable goes back in and the worker rejoins and serves again.
+//! other host; the cable goes back in and the worker rejoins and serves again. Then a prefill
+//! host's cable: remote requests complete throughout (falling back to local prefill while the
+//! router still lists it), and it rejoins.
 //!
 //! Needs root (network namespaces); skips without, unless `DOLPHIN_REQUIRE_NETNS=1` (CI).
 
@@ -292,6 +294,7 @@ async fn a_cluster_across_hosts_survives_a_lost_host() -> anyhow::Result<()> {
     })
     .await?;
     let left_after = cut.elapsed();
+    eprintln!("decode-1 left the router's view {left_after:?} after its link went down");
     // The lease expires at most one TTL after the last keep-alive; etcd's expiry sweep and the
     // watch add a little. Generous against a busy machine, still far below the next TTL.
     ensure!(
@@ -334,9 +337,16 @@ async fn a_cluster_across_hosts_survives_a_lost_host() -> anyhow::Result<()> {
             }
             ("decode-1", Err(status)) => {
                 eprintln!("request {i} on decode-1 ended: {status}");
+                assert_eq!(
+                    status.code(),
+                    tonic::Code::Unavailable,
+                    "request {i}: {status}"
+                );
                 assert!(
-                    !status.message().is_empty(),
-                    "request {i}: an error without a message"
+                    status
+                        .message()
+                        .contains("lost the connection to decode worker decode-1"),
+                    "request {i}: {status}"
                 );
             }
             (_, other) => bail!("request {i} on {decode} ended badly: {other:?}"),
@@ -367,6 +377,73 @@ async fn a_cluster_across_hosts_survives_a_lost_host() -> anyhow::Result<()> {
         }
     }
     ensure!(served, "decode-1 rejoined but served none of 40 requests");
+
+    // A prefill host goes away: until its lease expires the router may still pick it, and the
+    // decode worker then cannot reach it and prefills locally (the request completes
+    // elsewhere, `fell_back`); afterwards every remote request goes to prefill-0.
+    net.link_down("prefill-1")?;
+    let cut = Instant::now();
+    let during = {
+        let router = router.clone();
+        net.run_in("client", move || async move {
+            let mut client = InferenceClient::new(grpc::channel(&router).await?);
+            let mut out = Vec::new();
+            for i in 0..6 {
+                let req = grpc::text_request(
+                    &format!("{i} prefill host gone: ship my KV anyway"),
+                    4,
+                    PrefillMode::Remote,
+                );
+                out.push(grpc::generate(&mut client, req).await);
+            }
+            anyhow::Ok(out)
+        })
+    };
+    let gone = async {
+        wait::until("prefill-1 to leave the router's view", GENEROUS, || async {
+            let ws = workers(&net, &router).await.map_err(|e| format!("{e:#}"))?;
+            match ws.iter().any(|w| w.worker_id == "prefill-1") {
+                true => Err(format!("{ws:?}")),
+                false => Ok(cut.elapsed()),
+            }
+        })
+        .await
+    };
+    let (during, left_after) = tokio::join!(during, gone);
+    let left_after = left_after?;
+    ensure!(
+        left_after <= Duration::from_secs(LEASE_TTL_SECS + 3),
+        "prefill-1 left the router's view {left_after:?} after its link went down"
+    );
+    let mut fell_back = 0;
+    for (i, g) in during?.into_iter().enumerate() {
+        let g =
+            g.map_err(|s| anyhow::anyhow!("remote request {i} with prefill-1 cut failed: {s}"))?;
+        ensure!(g.tokens.len() == 4, "{g:?}");
+        fell_back += usize::from(g.last_routing.is_some_and(|r| r.fell_back));
+    }
+    eprintln!(
+        "prefill-1 left the router's view {left_after:?} after its link went down; 6 remote \
+         requests sent meanwhile all completed, {fell_back} by falling back to local prefill"
+    );
+    for i in 0..4 {
+        let prompt = format!("{i} with one prefill host: ship my KV");
+        let g = request(&net, &router, prompt, 4, PrefillMode::Remote)
+            .await?
+            .map_err(|s| anyhow::anyhow!("remote request {i} failed: {s}"))?;
+        let routing = g.last_routing.context("no routing")?;
+        assert_eq!(routing.prefill_worker, "prefill-0", "{routing:?}");
+        assert!(!routing.fell_back, "{routing:?}");
+    }
+    net.link_up("prefill-1")?;
+    wait::until("prefill-1 to rejoin", GENEROUS, || async {
+        let ws = workers(&net, &router).await.map_err(|e| format!("{e:#}"))?;
+        match ws.iter().find(|w| w.worker_id == "prefill-1") {
+            Some(w) if w.events_live => Ok(()),
+            _ => Err(format!("{ws:?}")),
+        }
+    })
+    .await?;
     procs.passed = true;
     Ok(())
 }
