@@ -499,6 +499,50 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn prefill_workers_pair_only_with_decode_workers_of_their_build_and_layout() {
+        let reg = WorkerRegistry::new(cfg());
+        reg.add(record("d1", Role::Decode, "127.0.0.1:9"))
+            .expect("add");
+        let mut newer = record("p-new", Role::Prefill, "127.0.0.1:9");
+        newer.version = "9.9.9".into();
+        reg.add(newer).expect("add");
+        let mut other_layout = record("p-f16", Role::Prefill, "127.0.0.1:9");
+        other_layout.kv_layout = "candle/f16".into();
+        reg.add(other_layout).expect("add");
+        let d1 = reg.get(&WorkerId::from("d1")).expect("d1");
+        let mut buf = Vec::new();
+        // Neither is a partner, however much of the prompt it caches.
+        for p in ["p-new", "p-f16"] {
+            let slot = reg.get(&WorkerId::from(p)).expect(p).slot;
+            reg.pool(Role::Prefill)
+                .write()
+                .index
+                .stored(slot, &[10, 11]);
+        }
+        assert!(
+            reg.route_prefill_for(&d1, &[10, 11], 1.0, &mut buf)
+                .is_none()
+        );
+        // A compatible one is chosen, even with nothing cached.
+        reg.add(record("p-same", Role::Prefill, "127.0.0.1:9"))
+            .expect("add");
+        let r = reg
+            .route_prefill_for(&d1, &[10, 11], 1.0, &mut buf)
+            .expect("routed");
+        assert_eq!((r.worker.id.as_str(), r.cached_blocks), ("p-same", 0));
+        let p_new = reg.get(&WorkerId::from("p-new")).expect("p-new");
+        assert_eq!(
+            p_new.pairs_with(&d1).map_err(|m| m.as_str()),
+            Err("version")
+        );
+        // The plain route (no decode worker to pair with) still sees every prefill worker.
+        let r = reg
+            .route(Role::Prefill, &[10, 11], 1.0, None, &mut buf)
+            .expect("routed");
+        assert_ne!(r.worker.id.as_str(), "p-same");
+    }
+
+    #[tokio::test]
     async fn same_record_twice_is_a_no_op_and_a_changed_one_replaces() {
         let reg = WorkerRegistry::new(cfg());
         reg.add(record("d1", Role::Decode, "127.0.0.1:9"))
