@@ -39,6 +39,9 @@ pub struct WorkerHandle {
     /// Build version, model, block size and KV layout: a prefill and a decode worker are
     /// paired only when theirs are equal.
     pub compat: KvCompat,
+    /// The registry's number for `compat`: equal numbers, equal `compat` (one integer compare
+    /// per candidate on the request path instead of four field compares).
+    compat_id: u32,
     block_size: u32,
     channel: WorkerChannel,
     load: Load,
@@ -147,7 +150,12 @@ impl Drop for InflightGuard {
 
 impl WorkerHandle {
     /// A handle for `rec` in pool slot `slot`, with its event stream not yet connected.
-    pub(crate) fn new(rec: &WorkerRecord, slot: usize, channel: WorkerChannel) -> Self {
+    pub(crate) fn new(
+        rec: &WorkerRecord,
+        slot: usize,
+        channel: WorkerChannel,
+        compat_id: u32,
+    ) -> Self {
         let handle = WorkerHandle {
             id: rec.id.clone(),
             role: rec.role,
@@ -155,6 +163,7 @@ impl WorkerHandle {
             kv_addr: rec.kv_addr.clone(),
             slot,
             compat: rec.kv_compat(),
+            compat_id,
             block_size: rec.block_size,
             channel,
             load: Load::default(),
@@ -189,8 +198,7 @@ impl WorkerHandle {
 
     /// Whether this (prefill) worker's KV may go to `decode`; else why not.
     pub fn pairs_with(&self, decode: &WorkerHandle) -> Result<(), KvMismatch> {
-        // Equal in the steady state: one comparison of short strings per candidate.
-        if self.compat == decode.compat {
+        if self.compat_id == decode.compat_id {
             return Ok(());
         }
         self.compat.check(&decode.compat)

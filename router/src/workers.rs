@@ -10,7 +10,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use dolphin_cluster::{BlockHash, KvMismatch, MembershipEvent, Role, WorkerId, WorkerRecord};
+use dolphin_cluster::{
+    BlockHash, KvCompat, KvMismatch, MembershipEvent, Role, WorkerId, WorkerRecord,
+};
 use dolphin_proto::v1;
 use parking_lot::{Mutex, RwLock};
 use tokio::sync::mpsc;
@@ -87,6 +89,8 @@ pub struct WorkerRegistry {
     /// Live workers per role (prefill, decode), readable without the members lock: the live
     /// split selects the routing table on every request.
     live: [AtomicU32; 2],
+    /// A number per distinct [`KvCompat`] seen (never reused: a handful of builds per life).
+    compat_ids: Mutex<HashMap<KvCompat, u32>>,
 }
 
 /// The worker chosen in one pool for a request.
@@ -107,6 +111,7 @@ impl WorkerRegistry {
             decode: SharedPool::default(),
             members: Mutex::new(HashMap::new()),
             live: [AtomicU32::new(0), AtomicU32::new(0)],
+            compat_ids: Mutex::new(HashMap::new()),
         })
     }
 
@@ -178,11 +183,16 @@ impl WorkerRegistry {
             self.remove(&rec.id);
             members = self.members.lock();
         }
+        let compat_id = {
+            let mut ids = self.compat_ids.lock();
+            let next = ids.len() as u32;
+            *ids.entry(rec.kv_compat()).or_insert(next)
+        };
         let pool = self.pool(rec.role).clone();
         let handle = {
             let mut p = pool.write();
             let slot = p.index.allocate_slot().ok_or(RejectReason::PoolFull)?;
-            let handle = Arc::new(WorkerHandle::new(&rec, slot, channel));
+            let handle = Arc::new(WorkerHandle::new(&rec, slot, channel, compat_id));
             if p.slots.len() <= slot {
                 p.slots.resize(slot + 1, None);
             }
