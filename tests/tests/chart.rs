@@ -1,9 +1,10 @@
 //! The Helm chart runs: `helm template` renders `deploy/helm/dolphin` with the CPU profile
-//! (SmolLM2 on candle, bundled etcd), and this test runs what it rendered. Every pod of the
-//! etcd StatefulSet and the router, prefill and decode Deployments becomes a host (a network
-//! namespace, see `dolphin_tests::netns`) whose `/etc/hosts` answers the Services' and the
-//! StatefulSet pods' cluster DNS names with the pods' addresses. Each pod's init containers and
-//! then its main container are started as processes from their `command`, `args` and `env`,
+//! (SmolLM2 on candle; bundled etcd with 3 members, 2 prefill workers), and this test runs what
+//! it rendered. Every pod of the etcd StatefulSet and the router, prefill and decode Deployments
+//! becomes a host (a network namespace, see `dolphin_tests::netns`) whose `/etc/hosts` answers
+//! the Services' and the StatefulSet pods' cluster DNS names with the pods' addresses. Each
+//! pod's init containers and then its main container are started as processes from their
+//! `command`, `args` and `env`,
 //! with the downward-API values (pod IP, pod name) replaced by the host's, `$(VAR)` references
 //! expanded as the kubelet does, and volume mount paths mapped to directories here (the model
 //! volume to the model directory; etcd runs Debian's etcd binary). Then: each readiness probe as
@@ -88,10 +89,17 @@ struct Workload {
 }
 
 impl Workload {
-    /// The name of replica 0 (a Deployment's real pods get a hash suffix instead).
-    fn pod_name(&self) -> String {
-        format!("{}-0", self.name)
+    /// The name of replica `i` (a StatefulSet's; a Deployment's real pods get a hash suffix).
+    fn pod_name(&self, i: u64) -> String {
+        format!("{}-{i}", self.name)
     }
+}
+
+/// One replica of a workload, on its own host.
+struct Placed<'a> {
+    workload: &'a Workload,
+    replica: u64,
+    host: String,
 }
 
 /// A Service: its name and pod selector.
@@ -404,15 +412,12 @@ async fn tonic_health_client(
 }
 
 /// The cluster DNS names of every pod and Service of the render, with the host each maps to.
-fn dns_names(
-    workloads: &[(&Workload, String)],
-    services: &[Service],
-) -> BTreeMap<String, Vec<String>> {
+fn dns_names(placed: &[Placed<'_>], services: &[Service]) -> BTreeMap<String, Vec<String>> {
     let mut names: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    for (w, host) in workloads {
-        if let Some(svc) = &w.service_name {
-            let pod = w.pod_name();
-            names.entry(host.clone()).or_default().extend([
+    for p in placed {
+        if let Some(svc) = &p.workload.service_name {
+            let pod = p.workload.pod_name(p.replica);
+            names.entry(p.host.clone()).or_default().extend([
                 format!("{pod}.{svc}.{NAMESPACE}.svc.cluster.local"),
                 format!("{pod}.{svc}.{NAMESPACE}.svc"),
                 format!("{pod}.{svc}"),
@@ -420,13 +425,18 @@ fn dns_names(
         }
     }
     for svc in services {
-        let mut matching = workloads.iter().filter(|(w, _)| {
-            !svc.selector.is_empty() && svc.selector.iter().all(|(k, v)| w.labels.get(k) == Some(v))
+        let mut matching = placed.iter().filter(|p| {
+            !svc.selector.is_empty()
+                && svc
+                    .selector
+                    .iter()
+                    .all(|(k, v)| p.workload.labels.get(k) == Some(v))
         });
-        // One replica each: a Service's name answers with its one pod's address (no ClusterIP).
-        if let (Some((_, host)), None) = (matching.next(), matching.next()) {
+        // A Service with one pod answers with that pod's address (there is no ClusterIP
+        // here); those with several are reached by their pods' own names.
+        if let (Some(p), None) = (matching.next(), matching.next()) {
             let n = &svc.name;
-            names.entry(host.clone()).or_default().extend([
+            names.entry(p.host.clone()).or_default().extend([
                 format!("{n}.{NAMESPACE}.svc.cluster.local"),
                 format!("{n}.{NAMESPACE}.svc"),
                 format!("{n}.{NAMESPACE}"),
@@ -458,12 +468,17 @@ async fn the_rendered_chart_serves_requests() -> anyhow::Result<()> {
             "-f",
             PROFILE,
         ])
-        // The learn Job is rendered (its command line is checked below), not run.
+        // The learn Job is rendered (its command line is checked below), not run. Three etcd
+        // members (the GPU profile's) and two prefill workers: several replicas per workload.
         .args([
             "--set",
             "learn.enabled=true",
             "--set",
             "router.policy=dolphin",
+            "--set",
+            "etcd.bundled.replicas=3",
+            "--set",
+            "prefill.replicas=2",
         ])
         .output()?;
     ensure!(
@@ -484,22 +499,41 @@ async fn the_rendered_chart_serves_requests() -> anyhow::Result<()> {
         components == order.iter().map(|(c, _)| *c).collect(),
         "unexpected workloads {components:?}"
     );
-    let placed: Vec<(&Workload, String)> = order
-        .iter()
-        .map(|(component, host)| {
-            let w = workloads
-                .iter()
-                .find(|w| w.component == *component)
-                .context("missing")?;
-            ensure!(
-                w.replicas == 1,
-                "{component}: the CPU profile has one replica"
-            );
-            Ok((w, (*host).to_owned()))
-        })
-        .collect::<anyhow::Result<_>>()?;
+    let mut placed = Vec::new();
+    for (component, host) in order {
+        let w = workloads
+            .iter()
+            .find(|w| w.component == component)
+            .context("missing")?;
+        for replica in 0..w.replicas {
+            placed.push(Placed {
+                workload: w,
+                replica,
+                host: format!("{host}-{replica}"),
+            });
+        }
+    }
+    let replicas = |component: &str| {
+        placed
+            .iter()
+            .filter(|p| p.workload.component == component)
+            .count()
+    };
+    ensure!(
+        (
+            replicas("etcd"),
+            replicas("prefill-worker"),
+            replicas("decode-worker")
+        ) == (3, 2, 1),
+        "the render has other replica counts than asked"
+    );
+    let workers = replicas("prefill-worker") + replicas("decode-worker");
 
-    let hosts: Vec<&str> = order.iter().map(|(_, h)| *h).chain(["client"]).collect();
+    let hosts: Vec<&str> = placed
+        .iter()
+        .map(|p| p.host.as_str())
+        .chain(["client"])
+        .collect();
     let Some(mut net) = netns::create_or_skip(&hosts)? else {
         return Ok(());
     };
@@ -512,52 +546,61 @@ async fn the_rendered_chart_serves_requests() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let mut running: Vec<ManagedProcess> = Vec::new();
     let result = async {
-        let mut pods = Vec::new();
-        for (w, host) in &placed {
-            let mut dirs = Vec::new();
-            for (volume, mount) in w
-                .main
-                .mounts
-                .iter()
-                .chain(w.init.iter().flat_map(|c| &c.mounts))
-            {
-                let here = match volume.as_str() {
-                    "model" => model.parent().context("model dir")?.to_path_buf(),
-                    other => {
-                        let d = dir.path().join(host).join(other);
-                        std::fs::create_dir_all(&d)?;
-                        d
-                    }
+        let mut pods: Vec<(&Workload, Pod)> = Vec::new();
+        for (component, _) in order {
+            // Every replica of a workload starts at once (etcd members need each other for
+            // quorum; the chart's StatefulSet has podManagementPolicy Parallel), then each must
+            // pass its readiness probe, as the kubelet sees readiness.
+            let started = pods.len();
+            for p in placed.iter().filter(|p| p.workload.component == component) {
+                let w = p.workload;
+                let mut dirs = Vec::new();
+                for (volume, mount) in w
+                    .main
+                    .mounts
+                    .iter()
+                    .chain(w.init.iter().flat_map(|c| &c.mounts))
+                {
+                    let here = match volume.as_str() {
+                        "model" => model.parent().context("model dir")?.to_path_buf(),
+                        other => {
+                            let d = dir.path().join(&p.host).join(other);
+                            std::fs::create_dir_all(&d)?;
+                            d
+                        }
+                    };
+                    dirs.push((mount.clone(), here));
+                }
+                let pod = Pod {
+                    name: w.pod_name(p.replica),
+                    ip: net.host(&p.host).ip.to_string(),
+                    host: p.host.clone(),
+                    dirs: Mounts(dirs),
                 };
-                dirs.push((mount.clone(), here));
+                for init in &w.init {
+                    let mut proc = ManagedProcess::spawn(spec_of(&net, &pod, init)?)?;
+                    let status =
+                        tokio::time::timeout(Duration::from_secs(300), proc.wait()).await?;
+                    ensure!(
+                        status.success(),
+                        "{}: init {} failed: {}",
+                        pod.name,
+                        init.name,
+                        proc.output_tail(20)
+                    );
+                }
+                running.push(ManagedProcess::spawn(spec_of(&net, &pod, &w.main)?)?);
+                pods.push((w, pod));
             }
-            let pod = Pod {
-                name: w.pod_name(),
-                ip: net.host(host).ip.to_string(),
-                host: host.clone(),
-                dirs: Mounts(dirs),
-            };
-            for init in &w.init {
-                let mut p = ManagedProcess::spawn(spec_of(&net, &pod, init)?)?;
-                let status = tokio::time::timeout(Duration::from_secs(300), p.wait()).await?;
-                ensure!(
-                    status.success(),
-                    "{}: init {} failed: {}",
-                    pod.name,
-                    init.name,
-                    p.output_tail(20)
-                );
+            for (w, pod) in &pods[started..] {
+                let what = format!("{} to pass its readiness probe", pod.name);
+                wait::until(&what, Duration::from_secs(180), || async {
+                    probe(&net, &pod.ip, &w.main)
+                        .await
+                        .map_err(|e| format!("{e:#}"))
+                })
+                .await?;
             }
-            running.push(ManagedProcess::spawn(spec_of(&net, &pod, &w.main)?)?);
-            // Ready as the kubelet sees it: the declared readiness probe passes.
-            let what = format!("{} to pass its readiness probe", pod.name);
-            wait::until(&what, Duration::from_secs(180), || async {
-                probe(&net, &pod.ip, &w.main)
-                    .await
-                    .map_err(|e| format!("{e:#}"))
-            })
-            .await?;
-            pods.push((*w, pod));
         }
         let router_svc = services
             .iter()
@@ -567,8 +610,8 @@ async fn the_rendered_chart_serves_requests() -> anyhow::Result<()> {
                     .is_some_and(|c| c == "router")
             })
             .context("no router Service")?;
-        let router = format!("{}:50051", net.host("router").ip);
-        wait::until("the router to list both workers live", GENEROUS, || async {
+        let router = format!("{}:50051", net.host("router-0").ip);
+        wait::until("the router to list every worker live", GENEROUS, || async {
             let router = router.clone();
             let ws = net
                 .run_in("client", move || async move {
@@ -578,7 +621,7 @@ async fn the_rendered_chart_serves_requests() -> anyhow::Result<()> {
                 .await
                 .map_err(|e| format!("{e:#}"))?;
             match ws.iter().filter(|w| w.events_live).count() {
-                2 => Ok(()),
+                n if n == workers => Ok(()),
                 _ => Err(format!("{ws:?}")),
             }
         })
