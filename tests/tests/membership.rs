@@ -1,5 +1,7 @@
 //! etcd membership: a decode worker killed with SIGKILL (no drain, no lease revoke) leaves the
-//! router's view when its lease expires, and every later request is served by the survivor.
+//! router's view when its lease expires, and every later request is served by the survivor; one
+//! restarted under the same id (a container restart in its pod) registers once the old lease
+//! expires instead of failing.
 
 use dolphin_proto::v1::PrefillMode;
 use dolphin_tests::wait::{self, GENEROUS};
@@ -55,6 +57,66 @@ async fn killed_decode_worker_leaves_and_the_survivor_serves() -> anyhow::Result
         let routing = g.last_routing.expect("routing on the last message");
         assert_eq!(routing.decode_worker, survivor, "request {i}: {routing:?}");
     }
+    cluster.passed();
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_worker_restarted_under_its_id_registers_once_the_old_lease_expires() -> anyhow::Result<()>
+{
+    // As a Kubernetes container restart does: same pod name (worker id), the old process
+    // SIGKILLed, its lease still alive for up to one TTL.
+    let cluster = TestCluster::start(ClusterConfig {
+        etcd: true,
+        decode: 2,
+        lease_ttl_secs: Some(3),
+        ..ClusterConfig::default()
+    })
+    .await?;
+    let id = cluster.decode[0].id().to_owned();
+    cluster.decode[0].kill()?;
+    let etcd = cluster.etcd_url().expect("etcd");
+    let bin = dolphin_tests::binaries::binary(dolphin_tests::binaries::DECODE_WORKER)?;
+    let mut again = dolphin_tests::cluster::spawn(
+        "decode-0-again",
+        &bin,
+        [
+            "--grpc-addr=127.0.0.1:0",
+            "--kv-addr=127.0.0.1:0",
+            "--sim-time-scale=0.01",
+            "--model=sim-model",
+            "--lease-ttl-secs=3",
+            &format!("--etcd={etcd}"),
+            &format!("--worker-id={id}"),
+        ]
+        .map(str::to_owned)
+        .to_vec(),
+    )?;
+    // READY comes once registered: after the predecessor's lease expired, not an exit.
+    let ready = again
+        .wait_ready(GENEROUS)
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}: {}", again.output().join("\n")))?;
+    assert_eq!(ready.id.as_deref(), Some(id.as_str()));
+    let admin = cluster.admin().await?;
+    let addr = ready.grpc_addr.clone().unwrap_or_default();
+    wait::until(
+        "the router to list the restarted worker live",
+        GENEROUS,
+        || {
+            let (mut admin, id, addr) = (admin.clone(), id.clone(), addr.clone());
+            async move {
+                let ws = grpc::list_workers(&mut admin)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                match ws.iter().find(|w| w.worker_id == id) {
+                    Some(w) if w.events_live && w.grpc_addr == addr => Ok(()),
+                    _ => Err(format!("{ws:?}")),
+                }
+            }
+        },
+    )
+    .await?;
     cluster.passed();
     Ok(())
 }

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use dolphin_cluster::{EtcdConfig, Registration};
+use dolphin_cluster::{DiscoveryError, EtcdConfig, Registration, WorkerRecord};
 
 use crate::{error::WorkerError, ready::print_ready, server::RunningWorker, signal::StopSignals};
 
@@ -14,6 +14,34 @@ pub struct Lifecycle {
     pub etcd: Option<EtcdConfig>,
     /// How long running requests may finish after a stop signal.
     pub drain_grace: Duration,
+}
+
+/// How often a worker whose key is still held retries (see [`register`]).
+const TAKEN_RETRY: Duration = Duration::from_millis(500);
+
+/// Registers `record`. A key still held by another lease is retried for one lease TTL (plus a
+/// margin): a worker restarted under the same id (a Kubernetes container restart keeps the pod
+/// name, `dolphinctl up` keeps ids with static discovery) finds its predecessor's record until
+/// that lease expires. A key still held after that belongs to a live twin: the error stands.
+async fn register(cfg: &EtcdConfig, record: WorkerRecord) -> Result<Registration, WorkerError> {
+    let ttl = Duration::from_secs(cfg.lease_ttl_secs.max(1).unsigned_abs());
+    let deadline = tokio::time::Instant::now() + ttl + Duration::from_secs(3);
+    let mut announced = false;
+    loop {
+        match Registration::register(cfg, record.clone()).await {
+            Err(DiscoveryError::AlreadyRegistered { key })
+                if tokio::time::Instant::now() < deadline =>
+            {
+                if !announced {
+                    tracing::warn!(%key, ttl_secs = cfg.lease_ttl_secs,
+                        "worker id still registered (a previous run's lease?); retrying until it expires");
+                    announced = true;
+                }
+                tokio::time::sleep(TAKEN_RETRY).await;
+            }
+            result => return result.map_err(WorkerError::Registration),
+        }
+    }
 }
 
 /// Runs a started worker until SIGTERM/SIGINT: registers it (when etcd is configured), prints
@@ -28,9 +56,7 @@ pub async fn run_until_stopped(
     let state = worker.state();
     let registration = match &lifecycle.etcd {
         Some(cfg) => {
-            let registration = Registration::register(cfg, state.record())
-                .await
-                .map_err(WorkerError::Registration)?;
+            let registration = register(cfg, state.record()).await?;
             tracing::info!(endpoints = ?cfg.endpoints, cluster = %cfg.cluster, "registered in etcd");
             Some(registration)
         }
