@@ -122,7 +122,7 @@ impl Advertise {
 }
 
 /// Whether binding `addr` needs an advertise address to be published.
-pub fn needs_advertise(addr: SocketAddr) -> bool {
+fn needs_advertise(addr: SocketAddr) -> bool {
     addr.ip().is_unspecified()
 }
 

@@ -24,7 +24,7 @@ pub type BlockHash = u64;
 /// Tokens per KV block unless a worker is configured otherwise.
 pub const DEFAULT_BLOCK_SIZE: usize = 16;
 
-pub use advertise::{Advertise, AdvertiseError, advertised, needs_advertise};
+pub use advertise::{Advertise, AdvertiseError, advertised};
 pub use block_hash::{ROOT_SEED, block_hashes, block_hashes_into, chain_hash};
 pub use discovery::{DiscoveryError, MembershipEvent};
 pub use etcd::{EtcdConfig, Registration, watch_workers};

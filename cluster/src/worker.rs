@@ -265,6 +265,28 @@ impl KvCompat {
     }
 }
 
+impl From<&KvCompat> for v1::KvCompat {
+    fn from(c: &KvCompat) -> Self {
+        v1::KvCompat {
+            version: c.version.clone(),
+            model: c.model.clone(),
+            block_size: c.block_size,
+            kv_layout: c.kv_layout.clone(),
+        }
+    }
+}
+
+impl From<&v1::KvCompat> for KvCompat {
+    fn from(c: &v1::KvCompat) -> Self {
+        KvCompat {
+            version: c.version.clone(),
+            model: c.model.clone(),
+            block_size: c.block_size,
+            kv_layout: c.kv_layout.clone(),
+        }
+    }
+}
+
 impl WorkerRecord {
     /// The fields that decide whether KV may move between this worker and another.
     pub fn kv_compat(&self) -> KvCompat {

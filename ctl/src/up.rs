@@ -28,8 +28,6 @@ use crate::summary::{ClusterSummary, MemberSummary};
 use crate::supervise::{Supervised, supervise};
 use crate::workers;
 
-type Member = Supervised;
-
 /// The directory holding dolphinctl itself, where `cargo build` puts the other binaries too.
 pub fn default_bin_dir() -> Result<PathBuf, CtlError> {
     let exe = std::env::current_exe().map_err(|source| CtlError::Spawn {
@@ -128,7 +126,7 @@ async fn start(
     args: &UpArgs,
     bin_dir: &Path,
     log_dir: &Path,
-    members: &mut Vec<Member>,
+    members: &mut Vec<Supervised>,
 ) -> Result<ClusterSummary, CtlError> {
     let ready_timeout = Duration::from_secs(args.ready_timeout_secs);
     // Spawn all workers first so they boot in parallel, then collect their READY lines. Each
@@ -145,7 +143,7 @@ async fn start(
             log_dir,
         );
         let process = ManagedProcess::spawn(spec.clone())?;
-        members.push(Member::new(
+        members.push(Supervised::new(
             kind.as_str(),
             spec,
             process,
@@ -175,7 +173,7 @@ async fn start(
     // The router goes first in the list (the summary shows it first; shutdown stops it first).
     members.insert(
         0,
-        Member::new(
+        Supervised::new(
             "router",
             router_spec,
             router,
@@ -280,7 +278,7 @@ async fn served_model(grpc_addr: &str) -> Option<String> {
 }
 
 /// Stops the router first (so it stops admitting), then every worker at once.
-async fn shutdown(mut members: Vec<Member>, grace: Duration) {
+async fn shutdown(mut members: Vec<Supervised>, grace: Duration) {
     if let Some(pos) = members.iter().position(|m| m.role == "router") {
         let mut router = members.remove(pos);
         let status = router.process.stop(grace).await;

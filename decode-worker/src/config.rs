@@ -31,7 +31,12 @@ impl DecodeConfig {
     /// Checks every flag; the process exits 64 on an error.
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.common.validate()?;
-        check_advertised(self.kv_addr, self.kv_advertise()?.as_ref(), "kv-addr")?;
+        check_advertised(
+            self.kv_addr,
+            self.kv_advertise()?.as_ref(),
+            "kv-addr",
+            "KV transfer",
+        )?;
         if self.prefill_timeout_ms == 0 {
             return Err(ConfigError::invalid(
                 "prefill-timeout-ms",

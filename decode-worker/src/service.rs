@@ -56,7 +56,7 @@ impl DecodeContext {
             .public_kv_addr
             .clone()
             .unwrap_or_else(|| receiver.local_addr().to_string());
-        let compat = state.kv_compat();
+        let compat = v1::KvCompat::from(state.kv_compat());
         Self {
             state,
             receiver,

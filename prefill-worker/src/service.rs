@@ -33,15 +33,9 @@ impl PrefillService {
     /// other end, so KV never crosses versions even when the router's view is stale.
     #[allow(clippy::result_large_err)] // tonic::Status is the handler's error type
     fn check_compat(&self, decode: &v1::KvCompat) -> Result<(), Status> {
-        let own = self.state.kv_compat();
-        let as_compat = |c: &v1::KvCompat| dolphin_cluster::KvCompat {
-            version: c.version.clone(),
-            model: c.model.clone(),
-            block_size: c.block_size,
-            kv_layout: c.kv_layout.clone(),
-        };
-        as_compat(&own)
-            .check(&as_compat(decode))
+        self.state
+            .kv_compat()
+            .check(&dolphin_cluster::KvCompat::from(decode))
             .map_err(|mismatch| {
                 metrics::counter!(m::PREFILL_INCOMPATIBLE_TOTAL, "reason" => mismatch.as_str())
                     .increment(1);

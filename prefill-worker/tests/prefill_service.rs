@@ -72,7 +72,7 @@ async fn bad_requests_are_invalid_argument() -> Result<()> {
 #[tokio::test]
 async fn a_decode_worker_of_another_build_or_layout_is_refused_before_any_work() -> Result<()> {
     let p = prefill_worker().await?;
-    let own = p.state().kv_compat();
+    let own = v1::KvCompat::from(p.state().kv_compat());
     assert_eq!(own.version, dolphin_cluster::BUILD_VERSION);
     let closed = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
     for (field, change) in [

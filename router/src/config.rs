@@ -172,17 +172,15 @@ impl RouterConfig {
         if self.connect_timeout_ms == 0 {
             return bad("--connect-timeout-ms must be at least 1".into());
         }
+        // The rule `server::start` applies once the ports are bound, checked before anything
+        // starts.
         let advertise = self.advertise()?;
-        for (flag, addr) in [
-            ("--http-addr", self.http_addr),
-            ("--grpc-addr", self.grpc_addr),
+        for (flag, addr, what) in [
+            ("--http-addr", self.http_addr, "HTTP"),
+            ("--grpc-addr", self.grpc_addr, "gRPC"),
         ] {
-            if advertise.is_none() && dolphin_cluster::needs_advertise(addr) {
-                return bad(format!(
-                    "{flag} {addr} is an unspecified address, which other hosts cannot connect \
-                     to; give --advertise-addr (DOLPHIN_ADVERTISE_ADDR), e.g. the pod or host IP"
-                ));
-            }
+            dolphin_cluster::advertised(addr, advertise.as_ref(), what)
+                .map_err(|e| ConfigError(format!("{flag} {addr}: {e}")))?;
         }
         self.threshold()
             .validate()

@@ -73,6 +73,30 @@ async fn workers(net: &VirtualNet, router: &str) -> anyhow::Result<Vec<WorkerSta
     .await
 }
 
+/// Waits until the router lists worker `id` with a live event stream (`listed`) or no longer
+/// lists it at all.
+async fn until_listed(
+    net: &VirtualNet,
+    router: &str,
+    id: &str,
+    listed: bool,
+) -> anyhow::Result<()> {
+    let what = match listed {
+        true => format!("{id} to rejoin the router's view"),
+        false => format!("{id} to leave the router's view"),
+    };
+    wait::until(&what, GENEROUS, || async {
+        let ws = workers(net, router).await.map_err(|e| format!("{e:#}"))?;
+        let live = ws.iter().any(|w| w.worker_id == id && w.events_live);
+        let present = ws.iter().any(|w| w.worker_id == id);
+        match (listed, live, present) {
+            (true, true, _) | (false, _, false) => Ok(()),
+            _ => Err(format!("{ws:?}")),
+        }
+    })
+    .await
+}
+
 /// One request from the client host; the status is kept, not turned into an error.
 async fn request(
     net: &VirtualNet,
@@ -285,14 +309,7 @@ async fn a_cluster_across_hosts_survives_a_lost_host() -> anyhow::Result<()> {
     // Pull decode-1's cable.
     net.link_down("decode-1")?;
     let cut = Instant::now();
-    wait::until("decode-1 to leave the router's view", GENEROUS, || async {
-        let ws = workers(&net, &router).await.map_err(|e| format!("{e:#}"))?;
-        match ws.iter().any(|w| w.worker_id == "decode-1") {
-            true => Err(format!("{ws:?}")),
-            false => Ok(()),
-        }
-    })
-    .await?;
+    until_listed(&net, &router, "decode-1", false).await?;
     let left_after = cut.elapsed();
     eprintln!("decode-1 left the router's view {left_after:?} after its link went down");
     // The lease expires at most one TTL after the last keep-alive; etcd's expiry sweep and the
@@ -355,14 +372,7 @@ async fn a_cluster_across_hosts_survives_a_lost_host() -> anyhow::Result<()> {
 
     // The cable goes back in: decode-1 re-registers (its lease is gone: a new one) and rejoins.
     net.link_up("decode-1")?;
-    wait::until("decode-1 to rejoin", GENEROUS, || async {
-        let ws = workers(&net, &router).await.map_err(|e| format!("{e:#}"))?;
-        match ws.iter().find(|w| w.worker_id == "decode-1") {
-            Some(w) if w.events_live => Ok(()),
-            _ => Err(format!("{ws:?}")),
-        }
-    })
-    .await?;
+    until_listed(&net, &router, "decode-1", true).await?;
     let mut served = false;
     for i in 0..40 {
         let prompt = format!("request {i} after the repair: the dolphins are back");
@@ -400,14 +410,8 @@ async fn a_cluster_across_hosts_survives_a_lost_host() -> anyhow::Result<()> {
         })
     };
     let gone = async {
-        wait::until("prefill-1 to leave the router's view", GENEROUS, || async {
-            let ws = workers(&net, &router).await.map_err(|e| format!("{e:#}"))?;
-            match ws.iter().any(|w| w.worker_id == "prefill-1") {
-                true => Err(format!("{ws:?}")),
-                false => Ok(cut.elapsed()),
-            }
-        })
-        .await
+        until_listed(&net, &router, "prefill-1", false).await?;
+        anyhow::Ok(cut.elapsed())
     };
     let (during, left_after) = tokio::join!(during, gone);
     let left_after = left_after?;
@@ -436,14 +440,7 @@ async fn a_cluster_across_hosts_survives_a_lost_host() -> anyhow::Result<()> {
         assert!(!routing.fell_back, "{routing:?}");
     }
     net.link_up("prefill-1")?;
-    wait::until("prefill-1 to rejoin", GENEROUS, || async {
-        let ws = workers(&net, &router).await.map_err(|e| format!("{e:#}"))?;
-        match ws.iter().find(|w| w.worker_id == "prefill-1") {
-            Some(w) if w.events_live => Ok(()),
-            _ => Err(format!("{ws:?}")),
-        }
-    })
-    .await?;
+    until_listed(&net, &router, "prefill-1", true).await?;
     procs.passed = true;
     Ok(())
 }

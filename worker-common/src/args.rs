@@ -4,7 +4,7 @@
 use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
 use clap::{Args, ValueEnum};
-use dolphin_cluster::{Advertise, EtcdConfig, Role, WorkerId, needs_advertise};
+use dolphin_cluster::{Advertise, EtcdConfig, Role, WorkerId, advertised};
 use dolphin_engine::candle::{DEFAULT_KV_BYTES, DeviceKind, Padding, WeightFormat};
 
 use crate::error::ConfigError;
@@ -227,7 +227,12 @@ impl CommonArgs {
         if self.etcd.iter().any(|e| e.trim().is_empty()) {
             return Err(ConfigError::invalid("etcd", "empty endpoint"));
         }
-        check_advertised(self.grpc_addr, self.advertise()?.as_ref(), "grpc-addr")?;
+        check_advertised(
+            self.grpc_addr,
+            self.advertise()?.as_ref(),
+            "grpc-addr",
+            "gRPC",
+        )?;
         Ok(())
     }
 
@@ -270,23 +275,17 @@ pub fn parse_advertise(
         .map_err(|e| ConfigError::invalid(flag, e.to_string()))
 }
 
-/// Refuses, before anything starts, a listener bound to an unspecified address that would
-/// publish that address (no advertise address for it).
+/// Refuses, before anything starts, listener `what` bound to an unspecified address with no
+/// advertise address: the same rule [`dolphin_cluster::advertised`] applies once it is bound.
 pub fn check_advertised(
     bind: SocketAddr,
     advertise: Option<&Advertise>,
     bind_flag: &'static str,
+    what: &'static str,
 ) -> Result<(), ConfigError> {
-    if advertise.is_none() && needs_advertise(bind) {
-        return Err(ConfigError::invalid(
-            bind_flag,
-            format!(
-                "{bind} is an unspecified address, which other hosts cannot connect to; give \
-                 --advertise-addr (DOLPHIN_ADVERTISE_ADDR), e.g. the pod or host IP"
-            ),
-        ));
-    }
-    Ok(())
+    advertised(bind, advertise, what)
+        .map(drop)
+        .map_err(|e| ConfigError::invalid(bind_flag, e.to_string()))
 }
 
 #[cfg(test)]

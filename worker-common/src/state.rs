@@ -4,7 +4,7 @@
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 
 use dolphin_cluster::{
-    Advertise, AdvertiseError, BUILD_VERSION, Role, WorkerId, WorkerRecord, advertised,
+    Advertise, AdvertiseError, BUILD_VERSION, KvCompat, Role, WorkerId, WorkerRecord, advertised,
 };
 use dolphin_engine::Engine;
 use dolphin_proto::v1;
@@ -81,6 +81,8 @@ pub struct WorkerState {
     role_service: &'static str,
     /// Cancelled when the process stops: ends Subscribe streams so the server can close.
     closing: CancellationToken,
+    /// Build version, model, block size and KV layout, fixed for the process's life.
+    compat: KvCompat,
 }
 
 impl std::fmt::Debug for WorkerState {
@@ -102,9 +104,17 @@ impl WorkerState {
         engine: Arc<dyn Engine>,
         role_service: &'static str,
     ) -> Arc<Self> {
+        let info = engine.info();
+        let compat = KvCompat {
+            version: BUILD_VERSION.to_string(),
+            model: identity.model.clone(),
+            block_size: info.block_size,
+            kv_layout: info.kv_layout.clone(),
+        };
         Arc::new(Self {
             identity,
             engine,
+            compat,
             admission: Admission::new(),
             health: HealthReporter::new(),
             role_service,
@@ -157,10 +167,10 @@ impl WorkerState {
             role: self.identity.role,
             grpc_addr: self.identity.public_grpc_addr.clone(),
             kv_addr: self.identity.public_kv_addr.clone(),
-            model: self.identity.model.clone(),
-            block_size: self.engine.info().block_size,
-            version: BUILD_VERSION.to_string(),
-            kv_layout: self.engine.info().kv_layout.clone(),
+            model: self.compat.model.clone(),
+            block_size: self.compat.block_size,
+            version: self.compat.version.clone(),
+            kv_layout: self.compat.kv_layout.clone(),
         }
     }
 
@@ -179,19 +189,14 @@ impl WorkerState {
             engine: info.engine.to_string(),
             context_length: info.context_length,
             vocab_size: info.vocab_size,
-            version: BUILD_VERSION.to_string(),
-            kv_layout: info.kv_layout.clone(),
+            version: self.compat.version.clone(),
+            kv_layout: self.compat.kv_layout.clone(),
         }
     }
 
     /// What must match for KV to move to or from this worker.
-    pub fn kv_compat(&self) -> v1::KvCompat {
-        v1::KvCompat {
-            version: BUILD_VERSION.to_string(),
-            model: self.identity.model.clone(),
-            block_size: self.engine.info().block_size,
-            kv_layout: self.engine.info().kv_layout.clone(),
-        }
+    pub fn kv_compat(&self) -> &KvCompat {
+        &self.compat
     }
 
     /// Marks the worker serving in the health service (at start).
