@@ -172,6 +172,7 @@ mod tests {
                 prompt_tokens: 5,
                 completion_tokens: 7,
                 cached_tokens: 0,
+                ..Default::default()
             }),
             routing: Some(RoutingInfo {
                 decode_worker: "decode-1".to_owned(),

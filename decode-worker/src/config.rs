@@ -4,8 +4,11 @@ use std::{net::SocketAddr, time::Duration};
 
 use clap::Parser;
 use dolphin_cluster::Advertise;
+use dolphin_handoff::AlgorithmSpec;
 use dolphin_worker_common::args::{check_advertised, parse_advertise};
 use dolphin_worker_common::{CommonArgs, ConfigError};
+
+use crate::group::{BatchWaitMode, GroupArgs, SubserverSpec, check_sources};
 
 /// `dolphin-decode-worker`: decodes requests, prefilling locally or through a prefill worker.
 #[derive(Debug, Clone, Parser)]
@@ -25,6 +28,26 @@ pub struct DecodeConfig {
     /// the request sets its own timeout.
     #[arg(long, env = "DOLPHIN_PREFILL_TIMEOUT_MS", default_value_t = 30_000)]
     pub prefill_timeout_ms: u64,
+    /// Serve a model group: a subserver `NAME=PATH[,layers=N]` (PATH: a GGUF file for candle,
+    /// a sim profile for the sim engine; `layers=N`: an early-exit copy, the first N layers).
+    /// Give it twice or more, small model first. Env: `;`-separated.
+    #[arg(long = "subserver", env = "DOLPHIN_SUBSERVERS", value_delimiter = ';')]
+    pub subservers: Vec<SubserverSpec>,
+    /// The model group's served name (with --subserver).
+    #[arg(long, env = "DOLPHIN_GROUP_NAME", default_value = "model-group")]
+    pub group_name: String,
+    /// Default handoff algorithm of a model group, with parameters:
+    /// `entropy` (alias `r-stitch`), `confidence` (`co-llm`), `momentum` (`r2r`), `ensemble`,
+    /// `always-small`, `always-large`, `random`; e.g. `entropy:threshold=2.5,span=4`.
+    #[arg(long, env = "DOLPHIN_HANDOFF", default_value = "entropy")]
+    pub handoff: AlgorithmSpec,
+    /// Delayed batching of a model group's subservers: `auto` (B chosen by the Markov-chain
+    /// model from measured step times and handoff rates) or a batch size B for all.
+    #[arg(long, env = "DOLPHIN_BATCH_WAIT", default_value = "1")]
+    pub batch_wait: BatchWaitMode,
+    /// The longest delayed batching holds a ready request, in milliseconds.
+    #[arg(long, env = "DOLPHIN_BATCH_MAX_WAIT_MS", default_value_t = 20)]
+    pub batch_max_wait_ms: u64,
 }
 
 impl DecodeConfig {
@@ -43,7 +66,25 @@ impl DecodeConfig {
                 "must be at least 1",
             ));
         }
+        if self.subservers.len() == 1 {
+            return Err(ConfigError::invalid(
+                "subserver",
+                "a model group needs at least two subservers",
+            ));
+        }
+        check_sources(self.common.engine.engine, &self.subservers)?;
         Ok(())
+    }
+
+    /// The model group the flags describe, if any.
+    pub fn group(&self) -> Option<GroupArgs> {
+        (self.subservers.len() >= 2).then(|| GroupArgs {
+            name: self.group_name.clone(),
+            subservers: self.subservers.clone(),
+            handoff: self.handoff.clone(),
+            batch_wait: self.batch_wait,
+            max_wait: Duration::from_millis(self.batch_max_wait_ms),
+        })
     }
 
     /// The KV listener's advertise address: `--kv-advertise-addr`, else the host of
@@ -130,6 +171,41 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    #[test]
+    fn parses_a_model_group() {
+        let cfg = DecodeConfig::try_parse_from([
+            "dolphin-decode-worker",
+            "--subserver",
+            "small=dynamo-mocker",
+            "--subserver",
+            "large=qwen72b-h20",
+            "--group-name",
+            "duo",
+            "--handoff",
+            "confidence:threshold=0.4",
+            "--batch-wait",
+            "auto",
+        ])
+        .expect("parses");
+        cfg.validate().expect("valid");
+        let g = cfg.group().expect("a group");
+        assert_eq!(g.subservers.len(), 2);
+        assert_eq!(g.subservers[0].name, "small");
+        assert_eq!(g.batch_wait, BatchWaitMode::Auto);
+        assert_eq!(g.handoff.to_string(), "confidence:threshold=0.4");
+        let one = DecodeConfig::try_parse_from(["dolphin-decode-worker", "--subserver", "a=x"])
+            .expect("parses");
+        assert!(one.validate().is_err(), "one subserver is not a group");
+        assert!(
+            DecodeConfig::try_parse_from(["dolphin-decode-worker", "--subserver", "nopath"])
+                .is_err()
+        );
+        assert!(
+            DecodeConfig::try_parse_from(["dolphin-decode-worker", "--handoff", "nonsense"])
+                .is_err()
+        );
     }
 
     #[test]

@@ -164,6 +164,15 @@ impl Forwarder<'_> {
                 // Tokens from any cache: this worker's leading blocks or the prefill worker's
                 // (both count from the prompt's start, so the larger covers the other).
                 cached_tokens: usage.cached_tokens.max(self.prefill.remote_cached_tokens),
+                by_model: usage
+                    .by_model
+                    .iter()
+                    .map(|m| v1::ModelUsage {
+                        model: m.model.clone(),
+                        completion_tokens: m.tokens,
+                    })
+                    .collect(),
+                handoffs: usage.handoffs,
             }),
             timings: Some(timings(
                 &self.prefill,

@@ -13,6 +13,7 @@ pub mod clients;
 pub mod config;
 pub mod error;
 mod forward;
+pub mod group;
 pub mod node;
 mod remote;
 pub mod run;

@@ -2,7 +2,7 @@
 
 use dolphin_cluster::Role;
 use dolphin_kv_transfer::TransferConfig;
-use dolphin_worker_common::run_worker;
+use dolphin_worker_common::{build_engine, run_worker_with};
 
 use crate::{
     config::DecodeConfig,
@@ -15,7 +15,12 @@ pub async fn run(cfg: DecodeConfig) -> Result<(), DecodeError> {
     cfg.validate()?;
     let advertise = cfg.common.advertise()?;
     let kv_advertise = cfg.kv_advertise()?;
-    run_worker(&cfg.common, |engine, model| {
+    let group = cfg.group();
+    let engine = || match &group {
+        Some(g) => crate::group::build_group(&cfg.common.engine, g),
+        None => build_engine(&cfg.common.engine),
+    };
+    run_worker_with(&cfg.common, engine, |engine, model| {
         start(
             engine,
             DecodeOptions {

@@ -25,7 +25,7 @@ use bytes::Bytes;
 use dolphin_cluster::BlockHash;
 
 use crate::error::BackendError;
-use crate::types::{BlockId, Sampling, SeqId};
+use crate::types::{BlockId, Sampled, Sampling, SeqId};
 
 /// Fixed facts about a backend. The pool geometry is the backend's: it sized the KV memory.
 #[derive(Clone, Debug)]
@@ -81,6 +81,16 @@ impl BatchEntry {
     /// Whether the new tokens are prompt tokens.
     pub fn is_prefill(&self) -> bool {
         self.position < self.prompt_len
+    }
+
+    /// Tokens past the first of a multi-token entry after the prompt: a handoff's catch-up
+    /// (tokens another model wrote, appended here in one chunk).
+    pub fn catch_up_tokens(&self) -> u32 {
+        if self.is_prefill() {
+            0
+        } else {
+            self.len().saturating_sub(1)
+        }
     }
 }
 
@@ -163,9 +173,14 @@ impl Batch {
             .sum()
     }
 
-    /// Sequences decoding one token in this step.
+    /// Sequences decoding in this step (a catch-up chunk counts as one).
     pub fn decode_seqs(&self) -> u32 {
         self.entries.iter().filter(|e| !e.is_prefill()).count() as u32
+    }
+
+    /// Catch-up tokens of handoffs in this step, beyond one per sequence.
+    pub fn catch_up_tokens(&self) -> u32 {
+        self.entries.iter().map(BatchEntry::catch_up_tokens).sum()
     }
 }
 
@@ -183,6 +198,9 @@ pub struct SeqStart<'a> {
     /// Leading prompt tokens whose KV is already in the table: a prefix-cache hit (a block
     /// boundary), or the whole prompt once imported from a prefill worker.
     pub computed: u32,
+    /// Whether sampled tokens need their distribution's statistics ([`crate::TokenStats`]):
+    /// set for sequences a handoff algorithm routes.
+    pub stats: bool,
 }
 
 /// A block received from another engine.
@@ -231,13 +249,14 @@ pub trait Backend: Send + 'static {
     fn start(&mut self, start: SeqStart<'_>) -> Result<(), BackendError>;
 
     /// Runs one step: writes the KV of every entry's new tokens and sets `sampled[i]` for every
-    /// entry with `sample` set (`sampled` has one slot per entry, all `None` on entry). Returns
+    /// entry with `sample` set (`sampled` has one slot per entry, all `None` on entry), with
+    /// statistics for sequences started with `stats`. Returns
     /// how long the step takes in simulated time: the scheduler publishes the results that much
     /// after the step started (zero for a backend that computes for real).
     fn step(
         &mut self,
         batch: &Batch,
-        sampled: &mut [Option<u32>],
+        sampled: &mut [Option<Sampled>],
     ) -> Result<Duration, BackendError>;
 
     /// The sequence is gone; drop any per-sequence state. (A sequence may be released without

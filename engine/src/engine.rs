@@ -1,6 +1,10 @@
 //! The `Engine` trait: the engine as the workers use it.
 
+use std::sync::Arc;
+
+use crate::drive::{DriveStart, SeqDriver};
 use crate::error::EngineError;
+use crate::scheduler::{BatchWait, StepProfile};
 use crate::types::{
     EngineInfo, KvEvent, LoadSnapshot, OutputStream, PrefillOutput, Reservation, SeqId, SeqRequest,
 };
@@ -54,4 +58,63 @@ pub trait Engine: Send + Sync + 'static {
 
     /// Current load.
     fn load(&self) -> LoadSnapshot;
+
+    /// Sets delayed batching: step once `wait.min_batch` sequences are ready, or after
+    /// `wait.max_wait`. Engines without it say `InvalidRequest`.
+    fn set_batch_wait(&self, wait: BatchWait) -> Result<(), EngineError> {
+        let _ = wait;
+        Err(EngineError::InvalidRequest(
+            "this engine does not delay batches".into(),
+        ))
+    }
+
+    /// Step times measured so far, by batch size (empty where not measured).
+    fn step_profile(&self) -> StepProfile {
+        StepProfile::default()
+    }
+
+    /// Starts a driven sequence (see `crate::drive`): every token it samples goes to `driver`,
+    /// which steers it. Admission as for `generate`. Engines that cannot drive say
+    /// `InvalidRequest`.
+    async fn drive(
+        &self,
+        req: SeqRequest,
+        start: DriveStart,
+        driver: Arc<dyn SeqDriver>,
+    ) -> Result<SeqId, EngineError> {
+        let _ = (req, start, driver);
+        Err(not_driven())
+    }
+
+    /// Appends tokens another model wrote to a paused driven sequence; with `resume` it computes
+    /// them in one chunk, samples after the last and decodes on; without, it stays paused.
+    fn append(&self, seq: SeqId, tokens: &[u32], resume: bool) -> Result<(), EngineError> {
+        let _ = (seq, tokens, resume);
+        Err(not_driven())
+    }
+
+    /// Like `resume`, for a driven sequence: `first_token` goes to `driver` (without statistics).
+    async fn resume_driven(
+        &self,
+        seq: SeqId,
+        first_token: u32,
+        driver: Arc<dyn SeqDriver>,
+    ) -> Result<(), EngineError> {
+        let _ = (seq, first_token, driver);
+        Err(not_driven())
+    }
+
+    /// Like `resume_local`, for a driven sequence.
+    async fn resume_local_driven(
+        &self,
+        seq: SeqId,
+        driver: Arc<dyn SeqDriver>,
+    ) -> Result<(), EngineError> {
+        let _ = (seq, driver);
+        Err(not_driven())
+    }
+}
+
+fn not_driven() -> EngineError {
+    EngineError::InvalidRequest("this engine does not drive sequences".into())
 }

@@ -9,6 +9,7 @@
 mod backend;
 #[cfg(feature = "candle")]
 pub mod candle;
+mod drive;
 mod engine;
 mod error;
 pub mod kv_pool;
@@ -19,12 +20,14 @@ mod types;
 pub use backend::{Backend, BackendInfo, Batch, BatchEntry, ImportBlock, KvBlocks, SeqStart};
 #[cfg(feature = "candle")]
 pub use candle::{CandleConfig, candle_engine};
+pub use drive::{DriveStart, DrivenEnd, DrivenToken, SeqDriver, Steer};
 pub use engine::Engine;
 pub use error::{BackendError, BoxError, EngineError};
 pub use kv_pool::KvPool;
-pub use scheduler::{Scheduler, SchedulerConfig};
+pub use scheduler::{BatchWait, Lockstep, Scheduler, SchedulerConfig, StepProfile};
 pub use sim::{SimConfig, SimProfile, sim_engine};
 pub use types::{
-    BlockId, EngineInfo, FinishReason, KvEvent, LoadSnapshot, OutputStream, PrefillOutput,
-    Reservation, Sampling, SeqId, SeqOutput, SeqRequest, SeqUsage,
+    BlockId, EngineInfo, FinishReason, HandoffChoice, KvEvent, LoadSnapshot, ModelTokens,
+    OutputStream, PrefillOutput, Reservation, Sampled, Sampling, SeqId, SeqOutput, SeqRequest,
+    SeqUsage, TokenStats,
 };

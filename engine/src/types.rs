@@ -29,6 +29,19 @@ pub struct Sampling {
     pub ignore_eos: bool,
     /// Stop (reason `Stop`) after producing any of these tokens; the token is still streamed.
     pub stop_token_ids: Vec<u32>,
+    /// On a model group: the handoff algorithm for this request (`None`: the group's default).
+    /// Engines serving one model ignore it.
+    pub handoff: Option<HandoffChoice>,
+}
+
+/// A request's choice of token-level handoff algorithm.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HandoffChoice {
+    /// Algorithm, optionally with parameters: `entropy`, `confidence:threshold=0.4,span=4`.
+    /// Empty: the group's default algorithm.
+    pub algorithm: String,
+    /// Overrides the algorithm's main threshold.
+    pub threshold: Option<f64>,
 }
 
 impl Default for Sampling {
@@ -42,6 +55,7 @@ impl Default for Sampling {
             max_tokens: 16,
             ignore_eos: false,
             stop_token_ids: Vec::new(),
+            handoff: None,
         }
     }
 }
@@ -68,8 +82,17 @@ pub enum FinishReason {
     Cancelled,
 }
 
+/// Tokens one model of a group wrote for a request.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ModelTokens {
+    /// The subserver's name.
+    pub model: String,
+    /// Completion tokens it wrote.
+    pub tokens: u32,
+}
+
 /// Token counts of a finished request.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SeqUsage {
     /// Prompt length.
     pub prompt_tokens: u32,
@@ -77,6 +100,10 @@ pub struct SeqUsage {
     pub completion_tokens: u32,
     /// Prompt tokens whose KV came from this engine's prefix cache.
     pub cached_tokens: u32,
+    /// On a model group: completion tokens by model (empty for one model).
+    pub by_model: Vec<ModelTokens>,
+    /// On a model group: handoffs between models.
+    pub handoffs: u32,
 }
 
 /// One event of a request's output stream. The stream ends after `Finished` or `Error`.
@@ -183,4 +210,36 @@ pub struct Reservation {
     pub cached_blocks: u32,
     /// Blocks to import: `ceil(prompt / block_size) - cached_blocks` (at least 1).
     pub blocks_expected: u32,
+}
+
+/// Statistics of the distribution a token was drawn from (softmax of the step's logits at
+/// temperature 1, before top-k / top-p): what token-level routing algorithms gate on.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct TokenStats {
+    /// Probability of the drawn token.
+    pub prob: f32,
+    /// Entropy of the distribution, in nats.
+    pub entropy: f32,
+    /// Probability of the most likely token minus that of the second.
+    pub margin: f32,
+}
+
+/// A token a backend sampled, with its step's statistics (all zero unless the sequence asked
+/// for them: `SeqStart::stats`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Sampled {
+    /// The token.
+    pub token: u32,
+    /// Its distribution's statistics.
+    pub stats: TokenStats,
+}
+
+impl Sampled {
+    /// A token without statistics.
+    pub fn token(token: u32) -> Self {
+        Self {
+            token,
+            stats: TokenStats::default(),
+        }
+    }
 }

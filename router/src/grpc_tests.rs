@@ -78,7 +78,7 @@ async fn generate_streams_with_routing_on_first_and_last() {
     let last = msgs.last().expect("last");
     assert_eq!(last.finish_reason, v1::FinishReason::Length as i32);
     assert!(last.routing.is_some());
-    let usage = last.usage.expect("usage");
+    let usage = last.usage.clone().expect("usage");
     assert_eq!((usage.prompt_tokens, usage.completion_tokens), (5, 4));
     assert!(last.timings.expect("timings").e2e_us > 0);
 }

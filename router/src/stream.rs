@@ -301,6 +301,9 @@ impl ResponseStream {
                 prompt_tokens: self.meta.prompt_tokens,
                 completion_tokens: self.completion_tokens,
                 cached_tokens: usage.cached_tokens,
+                // A model group's split of the tokens, as its decode worker reported it.
+                by_model: usage.by_model.clone(),
+                handoffs: usage.handoffs,
             },
             timings: v1::Timings {
                 queued_us: worker.queued_us,

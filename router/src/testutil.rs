@@ -165,6 +165,7 @@ impl DecodeWorker for Svc {
                                 prompt_tokens,
                                 completion_tokens: max,
                                 cached_tokens: 4,
+                                ..Default::default()
                             });
                             msg.timings = Some(v1::Timings {
                                 prefill_us: 7,

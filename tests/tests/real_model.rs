@@ -203,7 +203,7 @@ async fn smollm2_remote_equals_local_equals_single_process_and_chat_answers() ->
             &local.tokens, expected,
             "{name}: local prefill != reference"
         );
-        let usage = remote.usage.context("usage")?;
+        let usage = remote.usage.clone().context("usage")?;
         assert_eq!(usage.prompt_tokens as usize, prompt.len(), "{name}");
         if *name == "shared-prefix" {
             // `long` left its blocks on the decode worker: at least the shared facts were

@@ -22,7 +22,7 @@ fn check_complete(name: &str, g: &Generated, max_tokens: u32) {
         Some(FinishReason::Stop) => {}
         other => panic!("{name}: bad finish reason {other:?}: {g:?}"),
     }
-    let usage = g.usage.expect("usage on the last message");
+    let usage = g.usage.clone().expect("usage on the last message");
     assert_eq!(
         usage.completion_tokens as usize,
         g.tokens.len(),

@@ -32,7 +32,7 @@ pub use engine::{build_engine, configure_compute_threads};
 pub use error::{ConfigError, WorkerError};
 pub use lifecycle::{Lifecycle, run_until_stopped};
 pub use main_body::{ExitStatus, WorkerConfig, worker_main};
-pub use process::run_worker;
+pub use process::{run_worker, run_worker_with};
 pub use ready::{READY_PREFIX, print_ready, ready_line};
 pub use request::{BadRequest, seq_request};
 pub use server::{RunningWorker, bind};

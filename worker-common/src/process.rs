@@ -24,13 +24,27 @@ where
     E: From<WorkerError>,
     Fut: Future<Output = Result<RunningWorker, E>>,
 {
+    run_worker_with(common, || build_engine(&common.engine), start).await
+}
+
+/// Like [`run_worker`], with the engine from `engine` (called once the metrics endpoint is up):
+/// a decode worker serving a model group builds its own.
+pub async fn run_worker_with<E, Fut>(
+    common: &CommonArgs,
+    engine: impl FnOnce() -> Result<Arc<dyn Engine>, WorkerError>,
+    start: impl FnOnce(Arc<dyn Engine>, String) -> Fut,
+) -> Result<(), E>
+where
+    E: From<WorkerError>,
+    Fut: Future<Output = Result<RunningWorker, E>>,
+{
     let signals = StopSignals::install().map_err(WorkerError::Signals)?;
     let metrics_stop = CancellationToken::new();
     let _metrics_stop = metrics_stop.clone().drop_guard();
     if let Some(addr) = common.metrics_addr {
         telemetry::start_metrics(addr, metrics_stop).await?;
     }
-    let engine = build_engine(&common.engine)?;
+    let engine = engine()?;
     let model = engine.info().model.clone();
     let worker = start(engine, model).await?;
     let lifecycle = Lifecycle {

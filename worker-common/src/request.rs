@@ -1,7 +1,7 @@
 //! Turning a request's wire fields into an engine request, refusing what the engine cannot serve
 //! with a message that says which field is wrong.
 
-use dolphin_engine::{EngineInfo, Sampling, SeqRequest};
+use dolphin_engine::{EngineInfo, HandoffChoice, Sampling, SeqRequest};
 use dolphin_proto::v1;
 
 /// A request field the worker refuses (INVALID_ARGUMENT).
@@ -81,6 +81,10 @@ pub fn sampling_from(params: &v1::SamplingParams) -> Result<Sampling, BadRequest
         max_tokens: params.max_tokens,
         ignore_eos: params.ignore_eos,
         stop_token_ids: Vec::new(),
+        handoff: params.handoff.as_ref().map(|h| HandoffChoice {
+            algorithm: h.algorithm.clone(),
+            threshold: h.threshold,
+        }),
     })
 }
 

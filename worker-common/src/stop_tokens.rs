@@ -8,8 +8,8 @@
 use std::sync::Arc;
 
 use dolphin_engine::{
-    Engine, EngineError, EngineInfo, KvEvent, LoadSnapshot, OutputStream, PrefillOutput,
-    Reservation, SeqId, SeqRequest,
+    BatchWait, DriveStart, Engine, EngineError, EngineInfo, KvEvent, LoadSnapshot, OutputStream,
+    PrefillOutput, Reservation, SeqDriver, SeqId, SeqRequest, StepProfile,
 };
 
 /// Delegates to `inner`, adding `stops` to each request's `stop_token_ids`.
@@ -94,6 +94,44 @@ impl Engine for WithStopTokens {
 
     fn load(&self) -> LoadSnapshot {
         self.inner.load()
+    }
+
+    fn set_batch_wait(&self, wait: BatchWait) -> Result<(), EngineError> {
+        self.inner.set_batch_wait(wait)
+    }
+
+    fn step_profile(&self) -> StepProfile {
+        self.inner.step_profile()
+    }
+
+    async fn drive(
+        &self,
+        req: SeqRequest,
+        start: DriveStart,
+        driver: Arc<dyn SeqDriver>,
+    ) -> Result<SeqId, EngineError> {
+        self.inner.drive(self.with_stops(req), start, driver).await
+    }
+
+    fn append(&self, seq: SeqId, tokens: &[u32], resume: bool) -> Result<(), EngineError> {
+        self.inner.append(seq, tokens, resume)
+    }
+
+    async fn resume_driven(
+        &self,
+        seq: SeqId,
+        first_token: u32,
+        driver: Arc<dyn SeqDriver>,
+    ) -> Result<(), EngineError> {
+        self.inner.resume_driven(seq, first_token, driver).await
+    }
+
+    async fn resume_local_driven(
+        &self,
+        seq: SeqId,
+        driver: Arc<dyn SeqDriver>,
+    ) -> Result<(), EngineError> {
+        self.inner.resume_local_driven(seq, driver).await
     }
 }
 

@@ -12,10 +12,10 @@ use super::config::{CandleConfig, DeviceKind};
 use super::error::LoadError;
 use super::kv_store::{KvStore, compute};
 use super::model::{Llama, LoadOptions};
-use super::sampler::Sampler;
+use super::sampler::{Sampler, token_stats};
 use crate::backend::{Backend, BackendInfo, Batch, ImportBlock, KvBlocks, SeqStart};
 use crate::error::BackendError;
-use crate::types::{BlockId, SeqId};
+use crate::types::{BlockId, Sampled, SeqId};
 
 /// A llama model on candle with its KV memory, under the shared scheduler.
 #[derive(Debug)]
@@ -23,7 +23,8 @@ pub struct CandleBackend {
     info: BackendInfo,
     model: Llama,
     kv: Arc<CandleBlocks>,
-    samplers: HashMap<SeqId, Sampler>,
+    /// Per started sequence: its sampler and whether it wants token statistics.
+    samplers: HashMap<SeqId, (Sampler, bool)>,
     /// Per-step buffers, kept to avoid reallocating.
     tokens: Vec<u32>,
     logit_rows: Vec<usize>,
@@ -45,6 +46,7 @@ impl CandleBackend {
             pad: cfg.pads(),
             block_size: cfg.block_size as usize,
             max_context: cfg.max_context.map(|c| c as usize),
+            layers: cfg.layers.map(|n| n as usize),
         };
         let model = Llama::load(&cfg.model_path, opts, &device)?;
         let p = &model.params;
@@ -163,7 +165,10 @@ impl Backend for CandleBackend {
         self.check_table(start.seq, start.table, start.computed as usize)?;
         self.samplers.insert(
             start.seq,
-            Sampler::new(start.sampling, fallback_seed(start.seq)),
+            (
+                Sampler::new(start.sampling, fallback_seed(start.seq)),
+                start.stats,
+            ),
         );
         Ok(())
     }
@@ -171,7 +176,7 @@ impl Backend for CandleBackend {
     fn step(
         &mut self,
         batch: &Batch,
-        sampled: &mut [Option<u32>],
+        sampled: &mut [Option<Sampled>],
     ) -> Result<Duration, BackendError> {
         self.tokens.clear();
         self.logit_rows.clear();
@@ -216,11 +221,19 @@ impl Backend for CandleBackend {
         let entries = batch.entries();
         for (r, &i) in self.sample_entries.iter().enumerate() {
             let e = &entries[i];
-            let sampler = self.samplers.get_mut(&e.seq).ok_or_else(|| {
+            let (sampler, stats) = self.samplers.get_mut(&e.seq).ok_or_else(|| {
                 BackendError::Invalid(format!("sequence {} was not started", e.seq))
             })?;
             let row = &logits[r * vocab..(r + 1) * vocab];
-            sampled[i] = Some(sampler.sample(row, e.position + e.len())?);
+            let token = sampler.sample(row, e.position + e.len())?;
+            sampled[i] = Some(if *stats {
+                Sampled {
+                    token,
+                    stats: token_stats(row, token),
+                }
+            } else {
+                Sampled::token(token)
+            });
         }
         Ok(Duration::ZERO)
     }

@@ -148,6 +148,10 @@ pub struct CandleConfig {
     pub threads: Option<usize>,
     /// Caps the context length below the model's (`None`: the model's).
     pub max_context: Option<u32>,
+    /// Early exit: run only the first `layers` transformer layers, then the final norm and the
+    /// output head (`None`: all). A small model for token-level handoffs cut from the large
+    /// one, sharing its tokenizer by construction.
+    pub layers: Option<u32>,
 }
 
 /// Default KV memory: 512 MiB, about 11.6k tokens of SmolLM2-135M.
@@ -176,6 +180,7 @@ impl CandleConfig {
             max_waiting: 256,
             threads: None,
             max_context: None,
+            layers: None,
         }
     }
 

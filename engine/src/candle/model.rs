@@ -49,6 +49,8 @@ pub(crate) struct LoadOptions {
     pub block_size: usize,
     /// Positions supported (RoPE table size); capped by the model's context length.
     pub max_context: Option<usize>,
+    /// Early exit after this many layers (`None`: all).
+    pub layers: Option<usize>,
 }
 
 /// Rounds `n` up to a multiple of 256 when padding.
@@ -64,7 +66,17 @@ impl Llama {
         device: &Device,
     ) -> std::result::Result<Llama, LoadError> {
         let (content, mut reader) = weights::read_content(path)?;
-        let params = LlamaParams::from_gguf(&content)?;
+        let mut params = LlamaParams::from_gguf(&content)?;
+        if let Some(n) = opts.layers {
+            if n == 0 || n > params.n_layer {
+                return Err(LoadError::Config(format!(
+                    "layers={n}: the model has {} layers",
+                    params.n_layer
+                )));
+            }
+            // Only the first n layers are loaded; the final norm and head stay.
+            params.n_layer = n;
+        }
         let layout = Layout {
             format: opts.format,
             hidden_in: padded(params.hidden, opts.pad),

@@ -8,7 +8,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use crate::error::BackendError;
-use crate::types::Sampling;
+use crate::types::{Sampling, TokenStats};
 
 /// One sequence's sampling state.
 #[derive(Debug)]
@@ -90,6 +90,42 @@ impl Sampler {
         }
         // Rounding left a sliver past the last candidate.
         Ok(kept[keep - 1].1)
+    }
+}
+
+/// Statistics of `softmax(logits)` for the drawn `token`: its probability, the entropy in nats
+/// and the top-2 margin. One pass for the maximum and the top two, one for the normalizer and
+/// the entropy sum: `H = log Z - sum(p_i * (l_i - max))`, with `Z = sum(exp(l_i - max))`.
+pub(crate) fn token_stats(logits: &[f32], token: u32) -> TokenStats {
+    let (mut first, mut second) = (f32::NEG_INFINITY, f32::NEG_INFINITY);
+    for &x in logits {
+        if x > first {
+            second = first;
+            first = x;
+        } else if x > second {
+            second = x;
+        }
+    }
+    if !first.is_finite() {
+        return TokenStats::default();
+    }
+    let (mut z, mut weighted) = (0.0f64, 0.0f64);
+    for &x in logits {
+        let d = f64::from(x - first);
+        let e = d.exp();
+        if e > 0.0 {
+            // Tokens at -inf (masked) weigh nothing (and 0 * -inf would be NaN).
+            z += e;
+            weighted += e * d;
+        }
+    }
+    let p = |x: f32| (f64::from(x - first).exp() / z) as f32;
+    let picked = logits.get(token as usize).copied().map_or(0.0, p);
+    let second_p = if second.is_finite() { p(second) } else { 0.0 };
+    TokenStats {
+        prob: picked,
+        entropy: (z.ln() - weighted / z).max(0.0) as f32,
+        margin: p(first) - second_p,
     }
 }
 
@@ -176,6 +212,20 @@ mod tests {
             .filter(|&p| s.sample(&logits, p).unwrap() == 1)
             .count();
         assert!((2800..3200).contains(&ones), "{ones} of 4000");
+    }
+
+    #[test]
+    fn stats_match_the_softmax() {
+        // Two tokens at ln 3 and 0: p = 0.75, 0.25.
+        let logits = [0.0f32, (3.0f32).ln(), f32::NEG_INFINITY];
+        let s = token_stats(&logits, 1);
+        assert!((s.prob - 0.75).abs() < 1e-6, "{s:?}");
+        assert!((s.margin - 0.5).abs() < 1e-6, "{s:?}");
+        let h = -(0.75f64 * 0.75f64.ln() + 0.25 * 0.25f64.ln());
+        assert!((f64::from(s.entropy) - h).abs() < 1e-6, "{s:?}");
+        let uniform = token_stats(&[1.0; 8], 3);
+        assert!((f64::from(uniform.entropy) - 8f64.ln()).abs() < 1e-6);
+        assert_eq!(uniform.margin, 0.0);
     }
 
     #[test]

@@ -179,7 +179,7 @@ impl Backend for Gated {
     fn step(
         &mut self,
         batch: &Batch,
-        sampled: &mut [Option<u32>],
+        sampled: &mut [Option<crate::types::Sampled>],
     ) -> Result<Duration, BackendError> {
         for e in batch.entries() {
             let known = self
@@ -209,7 +209,9 @@ impl Backend for Gated {
                 }
             }
             if e.sample {
-                sampled[i] = Some(3 + (e.position + e.len()) % 90);
+                sampled[i] = Some(crate::types::Sampled::token(
+                    3 + (e.position + e.len()) % 90,
+                ));
             }
         }
         self.gate.returned(n);
@@ -242,6 +244,7 @@ pub(super) fn engine(total_blocks: u32, gate: &Arc<Gate>) -> Arc<Scheduler<Gated
         max_batched_tokens: 64,
         max_waiting: 8,
         event_capacity: 64,
+        ..SchedulerConfig::default()
     };
     // Outside any runtime: the scheduler gets a thread, which the gate may block.
     assert!(tokio::runtime::Handle::try_current().is_err());

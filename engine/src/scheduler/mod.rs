@@ -16,9 +16,11 @@
 
 #[cfg(test)]
 mod concurrency_tests;
+mod driven;
 mod driver;
 #[cfg(test)]
 mod gated;
+mod pace;
 mod release;
 mod remote;
 mod seq;
@@ -34,9 +36,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use parking_lot::{Mutex, MutexGuard};
 use tokio::sync::{Notify, broadcast, oneshot};
 
+pub use self::pace::{BatchWait, Lockstep, StepProfile};
 use self::seq::Kind;
 use self::state::Core;
 use crate::backend::Backend;
+use crate::drive::{DriveStart, SeqDriver};
 use crate::engine::Engine;
 use crate::error::EngineError;
 use crate::types::{
@@ -52,6 +56,10 @@ pub struct SchedulerConfig {
     pub max_waiting: u32,
     /// KV events buffered per subscriber before it lags.
     pub event_capacity: usize,
+    /// Delayed batching (off by default); `Engine::set_batch_wait` changes it at run time.
+    pub batch_wait: BatchWait,
+    /// Lockstep rounds shared with other schedulers (the lockstep baseline); `None` runs free.
+    pub lockstep: Option<Arc<Lockstep>>,
 }
 
 impl Default for SchedulerConfig {
@@ -60,6 +68,8 @@ impl Default for SchedulerConfig {
             max_batched_tokens: 2048,
             max_waiting: 256,
             event_capacity: 4096,
+            batch_wait: BatchWait::OFF,
+            lockstep: None,
         }
     }
 }
@@ -285,5 +295,62 @@ impl<B: Backend> Engine for Scheduler<B> {
 
     fn load(&self) -> LoadSnapshot {
         self.shared.lock().load()
+    }
+
+    fn set_batch_wait(&self, wait: BatchWait) -> Result<(), EngineError> {
+        if wait.min_batch == 0 {
+            return Err(EngineError::InvalidRequest(
+                "batch wait needs a batch of at least 1".into(),
+            ));
+        }
+        self.shared.lock().cfg.batch_wait = wait;
+        self.shared.notify.notify_one();
+        Ok(())
+    }
+
+    fn step_profile(&self) -> StepProfile {
+        self.shared.lock().profile.clone()
+    }
+
+    async fn drive(
+        &self,
+        req: SeqRequest,
+        start: DriveStart,
+        driver: Arc<dyn SeqDriver>,
+    ) -> Result<SeqId, EngineError> {
+        self.check_running()?;
+        let id = self.shared.lock().drive(req, start, driver)?;
+        self.shared.notify.notify_one();
+        Ok(id)
+    }
+
+    fn append(&self, seq: SeqId, tokens: &[u32], resume: bool) -> Result<(), EngineError> {
+        self.check_running()?;
+        self.shared.lock().append(seq, tokens, resume)?;
+        self.shared.notify.notify_one();
+        Ok(())
+    }
+
+    async fn resume_driven(
+        &self,
+        seq: SeqId,
+        first_token: u32,
+        driver: Arc<dyn SeqDriver>,
+    ) -> Result<(), EngineError> {
+        self.check_running()?;
+        self.shared.lock().resume_driven(seq, first_token, driver)?;
+        self.shared.notify.notify_one();
+        Ok(())
+    }
+
+    async fn resume_local_driven(
+        &self,
+        seq: SeqId,
+        driver: Arc<dyn SeqDriver>,
+    ) -> Result<(), EngineError> {
+        self.check_running()?;
+        self.shared.lock().resume_local_driven(seq, driver)?;
+        self.shared.notify.notify_one();
+        Ok(())
     }
 }

@@ -4,6 +4,7 @@
 use super::seq::{Phase, Seq};
 use super::state::Core;
 use crate::backend::Backend;
+use crate::drive::DrivenEnd;
 use crate::error::{BackendError, EngineError};
 use crate::types::{FinishReason, SeqId, SeqOutput};
 
@@ -40,9 +41,15 @@ impl<B: Backend> Core<B> {
 
     /// Ends a sequence normally: sends `Finished` and frees it.
     pub(super) fn finish(&mut self, id: SeqId, reason: FinishReason) {
-        if let Some(seq) = self.release(id)
-            && let Some(out) = &seq.out
-        {
+        let Some(seq) = self.release(id) else {
+            return;
+        };
+        if let Some(driver) = seq.driver() {
+            driver.on_end(DrivenEnd::Finished {
+                reason,
+                usage: seq.usage(),
+            });
+        } else if let Some(out) = &seq.out {
             tracing::debug!(seq = id, request_id = %seq.request_id, ?reason, tokens = seq.generated, "finished");
             let _ = out.try_send(SeqOutput::Finished {
                 reason,

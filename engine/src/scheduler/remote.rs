@@ -61,27 +61,11 @@ impl<B: Backend> Core<B> {
         id: SeqId,
         first_token: u32,
     ) -> Result<OutputStream, EngineError> {
-        if first_token >= self.info.vocab_size {
-            return Err(EngineError::InvalidRequest(format!(
-                "first token {first_token} is outside the vocabulary"
-            )));
-        }
+        self.check_imported(id, first_token)?;
         let seq = self
             .seqs
             .get_mut(&id)
             .ok_or(EngineError::UnknownSequence(id))?;
-        let Phase::AwaitingKv { imported } = &seq.phase else {
-            return Err(EngineError::InvalidRequest(format!(
-                "sequence {id} is not awaiting KV"
-            )));
-        };
-        let missing = imported.iter().filter(|&&ok| !ok).count();
-        if missing > 0 {
-            return Err(EngineError::InvalidRequest(format!(
-                "{missing} of {} blocks not imported",
-                imported.len()
-            )));
-        }
         seq.computed = seq.prompt_len;
         let rx = self.start_stream(id)?;
         let bs = self.info.block_size;
@@ -100,6 +84,29 @@ impl<B: Backend> Core<B> {
             None => self.running.push(id),
         }
         Ok(rx)
+    }
+
+    /// Checks that a reservation may resume with `first_token`: every block imported.
+    pub(super) fn check_imported(&self, id: SeqId, first_token: u32) -> Result<(), EngineError> {
+        if first_token >= self.info.vocab_size {
+            return Err(EngineError::InvalidRequest(format!(
+                "first token {first_token} is outside the vocabulary"
+            )));
+        }
+        let seq = self.seqs.get(&id).ok_or(EngineError::UnknownSequence(id))?;
+        let Phase::AwaitingKv { imported } = &seq.phase else {
+            return Err(EngineError::InvalidRequest(format!(
+                "sequence {id} is not awaiting KV"
+            )));
+        };
+        let missing = imported.iter().filter(|&&ok| !ok).count();
+        if missing > 0 {
+            return Err(EngineError::InvalidRequest(format!(
+                "{missing} of {} blocks not imported",
+                imported.len()
+            )));
+        }
+        Ok(())
     }
 
     /// Remote prefill failed: prefill the reservation here (whatever was imported is recomputed).

@@ -1,9 +1,12 @@
 //! A sequence as the scheduler tracks it.
 
+use std::sync::Arc;
+
 use dolphin_cluster::BlockHash;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
+use crate::drive::{DrivenEnd, SeqDriver};
 use crate::error::EngineError;
 use crate::types::{
     BlockId, FinishReason, PrefillOutput, Reservation, Sampling, SeqId, SeqOutput, SeqUsage,
@@ -34,6 +37,12 @@ pub(crate) enum Kind {
     /// Reserve for remote KV: reply at admission.
     Reserve {
         reply: Option<oneshot::Sender<Result<Reservation, EngineError>>>,
+    },
+    /// A driven sequence: every sampled token goes to the driver, which steers it.
+    Driven {
+        driver: Arc<dyn SeqDriver>,
+        /// Paused: skipped by batches except to compute appended tokens (all but the last).
+        paused: bool,
     },
 }
 
@@ -73,6 +82,15 @@ pub(crate) struct Seq {
     pub in_step: bool,
 }
 
+/// What the next step may compute for a sequence.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Work {
+    /// Tokens that may be computed now.
+    pub tokens: u32,
+    /// Whether a token is sampled once all of them are.
+    pub sample: bool,
+}
+
 impl Seq {
     /// Prompt blocks, the trailing partial one included.
     pub fn prompt_blocks(&self, block_size: u32) -> u32 {
@@ -84,11 +102,52 @@ impl Seq {
         self.computed >= self.prompt_len
     }
 
+    /// Tokens known and not yet computed: the prompt's rest while prefilling, the last sampled
+    /// token while decoding, a handoff's appended tokens.
+    pub fn pending(&self) -> u32 {
+        self.tokens.len() as u32 - self.computed
+    }
+
+    /// What the next step may compute: every pending token, sampling after the last; a paused
+    /// driven sequence computes all but the last pending token and samples nothing.
+    pub fn work(&self) -> Work {
+        let pending = self.pending();
+        match self.kind {
+            Kind::Driven { paused: true, .. } => Work {
+                tokens: pending.saturating_sub(1),
+                sample: false,
+            },
+            _ => Work {
+                tokens: pending,
+                sample: true,
+            },
+        }
+    }
+
+    /// Whether the sequence decodes: its next step is one token, sampled.
+    pub fn decoding(&self) -> bool {
+        self.prefilled()
+            && self.work()
+                == Work {
+                    tokens: 1,
+                    sample: true,
+                }
+    }
+
+    /// The driver, for a driven sequence.
+    pub fn driver(&self) -> Option<&Arc<dyn SeqDriver>> {
+        match &self.kind {
+            Kind::Driven { driver, .. } => Some(driver),
+            _ => None,
+        }
+    }
+
     pub fn usage(&self) -> SeqUsage {
         SeqUsage {
             prompt_tokens: self.prompt_len,
             completion_tokens: self.generated,
             cached_tokens: self.cached_tokens,
+            ..SeqUsage::default()
         }
     }
 
@@ -111,11 +170,20 @@ impl Seq {
             Kind::Generate => self.out.as_ref().is_none_or(mpsc::Sender::is_closed),
             Kind::Prefill { reply, .. } => reply.as_ref().is_none_or(oneshot::Sender::is_closed),
             Kind::Reserve { reply } => reply.as_ref().is_none_or(oneshot::Sender::is_closed),
+            // The driver cancels by request id.
+            Kind::Driven { .. } => false,
         }
     }
 
     /// Tells the caller the sequence ended without a result (cancel, shutdown, failure).
     pub fn fail(&mut self, error: impl FnOnce() -> EngineError, output: SeqOutput) {
+        if let Kind::Driven { driver, .. } = &self.kind {
+            driver.on_end(match output {
+                SeqOutput::Error(msg) => DrivenEnd::Failed(msg),
+                _ => DrivenEnd::Cancelled,
+            });
+            return;
+        }
         match &mut self.kind {
             Kind::Prefill { reply, .. } => {
                 if let Some(tx) = reply.take() {
@@ -127,7 +195,7 @@ impl Seq {
                     let _ = tx.send(Err(error()));
                 }
             }
-            Kind::Generate => {}
+            Kind::Generate | Kind::Driven { .. } => {}
         }
         if let Some(out) = self.out.take() {
             let _ = out.try_send(output);

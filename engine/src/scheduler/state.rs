@@ -38,6 +38,8 @@ pub(crate) struct Core<B: Backend> {
     pub(super) to_release: Vec<SeqId>,
     /// Block tables of sequences released while in the running step: freed when it returns.
     pub(super) deferred: Vec<Vec<BlockId>>,
+    /// Step times by batch size.
+    pub(super) profile: super::StepProfile,
     next_id: SeqId,
     events: broadcast::Sender<KvEvent>,
 }
@@ -61,6 +63,7 @@ impl<B: Backend> Core<B> {
             to_start: Vec::new(),
             to_release: Vec::new(),
             deferred: Vec::new(),
+            profile: super::StepProfile::default(),
             next_id: 1,
             events,
         }
@@ -236,7 +239,7 @@ impl<B: Backend> Core<B> {
             cached_tokens = seq.cached_tokens, blocks = seq.blocks_needed, "admitted");
         let outcome = match seq.kind {
             Kind::Reserve { .. } => Self::admit_reserved(&mut self.pool, seq, bs),
-            Kind::Generate | Kind::Prefill { .. } => {
+            Kind::Generate | Kind::Prefill { .. } | Kind::Driven { .. } => {
                 // The backend learns of it before its first step (the loop owns the backend).
                 seq.phase = Phase::Running;
                 self.running.push(id);
@@ -296,7 +299,8 @@ impl<B: Backend> Core<B> {
                 load.running += 1;
                 load.active_tokens += seq.tokens.len() as u64;
                 if seq.phase == Phase::Running && !seq.prefilled() {
-                    load.queued_prefill_tokens += u64::from(seq.prompt_len - seq.computed);
+                    load.queued_prefill_tokens +=
+                        u64::from(seq.prompt_len.saturating_sub(seq.computed));
                 }
             }
         }

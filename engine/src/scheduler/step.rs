@@ -8,9 +8,10 @@ use tokio::time::Instant;
 use super::seq::{Kind, Seq};
 use super::state::{Core, commit_blocks, out_of_reserved};
 use crate::backend::{Backend, Batch, KvBlocks, SeqStart};
+use crate::drive::{DrivenToken, Steer};
 use crate::error::{BackendError, EngineError};
 use crate::kv_pool::KvPool;
-use crate::types::{FinishReason, PrefillOutput, SeqId, SeqOutput};
+use crate::types::{FinishReason, PrefillOutput, Sampled, SeqId, SeqOutput};
 
 /// How a sequence's step ended, decided while iterating and acted on afterwards.
 #[derive(Debug)]
@@ -43,6 +44,7 @@ impl<B: Backend> Core<B> {
                 prompt: &seq.tokens[..seq.prompt_len as usize],
                 table: &seq.table,
                 computed: seq.computed,
+                stats: seq.driver().is_some(),
             });
             if let Err(e) = started {
                 self.fail(id, e);
@@ -53,9 +55,9 @@ impl<B: Backend> Core<B> {
         self.tidy();
     }
 
-    /// Fills `batch` for the next step: every decoding sequence's one token, then prefill chunks
-    /// in admission order until `max_batched_tokens` is spent. Allocates the blocks the new
-    /// tokens land in (from the sequences' reservations).
+    /// Fills `batch` for the next step: every decoding sequence's one token, then multi-token
+    /// work (prefill chunks, handoff catch-ups) in admission order until `max_batched_tokens` is
+    /// spent. Allocates the blocks the new tokens land in (from the sequences' reservations).
     pub(super) fn build_batch(
         &mut self,
         batch: &mut Batch,
@@ -64,50 +66,34 @@ impl<B: Backend> Core<B> {
         batch.clear();
         let bs = self.info.block_size;
         let mut budget = self.cfg.max_batched_tokens;
-        for &id in &self.running {
-            let Some(seq) = self.seqs.get_mut(&id) else {
-                continue;
-            };
-            if !seq.prefilled() {
-                continue;
+        for decodes in [true, false] {
+            for &id in &self.running {
+                // Every decode is in the step; multi-token work fills what is left.
+                if budget == 0 && !decodes {
+                    break;
+                }
+                let Some(seq) = self.seqs.get_mut(&id) else {
+                    continue;
+                };
+                if seq.decoding() != decodes {
+                    continue;
+                }
+                let work = seq.work();
+                if work.tokens == 0 {
+                    continue;
+                }
+                let pos = seq.computed;
+                let n = if decodes { 1 } else { work.tokens.min(budget) };
+                if let Err(e) = ensure_blocks(&mut self.pool, seq, pos + n, bs) {
+                    failed.push((id, e));
+                    continue;
+                }
+                let chunk = &seq.tokens[pos as usize..(pos + n) as usize];
+                let sample = work.sample && n == work.tokens;
+                batch.push(id, pos, seq.prompt_len, chunk, &seq.table, sample);
+                seq.in_step = true;
+                budget = budget.saturating_sub(n);
             }
-            let pos = seq.computed;
-            if let Err(e) = ensure_blocks(&mut self.pool, seq, pos + 1, bs) {
-                failed.push((id, e));
-                continue;
-            }
-            let token = &seq.tokens[pos as usize..pos as usize + 1];
-            batch.push(id, pos, seq.prompt_len, token, &seq.table, true);
-            seq.in_step = true;
-            budget = budget.saturating_sub(1);
-        }
-        for &id in &self.running {
-            if budget == 0 {
-                break;
-            }
-            let Some(seq) = self.seqs.get_mut(&id) else {
-                continue;
-            };
-            if seq.prefilled() {
-                continue;
-            }
-            let pos = seq.computed;
-            let n = (seq.prompt_len - pos).min(budget);
-            if let Err(e) = ensure_blocks(&mut self.pool, seq, pos + n, bs) {
-                failed.push((id, e));
-                continue;
-            }
-            let chunk = &seq.tokens[pos as usize..(pos + n) as usize];
-            batch.push(
-                id,
-                pos,
-                seq.prompt_len,
-                chunk,
-                &seq.table,
-                pos + n == seq.prompt_len,
-            );
-            seq.in_step = true;
-            budget -= n;
         }
         batch.kv_blocks_active = self.pool.referenced();
         batch.kv_blocks_total = self.pool.total();
@@ -152,7 +138,7 @@ impl<B: Backend> Core<B> {
     pub(super) fn apply(
         &mut self,
         batch: &Batch,
-        sampled: &[Option<u32>],
+        sampled: &[Option<Sampled>],
         done: &mut Vec<(SeqId, Done)>,
     ) {
         let bs = self.info.block_size;
@@ -227,9 +213,27 @@ impl<B: Backend> Core<B> {
 }
 
 /// Records a sampled token; returns how the sequence ends, if it does.
-fn on_token(seq: &mut Seq, token: u32, eos: Option<u32>) -> Option<Done> {
-    if let Kind::Prefill { .. } = seq.kind {
-        return Some(Done::Prefilled(token));
+fn on_token(seq: &mut Seq, sampled: Sampled, eos: Option<u32>) -> Option<Done> {
+    let token = sampled.token;
+    match &mut seq.kind {
+        Kind::Prefill { .. } => return Some(Done::Prefilled(token)),
+        Kind::Driven { driver, paused } => {
+            let steer = driver.on_token(DrivenToken {
+                token,
+                stats: Some(sampled.stats),
+                tokens: &seq.tokens,
+                prompt_len: seq.prompt_len,
+            });
+            if steer == Steer::DropAndPause {
+                *paused = true;
+                return None;
+            }
+            *paused = steer == Steer::KeepAndPause;
+            seq.tokens.push(token);
+            seq.generated += 1;
+            return seq.stop_reason(token, eos).map(Done::Finished);
+        }
+        Kind::Generate | Kind::Reserve { .. } => {}
     }
     seq.tokens.push(token);
     seq.generated += 1;

@@ -59,7 +59,7 @@ impl Backend for Recorder {
     fn step(
         &mut self,
         batch: &Batch,
-        sampled: &mut [Option<u32>],
+        sampled: &mut [Option<crate::types::Sampled>],
     ) -> Result<Duration, BackendError> {
         let mut log = Vec::new();
         for (i, e) in batch.entries().iter().enumerate() {
@@ -71,11 +71,11 @@ impl Backend for Recorder {
                 )));
             }
             if e.sample {
-                sampled[i] = Some(if self.eos_at == Some(end) {
+                sampled[i] = Some(crate::types::Sampled::token(if self.eos_at == Some(end) {
                     EOS
                 } else {
                     3 + end % 90
-                });
+                }));
             }
             log.push((e.seq, e.position, e.len(), e.sample));
         }
@@ -127,6 +127,7 @@ fn engine(s: Setup) -> (Arc<Scheduler<Recorder>>, Arc<Mutex<Vec<StepLog>>>) {
         max_batched_tokens: s.max_batched_tokens,
         max_waiting: s.max_waiting,
         event_capacity: 64,
+        ..SchedulerConfig::default()
     };
     (Scheduler::spawn(backend, cfg).expect("valid config"), log)
 }
@@ -226,7 +227,8 @@ async fn chunked_prefill_respects_the_budget() {
         SeqUsage {
             prompt_tokens: 50,
             completion_tokens: 2,
-            cached_tokens: 0
+            cached_tokens: 0,
+            ..SeqUsage::default()
         }
     );
     let log = log.lock();

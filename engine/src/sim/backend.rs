@@ -20,7 +20,7 @@ use super::content::{self, EOS_TOKEN};
 use super::profile::SimProfile;
 use crate::backend::{Backend, BackendInfo, Batch, ImportBlock, KvBlocks, SeqStart};
 use crate::error::BackendError;
-use crate::types::{BlockId, SeqId};
+use crate::types::{BlockId, Sampled, SeqId, TokenStats};
 
 /// What a block "holds".
 #[derive(Clone, Copy, Debug, Default)]
@@ -42,6 +42,8 @@ struct SimSeq {
     digest: Option<u64>,
     /// Mixed into the digest: a seeded sampler with temperature selects its own stream.
     salt: u64,
+    /// Whether sampled tokens carry (synthetic) statistics.
+    stats: bool,
 }
 
 /// The simulated KV memory: what each block holds, shared by the backend's steps and the
@@ -194,6 +196,20 @@ impl SimBackend {
     }
 }
 
+/// Statistics for a simulated token: deterministic in the sequence and position, spread like a
+/// small model's (most steps confident, a tail of uncertain ones). Nothing in the sim's tokens
+/// depends on them; they exist so routing code runs on the sim engine.
+fn synthetic_stats(digest: u64, position: u32) -> TokenStats {
+    let v = xxhash_rust::xxh3::xxh3_64_with_seed(&position.to_le_bytes(), digest ^ 0x5354_4154);
+    let u = (v >> 11) as f64 / (1u64 << 53) as f64;
+    let prob = (1.0 - u * u) as f32;
+    TokenStats {
+        prob,
+        entropy: -prob.ln() * 2.0 + (1.0 - prob) * 3.0,
+        margin: (2.0 * prob - 1.0).max(0.0),
+    }
+}
+
 fn outside(block: BlockId) -> BackendError {
     BackendError::Invalid(format!("block {block} is outside the pool"))
 }
@@ -253,6 +269,7 @@ impl Backend for SimBackend {
                 partial,
                 digest,
                 salt,
+                stats: start.stats,
             },
         );
         Ok(())
@@ -261,20 +278,27 @@ impl Backend for SimBackend {
     fn step(
         &mut self,
         batch: &Batch,
-        sampled: &mut [Option<u32>],
+        sampled: &mut [Option<Sampled>],
     ) -> Result<Duration, BackendError> {
         for (i, entry) in batch.entries().iter().enumerate() {
             let table = batch.table(entry);
-            self.absorb(entry.seq, entry.position, batch.tokens(entry), table)?;
-            if !entry.sample {
-                continue;
-            }
+            let tokens = batch.tokens(entry);
             let end = entry.position + entry.len();
-            if entry.is_prefill() && end == entry.prompt_len {
+            if entry.position < entry.prompt_len && end >= entry.prompt_len {
+                // The prompt completes in this entry (a catch-up chunk may run past it): its
+                // digest is taken from the prompt's blocks before later tokens land in them.
+                let (prompt, rest) = tokens.split_at((entry.prompt_len - entry.position) as usize);
+                self.absorb(entry.seq, entry.position, prompt, table)?;
                 let digest = self.digest(entry.prompt_len, table)?;
                 if let Some(s) = self.seqs.get_mut(&entry.seq) {
                     s.digest = Some(digest);
                 }
+                self.absorb(entry.seq, entry.prompt_len, rest, table)?;
+            } else {
+                self.absorb(entry.seq, entry.position, tokens, table)?;
+            }
+            if !entry.sample {
+                continue;
             }
             let s = self
                 .seqs
@@ -290,7 +314,12 @@ impl Backend for SimBackend {
                 self.profile.eos_probability,
             );
             debug_assert!(token == EOS_TOKEN || token >= content::FIRST_TOKEN);
-            sampled[i] = Some(token);
+            let stats = if s.stats {
+                synthetic_stats(digest ^ s.salt, end)
+            } else {
+                TokenStats::default()
+            };
+            sampled[i] = Some(Sampled { token, stats });
         }
         if self.time_scale == 0.0 {
             return Ok(Duration::ZERO);
@@ -300,9 +329,12 @@ impl Backend for SimBackend {
         } else {
             f64::from(batch.kv_blocks_active) / f64::from(batch.kv_blocks_total)
         };
+        // A handoff's catch-up chunk costs its extra tokens at the prefill rate on top of the
+        // decode step it rides in (weights are read once for the whole chunk).
         let ms = self
             .profile
-            .step_ms(batch.prefill_tokens(), batch.decode_seqs(), occupancy);
+            .step_ms(batch.prefill_tokens(), batch.decode_seqs(), occupancy)
+            + self.profile.prefill_ms.t1 * f64::from(batch.catch_up_tokens());
         Ok(Duration::from_secs_f64(
             (ms * self.time_scale / 1e3).max(0.0),
         ))

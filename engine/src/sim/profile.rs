@@ -15,6 +15,14 @@ const BUILTIN: &[(&str, &str)] = &[
         "qwen72b-h20",
         include_str!("../../profiles/qwen72b-h20.json"),
     ),
+    (
+        "qwen3-0.6b-a100",
+        include_str!("../../profiles/qwen3-0.6b-a100.json"),
+    ),
+    (
+        "qwen3-32b-2xa100",
+        include_str!("../../profiles/qwen3-32b-2xa100.json"),
+    ),
 ];
 
 /// Prefill step time in ms: `t2 * t^2 + t1 * t + t0`, t = new prompt tokens in the step.

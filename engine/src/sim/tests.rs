@@ -262,6 +262,7 @@ fn a_mixed_step_costs_prefill_plus_decode() {
         prompt: &p1,
         table: &[0],
         computed: 0,
+        stats: false,
     })
     .expect("start");
     b.start(SeqStart {
@@ -270,6 +271,7 @@ fn a_mixed_step_costs_prefill_plus_decode() {
         prompt: &p2,
         table: &[],
         computed: 0,
+        stats: false,
     })
     .expect("start");
     let ms = |ms: f64| Duration::from_secs_f64(2.0 * ms / 1e3);
@@ -285,7 +287,7 @@ fn a_mixed_step_costs_prefill_plus_decode() {
         ms(profile.prefill_ms(16)),
         "prefill only, scaled by time_scale 2"
     );
-    let first = sampled[0].expect("prompt complete: sampled");
+    let first = sampled[0].expect("prompt complete: sampled").token;
 
     batch.clear();
     batch.push(1, 16, 16, &[first], &[0, 1], true);

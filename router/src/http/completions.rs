@@ -76,6 +76,10 @@ fn build(
             max_tokens,
             stop: f.stop.map(StopInput::into_vec).unwrap_or_default(),
             ignore_eos: f.ignore_eos,
+            handoff: f.handoff.map(|h| v1::HandoffParams {
+                algorithm: h.algorithm,
+                threshold: h.threshold,
+            }),
         },
         force,
         slo: None,

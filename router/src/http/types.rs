@@ -69,6 +69,20 @@ pub struct SamplingFields {
     pub stream_options: Option<StreamOptions>,
     /// Force the prefill path, "local" or "remote" (a Dolphin extension for experiments).
     pub prefill_mode: Option<String>,
+    /// On a model group: the token-level handoff algorithm, `{"algorithm": "entropy",
+    /// "threshold": 2.5}` (a Dolphin extension; absent: the decode worker's default).
+    pub handoff: Option<HandoffField>,
+}
+
+/// The `handoff` extension field.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HandoffField {
+    /// Algorithm spec, e.g. `confidence:span=4`; empty: the worker's default.
+    #[serde(default)]
+    pub algorithm: String,
+    /// Overrides the algorithm's main threshold.
+    pub threshold: Option<f64>,
 }
 
 /// `/v1/completions` request.

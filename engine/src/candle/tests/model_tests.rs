@@ -18,6 +18,7 @@ fn load(m: &TinyModel, format: WeightFormat, pad: bool) -> (Llama, KvStore) {
         pad,
         block_size: BS,
         max_context: None,
+        layers: None,
     };
     let model = Llama::load(&m.path, opts, &Device::Cpu).expect("load tiny model");
     let p = &model.params;
