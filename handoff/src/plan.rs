@@ -38,7 +38,7 @@
 //!    that does not start counts its wait up (if it has a ready request) or resets it.
 //!
 //! [`predict`] enumerates the states reachable from "all `C` requests ready on the small model,
-//! both idle", solves the stationary distribution by lazy power iteration and reports the
+//! both idle", solves the stationary distribution by Gauss-Seidel sweeps (lazy power iteration as fallback) and reports the
 //! steady-state throughput and per-subserver statistics. [`simulate`] runs the very same chain by
 //! Monte Carlo, and [`plan`] searches the thresholds for the best throughput.
 //!
@@ -72,10 +72,11 @@ pub const MAX_TRANSITIONS: usize = 40_000_000;
 /// Largest concurrency a [`ChainSpec`] may ask for (bounds the binomial tables).
 pub const MAX_CONCURRENCY: u32 = 2048;
 
-/// Power iteration stops once an iteration changes the distribution by less than this (L1).
+/// The solver stops once a sweep changes the distribution by less than this (L1).
 pub const TOLERANCE: f64 = 1e-12;
 
-/// Power iterations tried before [`PlanError::NoConvergence`].
+/// Power iterations tried before [`PlanError::NoConvergence`] (Gauss-Seidel gets a tenth of
+/// them before it falls back to power iteration).
 pub const MAX_ITERATIONS: u32 = 200_000;
 
 /// Share of the old distribution kept each power iteration (`x = L x + (1 - L) x P`), which makes
@@ -239,7 +240,7 @@ pub struct Prediction {
     pub utilization: [f64; 2],
     /// Reachable states of the chain.
     pub states: usize,
-    /// Power iterations the stationary distribution took.
+    /// Sweeps (Gauss-Seidel, or power iterations on fallback) the stationary distribution took.
     pub iterations: u32,
 }
 
@@ -280,9 +281,9 @@ pub enum PlanError {
         /// The tick length the chain was built with.
         tick_ms: f64,
     },
-    /// Power iteration did not reach [`TOLERANCE`].
+    /// Neither Gauss-Seidel nor power iteration reached [`TOLERANCE`].
     #[error(
-        "power iteration did not converge in {iterations} iterations (last L1 change {residual:e})"
+        "the stationary distribution did not converge in {iterations} iterations (last L1 change {residual:e})"
     )]
     NoConvergence {
         /// Iterations run.
@@ -718,9 +719,82 @@ fn reachable(
     })
 }
 
+/// Stationary distribution by Gauss-Seidel sweeps over `x = x P` (each state's mass recomputed
+/// from its predecessors' latest values), from the uniform distribution; returns it with the
+/// sweeps taken. Far fewer sweeps than power iteration on these slowly mixing chains (a step's
+/// residual time counts down one tick per transition), and periodicity does not stall it. Falls
+/// back to lazy power iteration should the sweeps not settle.
+fn stationary(sparse: &Sparse) -> Result<(Vec<f64>, u32), PlanError> {
+    let n = sparse.states.len();
+    let incoming = Incoming::of(sparse);
+    let mut x = vec![1.0 / n as f64; n];
+    for sweep in 1..=MAX_ITERATIONS / 10 {
+        let mut change = 0.0;
+        for j in 0..n {
+            let (mut inflow, mut stay) = (0.0, 0.0);
+            for &(i, p) in incoming.of_state(j) {
+                if i as usize == j {
+                    stay += p;
+                } else {
+                    inflow += x[i as usize] * p;
+                }
+            }
+            let new = if stay < 1.0 {
+                inflow / (1.0 - stay)
+            } else {
+                x[j]
+            };
+            change += (new - x[j]).abs();
+            x[j] = new;
+        }
+        let total: f64 = x.iter().sum();
+        if !(total.is_finite() && total > 0.0) {
+            break;
+        }
+        x.iter_mut().for_each(|v| *v /= total);
+        if change / total < TOLERANCE {
+            return Ok((x, sweep));
+        }
+    }
+    power_iteration(sparse)
+}
+
+/// Transitions by destination: `(source, probability)` of state `j` at `start[j]..start[j + 1]`.
+struct Incoming {
+    start: Vec<usize>,
+    edges: Vec<(u32, f64)>,
+}
+
+impl Incoming {
+    fn of(sparse: &Sparse) -> Self {
+        let n = sparse.states.len();
+        let mut start = vec![0usize; n + 1];
+        for &d in &sparse.dst {
+            start[d as usize + 1] += 1;
+        }
+        for j in 0..n {
+            start[j + 1] += start[j];
+        }
+        let mut fill = start.clone();
+        let mut edges = vec![(0u32, 0.0); sparse.dst.len()];
+        for (i, bounds) in sparse.row_start.windows(2).enumerate() {
+            for k in bounds[0]..bounds[1] {
+                let d = sparse.dst[k] as usize;
+                edges[fill[d]] = (i as u32, sparse.prob[k]);
+                fill[d] += 1;
+            }
+        }
+        Self { start, edges }
+    }
+
+    fn of_state(&self, j: usize) -> &[(u32, f64)] {
+        &self.edges[self.start[j]..self.start[j + 1]]
+    }
+}
+
 /// Stationary distribution by lazy power iteration from the uniform distribution; returns it
 /// with the iterations taken.
-fn stationary(sparse: &Sparse) -> Result<(Vec<f64>, u32), PlanError> {
+fn power_iteration(sparse: &Sparse) -> Result<(Vec<f64>, u32), PlanError> {
     let n = sparse.states.len();
     let mut x = vec![1.0 / n as f64; n];
     let mut y = vec![0.0; n];

@@ -53,6 +53,9 @@ struct Args {
     /// Delayed batching's wait bound, ms.
     #[arg(long, default_value_t = 30.0)]
     max_wait_ms: f64,
+    /// Only plan B per concurrency (and time the planner); measure nothing.
+    #[arg(long)]
+    plan_only: bool,
 }
 
 const SMALL: &str = "qwen3-0.6b-a100";
@@ -236,6 +239,20 @@ async fn main() -> anyhow::Result<()> {
     let max_wait = Duration::from_secs_f64(args.max_wait_ms / 1e3);
     let mut rows = Vec::new();
     for &c in &args.concurrency {
+        if args.plan_only {
+            let spec = chain(&args, c);
+            let t = Instant::now();
+            let p = plan(&spec, 8)?;
+            println!(
+                "c={c}: B={:?} predicted {:.1} tok/s, {} states, {} iterations, planned in {:.2} s",
+                p.best.batch_wait,
+                p.best.tokens_per_s,
+                p.best.states,
+                p.best.iterations,
+                t.elapsed().as_secs_f64()
+            );
+            continue;
+        }
         let lockstep = measure(group(true, [1, 1], max_wait), args.clone(), c).await;
         let dispatcher = measure(
             Arc::new(Runtime::Dispatcher(Dispatcher::new(
@@ -291,6 +308,9 @@ async fn main() -> anyhow::Result<()> {
             best_i + 1
         );
         rows.push(row);
+    }
+    if args.plan_only {
+        return Ok(());
     }
     let out = serde_json::json!({
         "benchmark": "handoff_sim",
