@@ -17,6 +17,7 @@ pub mod experiments;
 pub mod fake_worker;
 pub mod http_client;
 pub mod load;
+pub mod machine;
 pub mod overhead_clients;
 pub mod overhead_cluster;
 pub mod proc_stat;

@@ -237,11 +237,6 @@ async fn replan(group: std::sync::Weak<ModelGroup>, max_wait: Duration) {
     }
 }
 
-/// Default served name of a group.
-pub fn default_group_name() -> String {
-    "model-group".into()
-}
-
 /// The sim profile a subserver names exists (checked before anything starts).
 pub fn check_sources(kind: EngineKind, specs: &[SubserverSpec]) -> Result<(), ConfigError> {
     for s in specs {

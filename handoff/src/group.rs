@@ -66,12 +66,6 @@ pub enum GroupError {
     Algorithm(#[from] crate::spec::SpecError),
 }
 
-/// A reservation (remote prefill) waiting for its KV.
-#[derive(Debug)]
-struct Reserved {
-    req: SeqRequest,
-}
-
 /// Several models behind one engine API.
 pub struct ModelGroup {
     subservers: Vec<Subserver>,
@@ -84,7 +78,8 @@ pub struct ModelGroup {
     inter: InterModel,
     stats: Arc<GroupStats>,
     seeds: AtomicU64,
-    reserved: Mutex<HashMap<SeqId, Reserved>>,
+    /// Reservations (remote prefill) waiting for their KV, by the home subserver's sequence.
+    reserved: Mutex<HashMap<SeqId, SeqRequest>>,
 }
 
 impl std::fmt::Debug for ModelGroup {
@@ -313,12 +308,29 @@ impl ModelGroup {
         }
     }
 
-    fn take_reserved(&self, seq: SeqId) -> Result<SeqRequest, EngineError> {
-        self.reserved
+    /// A reservation on the home subserver goes on as the group's request: decoding from the
+    /// prefill worker's `first_token`, or (`None`) prefilling here after a remote failure.
+    async fn resume_home(
+        &self,
+        seq: SeqId,
+        first_token: Option<u32>,
+    ) -> Result<OutputStream, EngineError> {
+        let req = self
+            .reserved
             .lock()
             .remove(&seq)
-            .map(|r| r.req)
-            .ok_or(EngineError::UnknownSequence(seq))
+            .ok_or(EngineError::UnknownSequence(seq))?;
+        let (request, rx) = self.request(&req, Some(self.home))?;
+        request.set_seq(self.home, seq);
+        self.start_peers(&req, &request, self.home).await?;
+        let home = &self.subservers[self.home].engine;
+        let driver = request.driver(self.home);
+        match first_token {
+            Some(token) => home.resume_driven(seq, token, driver).await,
+            None => home.resume_local_driven(seq, driver).await,
+        }
+        .inspect_err(|_| self.cancel_in(&req.request_id, 0..self.subservers.len()))?;
+        Ok(rx)
     }
 }
 
@@ -352,7 +364,7 @@ impl Engine for ModelGroup {
             .engine
             .reserve(req.clone())
             .await?;
-        self.reserved.lock().insert(r.seq, Reserved { req });
+        self.reserved.lock().insert(r.seq, req);
         Ok(r)
     }
 
@@ -361,35 +373,17 @@ impl Engine for ModelGroup {
     }
 
     async fn resume(&self, seq: SeqId, first_token: u32) -> Result<OutputStream, EngineError> {
-        let req = self.take_reserved(seq)?;
-        let (request, rx) = self.request(&req, Some(self.home))?;
-        request.set_seq(self.home, seq);
-        self.start_peers(&req, &request, self.home).await?;
-        self.subservers[self.home]
-            .engine
-            .resume_driven(seq, first_token, request.driver(self.home))
-            .await
-            .inspect_err(|_| self.cancel_in(&req.request_id, 0..self.subservers.len()))?;
-        Ok(rx)
+        self.resume_home(seq, Some(first_token)).await
     }
 
     async fn resume_local(&self, seq: SeqId) -> Result<OutputStream, EngineError> {
-        let req = self.take_reserved(seq)?;
-        let (request, rx) = self.request(&req, Some(self.home))?;
-        request.set_seq(self.home, seq);
-        self.start_peers(&req, &request, self.home).await?;
-        self.subservers[self.home]
-            .engine
-            .resume_local_driven(seq, request.driver(self.home))
-            .await
-            .inspect_err(|_| self.cancel_in(&req.request_id, 0..self.subservers.len()))?;
-        Ok(rx)
+        self.resume_home(seq, None).await
     }
 
     fn cancel(&self, request_id: &str) {
         self.reserved
             .lock()
-            .retain(|_, r| r.req.request_id != request_id);
+            .retain(|_, r| r.request_id != request_id);
         // Each subserver ends its sequence; the first to report it ends the request's stream
         // with `Cancelled`.
         self.cancel_in(request_id, 0..self.subservers.len());
@@ -400,16 +394,15 @@ impl Engine for ModelGroup {
     }
 
     fn load(&self) -> LoadSnapshot {
-        let home = self.subservers[self.home].engine.load();
         // A request runs in every subserver: count it once (the home model's view), with the
-        // home model's memory, which is what routing to this worker draws on.
-        let waiting = self
-            .subservers
-            .iter()
-            .map(|s| s.engine.load().waiting)
-            .max()
-            .unwrap_or(home.waiting);
-        LoadSnapshot { waiting, ..home }
+        // home model's memory, which is what routing to this worker draws on; waiting is the
+        // longest queue of any subserver.
+        let loads: Vec<LoadSnapshot> = self.subservers.iter().map(|s| s.engine.load()).collect();
+        let waiting = loads.iter().map(|l| l.waiting).max().unwrap_or(0);
+        LoadSnapshot {
+            waiting,
+            ..loads[self.home]
+        }
     }
 
     fn step_profile(&self) -> StepProfile {

@@ -153,7 +153,7 @@ impl Request {
         if let Some(out) = s.out.take() {
             let _ = out.try_send(last);
         }
-        self.stats.finished(&s.written, s.handoffs);
+        self.stats.finished(&s.written);
         Ended::Cancel((0..self.info.names.len()).collect())
     }
 

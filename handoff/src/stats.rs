@@ -62,7 +62,7 @@ impl GroupStats {
             .record(took.as_secs_f64());
     }
 
-    pub(crate) fn finished(&self, written: &[u32], _handoffs: u32) {
+    pub(crate) fn finished(&self, written: &[u32]) {
         self.requests.fetch_add(1, Ordering::Relaxed);
         for (i, &t) in written.iter().enumerate() {
             self.models[i]

@@ -150,18 +150,6 @@ fn load_avg() -> String {
     std::fs::read_to_string("/proc/loadavg").map_or_else(|_| "?".into(), |s| s.trim().to_string())
 }
 
-fn cpu_name() -> String {
-    std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split(':').nth(1))
-                .map(|s| s.trim().to_string())
-        })
-        .unwrap_or_else(|| "?".into())
-}
-
 /// One prefill run's figures for a prompt of `tokens`.
 fn prefill_run(t: &Timed, tokens: usize) -> anyhow::Result<PrefillRun> {
     ensure!(t.first_token.is_some(), "no token");
@@ -416,7 +404,7 @@ async fn main() -> anyhow::Result<()> {
         padded: candle_cfg.pads(),
         threads_per_worker: args.threads,
         max_batched_tokens: args.max_batched_tokens,
-        cpu: cpu_name(),
+        cpu: dolphin_bench::machine::cpu_name(),
         load_avg_before,
         load_avg_after: load_avg(),
         prefill_tokens: args.prefill_tokens,

@@ -102,18 +102,6 @@ fn load_avg() -> String {
     std::fs::read_to_string("/proc/loadavg").map_or_else(|_| "?".into(), |s| s.trim().to_string())
 }
 
-fn cpu_name() -> String {
-    std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split(':').nth(1))
-                .map(|s| s.trim().to_string())
-        })
-        .unwrap_or_else(|| "?".into())
-}
-
 fn request(id: String, prompt: Vec<u32>, max_tokens: u32) -> SeqRequest {
     SeqRequest {
         request_id: id,
@@ -300,7 +288,7 @@ async fn main() -> anyhow::Result<()> {
         weights: args.weights.to_string(),
         padded,
         threads,
-        cpu: cpu_name(),
+        cpu: dolphin_bench::machine::cpu_name(),
         load_avg_before,
         load_avg_after: load_avg(),
         prefill_tokens: args.prefill_tokens,

@@ -18,6 +18,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
+use dolphin_bench::machine;
 use dolphin_engine::sim::SimBackend;
 use dolphin_engine::{
     BackendInfo, BatchWait, Engine, Lockstep, Scheduler, SchedulerConfig, SeqOutput, SeqRequest,
@@ -315,8 +316,8 @@ async fn main() -> anyhow::Result<()> {
     let out = serde_json::json!({
         "benchmark": "handoff_sim",
         "command": "cargo run --release -p dolphin-bench --bin handoff_sim",
-        "cpu": cpu_name(),
-        "cpu_flags": cpu_flags(),
+        "cpu": machine::cpu_name(),
+        "cpu_flags": machine::cpu_flags(),
         "profiles": [SMALL, LARGE],
         "prompt_tokens": args.prompt,
         "output_tokens": args.output,
@@ -330,26 +331,4 @@ async fn main() -> anyhow::Result<()> {
     let path = dolphin_bench::results::write_json("handoff_sim", None, &out)?;
     println!("wrote {}", path.display());
     Ok(())
-}
-
-fn cpu_name() -> String {
-    std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split(':').nth(1))
-                .map(|s| s.trim().to_string())
-        })
-        .unwrap_or_else(|| "?".into())
-}
-
-fn cpu_flags() -> Vec<&'static str> {
-    ["avx2", "fma", "avx512f", "avx512vnni", "avxvnni"]
-        .into_iter()
-        .filter(|f| {
-            std::fs::read_to_string("/proc/cpuinfo")
-                .is_ok_and(|s| s.split_whitespace().any(|w| w == *f))
-        })
-        .collect()
 }

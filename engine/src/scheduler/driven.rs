@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use super::seq::{Kind, Phase};
+use super::seq::Kind;
 use super::state::{Core, commit_blocks};
 use crate::backend::Backend;
 use crate::drive::{DriveStart, DrivenToken, SeqDriver, Steer};
@@ -83,7 +83,6 @@ impl<B: Backend> Core<B> {
             .get_mut(&id)
             .ok_or(EngineError::UnknownSequence(id))?;
         seq.computed = seq.prompt_len;
-        seq.phase = Phase::Running;
         let steer = driver.on_token(DrivenToken {
             token: first_token,
             stats: None,
@@ -95,12 +94,11 @@ impl<B: Backend> Core<B> {
             seq.tokens.push(first_token);
             seq.generated = 1;
         }
-        seq.kind = Kind::Driven { driver, paused };
         commit_blocks(&mut self.pool, seq, bs);
         let stop = (steer != Steer::DropAndPause)
             .then(|| seq.stop_reason(first_token, eos))
             .flatten();
-        self.to_start.push(id);
+        self.start_reserved(id, Kind::Driven { driver, paused });
         self.running.push(id);
         if let Some(reason) = stop {
             self.finish(id, reason);
@@ -114,23 +112,12 @@ impl<B: Backend> Core<B> {
         id: SeqId,
         driver: Arc<dyn SeqDriver>,
     ) -> Result<(), EngineError> {
-        let seq = self
-            .seqs
-            .get_mut(&id)
-            .ok_or(EngineError::UnknownSequence(id))?;
-        if !matches!(seq.phase, Phase::AwaitingKv { .. }) {
-            return Err(EngineError::InvalidRequest(format!(
-                "sequence {id} is not awaiting KV"
-            )));
-        }
-        seq.computed = seq.cached_tokens;
-        seq.phase = Phase::Running;
-        seq.kind = Kind::Driven {
-            driver,
-            paused: false,
-        };
-        self.to_start.push(id);
-        self.running.push(id);
-        Ok(())
+        self.prefill_here(
+            id,
+            Kind::Driven {
+                driver,
+                paused: false,
+            },
+        )
     }
 }

@@ -67,7 +67,8 @@ impl<B: Backend> Core<B> {
             .get_mut(&id)
             .ok_or(EngineError::UnknownSequence(id))?;
         seq.computed = seq.prompt_len;
-        let rx = self.start_stream(id)?;
+        self.start_reserved(id, Kind::Generate);
+        let rx = self.open_stream(id)?;
         let bs = self.info.block_size;
         let eos = self.info.eos_token_id;
         let Some(seq) = self.seqs.get_mut(&id) else {
@@ -111,6 +112,12 @@ impl<B: Backend> Core<B> {
 
     /// Remote prefill failed: prefill the reservation here (whatever was imported is recomputed).
     pub(super) fn resume_local(&mut self, id: SeqId) -> Result<OutputStream, EngineError> {
+        self.prefill_here(id, Kind::Generate)?;
+        self.open_stream(id)
+    }
+
+    /// A reservation whose remote prefill failed computes its prompt here, as `kind`.
+    pub(super) fn prefill_here(&mut self, id: SeqId, kind: Kind) -> Result<(), EngineError> {
         let seq = self
             .seqs
             .get_mut(&id)
@@ -121,23 +128,29 @@ impl<B: Backend> Core<B> {
             )));
         }
         seq.computed = seq.cached_tokens;
-        let rx = self.start_stream(id)?;
+        self.start_reserved(id, kind);
         self.running.push(id);
-        Ok(rx)
+        Ok(())
     }
 
-    /// Turns an awaiting sequence into a streaming one at `computed` tokens of KV; the backend
-    /// starts it before its first step.
-    fn start_stream(&mut self, id: SeqId) -> Result<OutputStream, EngineError> {
+    /// Turns an awaiting sequence into a computing one of `kind` at `computed` tokens of KV; the
+    /// backend starts it before its first step.
+    pub(super) fn start_reserved(&mut self, id: SeqId, kind: Kind) {
+        if let Some(seq) = self.seqs.get_mut(&id) {
+            seq.kind = kind;
+            seq.phase = Phase::Running;
+            self.to_start.push(id);
+        }
+    }
+
+    /// Opens a sequence's output stream (room for every token and the final message).
+    fn open_stream(&mut self, id: SeqId) -> Result<OutputStream, EngineError> {
         let seq = self
             .seqs
             .get_mut(&id)
             .ok_or(EngineError::UnknownSequence(id))?;
         let (tx, rx) = mpsc::channel(seq.sampling.max_tokens as usize + 2);
         seq.out = Some(tx);
-        seq.kind = Kind::Generate;
-        seq.phase = Phase::Running;
-        self.to_start.push(id);
         Ok(rx)
     }
 }

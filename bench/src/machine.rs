@@ -1,0 +1,28 @@
+//! What a benchmark result records about the machine it ran on.
+
+/// The CPU's model name from `/proc/cpuinfo` (`?` when unreadable).
+pub fn cpu_name() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|s| s.trim().to_string())
+        })
+        .unwrap_or_else(|| "?".into())
+}
+
+/// Which of the SIMD flags candle's kernels care about the CPU has.
+pub fn cpu_flags() -> Vec<&'static str> {
+    let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let flags: Vec<&str> = info
+        .lines()
+        .find(|l| l.starts_with("flags"))
+        .map(|l| l.split_whitespace().collect())
+        .unwrap_or_default();
+    ["avx2", "fma", "avx512f", "avx512_vnni", "avx_vnni"]
+        .into_iter()
+        .filter(|f| flags.contains(f))
+        .collect()
+}
