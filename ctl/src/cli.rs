@@ -38,6 +38,8 @@ pub enum Command {
     /// Learn the routing table of a split by measurement (fit clusters, scan, refine) on the
     /// simulator or the live router.
     Learn(Box<crate::learn::LearnArgs>),
+    /// Model groups' token-level handoffs: plan delayed batching, calibrate the confidence gate.
+    Handoff(crate::handoff::HandoffArgs),
 }
 
 /// Routing policies the router accepts for `--policy`.

@@ -157,6 +157,9 @@ pub enum CtlError {
     /// Writing the command's output failed (closed pipe, full disk).
     #[error("cannot write output")]
     Output(#[source] std::io::Error),
+    /// A `dolphinctl handoff` command failed.
+    #[error(transparent)]
+    Handoff(Box<crate::handoff::HandoffError>),
 }
 
 impl CtlError {

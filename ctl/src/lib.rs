@@ -10,6 +10,7 @@ pub mod cli;
 pub mod client;
 pub mod drain;
 pub mod error;
+pub mod handoff;
 pub mod launch;
 pub mod learn;
 pub mod pdeathsig;

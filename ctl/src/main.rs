@@ -98,6 +98,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Classifier(args) => Ok(classifier::run(args, &mut stdout).await?),
         Command::Replay(args) => Ok(replay::run(&args, &mut stdout).await?),
         Command::Learn(args) => Ok(learn::run(&args, &mut stdout).await?),
+        Command::Handoff(args) => Ok(dolphinctl::handoff::run(args, &mut stdout).await?),
     }
 }
 

@@ -173,6 +173,7 @@ impl Forwarder<'_> {
                     })
                     .collect(),
                 handoffs: usage.handoffs,
+                handoff_algorithm: usage.handoff_algorithm.clone(),
             }),
             timings: Some(timings(
                 &self.prefill,

@@ -159,12 +159,27 @@ pub fn build_group(engine: &EngineArgs, args: &GroupArgs) -> Result<Arc<dyn Engi
             tokio::spawn(replan(Arc::downgrade(&group), args.max_wait));
         }
     }
+    tokio::spawn(publish_metrics(Arc::downgrade(&group)));
     let engine: Arc<dyn Engine> = group;
     Ok(if stops.is_empty() {
         engine
     } else {
         Arc::new(WithStopTokens::new(engine, stops))
     })
+}
+
+/// How often the per-subserver gauges are refreshed.
+const METRICS_EVERY: Duration = Duration::from_secs(1);
+
+/// Refreshes the group's per-subserver gauges until the group is gone.
+async fn publish_metrics(group: std::sync::Weak<ModelGroup>) {
+    let mut last = Vec::new();
+    let mut tick = tokio::time::interval(METRICS_EVERY);
+    loop {
+        tick.tick().await;
+        let Some(group) = group.upgrade() else { return };
+        group.publish_metrics(&mut last);
+    }
 }
 
 /// Steps a subserver must have taken before its profile is trusted.

@@ -104,6 +104,8 @@ pub struct SeqUsage {
     pub by_model: Vec<ModelTokens>,
     /// On a model group: handoffs between models.
     pub handoffs: u32,
+    /// On a model group: the handoff algorithm the request ran (its spec); empty for one model.
+    pub handoff_algorithm: String,
 }
 
 /// One event of a request's output stream. The stream ends after `Finished` or `Error`.

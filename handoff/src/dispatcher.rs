@@ -168,6 +168,7 @@ async fn run(
             })
             .collect(),
         handoffs,
+        handoff_algorithm: String::new(),
     };
     loop {
         let (events_tx, mut events) = mpsc::unbounded_channel();

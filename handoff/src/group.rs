@@ -18,6 +18,7 @@ use tokio::sync::{broadcast, mpsc};
 
 use crate::algorithm::{HandoffAlgorithm, ModelIndex};
 use crate::inter::InterModel;
+use crate::metrics as m;
 use crate::request::{Request, RequestInfo};
 use crate::spec::{AlgorithmSpec, threshold_key};
 use crate::stats::GroupStats;
@@ -147,6 +148,36 @@ impl ModelGroup {
         }))
     }
 
+    /// Publishes per-subserver gauges: pending requests, and the mean batch size and step time
+    /// of the steps since `last` (the step profiles of the previous call, updated here).
+    pub fn publish_metrics(&self, last: &mut Vec<StepProfile>) {
+        last.resize_with(self.subservers.len(), StepProfile::default);
+        for (i, (s, before)) in self.subservers.iter().zip(last.iter_mut()).enumerate() {
+            let label = s.name.clone();
+            metrics::gauge!(m::SUBSERVER_PENDING, "subserver" => label.clone())
+                .set(self.stats.pending(i) as f64);
+            let now = s.engine.step_profile();
+            let (mut steps, mut seqs, mut secs) = (0u64, 0u64, 0.0);
+            for &(batch, n, total) in &now.by_batch {
+                let (n0, t0) = before
+                    .by_batch
+                    .iter()
+                    .find(|e| e.0 == batch)
+                    .map_or((0, 0.0), |e| (e.1, e.2));
+                steps += n - n0;
+                seqs += u64::from(batch) * (n - n0);
+                secs += total - t0;
+            }
+            if steps > 0 {
+                metrics::gauge!(m::SUBSERVER_BATCH_SIZE, "subserver" => label.clone())
+                    .set(seqs as f64 / steps as f64);
+                metrics::gauge!(m::SUBSERVER_STEP_SECONDS, "subserver" => label)
+                    .set(secs / steps as f64);
+            }
+            *before = now;
+        }
+    }
+
     /// The subservers, in index order.
     pub fn subservers(&self) -> &[Subserver] {
         &self.subservers
@@ -195,14 +226,20 @@ impl ModelGroup {
         Ok(spec)
     }
 
-    fn algorithm_for(&self, req: &SeqRequest) -> Result<Box<dyn HandoffAlgorithm>, EngineError> {
+    /// The request's algorithm, built, and its spec.
+    fn algorithm_for(
+        &self,
+        req: &SeqRequest,
+    ) -> Result<(Box<dyn HandoffAlgorithm>, String), EngineError> {
         let spec = self.spec_for(req)?;
         let seed = req
             .sampling
             .seed
             .unwrap_or_else(|| self.seeds.fetch_add(1, Ordering::Relaxed));
-        spec.build(seed)
-            .map_err(|e| EngineError::InvalidRequest(e.to_string()))
+        let algorithm = spec
+            .build(seed)
+            .map_err(|e| EngineError::InvalidRequest(e.to_string()))?;
+        Ok((algorithm, spec.to_string()))
     }
 
     /// Serves a request with `algorithm` (any implementation, not only the named ones).
@@ -211,7 +248,8 @@ impl ModelGroup {
         req: SeqRequest,
         algorithm: Box<dyn HandoffAlgorithm>,
     ) -> Result<OutputStream, EngineError> {
-        let (request, rx) = self.request_with(&req, algorithm, None)?;
+        let name = format!("{algorithm:?}");
+        let (request, rx) = self.request_with(&req, algorithm, name, None)?;
         self.start(req, request).await?;
         Ok(rx)
     }
@@ -239,14 +277,15 @@ impl ModelGroup {
         req: &SeqRequest,
         holder: Option<ModelIndex>,
     ) -> Result<(Arc<Request>, OutputStream), EngineError> {
-        let algorithm = self.algorithm_for(req)?;
-        self.request_with(req, algorithm, holder)
+        let (algorithm, spec) = self.algorithm_for(req)?;
+        self.request_with(req, algorithm, spec, holder)
     }
 
     fn request_with(
         &self,
         req: &SeqRequest,
         algorithm: Box<dyn HandoffAlgorithm>,
+        spec: String,
         holder: Option<ModelIndex>,
     ) -> Result<(Arc<Request>, OutputStream), EngineError> {
         let s = &req.sampling;
@@ -263,6 +302,7 @@ impl ModelGroup {
             max_tokens: s.max_tokens,
             stops,
             names: self.names.clone(),
+            algorithm: spec,
         };
         let request = Request::new(
             info,

@@ -17,7 +17,9 @@ mod group;
 mod inter;
 pub mod metrics;
 pub mod plan;
+pub mod probe;
 mod request;
+pub mod samples;
 mod spec;
 mod stats;
 

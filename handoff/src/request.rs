@@ -26,6 +26,8 @@ pub(crate) struct RequestInfo {
     pub stops: Vec<u32>,
     /// Subserver names, by index.
     pub names: Arc<[String]>,
+    /// The algorithm's spec, for usage reports.
+    pub algorithm: String,
 }
 
 /// A request's mutable state.
@@ -86,6 +88,7 @@ impl Request {
         let n = info.names.len();
         let active = holder.unwrap_or_else(|| algorithm.start()).min(n - 1);
         let len = prompt.len();
+        stats.started(active);
         Arc::new(Self {
             state: Mutex::new(State {
                 algorithm,
@@ -154,6 +157,7 @@ impl Request {
             let _ = out.try_send(last);
         }
         self.stats.finished(&s.written);
+        self.stats.ended(s.active);
         Ended::Cancel((0..self.info.names.len()).collect())
     }
 
@@ -173,6 +177,7 @@ impl Request {
                 })
                 .collect(),
             handoffs: s.handoffs,
+            handoff_algorithm: self.info.algorithm.clone(),
         }
     }
 
@@ -295,7 +300,7 @@ impl Request {
         s.span_start = s.tokens.len();
         s.handoffs += 1;
         s.handed_at = Some(Instant::now());
-        self.stats.handoff(model);
+        self.stats.handoff(model, to);
         drop(s);
         self.inter.send(Work::Append {
             request: self.clone(),

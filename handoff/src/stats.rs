@@ -2,7 +2,7 @@
 //! metrics (names in `crate::metrics`) and read by benchmarks and the batch-wait planner.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::metrics as m;
@@ -14,6 +14,8 @@ struct PerModel {
     handoffs_from: AtomicU64,
     resumes: AtomicU64,
     resume_ns: AtomicU64,
+    /// Live requests whose sequence here waits paused for a peer.
+    pending: AtomicI64,
 }
 
 /// Counters of a model group.
@@ -46,7 +48,27 @@ impl GroupStats {
         }
     }
 
-    pub(crate) fn handoff(&self, from: usize) {
+    /// A request started on `active`: its sequences elsewhere wait.
+    pub(crate) fn started(&self, active: usize) {
+        self.shift_pending(active, 1);
+    }
+
+    /// A request that was on `active` ended.
+    pub(crate) fn ended(&self, active: usize) {
+        self.shift_pending(active, -1);
+    }
+
+    fn shift_pending(&self, active: usize, by: i64) {
+        for (i, c) in self.models.iter().enumerate() {
+            if i != active {
+                c.pending.fetch_add(by, Ordering::Relaxed);
+            }
+        }
+    }
+
+    pub(crate) fn handoff(&self, from: usize, to: usize) {
+        self.models[from].pending.fetch_add(1, Ordering::Relaxed);
+        self.models[to].pending.fetch_sub(1, Ordering::Relaxed);
         self.models[from]
             .handoffs_from
             .fetch_add(1, Ordering::Relaxed);
@@ -71,6 +93,11 @@ impl GroupStats {
             metrics::counter!(m::SUBSERVER_TOKENS_TOTAL, "subserver" => self.names[i].clone())
                 .increment(u64::from(t));
         }
+    }
+
+    /// Live requests whose sequence in subserver `model` waits paused for a peer.
+    pub fn pending(&self, model: usize) -> u64 {
+        self.models[model].pending.load(Ordering::Relaxed).max(0) as u64
     }
 
     /// Requests finished (or ended) so far.

@@ -60,10 +60,41 @@ pub struct RequestRecord {
     pub completion_tokens: u32,
     /// Prompt tokens served from a prefix cache, as the worker reported.
     pub cached_tokens: u32,
+    /// On a model group: completion tokens by model, as the decode worker reported them.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub by_model: Vec<ModelTokensRecord>,
+    /// On a model group: handoffs between models.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub handoffs: u32,
+    /// On a model group: the handoff algorithm the request ran.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub handoff_algorithm: String,
     /// How it ended ("ok", "cancelled", "error_...").
     pub outcome: &'static str,
     /// Whether the request met its SLO (`None`: it carried none).
     pub slo_met: Option<bool>,
+}
+
+/// Tokens one model of a group wrote for a request.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct ModelTokensRecord {
+    /// The subserver.
+    pub model: String,
+    /// Completion tokens it wrote.
+    pub tokens: u32,
+}
+
+impl From<&dolphin_proto::v1::ModelUsage> for ModelTokensRecord {
+    fn from(m: &dolphin_proto::v1::ModelUsage) -> Self {
+        Self {
+            model: m.model.clone(),
+            tokens: m.completion_tokens,
+        }
+    }
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// Handle for writing records; cheap to clone.
@@ -182,6 +213,9 @@ mod tests {
             prompt_tokens: 10,
             completion_tokens: 8,
             cached_tokens: 6,
+            by_model: Vec::new(),
+            handoffs: 0,
+            handoff_algorithm: String::new(),
             outcome: "ok",
             slo_met: None,
         }

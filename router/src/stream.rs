@@ -304,6 +304,7 @@ impl ResponseStream {
                 // A model group's split of the tokens, as its decode worker reported it.
                 by_model: usage.by_model.clone(),
                 handoffs: usage.handoffs,
+                handoff_algorithm: usage.handoff_algorithm.clone(),
             },
             timings: v1::Timings {
                 queued_us: worker.queued_us,
@@ -383,6 +384,12 @@ impl ResponseStream {
             prompt_tokens: self.meta.prompt_tokens,
             completion_tokens: self.completion_tokens,
             cached_tokens: finish.map_or(0, |f| f.usage.cached_tokens),
+            by_model: finish.map_or_else(Vec::new, |f| {
+                f.usage.by_model.iter().map(Into::into).collect()
+            }),
+            handoffs: finish.map_or(0, |f| f.usage.handoffs),
+            handoff_algorithm: finish
+                .map_or_else(String::new, |f| f.usage.handoff_algorithm.clone()),
             outcome,
             slo_met: slo_met(
                 self.meta.slo.as_ref(),

@@ -149,7 +149,7 @@ pub struct ChatRequest {
 }
 
 /// Token counts.
-#[derive(Clone, Copy, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize)]
 pub struct UsageOut {
     /// Prompt tokens.
     pub prompt_tokens: u32,
@@ -159,6 +159,20 @@ pub struct UsageOut {
     pub total_tokens: u32,
     /// Cached prompt tokens.
     pub prompt_tokens_details: CachedDetails,
+    /// On a model group (a Dolphin extension): completion tokens by model and handoffs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub handoff: Option<HandoffUsage>,
+}
+
+/// The `usage.handoff` extension: how a model group's models shared the answer.
+#[derive(Clone, Debug, Serialize)]
+pub struct HandoffUsage {
+    /// The algorithm the request ran.
+    pub algorithm: String,
+    /// Handoffs between models.
+    pub handoffs: u32,
+    /// Completion tokens by model.
+    pub completion_tokens_by_model: std::collections::BTreeMap<String, u32>,
 }
 
 /// `prompt_tokens_details`.
@@ -177,6 +191,15 @@ impl From<&dolphin_proto::v1::Usage> for UsageOut {
             prompt_tokens_details: CachedDetails {
                 cached_tokens: u.cached_tokens,
             },
+            handoff: (!u.by_model.is_empty()).then(|| HandoffUsage {
+                algorithm: u.handoff_algorithm.clone(),
+                handoffs: u.handoffs,
+                completion_tokens_by_model: u
+                    .by_model
+                    .iter()
+                    .map(|m| (m.model.clone(), m.completion_tokens))
+                    .collect(),
+            }),
         }
     }
 }
