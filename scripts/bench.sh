@@ -9,7 +9,10 @@
 # minutes): engine_candle (the candle engine alone), cluster_candle (the same model through
 # router, prefill and decode worker; run engine_candle first for the side-by-side table);
 # sim_crosscheck (the cluster simulator against a live sim-engine cluster started with
-# dolphinctl up, 1p1d and 2p2d, about 3 minutes).
+# dolphinctl up, 1p1d and 2p2d, about 3 minutes); handoff_sim (token-level handoff runtimes on
+# the Qwen3 sim profiles: lockstep, dispatcher, async, Markov-chain B, B sweep; about 3 minutes);
+# handoff_real (handoff algorithms on SmolLM2 and its early exit: agreement curve, random
+# control, quiz, throughput, handoff cost, depth sweep; needs the model, about 20 minutes).
 # A benchmark that fails does not stop the others; the script then exits 1.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -242,3 +242,40 @@ async fn calibrate(a: &CalibrateArgs, out: &mut impl Write) -> Result<(), Handof
     let _ = writeln!(out, "--handoff confidence:threshold={threshold:.4}");
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(small: &str, large: &str) -> PlanArgs {
+        PlanArgs {
+            small: small.into(),
+            large: large.into(),
+            concurrency: 4,
+            to_large: 0.1,
+            to_small: 0.75,
+            max_wait_ms: 20.0,
+            max_b: 4,
+            occupancy: 0.1,
+            json: false,
+        }
+    }
+
+    #[test]
+    fn plans_from_profiles_and_measured_steps() {
+        let mut out = Vec::new();
+        plan_cmd(&args("qwen3-0.6b-a100", "qwen3-32b-2xa100"), &mut out).expect("plan");
+        let text = String::from_utf8(out).expect("utf-8");
+        assert!(text.starts_with("batch wait: small B="), "{text}");
+        assert!(text.contains("predicted: "), "{text}");
+        let mut out = Vec::new();
+        plan_cmd(&args("4,4.2,4.4,4.6", "30,31,32,33"), &mut out).expect("plan");
+        assert!(String::from_utf8(out).expect("utf-8").contains("tok/s"));
+    }
+
+    #[test]
+    fn bad_step_times_are_named() {
+        let err = plan_cmd(&args("no-such-profile", "30"), &mut Vec::new()).expect_err("refused");
+        assert!(err.to_string().contains("--small"), "{err}");
+    }
+}

@@ -55,6 +55,15 @@ struct Args {
     /// Requests per throughput run.
     #[arg(long, default_value_t = 16)]
     throughput_requests: usize,
+    /// Only the agreement curve (no quiz, throughput, handoff cost or depth sweep).
+    #[arg(long)]
+    curve_only: bool,
+    /// Only the cost of a handoff, at concurrency 1 on a fresh pair.
+    #[arg(long)]
+    cost_only: bool,
+    /// Write the JSON here instead of `bench/results/handoff_real.json`.
+    #[arg(long)]
+    out: Option<PathBuf>,
 }
 
 fn engine(path: &PathBuf, layers: Option<u32>) -> anyhow::Result<Arc<dyn Engine>> {
@@ -205,6 +214,61 @@ impl Bench {
     }
 }
 
+/// The cost of a handoff at concurrency 1 on a fresh pair (nothing else in flight, so no wait
+/// for a peer's running step): the time from a handoff to the peer's first token, minus the
+/// peer's plain decode step at batch 1, against the small model's batch-1 decode step.
+async fn handoff_cost(
+    path: &PathBuf,
+    args: &Args,
+    prompts: &[Vec<u32>],
+) -> anyhow::Result<serde_json::Value> {
+    let small = engine(path, Some(args.layers))?;
+    let large = engine(path, None)?;
+    let group = ModelGroup::new(
+        "cost",
+        vec![
+            Subserver {
+                name: "small".into(),
+                engine: small.clone(),
+            },
+            Subserver {
+                name: "large".into(),
+                engine: large.clone(),
+            },
+        ],
+        "random:to_large=0.2,to_small=0.4".parse::<AlgorithmSpec>()?,
+    )?;
+    for (i, p) in prompts.iter().take(8).enumerate() {
+        collect(
+            group
+                .generate(request(format!("cost-{i}"), i as u64, p.clone(), 32, None))
+                .await?,
+        )
+        .await?;
+    }
+    let ms = |d: Option<std::time::Duration>| d.map(|d| d.as_secs_f64() * 1e3);
+    let small_step = ms(small.step_profile().mean(1));
+    let large_step = ms(large.step_profile().mean(1));
+    let stats = group.stats();
+    let to_large = stats.model(1).mean_resume.as_secs_f64() * 1e3;
+    let to_small = stats.model(0).mean_resume.as_secs_f64() * 1e3;
+    let over_large = large_step.map(|s| to_large - s);
+    let over_small = small_step.map(|s| to_small - s);
+    Ok(serde_json::json!({
+        "handoffs_to_large": stats.model(1).resumes,
+        "handoffs_to_small": stats.model(0).resumes,
+        "resume_to_large_ms": to_large,
+        "resume_to_small_ms": to_small,
+        "large_batch1_step_ms": large_step,
+        "small_batch1_step_ms": small_step,
+        "handoff_overhead_to_large_ms": over_large,
+        "handoff_overhead_to_small_ms": over_small,
+        "overhead_to_large_in_small_steps": over_large.zip(small_step).map(|(o, s)| o / s),
+        "overhead_to_small_in_small_steps": over_small.zip(small_step).map(|(o, s)| o / s),
+        "note": "resume = handoff to the peer's first token: the catch-up chunk (the tokens the peer had not seen) plus the inter-model loop and readmission; overhead = resume minus the peer's plain batch-1 decode step",
+    }))
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
@@ -243,6 +307,22 @@ async fn main() -> anyhow::Result<()> {
         tokens: args.tokens,
         runs: Default::default(),
     };
+
+    if args.cost_only {
+        let cost = handoff_cost(&path, &args, &prompts).await?;
+        println!("handoff cost at concurrency 1: {cost}");
+        let out = serde_json::json!({
+            "benchmark": "handoff_real (handoff cost)",
+            "command": format!("cargo run --release -p dolphin-bench --bin handoff_real -- --layers {} --cost-only", args.layers),
+            "cpu": machine::cpu_name(),
+            "cpu_flags": machine::cpu_flags(),
+            "small_layers": args.layers,
+            "handoff_cost_c1": cost,
+        });
+        let path = dolphin_bench::results::write_json("handoff_real", args.out.as_deref(), &out)?;
+        println!("wrote {}", path.display());
+        return Ok(());
+    }
 
     // The curve: every algorithm at three thresholds, each with its random control.
     let grid: Vec<String> = [
@@ -292,6 +372,23 @@ async fn main() -> anyhow::Result<()> {
             random_large_share: Some(rshare),
             random_agreement: Some(ragree),
         });
+    }
+
+    if args.curve_only {
+        let out = serde_json::json!({
+            "benchmark": "handoff_real",
+            "command": format!("cargo run --release -p dolphin-bench --bin handoff_real -- --layers {} --curve-only", args.layers),
+            "cpu": machine::cpu_name(),
+            "cpu_flags": machine::cpu_flags(),
+            "small_layers": args.layers,
+            "large_layers": 30,
+            "prompts": prompts.len(),
+            "tokens_per_prompt": args.tokens,
+            "curve": points,
+        });
+        let path = dolphin_bench::results::write_json("handoff_real", args.out.as_deref(), &out)?;
+        println!("wrote {}", path.display());
+        return Ok(());
     }
 
     // The quiz.
@@ -456,7 +553,7 @@ async fn main() -> anyhow::Result<()> {
         "handoff_cost": cost,
         "depth_sweep": depths,
     });
-    let path = dolphin_bench::results::write_json("handoff_real", None, &out)?;
+    let path = dolphin_bench::results::write_json("handoff_real", args.out.as_deref(), &out)?;
     println!("wrote {}", path.display());
     Ok(())
 }
