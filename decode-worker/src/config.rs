@@ -48,6 +48,10 @@ pub struct DecodeConfig {
     /// The longest delayed batching holds a ready request, in milliseconds.
     #[arg(long, env = "DOLPHIN_BATCH_MAX_WAIT_MS", default_value_t = 20)]
     pub batch_max_wait_ms: u64,
+    /// Keep a group's paused subservers within this many tokens of the active one (their KV is
+    /// computed in the background, so a handoff catches up less); 0: only at handoffs.
+    #[arg(long, env = "DOLPHIN_KV_SYNC_TOKENS", default_value_t = 0)]
+    pub kv_sync_tokens: u32,
 }
 
 impl DecodeConfig {
@@ -84,6 +88,7 @@ impl DecodeConfig {
             handoff: self.handoff.clone(),
             batch_wait: self.batch_wait,
             max_wait: Duration::from_millis(self.batch_max_wait_ms),
+            sync_tokens: self.kv_sync_tokens,
         })
     }
 

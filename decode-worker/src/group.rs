@@ -12,7 +12,7 @@ use std::time::Duration;
 use dolphin_engine::candle::candle_engine;
 use dolphin_engine::{BatchWait, Engine, SimProfile, sim_engine};
 use dolphin_handoff::plan::{ChainSpec, StepProfile, plan};
-use dolphin_handoff::{AlgorithmSpec, ModelGroup, Subserver};
+use dolphin_handoff::{AlgorithmSpec, GroupOptions, ModelGroup, Subserver};
 use dolphin_worker_common::engine::{candle_config, sim_config};
 use dolphin_worker_common::{ConfigError, EngineArgs, EngineKind, WithStopTokens, WorkerError};
 
@@ -97,6 +97,8 @@ pub struct GroupArgs {
     pub batch_wait: BatchWaitMode,
     /// The wait bound of delayed batching.
     pub max_wait: Duration,
+    /// Background KV sync of paused subservers (`GroupOptions::sync_tokens`).
+    pub sync_tokens: u32,
 }
 
 /// Builds every subserver and the group (inside the worker's runtime).
@@ -142,8 +144,12 @@ pub fn build_group(engine: &EngineArgs, args: &GroupArgs) -> Result<Arc<dyn Engi
             engine: built,
         });
     }
-    let group = ModelGroup::new(args.name.clone(), subservers, args.handoff.clone())
-        .map_err(|e| ConfigError::invalid("subserver", e.to_string()))?;
+    let options = GroupOptions {
+        sync_tokens: args.sync_tokens,
+    };
+    let group =
+        ModelGroup::with_options(args.name.clone(), subservers, args.handoff.clone(), options)
+            .map_err(|e| ConfigError::invalid("subserver", e.to_string()))?;
     match args.batch_wait {
         BatchWaitMode::Fixed(b) => {
             for s in group.subservers() {

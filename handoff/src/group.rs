@@ -67,6 +67,15 @@ pub enum GroupError {
     Algorithm(#[from] crate::spec::SpecError),
 }
 
+/// How a group runs its requests.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GroupOptions {
+    /// Keep paused subservers within this many tokens of the active one: the suffix is appended
+    /// without resuming, so they compute its KV in the background and a handoff only catches up
+    /// the rest. 0 (the default): the suffix moves only at a handoff.
+    pub sync_tokens: u32,
+}
+
 /// Several models behind one engine API.
 pub struct ModelGroup {
     subservers: Vec<Subserver>,
@@ -79,6 +88,7 @@ pub struct ModelGroup {
     inter: InterModel,
     stats: Arc<GroupStats>,
     seeds: AtomicU64,
+    options: GroupOptions,
     /// Reservations (remote prefill) waiting for their KV, by the home subserver's sequence.
     reserved: Mutex<HashMap<SeqId, SeqRequest>>,
 }
@@ -101,6 +111,16 @@ impl ModelGroup {
         name: impl Into<String>,
         subservers: Vec<Subserver>,
         default: AlgorithmSpec,
+    ) -> Result<Arc<Self>, GroupError> {
+        Self::with_options(name, subservers, default, GroupOptions::default())
+    }
+
+    /// Like [`ModelGroup::new`], with `options`.
+    pub fn with_options(
+        name: impl Into<String>,
+        subservers: Vec<Subserver>,
+        default: AlgorithmSpec,
+        options: GroupOptions,
     ) -> Result<Arc<Self>, GroupError> {
         if subservers.len() < 2 {
             return Err(GroupError::TooFew(subservers.len()));
@@ -144,6 +164,7 @@ impl ModelGroup {
             home,
             inter,
             seeds: AtomicU64::new(1),
+            options,
             reserved: Mutex::new(HashMap::new()),
         }))
     }
@@ -303,6 +324,7 @@ impl ModelGroup {
             stops,
             names: self.names.clone(),
             algorithm: spec,
+            sync_tokens: self.options.sync_tokens,
         };
         let request = Request::new(
             info,

@@ -14,12 +14,14 @@ use crate::request::Request;
 /// Work for the inter-model loop.
 #[derive(Debug)]
 pub(crate) enum Work {
-    /// Append `tokens` to `model`'s paused sequence and resume it.
+    /// Append `tokens` to `model`'s paused sequence; resume it (a handoff) or not (keeping its
+    /// KV in step in the background).
     Append {
         request: Arc<Request>,
         model: ModelIndex,
         seq: SeqId,
         tokens: Vec<u32>,
+        resume: bool,
     },
     /// Drop the request in these subservers.
     Cancel {
@@ -58,8 +60,9 @@ async fn run(engines: Vec<Arc<dyn Engine>>, mut rx: mpsc::UnboundedReceiver<Work
                 model,
                 seq,
                 tokens,
+                resume,
             } => {
-                if let Err(e) = engines[model].append(seq, &tokens, true) {
+                if let Err(e) = engines[model].append(seq, &tokens, resume) {
                     request.fail(format!("handoff to subserver {model} failed: {e}"));
                 }
             }

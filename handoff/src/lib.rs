@@ -24,6 +24,6 @@ mod spec;
 mod stats;
 
 pub use algorithm::{HandoffAlgorithm, ModelIndex, Route, StepView};
-pub use group::{GroupError, ModelGroup, Subserver};
+pub use group::{GroupError, GroupOptions, ModelGroup, Subserver};
 pub use spec::{AlgorithmSpec, SpecError, threshold_key};
 pub use stats::{GroupStats, ModelCounters};

@@ -28,6 +28,9 @@ pub(crate) struct RequestInfo {
     pub names: Arc<[String]>,
     /// The algorithm's spec, for usage reports.
     pub algorithm: String,
+    /// Keep paused subservers within this many tokens of the active one (appending without
+    /// resuming, so they compute the KV in the background); 0: only at handoffs.
+    pub sync_tokens: u32,
 }
 
 /// A request's mutable state.
@@ -181,11 +184,32 @@ impl Request {
         }
     }
 
-    /// Accepts `token` from the active subserver: part of the answer, streamed.
-    fn accept(&self, s: &mut State, model: ModelIndex, token: u32) -> bool {
+    /// Accepts `token` from the active subserver: part of the answer, streamed; paused
+    /// subservers more than `sync_tokens` behind get the suffix without resuming.
+    fn accept(self: &Arc<Self>, s: &mut State, model: ModelIndex, token: u32) -> bool {
         s.tokens.push(token);
         s.seen[model] = s.tokens.len();
         s.written[model] += 1;
+        let every = self.info.sync_tokens as usize;
+        if every > 0 {
+            for peer in (0..s.seen.len()).filter(|&p| p != model) {
+                let Some(seq) = s.seqs[peer] else { continue };
+                if s.tokens.len() - s.seen[peer] < every {
+                    continue;
+                }
+                let suffix = s.tokens[s.seen[peer]..].to_vec();
+                let tokens = s.algorithm.send(peer, &suffix);
+                s.seen[peer] = s.tokens.len();
+                s.holds_pending[peer] = true;
+                self.inter.send(Work::Append {
+                    request: self.clone(),
+                    model: peer,
+                    seq,
+                    tokens,
+                    resume: false,
+                });
+            }
+        }
         let sent = s
             .out
             .as_ref()
@@ -307,6 +331,7 @@ impl Request {
             model: to,
             seq,
             tokens: payload,
+            resume: true,
         });
         if keep {
             Steer::KeepAndPause

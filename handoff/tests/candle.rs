@@ -4,14 +4,14 @@
 
 mod common;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use common::{Recording, Scripted, collect};
 use dolphin_engine::candle::{CandleConfig, candle_scheduler};
 use dolphin_engine::{Engine, SeqRequest};
 use dolphin_handoff::algorithms::{AlwaysLarge, AlwaysSmall, EntropyGate};
-use dolphin_handoff::{AlgorithmSpec, HandoffAlgorithm, ModelGroup, Subserver};
+use dolphin_handoff::{AlgorithmSpec, GroupOptions, HandoffAlgorithm, ModelGroup, Subserver};
 use dolphin_tokenizer::{SMOLLM2_FILE, find_model};
 
 /// Layers of the small model in these tests.
@@ -37,7 +37,11 @@ fn engine(path: &PathBuf, layers: Option<u32>) -> Arc<dyn Engine> {
 }
 
 fn pair(path: &PathBuf) -> Arc<ModelGroup> {
-    ModelGroup::new(
+    pair_with(path, GroupOptions::default())
+}
+
+fn pair_with(path: &PathBuf, options: GroupOptions) -> Arc<ModelGroup> {
+    ModelGroup::with_options(
         "smollm2-duo",
         vec![
             Subserver {
@@ -50,6 +54,7 @@ fn pair(path: &PathBuf) -> Arc<ModelGroup> {
             },
         ],
         "entropy".parse::<AlgorithmSpec>().expect("spec"),
+        options,
     )
     .expect("group")
 }
@@ -151,7 +156,18 @@ async fn mixed_runs_replay_their_handoff_decisions() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn both_caches_hold_the_sequence_after_handoffs() {
     let Some(path) = model() else { return };
-    let g = pair(&path);
+    // Lazy (the suffix moves at handoffs) and with background sync (paused models kept two
+    // tokens behind): the same tokens, and caches equal to a fresh prefill.
+    let mut outputs = Vec::new();
+    for sync_tokens in [0, 2] {
+        outputs.push(caches_hold_the_sequence(&path, GroupOptions { sync_tokens }).await);
+    }
+    assert_eq!(outputs[0], outputs[1], "background sync changes no token");
+}
+
+async fn caches_hold_the_sequence(path: &Path, options: GroupOptions) -> Vec<u32> {
+    let path = path.to_path_buf();
+    let g = pair_with(&path, options);
     let p = prompt(&path, "List three colors of the rainbow: red, orange,");
     let alg = Scripted {
         to_large: vec![2, 7, 15],
@@ -198,4 +214,5 @@ async fn both_caches_hold_the_sequence_after_handoffs() {
             assert!(close, "{}: block {b} differs from a fresh prefill", s.name);
         }
     }
+    tokens
 }

@@ -10,7 +10,7 @@ use dolphin_engine::{
     BatchWait, Engine, FinishReason, SeqOutput, SeqRequest, SimConfig, SimProfile, sim_engine,
 };
 use dolphin_handoff::algorithms::{AlwaysLarge, AlwaysSmall, RandomHandoff};
-use dolphin_handoff::{AlgorithmSpec, ModelGroup, Subserver};
+use dolphin_handoff::{AlgorithmSpec, GroupOptions, ModelGroup, Subserver};
 
 fn sim(name: &str, time_scale: f64) -> Arc<dyn Engine> {
     let mut cfg = SimConfig::new(SimProfile::builtin("dynamo-mocker").expect("profile"));
@@ -21,7 +21,11 @@ fn sim(name: &str, time_scale: f64) -> Arc<dyn Engine> {
 }
 
 fn group(time_scale: f64) -> Arc<ModelGroup> {
-    ModelGroup::new(
+    group_with(time_scale, GroupOptions::default())
+}
+
+fn group_with(time_scale: f64, options: GroupOptions) -> Arc<ModelGroup> {
+    ModelGroup::with_options(
         "duo",
         vec![
             Subserver {
@@ -34,6 +38,7 @@ fn group(time_scale: f64) -> Arc<ModelGroup> {
             },
         ],
         "entropy".parse::<AlgorithmSpec>().expect("spec"),
+        options,
     )
     .expect("group")
 }
@@ -79,18 +84,32 @@ async fn fixed_algorithms_write_exactly_one_models_output() {
 
 #[tokio::test]
 async fn handoffs_keep_both_caches_in_step() {
-    let g = group(0.0);
+    for sync_tokens in [0, 1, 3] {
+        caches_in_step(group_with(0.0, GroupOptions { sync_tokens })).await;
+    }
+}
+
+/// With or without background sync, the same handoffs give the same tokens, and both caches
+/// hold what a fresh prefill computes.
+async fn caches_in_step(g: Arc<ModelGroup>) {
     let alg = Scripted {
         to_large: vec![3, 9, 12, 20],
         span: 2,
     };
     let (rec, writers) = Recording::new(Box::new(alg));
     let req = request("h", 37, 30);
+    let reference = {
+        let e = sim("reference", 0.0);
+        collect(e.generate(request("ref", 37, 30)).await.expect("ref"))
+            .await
+            .expect("ref")
+            .0
+    };
     let prompt = req.prompt.clone();
     let (tokens, usage) = collect(g.generate_with(req, Box::new(rec)).await.expect("h"))
         .await
         .expect("h");
-    assert_eq!(tokens.len(), 30);
+    assert_eq!(tokens, reference, "the sim's models write the same tokens");
     assert_eq!(usage.handoffs, 8, "{usage:?}");
     assert_eq!(usage.by_model[0].tokens + usage.by_model[1].tokens, 30);
     assert_eq!(writers.lock().len(), 30);

@@ -26,7 +26,7 @@ use dolphin_engine::{Engine, OutputStream, SeqOutput, SeqRequest, SeqUsage};
 use dolphin_handoff::dispatcher::Dispatcher;
 use dolphin_handoff::probe::agreement;
 use dolphin_handoff::samples::{PROMPTS, QUIZ};
-use dolphin_handoff::{AlgorithmSpec, ModelGroup, Subserver};
+use dolphin_handoff::{AlgorithmSpec, GroupOptions, ModelGroup, Subserver};
 use dolphin_tokenizer::{GgufTokenizer, SMOLLM2_FILE, find_model};
 use serde::Serialize;
 use tokio::sync::Semaphore;
@@ -222,9 +222,22 @@ async fn handoff_cost(
     args: &Args,
     prompts: &[Vec<u32>],
 ) -> anyhow::Result<serde_json::Value> {
+    Ok(serde_json::json!({
+        "lazy": handoff_cost_with(path, args, prompts, 0).await?,
+        "kv_sync_tokens_1": handoff_cost_with(path, args, prompts, 1).await?,
+    }))
+}
+
+/// [`handoff_cost`] with paused subservers kept within `sync_tokens` tokens (0: lazy).
+async fn handoff_cost_with(
+    path: &PathBuf,
+    args: &Args,
+    prompts: &[Vec<u32>],
+    sync_tokens: u32,
+) -> anyhow::Result<serde_json::Value> {
     let small = engine(path, Some(args.layers))?;
     let large = engine(path, None)?;
-    let group = ModelGroup::new(
+    let group = ModelGroup::with_options(
         "cost",
         vec![
             Subserver {
@@ -237,6 +250,7 @@ async fn handoff_cost(
             },
         ],
         "random:to_large=0.2,to_small=0.4".parse::<AlgorithmSpec>()?,
+        GroupOptions { sync_tokens },
     )?;
     for (i, p) in prompts.iter().take(8).enumerate() {
         collect(
