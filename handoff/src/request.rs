@@ -9,7 +9,7 @@ use std::time::Instant;
 use dolphin_engine::{
     DrivenEnd, DrivenToken, FinishReason, ModelTokens, SeqDriver, SeqId, SeqOutput, SeqUsage, Steer,
 };
-use parking_lot::Mutex;
+use parking_lot::{Mutex, MutexGuard};
 use tokio::sync::mpsc;
 
 use crate::algorithm::{HandoffAlgorithm, ModelIndex, Route, StepView};
@@ -226,6 +226,15 @@ impl Request {
             || s.tokens.len() as u32 + 1 - self.info.prompt_len >= self.info.max_tokens
     }
 
+    /// Ends the request with `message` from inside a step: the sequence pauses, and every
+    /// subserver is told to drop it once the state lock is released.
+    fn abort(&self, mut s: MutexGuard<'_, State>, message: String) -> Steer {
+        let ended = self.end(&mut s, SeqOutput::Error(message));
+        drop(s);
+        self.after(ended);
+        Steer::DropAndPause
+    }
+
     fn on_token(self: &Arc<Self>, model: ModelIndex, t: DrivenToken<'_>) -> Steer {
         let mut s = self.state.lock();
         if s.done || model != s.active {
@@ -279,10 +288,7 @@ impl Request {
         };
         if keep && !self.accept(&mut s, model, t.token) {
             // The client is gone.
-            let ended = self.end(&mut s, SeqOutput::Error("client gone".into()));
-            drop(s);
-            self.after(ended);
-            return Steer::DropAndPause;
+            return self.abort(s, "client gone".into());
         }
         if to == model {
             return Steer::Keep;
@@ -291,31 +297,21 @@ impl Request {
         let span = s.tokens[s.span_start..].to_vec();
         let accepted = s.algorithm.receive(model, &span);
         if accepted != span.len() {
-            let ended = self.end(
-                &mut s,
-                SeqOutput::Error(format!(
-                    "handoff algorithm accepted {accepted} of {} tokens: rolling back accepted \
-                     tokens is not supported",
-                    span.len()
-                )),
+            let msg = format!(
+                "handoff algorithm accepted {accepted} of {} tokens: rolling back accepted \
+                 tokens is not supported",
+                span.len()
             );
-            drop(s);
-            self.after(ended);
-            return Steer::DropAndPause;
+            return self.abort(s, msg);
         }
         let suffix = s.tokens[s.seen[to]..].to_vec();
         let payload = s.algorithm.send(to, &suffix);
         let Some(seq) = s.seqs[to] else {
-            let ended = self.end(
-                &mut s,
-                SeqOutput::Error(format!(
-                    "subserver {} holds no sequence for the request",
-                    self.info.names[to]
-                )),
+            let msg = format!(
+                "subserver {} holds no sequence for the request",
+                self.info.names[to]
             );
-            drop(s);
-            self.after(ended);
-            return Steer::DropAndPause;
+            return self.abort(s, msg);
         };
         s.seen[to] = s.tokens.len();
         s.holds_pending[model] = keep;
