@@ -20,6 +20,7 @@ pub mod load;
 pub mod machine;
 pub mod overhead_clients;
 pub mod overhead_cluster;
+pub mod peers;
 pub mod proc_stat;
 pub mod process;
 pub mod results;

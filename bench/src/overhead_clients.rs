@@ -66,18 +66,58 @@ impl Prompts {
 }
 
 /// Which path a client exercises.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, clap::ValueEnum)]
 #[serde(rename_all = "snake_case")]
 #[value(rename_all = "snake_case")]
 pub enum Mode {
     /// `DecodeWorker.Decode` on the decode worker, no router.
     DirectGrpc,
-    /// `Inference.Generate` on the router.
+    /// `Inference.Generate` on the router (local prefill).
     RouterGrpc,
-    /// `POST /v1/completions` on the router, whole response.
+    /// `POST /v1/completions` on the router, whole response (local prefill).
     RouterHttp,
-    /// `POST /v1/completions` with `stream: true` (server-sent events).
+    /// `POST /v1/completions` with `stream: true` (server-sent events, local prefill).
     RouterHttpSse,
+    /// `Inference.Generate` on a router that prefills every request remotely.
+    RemoteGrpc,
+    /// `POST /v1/completions` on the remote-prefill router.
+    RemoteHttp,
+    /// `POST /v1/completions`, streamed, on the remote-prefill router.
+    RemoteHttpSse,
+    /// `POST /v1/completions` on the mock worker itself, no router (the peers' baseline).
+    MockHttp,
+    /// The same, streamed.
+    MockHttpSse,
+    /// Through nginx (plain reverse proxy) to the mock.
+    NginxHttp,
+    /// Through nginx, streamed.
+    NginxHttpSse,
+    /// Through smg (cache-aware) to the mock.
+    SmgHttp,
+    /// Through smg, streamed.
+    SmgHttpSse,
+    /// Through smg in P/D mode to a prefill and a decode mock.
+    SmgPdHttp,
+    /// Through smg in P/D mode, streamed.
+    SmgPdHttpSse,
+}
+
+/// The process a mode's requests go through (whose CPU time is measured).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Target {
+    /// No router: the worker itself.
+    None,
+    /// Dolphin's router, local prefill.
+    DolphinLocal,
+    /// Dolphin's router, remote prefill.
+    DolphinRemote,
+    /// nginx.
+    Nginx,
+    /// smg, cache-aware.
+    Smg,
+    /// smg, P/D mode.
+    SmgPd,
 }
 
 impl Mode {
@@ -88,7 +128,101 @@ impl Mode {
             Mode::RouterGrpc => "router_grpc",
             Mode::RouterHttp => "router_http",
             Mode::RouterHttpSse => "router_http_sse",
+            Mode::RemoteGrpc => "remote_grpc",
+            Mode::RemoteHttp => "remote_http",
+            Mode::RemoteHttpSse => "remote_http_sse",
+            Mode::MockHttp => "mock_http",
+            Mode::MockHttpSse => "mock_http_sse",
+            Mode::NginxHttp => "nginx_http",
+            Mode::NginxHttpSse => "nginx_http_sse",
+            Mode::SmgHttp => "smg_http",
+            Mode::SmgHttpSse => "smg_http_sse",
+            Mode::SmgPdHttp => "smg_pd_http",
+            Mode::SmgPdHttpSse => "smg_pd_http_sse",
         }
+    }
+
+    /// The router this mode goes through.
+    pub fn target(self) -> Target {
+        match self {
+            Mode::DirectGrpc | Mode::MockHttp | Mode::MockHttpSse => Target::None,
+            Mode::RouterGrpc | Mode::RouterHttp | Mode::RouterHttpSse => Target::DolphinLocal,
+            Mode::RemoteGrpc | Mode::RemoteHttp | Mode::RemoteHttpSse => Target::DolphinRemote,
+            Mode::NginxHttp | Mode::NginxHttpSse => Target::Nginx,
+            Mode::SmgHttp | Mode::SmgHttpSse => Target::Smg,
+            Mode::SmgPdHttp | Mode::SmgPdHttpSse => Target::SmgPd,
+        }
+    }
+
+    /// Whether the response is streamed as server-sent events.
+    pub fn sse(self) -> bool {
+        matches!(
+            self,
+            Mode::RouterHttpSse
+                | Mode::RemoteHttpSse
+                | Mode::MockHttpSse
+                | Mode::NginxHttpSse
+                | Mode::SmgHttpSse
+                | Mode::SmgPdHttpSse
+        )
+    }
+
+    /// Whether the client speaks gRPC.
+    pub fn grpc(self) -> bool {
+        matches!(self, Mode::DirectGrpc | Mode::RouterGrpc | Mode::RemoteGrpc)
+    }
+
+    /// The no-router mode whose latency this mode's added latency is measured against: the
+    /// decode worker called directly for Dolphin's router, the mock for the peers (same
+    /// response shape, streamed or not).
+    pub fn baseline(self) -> Mode {
+        match self.target() {
+            Target::None => self,
+            Target::DolphinLocal | Target::DolphinRemote => Mode::DirectGrpc,
+            _ if self.sse() => Mode::MockHttpSse,
+            _ => Mode::MockHttp,
+        }
+    }
+}
+
+/// Addresses of everything a client may connect to (`None`: not running).
+#[derive(Clone, Debug, Default)]
+pub struct Addrs {
+    /// The decode worker's gRPC address.
+    pub decode_grpc: Option<String>,
+    /// The local-prefill router's gRPC and HTTP addresses.
+    pub router_grpc: Option<String>,
+    /// See `router_grpc`.
+    pub router_http: Option<String>,
+    /// The remote-prefill router's gRPC and HTTP addresses.
+    pub remote_grpc: Option<String>,
+    /// See `remote_grpc`.
+    pub remote_http: Option<String>,
+    /// The mock worker, nginx, smg and smg in P/D mode (HTTP).
+    pub mock_http: Option<String>,
+    /// See `mock_http`.
+    pub nginx_http: Option<String>,
+    /// See `mock_http`.
+    pub smg_http: Option<String>,
+    /// See `mock_http`.
+    pub smg_pd_http: Option<String>,
+}
+
+impl Addrs {
+    /// Where `mode`'s client connects.
+    pub fn of(&self, mode: Mode) -> Option<&str> {
+        let a = match mode {
+            Mode::DirectGrpc => &self.decode_grpc,
+            Mode::RouterGrpc => &self.router_grpc,
+            Mode::RouterHttp | Mode::RouterHttpSse => &self.router_http,
+            Mode::RemoteGrpc => &self.remote_grpc,
+            Mode::RemoteHttp | Mode::RemoteHttpSse => &self.remote_http,
+            Mode::MockHttp | Mode::MockHttpSse => &self.mock_http,
+            Mode::NginxHttp | Mode::NginxHttpSse => &self.nginx_http,
+            Mode::SmgHttp | Mode::SmgHttpSse => &self.smg_http,
+            Mode::SmgPdHttp | Mode::SmgPdHttpSse => &self.smg_pd_http,
+        };
+        a.as_deref()
     }
 }
 
@@ -122,22 +256,24 @@ async fn channel(addr: &str) -> Result<Channel, BenchError> {
 }
 
 impl Client {
-    /// Connects client number `index` for `mode`: to `decode_addr` for the direct mode, else to
-    /// the router's `grpc_addr` / `http_addr`.
+    /// Connects client number `index` for `mode` to its address in `addrs`.
     pub async fn connect(
         mode: Mode,
         index: usize,
         prompts: Arc<Prompts>,
-        decode_addr: &str,
-        router_grpc: &str,
-        router_http: &str,
+        addrs: &Addrs,
     ) -> Result<Client, BenchError> {
+        let addr = addrs
+            .of(mode)
+            .ok_or_else(|| BenchError::Setup(format!("{} is not running", mode.as_str())))?;
         let conn = match mode {
-            Mode::DirectGrpc => Conn::Direct(DecodeWorkerClient::new(channel(decode_addr).await?)),
-            Mode::RouterGrpc => Conn::Router(InferenceClient::new(channel(router_grpc).await?)),
-            Mode::RouterHttp | Mode::RouterHttpSse => Conn::Http {
-                conn: HttpConn::connect(router_http).await?,
-                sse: mode == Mode::RouterHttpSse,
+            Mode::DirectGrpc => Conn::Direct(DecodeWorkerClient::new(channel(addr).await?)),
+            Mode::RouterGrpc | Mode::RemoteGrpc => {
+                Conn::Router(InferenceClient::new(channel(addr).await?))
+            }
+            _ => Conn::Http {
+                conn: HttpConn::connect(addr).await?,
+                sse: mode.sse(),
             },
         };
         Ok(Client {

@@ -70,10 +70,37 @@ pub fn start(
         log_dir,
         READY_TIMEOUT,
     )?;
+    let router = start_router(
+        log_dir,
+        "router",
+        model,
+        (
+            decode.ready_field("grpc_addr")?,
+            prefill.ready_field("grpc_addr")?,
+        ),
+        "always-local",
+        launch,
+    )?;
+    Ok(OverheadCluster {
+        router,
+        decode,
+        prefill,
+    })
+}
+
+/// Starts a router (named `name` in the logs) over one decode and one prefill worker (`workers`:
+/// their gRPC addresses) with static discovery and `policy` (`always-local`, `always-remote`).
+pub fn start_router(
+    log_dir: &Path,
+    name: &str,
+    model: &str,
+    workers: (&str, &str),
+    policy: &str,
+    launch: &RouterLaunch,
+) -> Result<ChildProcess, BenchError> {
     let mut router_args = strings(&["--http-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0"]);
-    router_args.extend(strings(&["--decode", decode.ready_field("grpc_addr")?]));
-    router_args.extend(strings(&["--prefill", prefill.ready_field("grpc_addr")?]));
-    router_args.extend(strings(&["--policy", "always-local", "--model", model]));
+    router_args.extend(strings(&["--decode", workers.0, "--prefill", workers.1]));
+    router_args.extend(strings(&["--policy", policy, "--model", model]));
     let env: Vec<(String, String)> = launch
         .worker_threads
         .map(|n| ("TOKIO_WORKER_THREADS".to_string(), n.to_string()))
@@ -89,19 +116,7 @@ pub fn start(
         }
         None => (router_bin, router_args),
     };
-    let router = spawn_ready(
-        "router",
-        &program,
-        &router_args,
-        &env,
-        log_dir,
-        READY_TIMEOUT,
-    )?;
-    Ok(OverheadCluster {
-        router,
-        decode,
-        prefill,
-    })
+    spawn_ready(name, &program, &router_args, &env, log_dir, READY_TIMEOUT)
 }
 
 impl OverheadCluster {

@@ -164,6 +164,51 @@ pub fn spawn_ready(
     Ok(proc)
 }
 
+/// Starts a program that prints no ready line (a peer such as nginx or smg) with stdout and
+/// stderr to `log_dir/<name>.log`; the caller checks readiness itself (e.g. over HTTP).
+pub fn spawn_plain(
+    name: &str,
+    bin: &Path,
+    args: &[String],
+    log_dir: &Path,
+) -> Result<ChildProcess, BenchError> {
+    std::fs::create_dir_all(log_dir)
+        .map_err(BenchError::io(format!("create {}", log_dir.display())))?;
+    let log = log_dir.join(format!("{name}.log"));
+    let out =
+        std::fs::File::create(&log).map_err(BenchError::io(format!("create {}", log.display())))?;
+    let err = out
+        .try_clone()
+        .map_err(BenchError::io(format!("open {}", log.display())))?;
+    let mut cmd = if Path::new(SETPRIV).is_file() {
+        let mut c = Command::new(SETPRIV);
+        c.arg("--pdeathsig").arg("KILL").arg("--").arg(bin);
+        c
+    } else {
+        Command::new(bin)
+    };
+    cmd.args(args).stdin(Stdio::null()).stdout(out).stderr(err);
+    let child = cmd
+        .spawn()
+        .map_err(BenchError::io(format!("start {}", bin.display())))?;
+    Ok(ChildProcess {
+        name: name.to_string(),
+        child,
+        ready: serde_json::Value::Null,
+        log,
+    })
+}
+
+impl ChildProcess {
+    /// Whether the process has exited: then the reason, with its log's tail.
+    pub fn exited(&mut self) -> Option<BenchError> {
+        match self.child.try_wait() {
+            Ok(Some(status)) => Some(self.not_ready(&format!("exited ({status})"))),
+            _ => None,
+        }
+    }
+}
+
 impl ChildProcess {
     fn not_ready(&self, what: &str) -> BenchError {
         let tail = std::fs::read_to_string(&self.log)

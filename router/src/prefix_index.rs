@@ -5,7 +5,7 @@
 //! one pass over the prompt's chained block hashes: each hash maps to the set of worker slots that
 //! hold it, and the set of workers still matching narrows block by block.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use dolphin_cluster::BlockHash;
 
@@ -82,8 +82,11 @@ type IdentityBuild = dolphin_cluster::BlockHashBuild;
 pub struct PrefixIndex {
     /// Block hash -> slots holding it.
     blocks: HashMap<BlockHash, SlotSet, IdentityBuild>,
-    /// Per slot, the hashes it holds (so a worker's entries go away without a scan).
-    held: Vec<HashSet<BlockHash, IdentityBuild>>,
+    /// Per slot, how many hashes it holds. Membership itself is the slot's bit in `blocks`: one
+    /// map operation per stored or removed block instead of two (a second per-slot set made the
+    /// simulator's cache bookkeeping twice as slow), at the price of a scan over `blocks` in
+    /// [`clear_slot`](Self::clear_slot), which runs only when a worker leaves or resubscribes.
+    held: Vec<usize>,
     /// Slots in use.
     registered: SlotSet,
 }
@@ -100,7 +103,7 @@ impl PrefixIndex {
         let slot = (0..MAX_POOL_WORKERS).find(|s| !self.registered.contains(*s))?;
         self.registered.insert(slot);
         if self.held.len() <= slot {
-            self.held.resize_with(slot + 1, HashSet::default);
+            self.held.resize(slot + 1, 0);
         }
         Some(slot)
     }
@@ -123,8 +126,10 @@ impl PrefixIndex {
         }
         let held = &mut self.held[slot];
         for &h in hashes {
-            if held.insert(h) {
-                self.blocks.entry(h).or_default().insert(slot);
+            let set = self.blocks.entry(h).or_default();
+            if !set.contains(slot) {
+                set.insert(slot);
+                *held += 1;
             }
         }
     }
@@ -135,8 +140,14 @@ impl PrefixIndex {
             return;
         };
         for h in hashes {
-            if held.remove(h) {
-                Self::unset(&mut self.blocks, *h, slot);
+            if let Some(set) = self.blocks.get_mut(h)
+                && set.contains(slot)
+            {
+                set.remove(slot);
+                *held -= 1;
+                if set.is_empty() {
+                    self.blocks.remove(h);
+                }
             }
         }
     }
@@ -147,25 +158,19 @@ impl PrefixIndex {
         let Some(held) = self.held.get_mut(slot) else {
             return;
         };
-        for h in held.drain() {
-            Self::unset(&mut self.blocks, h, slot);
+        if *held == 0 {
+            return;
         }
-        // Give the memory of a large cache back rather than keep it for a worker that may be gone.
-        held.shrink_to(1024);
-    }
-
-    fn unset(blocks: &mut HashMap<BlockHash, SlotSet, IdentityBuild>, h: BlockHash, slot: usize) {
-        if let Some(set) = blocks.get_mut(&h) {
+        *held = 0;
+        self.blocks.retain(|_, set| {
             set.remove(slot);
-            if set.is_empty() {
-                blocks.remove(&h);
-            }
-        }
+            !set.is_empty()
+        });
     }
 
     /// Blocks the index holds for `slot`.
     pub fn held_blocks(&self, slot: usize) -> usize {
-        self.held.get(slot).map_or(0, HashSet::len)
+        self.held.get(slot).copied().unwrap_or(0)
     }
 
     /// Distinct blocks in the index.

@@ -1,26 +1,36 @@
-//! What the router adds to a request: the decode worker called directly (gRPC
-//! `DecodeWorker.Decode`) against the router in front of it (gRPC `Inference.Generate`, HTTP
-//! `/v1/completions` whole and streamed), at 1 and at 16 concurrent connections, with real
-//! processes: one decode and one prefill worker on the zero-delay sim engine and a router with
-//! static discovery and the always-local policy.
+//! What a router adds to a request, against the peers, in one run with one load generator and
+//! one request (a 64-character prompt, 8 tokens out, `POST /v1/completions` whole and streamed,
+//! or gRPC `Inference.Generate`), at 1 and at 16 concurrent connections:
 //!
-//! Per mode: requests/s, p50/p99 latency, the router's added p50 over direct at the same
-//! concurrency, and the router's CPU time per request (utime + stime from `/proc/<pid>/stat`
-//! over the timed phase; "net" subtracts the router's idle rate measured during the direct
-//! phases, when it serves nothing).
+//! - Dolphin's router over one decode and one prefill worker on the zero-delay sim engine, with
+//!   the local path (policy always-local) and the remote path (a second router, always-remote:
+//!   the prefill worker computes and ships the KV), against the decode worker called directly;
+//! - nginx as a plain HTTP reverse proxy with an upstream keepalive pool (no routing at all: the
+//!   floor of forwarding), and SGLang's gateway `smg` 1.13.0 in cache-aware and in P/D mode, in
+//!   front of mock workers that answer instantly (`mock_http_worker`), against the mock called
+//!   directly. `scripts/install-peers.sh` installs the peers; one that is missing is reported as
+//!   missing.
+//!
+//! Per mode: requests/s, p50/p99 latency, the added p50 over the mode's no-router baseline at the
+//! same concurrency, and the router's CPU time per request (utime + stime from `/proc/<pid>/stat`
+//! over the timed phase; "net" subtracts the router's idle rate, measured while the baselines
+//! run and it serves nothing), with ratios to nginx and smg at the same concurrency.
 //!
 //! Needs the release binaries beside this one:
 //! `cargo build --release --bins -p dolphin-router -p dolphin-decode-worker -p dolphin-prefill-worker -p dolphin-bench`
-//! then `target/release/router_overhead [--duration-secs 4]`.
+//! then `scripts/install-peers.sh` and `target/release/router_overhead [--duration-secs 4]`.
 
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::Parser;
 use dolphin_bench::load::{self, RunResult};
-use dolphin_bench::overhead_clients::{Client, Mode, Prompts};
+use dolphin_bench::overhead_clients::{Addrs, Client, Mode, Prompts, Target};
 use dolphin_bench::overhead_cluster::{self, RouterLaunch};
+use dolphin_bench::peers::{self, Peer, PeerBins, SmgMode};
 use dolphin_bench::proc_stat::CpuClock;
 use dolphin_bench::stats::Summary;
 use dolphin_router::tokenizer::{SimTokenizer, Tokenizer};
@@ -29,12 +39,19 @@ use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
 const MODEL: &str = "sim-model";
-/// The brief's targets at one connection.
-const TARGET_CPU_US: f64 = 30.0;
+/// The issue's targets: router CPU per request at most nginx's on the local path (remote within
+/// 1.2x of that), at most half of smg's, and at most 0.1 ms added p50 at one connection.
+const TARGET_CPU_VS_NGINX_LOCAL: f64 = 1.0;
+const TARGET_CPU_VS_NGINX_REMOTE: f64 = 1.2;
+const TARGET_CPU_VS_SMG: f64 = 0.5;
 const TARGET_ADDED_P50_MS: f64 = 0.1;
 
+const DEFAULT_MODES: &str = "direct_grpc,mock_http,mock_http_sse,router_grpc,router_http,\
+router_http_sse,remote_grpc,remote_http,remote_http_sse,nginx_http,nginx_http_sse,smg_http,\
+smg_http_sse,smg_pd_http,smg_pd_http_sse";
+
 #[derive(Debug, Parser)]
-#[command(about = "Router overhead: direct decode worker vs router over gRPC and HTTP")]
+#[command(about = "Router overhead: Dolphin's router against nginx and smg, in one run")]
 struct Args {
     /// Timed seconds per phase.
     #[arg(long, default_value_t = 4.0)]
@@ -45,14 +62,9 @@ struct Args {
     /// Concurrent connections, one phase per value and mode.
     #[arg(long, value_delimiter = ',', default_value = "1,16")]
     concurrency: Vec<usize>,
-    /// Modes to run, in this order (direct first: the router modes' added latency is against
-    /// it).
-    #[arg(
-        long,
-        value_enum,
-        value_delimiter = ',',
-        default_value = "direct_grpc,router_grpc,router_http,router_http_sse"
-    )]
+    /// Modes to run (the baselines, direct_grpc and mock_http[_sse], always run first at each
+    /// concurrency: added latency is measured against them).
+    #[arg(long, value_enum, value_delimiter = ',', default_value = DEFAULT_MODES)]
     modes: Vec<Mode>,
     /// Prompt length in tokens (one printable character is one sim token).
     #[arg(long, default_value_t = 64)]
@@ -66,19 +78,26 @@ struct Args {
     /// Tokio worker threads of the router (TOKIO_WORKER_THREADS; default: one per core).
     #[arg(long)]
     router_worker_threads: Option<usize>,
-    /// Run the router under this command (split on spaces), e.g. for a profile:
-    /// "valgrind --tool=callgrind --callgrind-out-file=/tmp/router.cg". The router is stopped
-    /// with SIGTERM at the end so such a tool can write its output.
+    /// Run the local-path router under this command (split on spaces), e.g. for a profile:
+    /// "perf record -g -o /tmp/router.perf". The router is stopped with SIGTERM at the end so
+    /// such a tool can write its output.
     #[arg(long)]
     router_wrapper: Option<String>,
+    /// The nginx binary (default: from PATH or /usr/sbin).
+    #[arg(long)]
+    nginx: Option<PathBuf>,
+    /// The smg launcher (default: the venv of scripts/install-peers.sh).
+    #[arg(long)]
+    smg: Option<PathBuf>,
     /// Where to write the JSON result (default: bench/results/router_overhead.json).
     #[arg(long)]
-    out: Option<std::path::PathBuf>,
+    out: Option<PathBuf>,
 }
 
 #[derive(Debug, Serialize)]
 struct Phase {
     mode: Mode,
+    router: Target,
     concurrency: usize,
     requests: u64,
     errors: u64,
@@ -86,33 +105,49 @@ struct Phase {
     elapsed_s: f64,
     requests_per_s: f64,
     latency: Summary,
-    /// Router p50 minus direct p50 at the same concurrency, in ms (absent for direct).
+    /// The mode's no-router baseline.
+    baseline: Mode,
+    /// p50 minus the baseline's p50 at the same concurrency, in ms (absent for a baseline).
     added_p50_ms: Option<f64>,
+    /// Router CPU per request, gross.
     router_cpu_us_per_request: f64,
-    router_cpu_us_per_request_net_of_idle: f64,
-    decode_worker_cpu_us_per_request: f64,
+    /// Router CPU per request less its idle rate: the number compared across routers.
+    cpu_us_per_req: f64,
+    /// `cpu_us_per_req` over nginx's at the same concurrency and response shape (whole or SSE).
+    ratio_to_nginx: Option<f64>,
+    /// `cpu_us_per_req` over smg's (cache-aware for the local path, P/D for the remote one) at
+    /// the same concurrency and response shape.
+    ratio_to_smg: Option<f64>,
+    /// CPU per request of the worker behind the router (the decode worker or the mock).
+    worker_cpu_us_per_request: f64,
 }
 
 #[derive(Debug, Serialize)]
-struct Targets {
-    router_cpu_us_per_request_max: f64,
-    added_p50_ms_max: f64,
-    /// Per router mode at concurrency 1: (mode, cpu target met, added-p50 target met).
-    at_one_connection: Vec<(Mode, bool, bool)>,
+struct Check {
+    what: String,
+    value: Option<f64>,
+    limit: f64,
+    met: bool,
 }
 
 #[derive(Debug, Serialize)]
 struct Report {
     bench: &'static str,
+    cpu: String,
+    cpu_flags: Vec<&'static str>,
     prompt_tokens: usize,
     max_tokens: u32,
     duration_secs: f64,
     warmup_secs: f64,
     cpu_tick_us: f64,
     loadavg_at_start: String,
-    router_idle_cpu_us_per_s: f64,
+    /// Peers that could not be started, and why (their modes are not in `phases`).
+    missing: BTreeMap<String, String>,
+    smg_version: &'static str,
+    /// Each router's idle CPU, us per second (subtracted in `cpu_us_per_req`).
+    idle_cpu_us_per_s: BTreeMap<String, f64>,
     phases: Vec<Phase>,
-    targets: Targets,
+    targets: Vec<Check>,
 }
 
 fn make_prompts(args: &Args) -> Prompts {
@@ -129,10 +164,35 @@ fn make_prompts(args: &Args) -> Prompts {
     Prompts::new(texts, tokens, MODEL, args.max_tokens)
 }
 
+/// The processes whose CPU time is measured: each router, and the worker behind each mode.
+struct Clocks {
+    routers: HashMap<Target, CpuClock>,
+    decode: CpuClock,
+    mock: Option<CpuClock>,
+}
+
+impl Clocks {
+    fn read(&self) -> anyhow::Result<HashMap<Target, Duration>> {
+        self.routers
+            .iter()
+            .map(|(t, c)| Ok((*t, c.cpu_time()?)))
+            .collect()
+    }
+
+    fn worker(&self, mode: Mode) -> Option<&CpuClock> {
+        match mode.target() {
+            Target::DolphinLocal | Target::DolphinRemote => Some(&self.decode),
+            Target::None if mode.grpc() => Some(&self.decode),
+            _ => self.mock.as_ref(),
+        }
+    }
+}
+
 struct Measured {
     run: RunResult,
-    router_cpu: Duration,
-    decode_cpu: Duration,
+    /// CPU time of every router over the timed phase.
+    routers: HashMap<Target, Duration>,
+    worker: Duration,
 }
 
 async fn run_phase(
@@ -140,12 +200,12 @@ async fn run_phase(
     conc: usize,
     args: &Args,
     prompts: &Arc<Prompts>,
-    addrs: (&str, &str, &str),
-    clocks: (&CpuClock, &CpuClock),
+    addrs: &Addrs,
+    clocks: &Clocks,
 ) -> anyhow::Result<Measured> {
     let mut clients = Vec::with_capacity(conc);
     for i in 0..conc {
-        clients.push(Client::connect(mode, i, prompts.clone(), addrs.0, addrs.1, addrs.2).await?);
+        clients.push(Client::connect(mode, i, prompts.clone(), addrs).await?);
     }
     let (clients, warm) = load::run_for(clients, Duration::from_secs_f64(args.warmup_secs)).await;
     if warm.errors > 0 {
@@ -155,19 +215,106 @@ async fn run_phase(
             warm.first_error.unwrap_or_default()
         );
     }
-    let (r0, d0) = (clocks.0.cpu_time()?, clocks.1.cpu_time()?);
+    let worker_clock = clocks.worker(mode);
+    let r0 = clocks.read()?;
+    let w0 = worker_clock.map(CpuClock::cpu_time).transpose()?;
     let (clients, run) = load::run_for(clients, Duration::from_secs_f64(args.duration_secs)).await;
-    let (r1, d1) = (clocks.0.cpu_time()?, clocks.1.cpu_time()?);
+    let r1 = clocks.read()?;
+    let w1 = worker_clock.map(CpuClock::cpu_time).transpose()?;
     drop(clients);
+    let routers = r1.iter().map(|(t, d)| (*t, *d - r0[t])).collect();
     Ok(Measured {
         run,
-        router_cpu: r1 - r0,
-        decode_cpu: d1 - d0,
+        routers,
+        worker: w1.zip(w0).map_or(Duration::ZERO, |(a, b)| a - b),
     })
 }
 
 fn per_request_us(cpu: Duration, n: u64) -> f64 {
     cpu.as_secs_f64() * 1e6 / n.max(1) as f64
+}
+
+fn target_name(t: Target) -> &'static str {
+    match t {
+        Target::None => "none",
+        Target::DolphinLocal => "dolphin_local",
+        Target::DolphinRemote => "dolphin_remote",
+        Target::Nginx => "nginx",
+        Target::Smg => "smg",
+        Target::SmgPd => "smg_pd",
+    }
+}
+
+/// Everything started: Dolphin's processes, the mocks and the peers that could be started.
+struct Running {
+    cluster: overhead_cluster::OverheadCluster,
+    remote: Option<dolphin_bench::process::ChildProcess>,
+    mocks: Vec<Peer>,
+    peers: Vec<(Target, Peer)>,
+}
+
+async fn start_peers(
+    args: &Args,
+    log_dir: &std::path::Path,
+    missing: &mut BTreeMap<String, String>,
+) -> anyhow::Result<(Vec<Peer>, Vec<(Target, Peer)>)> {
+    let wants = |t: Target| args.modes.iter().any(|m| m.target() == t);
+    let any_peer = wants(Target::Nginx) || wants(Target::Smg) || wants(Target::SmgPd);
+    let wants_mock = any_peer || args.modes.iter().any(|m| m.baseline() != Mode::DirectGrpc);
+    let mut mocks = Vec::new();
+    if !wants_mock {
+        return Ok((mocks, Vec::new()));
+    }
+    mocks.push(peers::start_mock(log_dir, "mock", MODEL)?);
+    // smg's P/D mode needs a prefill worker of its own.
+    if wants(Target::SmgPd) {
+        mocks.push(peers::start_mock(log_dir, "mock-prefill", MODEL)?);
+    }
+    let mock = mocks[0].http_addr.clone();
+    let bins = PeerBins::locate(args.nginx.clone(), args.smg.clone());
+    let mut started = Vec::new();
+    let mut record = |t: Target, r: Result<Peer, String>| match r {
+        Ok(p) => started.push((t, p)),
+        Err(e) => {
+            eprintln!("{}: missing: {e}", target_name(t));
+            missing.insert(target_name(t).to_string(), e);
+        }
+    };
+    if wants(Target::Nginx) {
+        let r = match &bins.nginx {
+            Ok(bin) => peers::start_nginx(bin, log_dir, &mock)
+                .await
+                .map_err(|e| e.to_string()),
+            Err(e) => Err(e.clone()),
+        };
+        record(Target::Nginx, r);
+    }
+    if wants(Target::Smg) {
+        let mode = SmgMode::Regular {
+            workers: vec![mock.clone()],
+        };
+        let r = match &bins.smg {
+            Ok(bin) => peers::start_smg(bin, log_dir, "smg", &mode)
+                .await
+                .map_err(|e| e.to_string()),
+            Err(e) => Err(e.clone()),
+        };
+        record(Target::Smg, r);
+    }
+    if wants(Target::SmgPd) {
+        let mode = SmgMode::Pd {
+            prefill: vec![mocks[1].http_addr.clone()],
+            decode: vec![mock.clone()],
+        };
+        let r = match &bins.smg {
+            Ok(bin) => peers::start_smg(bin, log_dir, "smg-pd", &mode)
+                .await
+                .map_err(|e| e.to_string()),
+            Err(e) => Err(e.clone()),
+        };
+        record(Target::SmgPd, r);
+    }
+    Ok((mocks, started))
 }
 
 fn main() -> anyhow::Result<()> {
@@ -178,7 +325,7 @@ fn main() -> anyhow::Result<()> {
         .to_string();
     let log_dir =
         std::env::temp_dir().join(format!("dolphin-router-overhead-{}", std::process::id()));
-    // Started from the main thread: the workers' PDEATHSIG follows the thread that forked them.
+    // Started from the main thread: the children's PDEATHSIG follows the thread that forked them.
     let launch = RouterLaunch {
         worker_threads: args.router_worker_threads,
         wrapper: args
@@ -191,55 +338,137 @@ fn main() -> anyhow::Result<()> {
     };
     let cluster =
         overhead_cluster::start(&log_dir, MODEL, &launch).context("starting the cluster")?;
-    println!("processes started; logs in {}", log_dir.display());
-    let router_grpc = cluster.router.ready_field("grpc_addr")?.to_string();
-    let router_http = cluster.router.ready_field("http_addr")?.to_string();
-    let decode_grpc = cluster.decode.ready_field("grpc_addr")?.to_string();
-    let router_clock = CpuClock::new(cluster.router.pid());
-    let decode_clock = CpuClock::new(cluster.decode.pid());
-    let prompts = Arc::new(make_prompts(&args));
-
+    let wants_remote = args
+        .modes
+        .iter()
+        .any(|m| m.target() == Target::DolphinRemote);
+    let remote = if wants_remote {
+        let plain = RouterLaunch {
+            worker_threads: args.router_worker_threads,
+            wrapper: Vec::new(),
+        };
+        let workers = (
+            cluster.decode.ready_field("grpc_addr")?,
+            cluster.prefill.ready_field("grpc_addr")?,
+        );
+        Some(overhead_cluster::start_router(
+            &log_dir,
+            "router-remote",
+            MODEL,
+            workers,
+            "always-remote",
+            &plain,
+        )?)
+    } else {
+        None
+    };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    let mut phases = Vec::new();
-    let mut idle_rates = Vec::new();
-    rt.block_on(cluster.wait_for_workers())?;
+    let mut missing = BTreeMap::new();
+    let (mocks, peer_list) = rt.block_on(start_peers(&args, &log_dir, &mut missing))?;
+    let mut running = Running {
+        cluster,
+        remote,
+        mocks,
+        peers: peer_list,
+    };
+    println!("processes started; logs in {}", log_dir.display());
+
+    let mut addrs = Addrs {
+        decode_grpc: Some(running.cluster.decode.ready_field("grpc_addr")?.to_string()),
+        router_grpc: Some(running.cluster.router.ready_field("grpc_addr")?.to_string()),
+        router_http: Some(running.cluster.router.ready_field("http_addr")?.to_string()),
+        mock_http: running.mocks.first().map(|m| m.http_addr.clone()),
+        ..Addrs::default()
+    };
+    let mut routers = HashMap::new();
+    routers.insert(
+        Target::DolphinLocal,
+        CpuClock::new(running.cluster.router.pid()),
+    );
+    if let Some(r) = &running.remote {
+        addrs.remote_grpc = Some(r.ready_field("grpc_addr")?.to_string());
+        addrs.remote_http = Some(r.ready_field("http_addr")?.to_string());
+        routers.insert(Target::DolphinRemote, CpuClock::new(r.pid()));
+    }
+    for (t, p) in &running.peers {
+        let a = Some(p.http_addr.clone());
+        match t {
+            Target::Nginx => addrs.nginx_http = a,
+            Target::Smg => addrs.smg_http = a,
+            Target::SmgPd => addrs.smg_pd_http = a,
+            _ => {}
+        }
+        routers.insert(*t, CpuClock::new(p.process.pid()));
+    }
+    let clocks = Clocks {
+        routers,
+        decode: CpuClock::new(running.cluster.decode.pid()),
+        mock: running
+            .mocks
+            .first()
+            .map(|m| CpuClock::new(m.process.pid())),
+    };
+    let prompts = Arc::new(make_prompts(&args));
+    rt.block_on(running.cluster.wait_for_workers())?;
+    if let Some(r) = &running.remote {
+        rt.block_on(overhead_cluster::wait_for_workers(
+            r.ready_field("grpc_addr")?,
+            2,
+        ))?;
+    }
+
+    // Baselines first (stable: the rest keep their order); modes whose router is missing go.
+    let mut modes: Vec<Mode> = args
+        .modes
+        .iter()
+        .copied()
+        .filter(|m| addrs.of(*m).is_some())
+        .collect();
+    modes.sort_by_key(|m| m.target() != Target::None);
+    modes.dedup();
+
+    let mut phases: Vec<Phase> = Vec::new();
+    // Idle CPU per router, us/s, from the baseline phases (no router serves anything then).
+    let mut idle: HashMap<Target, Vec<f64>> = HashMap::new();
     for &conc in &args.concurrency {
-        let mut direct_p50_ms = None;
-        for &mode in &args.modes {
-            let addrs = (
-                decode_grpc.as_str(),
-                router_grpc.as_str(),
-                router_http.as_str(),
-            );
-            let m = rt.block_on(run_phase(
-                mode,
-                conc,
-                &args,
-                &prompts,
-                addrs,
-                (&router_clock, &decode_clock),
-            ))?;
+        let mut base_p50: HashMap<Mode, f64> = HashMap::new();
+        for &mode in &modes {
+            let m = rt.block_on(run_phase(mode, conc, &args, &prompts, &addrs, &clocks))?;
             let mut run = m.run;
             let elapsed = run.elapsed.as_secs_f64();
-            if mode == Mode::DirectGrpc {
-                idle_rates.push(m.router_cpu.as_secs_f64() * 1e6 / elapsed);
+            if mode.target() == Target::None {
+                for (t, cpu) in &m.routers {
+                    idle.entry(*t)
+                        .or_default()
+                        .push(cpu.as_secs_f64() * 1e6 / elapsed);
+                }
             }
             let latency = Summary::from_nanos(&mut run.latencies_ns);
             let p50_ms = latency.p50_us / 1e3;
-            let added = match mode {
-                Mode::DirectGrpc => {
-                    direct_p50_ms = Some(p50_ms);
-                    None
-                }
-                _ => direct_p50_ms.map(|d| p50_ms - d),
+            let added = if mode.target() == Target::None {
+                base_p50.insert(mode, p50_ms);
+                None
+            } else {
+                base_p50.get(&mode.baseline()).map(|b| p50_ms - b)
             };
-            let idle_us =
-                idle_rates.iter().fold(0.0, |a, b| a + b) / idle_rates.len().max(1) as f64;
-            let cpu_us = per_request_us(m.router_cpu, run.ok);
+            let router = mode.target();
+            let (gross, net) = match m.routers.get(&router) {
+                Some(cpu) => {
+                    let gross = per_request_us(*cpu, run.ok);
+                    let rates = idle.get(&router).map(Vec::as_slice).unwrap_or_default();
+                    let idle_us = rates.iter().sum::<f64>() / rates.len().max(1) as f64;
+                    (
+                        gross,
+                        (gross - idle_us * elapsed / run.ok.max(1) as f64).max(0.0),
+                    )
+                }
+                None => (0.0, 0.0),
+            };
             let phase = Phase {
                 mode,
+                router,
                 concurrency: conc,
                 requests: run.ok,
                 errors: run.errors,
@@ -247,57 +476,57 @@ fn main() -> anyhow::Result<()> {
                 elapsed_s: elapsed,
                 requests_per_s: run.rps(),
                 latency,
+                baseline: mode.baseline(),
                 added_p50_ms: added,
-                router_cpu_us_per_request: cpu_us,
-                router_cpu_us_per_request_net_of_idle: (cpu_us
-                    - idle_us * elapsed / run.ok.max(1) as f64)
-                    .max(0.0),
-                decode_worker_cpu_us_per_request: per_request_us(m.decode_cpu, run.ok),
+                router_cpu_us_per_request: gross,
+                cpu_us_per_req: net,
+                ratio_to_nginx: None,
+                ratio_to_smg: None,
+                worker_cpu_us_per_request: per_request_us(m.worker, run.ok),
             };
             print_phase(&phase);
             phases.push(phase);
         }
     }
-    if !cluster.stop(Duration::from_secs(60)) {
+    fill_ratios(&mut phases);
+    let targets = checks(&phases);
+
+    if !running.cluster.stop(Duration::from_secs(60)) {
         eprintln!("the router did not exit on SIGTERM; killed");
     }
-    let router_idle = idle_rates.iter().fold(0.0, |a, b| a + b) / idle_rates.len().max(1) as f64;
-    let at_one: Vec<(Mode, bool, bool)> = phases
+    drop((running.remote.take(), std::mem::take(&mut running.peers)));
+    drop(std::mem::take(&mut running.mocks));
+
+    let idle_cpu_us_per_s = idle
         .iter()
-        .filter(|p| p.concurrency == 1 && p.mode != Mode::DirectGrpc)
-        .map(|p| {
+        .map(|(t, r)| {
             (
-                p.mode,
-                p.router_cpu_us_per_request <= TARGET_CPU_US,
-                p.added_p50_ms.is_some_and(|a| a <= TARGET_ADDED_P50_MS),
+                target_name(*t).to_string(),
+                r.iter().sum::<f64>() / r.len().max(1) as f64,
             )
         })
         .collect();
     let failed: u64 = phases.iter().map(|p| p.errors).sum();
     let report = Report {
         bench: "router_overhead",
+        cpu: dolphin_bench::machine::cpu_name(),
+        cpu_flags: dolphin_bench::machine::cpu_flags(),
         prompt_tokens: args.prompt_tokens,
         max_tokens: args.max_tokens,
         duration_secs: args.duration_secs,
         warmup_secs: args.warmup_secs,
-        cpu_tick_us: router_clock.resolution().as_secs_f64() * 1e6,
+        cpu_tick_us: clocks.decode.resolution().as_secs_f64() * 1e6,
         loadavg_at_start: loadavg,
-        router_idle_cpu_us_per_s: router_idle,
+        missing,
+        smg_version: peers::SMG_VERSION,
+        idle_cpu_us_per_s,
         phases,
-        targets: Targets {
-            router_cpu_us_per_request_max: TARGET_CPU_US,
-            added_p50_ms_max: TARGET_ADDED_P50_MS,
-            at_one_connection: at_one,
-        },
+        targets,
     };
-    println!("router idle CPU: {router_idle:.0} us/s (subtracted in the \"net\" column)");
-    for (mode, cpu_ok, p50_ok) in &report.targets.at_one_connection {
-        println!(
-            "targets at 1 connection, {:<16} CPU <= {TARGET_CPU_US} us: {:<6} added p50 <= {TARGET_ADDED_P50_MS} ms: {}",
-            mode.as_str(),
-            if *cpu_ok { "met" } else { "MISSED" },
-            if *p50_ok { "met" } else { "MISSED" },
-        );
+    for c in &report.targets {
+        let v = c.value.map_or("-".into(), |v| format!("{v:.3}"));
+        let verdict = if c.met { "met" } else { "MISSED" };
+        println!("{:<60} {v:>8} (limit {:.2}): {verdict}", c.what, c.limit);
     }
     let path = dolphin_bench::results::write_json("router_overhead", args.out.as_deref(), &report)?;
     println!("wrote {}", path.display());
@@ -307,9 +536,86 @@ fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The peer phase a Dolphin (or smg) phase is compared with: same concurrency, same response
+/// shape (gRPC counts as whole).
+fn peer_of(phases: &[Phase], target: Target, like: &Phase) -> Option<f64> {
+    phases
+        .iter()
+        .find(|p| {
+            p.router == target
+                && p.concurrency == like.concurrency
+                && p.mode.sse() == like.mode.sse()
+        })
+        .map(|p| p.cpu_us_per_req)
+        .filter(|c| *c > 0.0)
+}
+
+fn fill_ratios(phases: &mut [Phase]) {
+    let ratios: Vec<(Option<f64>, Option<f64>)> = phases
+        .iter()
+        .map(|p| {
+            let smg = match p.router {
+                Target::DolphinLocal => peer_of(phases, Target::Smg, p),
+                Target::DolphinRemote => peer_of(phases, Target::SmgPd, p),
+                _ => None,
+            };
+            let nginx = match p.router {
+                Target::None | Target::Nginx => None,
+                _ => peer_of(phases, Target::Nginx, p),
+            };
+            (
+                nginx.map(|n| p.cpu_us_per_req / n),
+                smg.map(|s| p.cpu_us_per_req / s),
+            )
+        })
+        .collect();
+    for (p, (n, s)) in phases.iter_mut().zip(ratios) {
+        p.ratio_to_nginx = n;
+        p.ratio_to_smg = s;
+    }
+}
+
+fn checks(phases: &[Phase]) -> Vec<Check> {
+    let mut out = Vec::new();
+    for p in phases {
+        let name = format!("{} c={}", p.mode.as_str(), p.concurrency);
+        match p.router {
+            Target::DolphinLocal | Target::DolphinRemote => {
+                let limit = if p.router == Target::DolphinLocal {
+                    TARGET_CPU_VS_NGINX_LOCAL
+                } else {
+                    TARGET_CPU_VS_NGINX_REMOTE
+                };
+                out.push(Check {
+                    what: format!("{name}: CPU / nginx's"),
+                    value: p.ratio_to_nginx,
+                    limit,
+                    met: p.ratio_to_nginx.is_some_and(|r| r <= limit),
+                });
+                out.push(Check {
+                    what: format!("{name}: CPU / smg's"),
+                    value: p.ratio_to_smg,
+                    limit: TARGET_CPU_VS_SMG,
+                    met: p.ratio_to_smg.is_some_and(|r| r <= TARGET_CPU_VS_SMG),
+                });
+                if p.concurrency == 1 {
+                    out.push(Check {
+                        what: format!("{name}: added p50 ms"),
+                        value: p.added_p50_ms,
+                        limit: TARGET_ADDED_P50_MS,
+                        met: p.added_p50_ms.is_some_and(|a| a <= TARGET_ADDED_P50_MS),
+                    });
+                }
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
 fn print_phase(p: &Phase) {
     println!(
-        "{:<16} c={:<3} {:>8.0} req/s  p50 {:>7.3} ms  p99 {:>7.3} ms  added p50 {:>8}  router CPU {:>6.1} us/req (net {:>6.1})  decode CPU {:>6.1} us/req  n={} err={}",
+        "{:<16} c={:<3} {:>8.0} req/s  p50 {:>7.3} ms  p99 {:>7.3} ms  added p50 {:>9}  router CPU {:>6.1} us/req (net {:>6.1})  worker CPU {:>6.1} us/req  n={} err={}",
         p.mode.as_str(),
         p.concurrency,
         p.requests_per_s,
@@ -318,8 +624,8 @@ fn print_phase(p: &Phase) {
         p.added_p50_ms
             .map_or("-".to_string(), |a| format!("{a:.3} ms")),
         p.router_cpu_us_per_request,
-        p.router_cpu_us_per_request_net_of_idle,
-        p.decode_worker_cpu_us_per_request,
+        p.cpu_us_per_req,
+        p.worker_cpu_us_per_request,
         p.requests,
         p.errors,
     );
