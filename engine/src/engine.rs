@@ -30,6 +30,27 @@ pub trait Engine: Send + Sync + 'static {
         skip_blocks: u32,
     ) -> Result<PrefillOutput, EngineError>;
 
+    /// Like [`prefill`](Self::prefill), but hands each exported block to `blocks` as soon as its
+    /// KV is final, in index order from `skip_blocks`: a full block once the chunk that fills it
+    /// is computed, the last (maybe partial) one with the first token. So a prefill worker can
+    /// send the first chunks' KV while it computes the rest. The returned output's `blocks` is
+    /// empty. If the prefill fails, `blocks` is closed with fewer blocks than the prompt has.
+    /// The default runs `prefill` and hands over the blocks at the end.
+    async fn prefill_streaming(
+        &self,
+        req: SeqRequest,
+        skip_blocks: u32,
+        blocks: tokio::sync::mpsc::UnboundedSender<bytes::Bytes>,
+    ) -> Result<PrefillOutput, EngineError> {
+        let mut out = self.prefill(req, skip_blocks).await?;
+        for b in std::mem::take(&mut out.blocks) {
+            if blocks.send(b).is_err() {
+                break;
+            }
+        }
+        Ok(out)
+    }
+
     /// Decode worker, remote path: allocate KV for the prompt and its `max_tokens` (admission
     /// control applies: waits in the queue while KV is full; a full queue is `QueueFull`).
     /// Dropping the future cancels the request; once it returns, the caller must end the

@@ -130,6 +130,26 @@ pub enum TransferError {
         /// Transfer.
         id: TransferId,
     },
+    /// A CUDA or NCCL call failed, or NCCL cannot run here (feature `nccl`).
+    #[error("NCCL {op}: {detail}")]
+    Nccl {
+        /// What was being done.
+        op: &'static str,
+        /// The library's error.
+        detail: String,
+    },
+    /// A streamed transfer's source stopped (the prefill failed or was cancelled) before it
+    /// produced every block it announced; the connection is dropped, so the receiver sees the
+    /// transfer break and never a short one.
+    #[error("transfer {id}: its source ended after {sent} of {expected} blocks")]
+    SourceEnded {
+        /// Transfer.
+        id: TransferId,
+        /// Blocks sent.
+        sent: u32,
+        /// Blocks announced.
+        expected: u32,
+    },
 }
 
 impl TransferError {

@@ -85,7 +85,7 @@ pub enum AckCode {
 }
 
 impl AckCode {
-    fn from_u8(v: u8) -> Option<Self> {
+    pub(crate) fn from_u8(v: u8) -> Option<Self> {
         Some(match v {
             0 => Self::Ok,
             1 => Self::UnknownTransfer,

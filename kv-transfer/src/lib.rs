@@ -1,4 +1,5 @@
-//! Moving KV cache blocks from a prefill worker to a decode worker over TCP.
+//! Moving KV cache blocks from a prefill worker to a decode worker: over TCP everywhere, over
+//! NCCL between GPUs (feature `nccl`, [`nccl`]); both behind [`KvTransport`].
 //!
 //! The decode worker runs a [`KvReceiver`] and announces each transfer it waits for with
 //! [`KvReceiver::expect`]; the prefill worker pushes the blocks with [`KvSender::send`], which
@@ -20,11 +21,14 @@ pub mod error;
 pub mod frame;
 mod io;
 mod link;
+#[cfg(feature = "nccl")]
+pub mod nccl;
 mod pool;
 mod receiver;
 mod sender;
 mod serve;
 mod slot;
+mod transport;
 
 pub use config::TransferConfig;
 pub use error::TransferError;
@@ -32,6 +36,7 @@ pub use frame::AckCode;
 pub use receiver::KvReceiver;
 pub use sender::{KvSender, SendStats};
 pub use slot::TransferSlot;
+pub use transport::{KvTransport, SendFuture};
 
 /// Identifies one transfer between a prefill and a decode worker (chosen by the decode worker).
 pub type TransferId = u64;

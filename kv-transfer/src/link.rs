@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use tokio::net::TcpStream;
+use tokio::sync::mpsc;
 
 use crate::TransferId;
 use crate::batch::{BATCH_BLOCKS, batch_at, checksums};
@@ -100,6 +101,109 @@ impl Link {
             return Err(e);
         }
         self.read_ack(id, cfg.io_timeout).await?
+    }
+
+    /// Sends one transfer of `n_blocks` blocks taken from `blocks` as they arrive (each batch
+    /// is what is waiting when the socket is free), then waits for its ack. The transfer begins
+    /// once the first block is there, so the receiver's progress timeout does not run while the
+    /// source has not started. Blocks beyond `n_blocks` are left in `blocks`; a source that ends
+    /// early is [`TransferError::SourceEnded`] (the link must then be dropped).
+    pub(crate) async fn transfer_stream(
+        &mut self,
+        id: TransferId,
+        n_blocks: u32,
+        blocks: &mut mpsc::UnboundedReceiver<Bytes>,
+        cfg: &TransferConfig,
+    ) -> Result<(u32, u64), TransferError> {
+        let mut sent = 0u32;
+        let mut bytes = 0u64;
+        let mut batch: Vec<Bytes> = Vec::with_capacity(BATCH_BLOCKS);
+        let ended = |sent| TransferError::SourceEnded {
+            id,
+            sent,
+            expected: n_blocks,
+        };
+        while sent < n_blocks {
+            let Some(first) = blocks.recv().await else {
+                return Err(ended(sent));
+            };
+            batch.clear();
+            batch.push(first);
+            while batch.len() < BATCH_BLOCKS
+                && (sent as usize + batch.len()) < n_blocks as usize
+                && let Ok(b) = blocks.try_recv()
+            {
+                batch.push(b);
+            }
+            if let Some((k, b)) = batch
+                .iter()
+                .enumerate()
+                .find(|(_, b)| b.len() > cfg.max_block_bytes as usize)
+            {
+                return Err(TransferError::BlockTooLarge {
+                    index: sent as usize + k,
+                    len: b.len(),
+                    max: cfg.max_block_bytes,
+                });
+            }
+            let result = self
+                .write_blocks(id, n_blocks, sent, &batch, cfg.io_timeout)
+                .await;
+            if let Err(e) = result {
+                if e.is_broken_connection()
+                    && let Ok(Err(refused @ TransferError::Refused { .. })) =
+                        self.read_ack(id, cfg.io_timeout).await
+                {
+                    return Err(refused);
+                }
+                return Err(e);
+            }
+            sent += batch.len() as u32;
+            bytes += batch.iter().map(|b| b.len() as u64).sum::<u64>();
+        }
+        self.read_ack(id, cfg.io_timeout).await??;
+        Ok((sent, bytes))
+    }
+
+    /// Writes `batch`, blocks `first..` of a transfer of `n_blocks`: the begin frame before
+    /// block 0, the end frame after the last block, in one vectored write.
+    async fn write_blocks(
+        &mut self,
+        id: TransferId,
+        n_blocks: u32,
+        first: u32,
+        batch: &[Bytes],
+        after: Duration,
+    ) -> Result<(), TransferError> {
+        let begin = Frame::Begin { id, n_blocks }.encode();
+        let end = Frame::End { id, n_blocks }.encode();
+        let mut headers = [[0u8; HEADER_LEN]; BATCH_BLOCKS];
+        let sums = checksums(id, first as usize, batch);
+        for (k, ((header, block), checksum)) in headers.iter_mut().zip(batch).zip(sums).enumerate()
+        {
+            *header = Frame::Block {
+                id,
+                index: first + k as u32,
+                len: block.len() as u32,
+                checksum,
+            }
+            .encode();
+        }
+        let mut slices = [IoSlice::new(&[]); 2 * BATCH_BLOCKS + 2];
+        let mut n = 0;
+        if first == 0 {
+            push(&mut slices, &mut n, &begin);
+        }
+        for (header, block) in headers.iter().zip(batch) {
+            push(&mut slices, &mut n, header);
+            if !block.is_empty() {
+                push(&mut slices, &mut n, block);
+            }
+        }
+        if first as usize + batch.len() == n_blocks as usize {
+            push(&mut slices, &mut n, &end);
+        }
+        write_all_vectored(&mut self.stream, &mut slices[..n], after, "write blocks").await
     }
 
     async fn write_transfer(

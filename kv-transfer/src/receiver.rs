@@ -70,8 +70,20 @@ impl KvReceiver {
         self.registry.expect(id, n_blocks, self.channel_blocks)
     }
 
+    /// Joins the NCCL communicator `id` (made by a prefill worker, which joins it as rank 0)
+    /// on CUDA device `device` and serves transfers on it from a thread of its own, into the
+    /// slots of [`expect`](Self::expect) like a TCP connection. Returns once both ranks joined.
+    #[cfg(feature = "nccl")]
+    pub async fn accept_nccl(
+        &self,
+        id: crate::nccl::NcclId,
+        device: usize,
+    ) -> Result<(), TransferError> {
+        crate::nccl::accept(Arc::clone(&self.registry), id, device).await
+    }
+
     /// Stops accepting, closes every connection and the listening socket, and returns once they
-    /// are closed (the port can be bound again).
+    /// are closed (the port can be bound again). NCCL links end when their peer goes.
     pub async fn shutdown(mut self) {
         self.registry.close();
         self.stop.take();

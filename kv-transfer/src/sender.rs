@@ -113,6 +113,47 @@ impl KvSender {
         })
     }
 
+    /// Pushes transfer `id` of `n_blocks` blocks to `target` while they are still being
+    /// produced: each block goes out as soon as it arrives on `blocks` and the socket is free,
+    /// so the transfer overlaps the computation of the KV it carries. Waits for the receiver's
+    /// ack. If `blocks` closes before `n_blocks` arrived (the prefill failed or was cancelled),
+    /// the connection is dropped mid-transfer, so the receiver sees it break, and the error is
+    /// [`TransferError::SourceEnded`]. `elapsed` in the stats counts from the call, so it
+    /// includes the wait for the first block.
+    pub async fn send_stream(
+        &self,
+        target: &str,
+        id: TransferId,
+        n_blocks: u32,
+        mut blocks: tokio::sync::mpsc::UnboundedReceiver<Bytes>,
+    ) -> Result<SendStats, TransferError> {
+        let started = Instant::now();
+        if n_blocks == 0 {
+            return self.send(target, id, &[]).await;
+        }
+        let cfg = &self.inner.cfg;
+        let mut link = match self.take_idle(target) {
+            Some(link) => link,
+            None => Link::connect(target, cfg).await?,
+        };
+        // No retry on a fresh connection as `send` does: blocks taken from the source are gone.
+        // `take_idle` probed the pooled link just now; a link that still breaks fails this
+        // transfer, and the decode worker falls back to prefilling locally.
+        let result = link.transfer_stream(id, n_blocks, &mut blocks, cfg).await;
+        match &result {
+            Ok(_) => self.put_idle(target, link),
+            Err(TransferError::Refused { code, .. }) if code.keeps_connection() => {
+                self.put_idle(target, link);
+            }
+            Err(_) => {}
+        }
+        result.map(|(blocks, bytes)| SendStats {
+            bytes,
+            blocks,
+            elapsed: started.elapsed(),
+        })
+    }
+
     fn take_idle(&self, target: &str) -> Option<Link> {
         // Half the receiver's idle timeout: leave a margin so we do not pick a connection the
         // receiver is about to close.

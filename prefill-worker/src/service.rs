@@ -3,7 +3,7 @@
 
 use std::{sync::Arc, time::Instant};
 
-use dolphin_kv_transfer::KvSender;
+use dolphin_kv_transfer::KvTransport;
 use dolphin_proto::v1::{self, prefill_worker_server::PrefillWorker};
 use dolphin_worker_common::{
     WorkerState, engine_status,
@@ -15,16 +15,17 @@ use tracing::Instrument;
 
 use crate::transfer_status::transfer_status;
 
-/// `dolphin.v1.PrefillWorker` over a worker's engine and a pooled KV sender.
+/// `dolphin.v1.PrefillWorker` over a worker's engine and a KV transport (TCP's pooled
+/// `KvSender`; NCCL's sender implements the same trait).
 #[derive(Debug, Clone)]
 pub struct PrefillService {
     state: Arc<WorkerState>,
-    sender: Arc<KvSender>,
+    sender: Arc<dyn KvTransport>,
 }
 
 impl PrefillService {
     /// The service for one prefill worker.
-    pub fn new(state: Arc<WorkerState>, sender: Arc<KvSender>) -> Self {
+    pub fn new(state: Arc<WorkerState>, sender: Arc<dyn KvTransport>) -> Self {
         Self { state, sender }
     }
 
@@ -77,25 +78,36 @@ impl PrefillService {
         let skip_blocks = req.skip_blocks;
         let seq = seq_request(req.request_id, req.token_ids, req.sampling, info)?;
 
-        let out = engine
-            .prefill(seq, skip_blocks)
-            .await
-            .map_err(|e| engine_status(&e))?;
+        // The engine hands over each block once its chunk is computed, and the sender pushes
+        // it at once: the transfer overlaps the rest of the prefill. The first error of either
+        // side ends both (dropping the engine call cancels the prefill; dropping the sender
+        // breaks the transfer, so the decode worker never sees a short one).
+        let n_blocks = (prompt_blocks as u32).saturating_sub(skip_blocks);
+        let (blocks_tx, blocks_rx) = tokio::sync::mpsc::unbounded_channel();
+        let started = Instant::now();
+        let prefill = async {
+            engine
+                .prefill_streaming(seq, skip_blocks, blocks_tx)
+                .await
+                .map_err(|e| engine_status(&e))
+        };
+        let push = async {
+            self.sender
+                .send_stream(&target, transfer_id, n_blocks, blocks_rx)
+                .await
+                .map_err(|e| transfer_status(&e))
+        };
+        let (out, stats) = tokio::try_join!(prefill, push)?;
+        let pushed_after_prefill = started.elapsed().saturating_sub(out.prefill + out.queued);
         metrics::histogram!(m::PREFILL_SECONDS).record(out.prefill.as_secs_f64());
         metrics::counter!(m::PREFILL_CACHED_TOKENS_TOTAL).increment(u64::from(out.cached_tokens));
-
-        let pushed = Instant::now();
-        let stats = self
-            .sender
-            .send(&target, transfer_id, &out.blocks)
-            .await
-            .map_err(|e| transfer_status(&e))?;
-        metrics::histogram!(m::PREFILL_KV_SEND_SECONDS).record(pushed.elapsed().as_secs_f64());
+        metrics::histogram!(m::PREFILL_KV_SEND_SECONDS).record(pushed_after_prefill.as_secs_f64());
         metrics::counter!(m::PREFILL_KV_BYTES_SENT_TOTAL).increment(stats.bytes);
         tracing::debug!(
             blocks = stats.blocks,
             bytes = stats.bytes,
             cached_tokens = out.cached_tokens,
+            after_prefill_us = micros(pushed_after_prefill),
             "prefilled and pushed"
         );
         Ok(v1::PrefillResponse {
@@ -104,7 +116,8 @@ impl PrefillService {
             blocks_sent: stats.blocks,
             bytes_sent: stats.bytes,
             prefill_us: micros(out.prefill),
-            transfer_us: micros(stats.elapsed),
+            // What the transfer added after the prefill: the rest overlapped it.
+            transfer_us: micros(pushed_after_prefill),
             queued_us: micros(out.queued),
         })
     }

@@ -33,7 +33,8 @@ pub const DECODE_OUTPUT_TOKENS_TOTAL: &str = "dolphin_decode_output_tokens_total
 
 /// Prefill worker: time spent prefilling a prompt (queue excluded).
 pub const PREFILL_SECONDS: &str = "dolphin_prefill_seconds";
-/// Prefill worker: time spent pushing a prompt's KV to the decode worker.
+/// Prefill worker: time from the first token to the decode worker's ack of the KV (the rest of
+/// the push overlaps the prefill).
 pub const PREFILL_KV_SEND_SECONDS: &str = "dolphin_prefill_kv_send_seconds";
 /// Prefill worker: KV bytes pushed to decode workers.
 pub const PREFILL_KV_BYTES_SENT_TOTAL: &str = "dolphin_prefill_kv_bytes_sent_total";
@@ -101,7 +102,7 @@ pub fn describe() {
     describe_histogram!(
         PREFILL_KV_SEND_SECONDS,
         Unit::Seconds,
-        "Time to push a prompt's KV to its decode worker."
+        "KV push time after the first token (the rest overlaps the prefill)."
     );
     describe_counter!(
         PREFILL_KV_BYTES_SENT_TOTAL,

@@ -68,6 +68,17 @@ impl Engine for WithStopTokens {
         self.inner.prefill(self.with_stops(req), skip_blocks).await
     }
 
+    async fn prefill_streaming(
+        &self,
+        req: SeqRequest,
+        skip_blocks: u32,
+        blocks: tokio::sync::mpsc::UnboundedSender<bytes::Bytes>,
+    ) -> Result<PrefillOutput, EngineError> {
+        self.inner
+            .prefill_streaming(self.with_stops(req), skip_blocks, blocks)
+            .await
+    }
+
     async fn reserve(&self, req: SeqRequest) -> Result<Reservation, EngineError> {
         self.inner.reserve(self.with_stops(req)).await
     }

@@ -31,6 +31,8 @@ mod tests;
 
 use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
+
+use bytes::Bytes;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use parking_lot::{Mutex, MutexGuard};
@@ -254,6 +256,23 @@ impl<B: Backend> Engine for Scheduler<B> {
         self.enqueue_and_wait(req, |tx| Kind::Prefill {
             skip_blocks,
             reply: Some(tx),
+            stream: None,
+            exported: skip_blocks,
+        })
+        .await
+    }
+
+    async fn prefill_streaming(
+        &self,
+        req: SeqRequest,
+        skip_blocks: u32,
+        blocks: tokio::sync::mpsc::UnboundedSender<Bytes>,
+    ) -> Result<PrefillOutput, EngineError> {
+        self.enqueue_and_wait(req, |tx| Kind::Prefill {
+            skip_blocks,
+            reply: Some(tx),
+            stream: Some(blocks),
+            exported: skip_blocks,
         })
         .await
     }

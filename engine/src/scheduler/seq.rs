@@ -2,6 +2,8 @@
 
 use std::sync::Arc;
 
+use bytes::Bytes;
+
 use dolphin_cluster::BlockHash;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
@@ -33,6 +35,10 @@ pub(crate) enum Kind {
     Prefill {
         skip_blocks: u32,
         reply: Option<oneshot::Sender<Result<PrefillOutput, EngineError>>>,
+        /// Streamed: blocks go here as they become final instead of into the reply.
+        stream: Option<tokio::sync::mpsc::UnboundedSender<Bytes>>,
+        /// Streamed: blocks below this index were handed over.
+        exported: u32,
     },
     /// Reserve for remote KV: reply at admission.
     Reserve {

@@ -149,6 +149,10 @@ impl<B: Backend> Core<B> {
             };
             seq.computed += entry.len();
             commit_blocks(&mut self.pool, seq, bs);
+            if let Err(e) = stream_full_blocks(self.kv.as_ref(), seq, bs) {
+                done.push((entry.seq, Done::Failed(e)));
+                continue;
+            }
             if !entry.sample {
                 continue;
             }
@@ -174,21 +178,33 @@ impl<B: Backend> Core<B> {
         self.tidy();
     }
 
-    /// Exports a prefill-only sequence's blocks from `skip_blocks` on, replies, and releases it
-    /// (its full blocks stay in the prefix cache).
+    /// Exports a prefill-only sequence's blocks from `skip_blocks` on (into the reply, or the
+    /// rest of them into its stream), replies, and releases it (its full blocks stay in the
+    /// prefix cache).
     fn finish_prefill(&mut self, id: SeqId, first_token: u32) {
         let bs = self.info.block_size;
         let Some(seq) = self.seqs.get_mut(&id) else {
             return;
         };
-        let Kind::Prefill { skip_blocks, reply } = &mut seq.kind else {
+        let Kind::Prefill {
+            skip_blocks,
+            reply,
+            stream,
+            exported,
+        } = &mut seq.kind
+        else {
             return;
         };
         let Some(reply) = reply.take() else { return };
         let blocks_total = seq.prompt_len.div_ceil(bs);
-        let mut blocks = Vec::with_capacity((blocks_total - *skip_blocks) as usize);
+        let first = if stream.is_some() {
+            (*exported).max(*skip_blocks)
+        } else {
+            *skip_blocks
+        };
+        let mut blocks = Vec::with_capacity((blocks_total - first) as usize);
         let mut result = Ok(());
-        for i in *skip_blocks..blocks_total {
+        for i in first..blocks_total {
             let filled = (seq.prompt_len - i * bs).min(bs);
             match self.kv.export_block(seq.table[i as usize], i, filled) {
                 Ok(b) => blocks.push(b),
@@ -196,6 +212,14 @@ impl<B: Backend> Core<B> {
                     result = Err(e);
                     break;
                 }
+            }
+        }
+        if let Some(tx) = stream.take()
+            && result.is_ok()
+        {
+            // A receiver gone is the caller's business: it dropped the transfer.
+            for b in blocks.drain(..) {
+                let _ = tx.send(b);
             }
         }
         let now = Instant::now();
@@ -210,6 +234,33 @@ impl<B: Backend> Core<B> {
         let _ = reply.send(output.map_err(EngineError::Backend));
         self.release(id);
     }
+}
+
+/// Hands a streamed prefill's newly full blocks to its stream (they are never written again: a
+/// step writes only past `computed`). The last block waits for `finish_prefill`, full or not,
+/// so the stream's end and the first token come together.
+fn stream_full_blocks(kv: &dyn KvBlocks, seq: &mut Seq, bs: u32) -> Result<(), BackendError> {
+    let Kind::Prefill {
+        skip_blocks,
+        stream: Some(tx),
+        exported,
+        ..
+    } = &mut seq.kind
+    else {
+        return Ok(());
+    };
+    let blocks_total = seq.prompt_len.div_ceil(bs);
+    let full = (seq.computed / bs).min(blocks_total.saturating_sub(1));
+    let start = (*exported).max(*skip_blocks);
+    for i in start..full {
+        let b = kv.export_block(seq.table[i as usize], i, bs)?;
+        if tx.send(b).is_err() {
+            // The transfer is gone; the prefill's caller will see it and cancel.
+            break;
+        }
+    }
+    *exported = (*exported).max(full);
+    Ok(())
 }
 
 /// Records a sampled token; returns how the sequence ends, if it does.

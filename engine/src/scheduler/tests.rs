@@ -353,6 +353,69 @@ async fn dropping_a_pending_prefill_cancels_it() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_streamed_prefill_hands_over_each_chunk_as_it_is_computed() {
+    let (engine, _) = engine(Setup {
+        max_batched_tokens: 8,
+        ..Setup::default()
+    });
+    // 30 tokens, 8 per step: 4 steps; blocks of 4 from block 2 (the decode worker caches 2).
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let prefill = {
+        let engine = engine.clone();
+        tokio::spawn(async move { engine.prefill_streaming(req("s", 30, 1), 2, tx).await })
+    };
+    // After the first step (8 tokens: blocks 0-1, both skipped) nothing; after the second
+    // (16 tokens) blocks 2 and 3 are out while the prefill is still running.
+    let b2 = rx.recv().await.expect("block 2");
+    let b3 = rx.recv().await.expect("block 3");
+    assert_eq!((b2[0], b3[0], b2.len()), (2, 3, BS as usize));
+    assert!(
+        !prefill.is_finished(),
+        "blocks arrive before the first token"
+    );
+    let out = prefill.await.expect("task").expect("prefilled");
+    assert!(
+        out.blocks.is_empty(),
+        "streamed blocks are not in the reply"
+    );
+    let mut rest = Vec::new();
+    while let Some(b) = rx.recv().await {
+        rest.push(b);
+    }
+    // Blocks 4-7; the last holds 2 tokens (30 = 7 * 4 + 2).
+    let index: Vec<u8> = rest.iter().map(|b| b[0]).collect();
+    assert_eq!(index, vec![4, 5, 6, 7]);
+    assert_eq!(rest[3].len(), 2);
+    // The same blocks as an unstreamed prefill of the same prompt, and the same first token.
+    let whole = engine.prefill(req("s", 30, 1), 2).await.expect("prefilled");
+    assert_eq!(whole.first_token, out.first_token);
+    let mut streamed = vec![b2, b3];
+    streamed.extend(rest);
+    assert_eq!(whole.blocks, streamed);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_cancelled_streamed_prefill_closes_its_stream_short() {
+    let (engine, _) = engine(Setup {
+        max_batched_tokens: 4,
+        ..Setup::default()
+    });
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let slow = tokio::time::timeout(STEP * 3, engine.prefill_streaming(req("c", 40, 1), 0, tx));
+    assert!(slow.await.is_err(), "cancelled by the timeout");
+    let mut got = 0;
+    while rx.recv().await.is_some() {
+        got += 1;
+    }
+    assert!(
+        got < 10,
+        "a cancelled prefill must not hand over all 10 blocks ({got})"
+    );
+    until(&engine, |l| l.running == 0).await;
+    assert_eq!(engine.load().free_blocks, 64);
+}
+
+#[tokio::test(start_paused = true)]
 async fn stop_conditions() {
     // EOS ends the request (and is streamed); ignore_eos runs on to max_tokens.
     let (engine, _) = engine(Setup {
