@@ -1,0 +1,341 @@
+//! llama.cpp against Dolphin's candle engine, in one run, on the same model file and thread
+//! count: prefill tokens/s of a 512-token prompt, decode tokens/s at batch 1, and the batch-8
+//! gain (batch-8 decode tokens/s over batch-1). It runs Dolphin's `engine_candle` (built beside
+//! the workspace, `target/release/engine_candle`) first, then llama.cpp through the
+//! `llama-cpp-2` crate with the same workload, and writes both and their ratios, with the CPU
+//! model and flags, to `bench/results/engine_vs_llamacpp.json`.
+//!
+//! ```text
+//! cargo build --release -p dolphin-bench --bin engine_candle
+//! cargo run --release --manifest-path bench/llama-peer/Cargo.toml -- --threads 1
+//! ```
+//!
+//! Prompts are synthetic token ids (the same recipe for both engines, differing per repetition
+//! so nothing is cached); decoding is greedy; each number is the median of `--reps` runs.
+
+use std::num::NonZeroU32;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use anyhow::{Context, bail, ensure};
+use clap::Parser;
+use llama_cpp_2::context::LlamaContext;
+use llama_cpp_2::context::params::LlamaContextParams;
+use llama_cpp_2::llama_backend::LlamaBackend;
+use llama_cpp_2::llama_batch::LlamaBatch;
+use llama_cpp_2::model::LlamaModel;
+use llama_cpp_2::model::params::LlamaModelParams;
+use llama_cpp_2::token::LlamaToken;
+use serde::Serialize;
+
+#[derive(Debug, Parser)]
+#[command(about = "llama.cpp vs Dolphin's candle engine, same model file and threads, one run")]
+struct Args {
+    /// GGUF model (default: SmolLM2-135M-Instruct from scripts/fetch-model.sh).
+    #[arg(long)]
+    model: Option<PathBuf>,
+    /// Compute threads for both engines.
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
+    /// Prompt tokens of the prefill measurement.
+    #[arg(long, default_value_t = 512)]
+    prefill_tokens: usize,
+    /// Prompt tokens of each decoding sequence.
+    #[arg(long, default_value_t = 32)]
+    decode_prompt: usize,
+    /// Tokens generated per sequence.
+    #[arg(long, default_value_t = 64)]
+    decode_tokens: usize,
+    /// Sequences decoded together for the batch gain.
+    #[arg(long, default_value_t = 8)]
+    batch: usize,
+    /// Repetitions (median reported).
+    #[arg(long, default_value_t = 3)]
+    reps: usize,
+    /// Skip Dolphin's engine (llama.cpp only).
+    #[arg(long)]
+    no_dolphin: bool,
+    /// Where to write the JSON (default: bench/results/engine_vs_llamacpp.json).
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+#[derive(Debug, Serialize, Clone, Copy)]
+struct Numbers {
+    prefill_tok_s: f64,
+    decode_b1_tok_s: f64,
+    decode_batch_tok_s: f64,
+    batch_gain: f64,
+}
+
+#[derive(Debug, Serialize)]
+struct Report {
+    bench: &'static str,
+    cpu: String,
+    cpu_flags: Vec<&'static str>,
+    model: String,
+    threads: usize,
+    prefill_tokens: usize,
+    decode_prompt: usize,
+    decode_tokens: usize,
+    batch: usize,
+    reps: usize,
+    llamacpp: Numbers,
+    llamacpp_crate: &'static str,
+    dolphin: Option<serde_json::Value>,
+    /// Dolphin over llama.cpp (above 1: Dolphin ahead).
+    ratio_prefill: Option<f64>,
+    ratio_decode_b1: Option<f64>,
+    ratio_batch_gain: Option<f64>,
+    ahead_on_all: Option<bool>,
+}
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn cpu_name() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|s| s.trim().to_string())
+        })
+        .unwrap_or_else(|| "?".into())
+}
+
+fn cpu_flags() -> Vec<&'static str> {
+    let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let flags: Vec<&str> = info
+        .lines()
+        .find(|l| l.starts_with("flags"))
+        .map(|l| l.split_whitespace().collect())
+        .unwrap_or_default();
+    ["avx2", "fma", "avx512f", "avx512_vnni", "avx_vnni"]
+        .into_iter()
+        .filter(|f| flags.contains(f))
+        .collect()
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Synthetic prompt `seed` of `n` token ids below `vocab` (ids past the first 1000 specials).
+fn prompt(seed: usize, n: usize, vocab: usize) -> Vec<LlamaToken> {
+    (0..n)
+        .map(|i| {
+            let x = (seed * 7919 + i * 104_729 + 17) % (vocab - 1000);
+            LlamaToken((1000 + x) as i32)
+        })
+        .collect()
+}
+
+fn argmax(logits: &[f32]) -> LlamaToken {
+    let mut best = 0;
+    for (i, &l) in logits.iter().enumerate() {
+        if l > logits[best] {
+            best = i;
+        }
+    }
+    LlamaToken(best as i32)
+}
+
+struct Llama<'m> {
+    ctx: LlamaContext<'m>,
+    vocab: usize,
+}
+
+impl Llama<'_> {
+    /// Prefills `tokens` as sequence `seq` from position 0 in chunks of the context's batch.
+    fn prefill(&mut self, seq: i32, tokens: &[LlamaToken]) -> anyhow::Result<LlamaToken> {
+        let n_batch = self.ctx.n_batch() as usize;
+        let mut batch = LlamaBatch::new(n_batch, 1);
+        let mut last = LlamaToken(0);
+        for (c, chunk) in tokens.chunks(n_batch).enumerate() {
+            batch.clear();
+            for (j, t) in chunk.iter().enumerate() {
+                let pos = c * n_batch + j;
+                batch.add(*t, pos as i32, &[seq], pos + 1 == tokens.len())?;
+            }
+            self.ctx.decode(&mut batch)?;
+            if (c + 1) * n_batch >= tokens.len() {
+                last = argmax(self.ctx.get_logits_ith(batch.n_tokens() - 1));
+            }
+        }
+        Ok(last)
+    }
+
+    /// Decodes `steps` tokens for each of `seqs` sequences together (one batch of one token per
+    /// sequence per step), after a prompt each; returns decode tokens/s.
+    fn decode(
+        &mut self,
+        seqs: usize,
+        prompt_len: usize,
+        steps: usize,
+        seed: usize,
+    ) -> anyhow::Result<f64> {
+        self.ctx.clear_kv_cache();
+        let mut next = Vec::with_capacity(seqs);
+        for s in 0..seqs {
+            let p = prompt(seed * 100 + s, prompt_len, self.vocab);
+            next.push(self.prefill(s as i32, &p)?);
+        }
+        let mut batch = LlamaBatch::new(seqs, seqs as i32);
+        let started = Instant::now();
+        for step in 0..steps {
+            batch.clear();
+            for (s, t) in next.iter().enumerate() {
+                batch.add(*t, (prompt_len + step) as i32, &[s as i32], true)?;
+            }
+            self.ctx.decode(&mut batch)?;
+            for (s, t) in next.iter_mut().enumerate() {
+                *t = argmax(self.ctx.get_logits_ith(s as i32));
+            }
+        }
+        Ok((seqs * steps) as f64 / started.elapsed().as_secs_f64())
+    }
+}
+
+fn run_llamacpp(args: &Args, model_path: &Path) -> anyhow::Result<Numbers> {
+    let mut backend = LlamaBackend::init()?;
+    backend.void_logs();
+    let model = LlamaModel::load_from_file(&backend, model_path, &LlamaModelParams::default())
+        .with_context(|| format!("load {}", model_path.display()))?;
+    let n_ctx = (args
+        .prefill_tokens
+        .max(args.decode_prompt + args.decode_tokens)
+        * args.batch.max(1))
+    .max(1024) as u32;
+    let params = LlamaContextParams::default()
+        .with_n_ctx(NonZeroU32::new(n_ctx))
+        .with_n_batch(512)
+        .with_n_ubatch(512)
+        .with_n_seq_max(args.batch.max(1) as u32)
+        .with_n_threads(args.threads as i32)
+        .with_n_threads_batch(args.threads as i32);
+    let ctx = model.new_context(&backend, params)?;
+    let mut l = Llama {
+        ctx,
+        vocab: model.n_vocab() as usize,
+    };
+    // Warm-up: one short prefill and decode.
+    l.ctx.clear_kv_cache();
+    l.prefill(0, &prompt(999, 64, l.vocab))?;
+    let mut prefill = Vec::new();
+    let mut b1 = Vec::new();
+    let mut bn = Vec::new();
+    for rep in 0..args.reps {
+        l.ctx.clear_kv_cache();
+        let p = prompt(rep, args.prefill_tokens, l.vocab);
+        let started = Instant::now();
+        l.prefill(0, &p)?;
+        prefill.push(args.prefill_tokens as f64 / started.elapsed().as_secs_f64());
+        b1.push(l.decode(1, args.decode_prompt, args.decode_tokens, rep + 10)?);
+        bn.push(l.decode(args.batch, args.decode_prompt, args.decode_tokens, rep + 20)?);
+        eprintln!(
+            "llama.cpp rep {rep}: prefill {:.1} tok/s, decode b1 {:.1}, b{} {:.1}",
+            prefill[rep], b1[rep], args.batch, bn[rep]
+        );
+    }
+    let (p, d1, dn) = (median(prefill), median(b1), median(bn));
+    Ok(Numbers {
+        prefill_tok_s: p,
+        decode_b1_tok_s: d1,
+        decode_batch_tok_s: dn,
+        batch_gain: dn / d1,
+    })
+}
+
+fn run_dolphin(args: &Args, model_path: &Path) -> anyhow::Result<serde_json::Value> {
+    let bin = repo_root().join("target/release/engine_candle");
+    if !bin.is_file() {
+        bail!(
+            "{} not found: cargo build --release -p dolphin-bench --bin engine_candle",
+            bin.display()
+        );
+    }
+    let out = std::env::temp_dir().join(format!("engine-candle-{}.json", std::process::id()));
+    let status = Command::new(&bin)
+        .arg("--model")
+        .arg(model_path)
+        .args(["--threads", &args.threads.to_string()])
+        .args(["--prefill-tokens", &args.prefill_tokens.to_string()])
+        .args(["--decode-prompt", &args.decode_prompt.to_string()])
+        .args(["--decode-tokens", &args.decode_tokens.to_string()])
+        .args(["--batch", &args.batch.to_string()])
+        .args(["--reps", &args.reps.to_string()])
+        .arg("--out")
+        .arg(&out)
+        .status()
+        .with_context(|| format!("run {}", bin.display()))?;
+    ensure!(status.success(), "engine_candle failed: {status}");
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&out)?)?;
+    let _ = std::fs::remove_file(&out);
+    Ok(v)
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let model_path = match &args.model {
+        Some(p) => p.clone(),
+        None => PathBuf::from(std::env::var("HOME").unwrap_or_default())
+            .join(".cache/dolphin/models/SmolLM2-135M-Instruct.Q4_1.gguf"),
+    };
+    ensure!(
+        model_path.is_file(),
+        "{} not found (scripts/fetch-model.sh)",
+        model_path.display()
+    );
+    let dolphin = if args.no_dolphin {
+        None
+    } else {
+        Some(run_dolphin(&args, &model_path)?)
+    };
+    let llama = run_llamacpp(&args, &model_path)?;
+    let get = |k: &str| dolphin.as_ref().and_then(|d| d[k].as_f64());
+    let ratio_prefill = get("prefill_tok_s").map(|d| d / llama.prefill_tok_s);
+    let ratio_decode_b1 = get("decode_b1_tok_s").map(|d| d / llama.decode_b1_tok_s);
+    let ratio_batch_gain = get("batch_gain").map(|d| d / llama.batch_gain);
+    let ahead = match (ratio_prefill, ratio_decode_b1, ratio_batch_gain) {
+        (Some(a), Some(b), Some(c)) => Some(a > 1.0 && b > 1.0 && c > 1.0),
+        _ => None,
+    };
+    let report = Report {
+        bench: "engine_vs_llamacpp",
+        cpu: cpu_name(),
+        cpu_flags: cpu_flags(),
+        model: model_path.display().to_string(),
+        threads: args.threads,
+        prefill_tokens: args.prefill_tokens,
+        decode_prompt: args.decode_prompt,
+        decode_tokens: args.decode_tokens,
+        batch: args.batch,
+        reps: args.reps,
+        llamacpp: llama,
+        llamacpp_crate: "llama-cpp-2 0.1.160",
+        dolphin,
+        ratio_prefill,
+        ratio_decode_b1,
+        ratio_batch_gain,
+        ahead_on_all: ahead,
+    };
+    println!(
+        "llama.cpp: prefill {:.1} tok/s, decode b1 {:.1} tok/s, batch-{} gain {:.2}x",
+        llama.prefill_tok_s, llama.decode_b1_tok_s, args.batch, llama.batch_gain
+    );
+    if let (Some(p), Some(d), Some(g)) = (ratio_prefill, ratio_decode_b1, ratio_batch_gain) {
+        println!("Dolphin / llama.cpp: prefill {p:.2}x, decode b1 {d:.2}x, batch gain {g:.2}x");
+    }
+    let path = args
+        .out
+        .clone()
+        .unwrap_or_else(|| repo_root().join("bench/results/engine_vs_llamacpp.json"));
+    std::fs::write(&path, serde_json::to_string_pretty(&report)? + "\n")?;
+    println!("wrote {}", path.display());
+    Ok(())
+}
