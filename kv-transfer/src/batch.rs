@@ -16,7 +16,7 @@ use crate::frame::block_checksum;
 /// Most blocks per vectored write (two slices each; Linux takes 1024 slices per call).
 pub(crate) const BATCH_BLOCKS: usize = 32;
 /// Payload bytes per vectored write (at least one block, whatever its size).
-const BATCH_BYTES: usize = 256 << 10;
+pub(crate) const BATCH_BYTES: usize = 256 << 10;
 
 /// The blocks of the batch that starts at block `start` (empty only for an empty transfer).
 pub(crate) fn batch_at(blocks: &[Bytes], start: usize) -> Range<usize> {

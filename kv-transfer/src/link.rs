@@ -9,7 +9,7 @@ use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
 use crate::TransferId;
-use crate::batch::{BATCH_BLOCKS, batch_at, checksums};
+use crate::batch::{BATCH_BLOCKS, BATCH_BYTES, batch_at, checksums};
 use crate::config::TransferConfig;
 use crate::error::TransferError;
 use crate::frame::{AckCode, Frame, HEADER_LEN, PREFACE_LEN, Preface, VERSION};
@@ -128,11 +128,15 @@ impl Link {
                 return Err(ended(sent));
             };
             batch.clear();
+            let mut batch_bytes = first.len();
             batch.push(first);
+            // What is already waiting joins the batch, within the same limits as `batch_at`.
             while batch.len() < BATCH_BLOCKS
+                && batch_bytes < BATCH_BYTES
                 && (sent as usize + batch.len()) < n_blocks as usize
                 && let Ok(b) = blocks.try_recv()
             {
+                batch_bytes += b.len();
                 batch.push(b);
             }
             if let Some((k, b)) = batch
@@ -214,49 +218,21 @@ impl Link {
     ) -> Result<(), TransferError> {
         let n_blocks = u32::try_from(blocks.len())
             .map_err(|_| TransferError::TooManyBlocks { n: blocks.len() })?;
-        let begin = Frame::Begin { id, n_blocks }.encode();
-        let end = Frame::End { id, n_blocks }.encode();
+        if blocks.is_empty() {
+            let begin = Frame::Begin { id, n_blocks }.encode();
+            let end = Frame::End { id, n_blocks }.encode();
+            let mut slices = [IoSlice::new(&begin), IoSlice::new(&end)];
+            return write_all_vectored(&mut self.stream, &mut slices, after, "write blocks").await;
+        }
         let mut start = 0;
-        loop {
+        while start < blocks.len() {
             let range = batch_at(blocks, start);
-            let batch = &blocks[range.clone()];
-            let mut headers = [[0u8; HEADER_LEN]; BATCH_BLOCKS];
-            for ((header, index), (block, checksum)) in headers
-                .iter_mut()
-                .zip(range.clone())
-                .zip(batch.iter().zip(checksums(id, range.start, batch)))
-            {
-                // Lossless: index < n_blocks (a u32); lengths were checked by the caller.
-                *header = Frame::Block {
-                    id,
-                    index: index as u32,
-                    len: block.len() as u32,
-                    checksum,
-                }
-                .encode();
-            }
-            let mut slices = [IoSlice::new(&[]); 2 * BATCH_BLOCKS + 2];
-            let mut n = 0;
-            if range.start == 0 {
-                push(&mut slices, &mut n, &begin);
-            }
-            for (header, block) in headers.iter().zip(batch) {
-                push(&mut slices, &mut n, header);
-                // An empty slice would make a fully written batch look unfinished.
-                if !block.is_empty() {
-                    push(&mut slices, &mut n, block);
-                }
-            }
-            let last = range.end == blocks.len();
-            if last {
-                push(&mut slices, &mut n, &end);
-            }
-            write_all_vectored(&mut self.stream, &mut slices[..n], after, "write blocks").await?;
-            if last {
-                return Ok(());
-            }
+            // Lossless: start < n_blocks, a u32.
+            self.write_blocks(id, n_blocks, start as u32, &blocks[range.clone()], after)
+                .await?;
             start = range.end;
         }
+        Ok(())
     }
 
     /// Reads the ack of transfer `id`. The outer error is a broken link; the inner one the

@@ -31,10 +31,9 @@ mod tests;
 
 use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
-
-use bytes::Bytes;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use bytes::Bytes;
 use parking_lot::{Mutex, MutexGuard};
 use tokio::sync::{Notify, broadcast, oneshot};
 
