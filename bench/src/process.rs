@@ -95,6 +95,18 @@ impl Drop for ChildProcess {
     }
 }
 
+/// `bin` as a command that dies with the benchmark (`PDEATHSIG=KILL` through `setpriv`, where
+/// it exists).
+fn command(bin: &Path) -> Command {
+    if Path::new(SETPRIV).is_file() {
+        let mut c = Command::new(SETPRIV);
+        c.arg("--pdeathsig").arg("KILL").arg("--").arg(bin);
+        c
+    } else {
+        Command::new(bin)
+    }
+}
+
 /// Starts `bin args...` (with `envs` added to the environment) with stderr to
 /// `log_dir/<name>.log` and waits up to `timeout` for its `DOLPHIN_READY` line.
 pub fn spawn_ready(
@@ -110,13 +122,7 @@ pub fn spawn_ready(
     let log = log_dir.join(format!("{name}.log"));
     let stderr =
         std::fs::File::create(&log).map_err(BenchError::io(format!("create {}", log.display())))?;
-    let mut cmd = if Path::new(SETPRIV).is_file() {
-        let mut c = Command::new(SETPRIV);
-        c.arg("--pdeathsig").arg("KILL").arg("--").arg(bin);
-        c
-    } else {
-        Command::new(bin)
-    };
+    let mut cmd = command(bin);
     cmd.args(args)
         .envs(envs.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
@@ -180,13 +186,7 @@ pub fn spawn_plain(
     let err = out
         .try_clone()
         .map_err(BenchError::io(format!("open {}", log.display())))?;
-    let mut cmd = if Path::new(SETPRIV).is_file() {
-        let mut c = Command::new(SETPRIV);
-        c.arg("--pdeathsig").arg("KILL").arg("--").arg(bin);
-        c
-    } else {
-        Command::new(bin)
-    };
+    let mut cmd = command(bin);
     cmd.args(args).stdin(Stdio::null()).stdout(out).stderr(err);
     let child = cmd
         .spawn()

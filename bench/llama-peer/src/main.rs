@@ -95,6 +95,8 @@ fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
+// As dolphin-bench's `machine` module: this crate stays outside the workspace so it does not
+// build Dolphin, so it cannot use it.
 fn cpu_name() -> String {
     std::fs::read_to_string("/proc/cpuinfo")
         .ok()
