@@ -138,6 +138,27 @@ where
     Ok((out, started.elapsed().as_secs_f64()))
 }
 
+/// Generates every prompt on `group` with handoff algorithm `spec` at `concurrency` (request ids
+/// `{tag}-{i}`, seed `i`, `tokens` each); outputs in prompt order and the wall time.
+async fn generate_all(
+    group: &Arc<ModelGroup>,
+    prompts: &[Vec<u32>],
+    concurrency: usize,
+    tag: String,
+    tokens: u32,
+    spec: &str,
+) -> anyhow::Result<(Vec<(Vec<u32>, SeqUsage)>, f64)> {
+    let (group, spec) = (group.clone(), spec.to_owned());
+    run_all(prompts, concurrency, move |i, p| {
+        let (g, s, tag) = (group.clone(), spec.clone(), tag.clone());
+        async move {
+            let req = request(format!("{tag}-{i}"), i as u64, p, tokens, Some(&s));
+            collect(g.generate(req).await?).await
+        }
+    })
+    .await
+}
+
 #[derive(Debug, Serialize)]
 struct Point {
     algorithm: String,
@@ -163,19 +184,14 @@ impl Bench {
     /// mean large span).
     async fn evaluate(&self, spec: &str) -> anyhow::Result<(f64, f64, f64, f64)> {
         let run = self.runs.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let group = self.group.clone();
-        let (n, spec_s) = (self.tokens, spec.to_owned());
-        let (outs, _) = run_all(&self.prompts, 8, move |i, p| {
-            let g = group.clone();
-            let spec = spec_s.clone();
-            async move {
-                collect(
-                    g.generate(request(format!("e{run}-{i}"), i as u64, p, n, Some(&spec)))
-                        .await?,
-                )
-                .await
-            }
-        })
+        let (outs, _) = generate_all(
+            &self.group,
+            &self.prompts,
+            8,
+            format!("e{run}"),
+            self.tokens,
+            spec,
+        )
         .await?;
         let (mut large, mut total, mut handoffs) = (0u64, 0u64, 0u64);
         for (_, u) in &outs {
@@ -416,19 +432,14 @@ async fn main() -> anyhow::Result<()> {
         "momentum:level=2,hysteresis=0.3",
         "ensemble:entropy=2,prob=0.6",
     ] {
-        let g = group.clone();
-        let (n, s) = (args.quiz_tokens, spec.to_owned());
-        let (outs, _) = run_all(&quiz_prompts, 8, move |i, p| {
-            let g = g.clone();
-            let s = s.clone();
-            async move {
-                collect(
-                    g.generate(request(format!("q-{s}-{i}"), i as u64, p, n, Some(&s)))
-                        .await?,
-                )
-                .await
-            }
-        })
+        let (outs, _) = generate_all(
+            &group,
+            &quiz_prompts,
+            8,
+            format!("q-{spec}"),
+            args.quiz_tokens,
+            spec,
+        )
         .await?;
         let right = outs
             .iter()
@@ -449,20 +460,8 @@ async fn main() -> anyhow::Result<()> {
     let mut throughput = Vec::new();
     for c in [1usize, 8] {
         for spec in ["always-small", "always-large", "entropy:threshold=2"] {
-            let g = group.clone();
-            let (n, s) = (args.tokens, spec.to_owned());
-            let (outs, secs) = run_all(&many, c, move |i, p| {
-                let g = g.clone();
-                let s = s.clone();
-                async move {
-                    collect(
-                        g.generate(request(format!("t{c}-{s}-{i}"), i as u64, p, n, Some(&s)))
-                            .await?,
-                    )
-                    .await
-                }
-            })
-            .await?;
+            let (outs, secs) =
+                generate_all(&group, &many, c, format!("t{c}-{spec}"), args.tokens, spec).await?;
             let tokens: u32 = outs.iter().map(|(t, _)| t.len() as u32).sum();
             let tok_s = f64::from(tokens) / secs;
             println!("throughput c={c} {spec}: {tok_s:.1} tok/s");
