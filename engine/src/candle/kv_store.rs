@@ -92,30 +92,29 @@ impl KvStore {
         Ok(())
     }
 
-    /// The first `filled` tokens of `block`, in the export format.
+    /// The first `filled` tokens of `block`, in the export format. On the CPU the rows are
+    /// copied once, straight from the KV memory into the output (a block is
+    /// `filled * kv_dim` consecutive floats per tensor); elsewhere through a host copy.
     pub fn export_block(
         &self,
         block: BlockId,
         filled: usize,
     ) -> std::result::Result<Vec<u8>, BackendError> {
         self.check_block(block, filled)?;
-        let start = block as usize * self.block_size;
+        let start = block as usize * self.block_size * self.kv_dim;
+        let len = filled * self.kv_dim;
         let mut out = Vec::with_capacity(filled * self.bytes_per_token());
         for (k, v) in self.k.iter().zip(&self.v) {
             for t in [k, v] {
-                let rows = t
-                    .narrow(0, start, filled)
-                    .and_then(|r| r.flatten_all())
-                    .and_then(|r| r.to_vec1::<f32>())
-                    .map_err(compute)?;
-                out.extend(rows.iter().flat_map(|x| x.to_le_bytes()));
+                append_rows(t, start, len, &mut out)?;
             }
         }
         Ok(out)
     }
 
     /// Writes exported bytes of `filled` tokens into `block`. Rejects a wrong length and
-    /// non-finite values (what a real KV never holds) as corrupt.
+    /// non-finite values (what a real KV never holds) as corrupt. The bytes are checked in
+    /// place and copied into the KV memory through one staging tensor per layer and K/V.
     pub fn import_block(
         &self,
         block: BlockId,
@@ -130,28 +129,59 @@ impl KvStore {
                 data.len()
             )));
         }
-        let floats: Vec<f32> = data
+        if let Some((at, x)) = data
             .chunks_exact(4)
             .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-            .collect();
-        if let Some(at) = floats.iter().position(|x| !x.is_finite()) {
+            .enumerate()
+            .find(|(_, x)| !x.is_finite())
+        {
             return Err(BackendError::Corrupt(format!(
-                "value {at} is not finite ({})",
-                floats[at]
+                "value {at} is not finite ({x})"
             )));
         }
         let start = block as usize * self.block_size;
-        let per = filled * self.kv_dim;
+        let per = filled * self.kv_dim * 4;
         let device = self.k[0].device();
-        for (l, chunk) in floats.chunks_exact(2 * per).enumerate() {
+        for (l, chunk) in data.chunks_exact(2 * per).enumerate() {
             let (kd, vd) = chunk.split_at(per);
             for (store, d) in [(&self.k[l], kd), (&self.v[l], vd)] {
-                let src = Tensor::from_slice(d, (filled, self.kv_dim), device).map_err(compute)?;
+                let src = Tensor::from_raw_buffer(d, DType::F32, &[filled, self.kv_dim], device)
+                    .map_err(compute)?;
                 store.slice_set(&src, 0, start).map_err(compute)?;
             }
         }
         Ok(())
     }
+}
+
+/// Appends `len` floats of `t` from element `start` (of its contiguous storage) to `out`,
+/// little-endian.
+fn append_rows(
+    t: &Tensor,
+    start: usize,
+    len: usize,
+    out: &mut Vec<u8>,
+) -> std::result::Result<(), BackendError> {
+    #[cfg(target_endian = "little")]
+    {
+        let (storage, layout) = t.storage_and_layout();
+        if let (candle_core::Storage::Cpu(cpu), Some((offset, _))) =
+            (&*storage, layout.contiguous_offsets())
+        {
+            let all = cpu.as_slice::<f32>().map_err(compute)?;
+            let rows = &all[offset + start..offset + start + len];
+            out.extend_from_slice(bytemuck::cast_slice(rows));
+            return Ok(());
+        }
+    }
+    let kv_dim = t.dim(1).map_err(compute)?;
+    let rows = t
+        .narrow(0, start / kv_dim, len / kv_dim)
+        .and_then(|r| r.flatten_all())
+        .and_then(|r| r.to_vec1::<f32>())
+        .map_err(compute)?;
+    out.extend(rows.iter().flat_map(|x| x.to_le_bytes()));
+    Ok(())
 }
 
 /// A candle failure as a backend compute error.

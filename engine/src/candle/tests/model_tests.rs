@@ -273,3 +273,36 @@ fn import_rejects_wrong_sizes_and_non_finite_values() {
         "more tokens than a block holds"
     );
 }
+
+/// Export and import speed of full blocks at SmolLM2-135M's shape (30 layers, 3 KV heads of 64):
+/// a measurement, not a check. `cargo test --release -p dolphin-engine --features candle --lib
+/// -- --ignored --nocapture kv_block_copy_speed`.
+#[test]
+#[ignore = "a measurement; run by hand"]
+fn kv_block_copy_speed() {
+    let kv = KvStore::new(30, 64, BS, 192, &candle_core::Device::Cpu).expect("kv");
+    let blocks = 32u32;
+    let rounds = 20;
+    let started = std::time::Instant::now();
+    let mut exported = Vec::new();
+    for _ in 0..rounds {
+        exported = (0..blocks)
+            .map(|b| kv.export_block(b, BS).expect("export"))
+            .collect::<Vec<_>>();
+    }
+    let export = started.elapsed();
+    let started = std::time::Instant::now();
+    for _ in 0..rounds {
+        for (b, data) in exported.iter().enumerate() {
+            kv.import_block(32 + b as u32, BS, data).expect("import");
+        }
+    }
+    let import = started.elapsed();
+    let bytes = (rounds * exported.iter().map(Vec::len).sum::<usize>()) as f64;
+    println!(
+        "kv block export {:.2} GB/s, import {:.2} GB/s ({} bytes per block)",
+        bytes / export.as_secs_f64() / 1e9,
+        bytes / import.as_secs_f64() / 1e9,
+        exported[0].len()
+    );
+}
