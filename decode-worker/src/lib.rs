@@ -14,6 +14,8 @@ pub mod config;
 pub mod error;
 mod forward;
 pub mod group;
+#[cfg(feature = "nccl")]
+pub mod kv_link;
 pub mod node;
 mod remote;
 pub mod run;

@@ -35,6 +35,8 @@ pub struct DecodeOptions {
     pub prefill_timeout: Duration,
     /// KV transport settings (should match the prefill workers').
     pub transfer: TransferConfig,
+    /// CUDA device for NCCL communicators (`--kv-transport nccl`); `None`: TCP only.
+    pub nccl_device: Option<usize>,
 }
 
 /// gRPC name of the decode service, for health reporting.
@@ -58,11 +60,11 @@ pub async fn start(
     )
     .map_err(WorkerError::from)?;
     let state = WorkerState::new(identity, engine, SERVICE_NAME);
-    let ctx = Arc::new(DecodeContext::new(
-        Arc::clone(&state),
-        receiver,
-        opts.prefill_timeout,
-    ));
+    let ctx = DecodeContext::new(Arc::clone(&state), receiver, opts.prefill_timeout);
+    let ctx = Arc::new(match opts.nccl_device {
+        None => ctx,
+        Some(device) => with_nccl(ctx, device)?,
+    });
     let service = DecodeService::new(ctx);
     let worker = RunningWorker::start(
         listener,
@@ -71,4 +73,28 @@ pub async fn start(
     )
     .await?;
     Ok(worker)
+}
+
+#[cfg(feature = "nccl")]
+fn with_nccl(ctx: DecodeContext, device: usize) -> Result<DecodeContext, DecodeError> {
+    use dolphin_worker_common::ConfigError;
+    let devices = dolphin_kv_transfer::nccl::probe().map_err(|e| {
+        WorkerError::from(ConfigError::invalid(
+            "kv-transport",
+            format!("nccl cannot run here: {e}"),
+        ))
+    })?;
+    if device >= devices {
+        return Err(WorkerError::from(ConfigError::invalid(
+            "nccl-device",
+            format!("device {device} does not exist ({devices} CUDA devices)"),
+        ))
+        .into());
+    }
+    Ok(ctx.with_nccl(device))
+}
+
+#[cfg(not(feature = "nccl"))]
+fn with_nccl(_ctx: DecodeContext, _device: usize) -> Result<DecodeContext, DecodeError> {
+    Err(WorkerError::from(dolphin_worker_common::args::nccl_not_built()).into())
 }

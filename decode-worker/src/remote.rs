@@ -1,12 +1,15 @@
 //! The remote path: with KV reserved here, ask a prefill worker to compute the prompt and push
-//! the blocks this worker lacks, import them as they arrive, then decode. Any failure (prefill
-//! worker unreachable or failing, timeout, broken or corrupt transfer) falls back to prefilling
-//! locally: the client sees a slower request, never a lost one.
+//! the blocks this worker lacks, import them as they arrive, then decode. The first token comes
+//! with the last block, in the transfer's end frame: decoding starts then, without waiting for
+//! the call's reply. Any failure (prefill worker unreachable or failing, timeout, broken or
+//! corrupt transfer) falls back to prefilling locally: the client sees a slower request, never a
+//! lost one.
 
 use std::time::{Duration, Instant};
 
 use dolphin_engine::{Engine, EngineError, OutputStream, Reservation, SeqId};
 use dolphin_kv_transfer::{TransferError, TransferSlot};
+use dolphin_proto::prost::Message;
 use dolphin_proto::v1::{self, prefill_worker_client::PrefillWorkerClient};
 use dolphin_worker_common::{
     engine_status,
@@ -42,6 +45,9 @@ pub enum RemoteFailure {
     /// The engine refused a received block.
     #[error("received KV block rejected")]
     Import(#[source] EngineError),
+    /// The transfer's end frame did not carry a readable prefill result.
+    #[error("the transfer's result is unreadable")]
+    BadResult(#[source] dolphin_proto::prost::DecodeError),
     /// The transfer completed with fewer blocks than reserved.
     #[error("KV transfer ended after {imported} of {expected} blocks")]
     Incomplete {
@@ -63,7 +69,9 @@ impl RemoteFailure {
                 fallback_reason::TIMEOUT
             }
             Self::Prefill(_) => fallback_reason::PREFILL_ERROR,
-            Self::Transfer(_) | Self::Incomplete { .. } => fallback_reason::TRANSFER_ERROR,
+            Self::Transfer(_) | Self::Incomplete { .. } | Self::BadResult(_) => {
+                fallback_reason::TRANSFER_ERROR
+            }
             Self::Import(_) => fallback_reason::IMPORT_ERROR,
             Self::Timeout(_) => fallback_reason::TIMEOUT,
         }
@@ -98,19 +106,23 @@ pub async fn prefill(
     };
     match result {
         Ok((answer, kv_bytes)) => {
-            metrics::histogram!(m::DECODE_REMOTE_PREFILL_SECONDS)
-                .record(started.elapsed().as_secs_f64());
+            let waited = started.elapsed();
+            metrics::histogram!(m::DECODE_REMOTE_PREFILL_SECONDS).record(waited.as_secs_f64());
             let output = engine
                 .resume(reservation.seq, answer.first_token)
                 .await
                 .map_err(|e| engine_status(&e))?;
+            let remote_queued = Duration::from_micros(answer.queued_us);
+            let prefill = Duration::from_micros(answer.prefill_us);
             Ok((
                 output,
                 PrefillTimings {
-                    queued: queued + Duration::from_micros(answer.queued_us),
-                    prefill: Some(Duration::from_micros(answer.prefill_us)),
+                    queued: queued + remote_queued,
+                    prefill: Some(prefill),
                     prefill_started: started,
-                    kv_transfer: Duration::from_micros(answer.transfer_us),
+                    // What the remote path added to the prefill worker's queue and compute:
+                    // the call, and the blocks that were not hidden behind the prefill.
+                    kv_transfer: waited.saturating_sub(remote_queued + prefill),
                     kv_bytes,
                     fell_back: false,
                     remote_cached_tokens: answer.cached_tokens,
@@ -159,13 +171,13 @@ async fn local(
 
 /// One remote prefill: announce the transfer, call the prefill worker and import the blocks as
 /// they arrive, both at once; the first failure ends both (dropping the slot rejects the rest of
-/// the transfer, dropping the call cancels it on the prefill worker). Returns the prefill
-/// worker's answer and the KV bytes imported.
+/// the transfer, dropping the call cancels it on the prefill worker). Done when the transfer is:
+/// its end frame carries the prefill's result. Returns that result and the KV bytes imported.
 async fn attempt(
     ctx: &DecodeContext,
     reservation: &Reservation,
     call: PrefillCall,
-) -> Result<(v1::PrefillResponse, u64), RemoteFailure> {
+) -> Result<(v1::PrefillResult, u64), RemoteFailure> {
     let transfer_id = ctx.transfer_ids().next_id();
     let mut slot = ctx
         .receiver()
@@ -179,21 +191,49 @@ async fn attempt(
     // The prefill worker stops working on it when we stop waiting.
     request.set_timeout(call.timeout);
     let mut client = call.client;
-    let rpc = async move {
+    let prefill_addr = call.prefill_addr;
+    #[cfg(feature = "nccl")]
+    if let Some(links) = ctx.nccl_links() {
+        links.ensure(&prefill_addr, client.clone(), ctx.kv_addr());
+    }
+    let mut rpc = Box::pin(async move {
         client
             .prefill(request)
             .await
             .map(tonic::Response::into_inner)
             .map_err(|status| RemoteFailure::Prefill(Box::new(status)))
-    };
+    });
     let engine = ctx.state().engine();
-    let import = import_blocks(
-        engine.as_ref(),
-        reservation.seq,
-        &mut slot,
-        reservation.blocks_expected,
-    );
-    tokio::try_join!(rpc, import)
+    let kv_bytes = {
+        let import = import_blocks(
+            engine.as_ref(),
+            reservation.seq,
+            &mut slot,
+            reservation.blocks_expected,
+        );
+        tokio::pin!(import);
+        tokio::select! {
+            biased;
+            imported = &mut import => imported?,
+            // A failed call ends the attempt at once (the prefill worker refused, or died
+            // before its transfer broke); a reply before the transfer completed cannot come
+            // from a healthy worker (it answers after the ack), but the blocks decide.
+            answer = &mut rpc => {
+                answer?;
+                import.await?
+            }
+        }
+    };
+    let trailer = slot.trailer().cloned().unwrap_or_default();
+    let result = v1::PrefillResult::decode(trailer).map_err(RemoteFailure::BadResult)?;
+    // The call ends on its own once the prefill worker has read our ack; cancelling it now
+    // would only cost that worker its pooled connection.
+    tokio::spawn(async move {
+        if let Err(failure) = rpc.await {
+            tracing::debug!(prefill_addr, error = %failure, "prefill call failed after its transfer completed");
+        }
+    });
+    Ok((result, kv_bytes))
 }
 
 /// Writes each arriving block into the reservation; done once the transfer completes. Returns

@@ -15,6 +15,7 @@ pub async fn run(cfg: DecodeConfig) -> Result<(), DecodeError> {
     cfg.validate()?;
     let advertise = cfg.common.advertise()?;
     let kv_advertise = cfg.kv_advertise()?;
+    let nccl_device = cfg.common.nccl_device(cfg!(feature = "nccl"))?;
     let group = cfg.group();
     let engine = || match &group {
         Some(g) => crate::group::build_group(&cfg.common.engine, g),
@@ -32,6 +33,7 @@ pub async fn run(cfg: DecodeConfig) -> Result<(), DecodeError> {
                 kv_advertise,
                 prefill_timeout: cfg.prefill_timeout(),
                 transfer: TransferConfig::default(),
+                nccl_device,
             },
         )
     })

@@ -42,6 +42,8 @@ pub struct DecodeContext {
     clients: PrefillClients,
     transfer_ids: TransferIds,
     default_prefill_timeout: Duration,
+    #[cfg(feature = "nccl")]
+    nccl: Option<Arc<crate::kv_link::NcclLinks>>,
 }
 
 impl DecodeContext {
@@ -65,7 +67,25 @@ impl DecodeContext {
             clients: PrefillClients::new(),
             transfer_ids: TransferIds::new(),
             default_prefill_timeout,
+            #[cfg(feature = "nccl")]
+            nccl: None,
         }
+    }
+
+    /// KV from prefill workers over NCCL where they agree (`--kv-transport nccl`), joined on
+    /// CUDA device `device`.
+    #[cfg(feature = "nccl")]
+    #[must_use]
+    pub fn with_nccl(mut self, device: usize) -> Self {
+        let acceptor = self.receiver.nccl_acceptor();
+        self.nccl = Some(Arc::new(crate::kv_link::NcclLinks::new(acceptor, device)));
+        self
+    }
+
+    /// The NCCL links, when this worker takes KV over NCCL.
+    #[cfg(feature = "nccl")]
+    pub fn nccl_links(&self) -> Option<&Arc<crate::kv_link::NcclLinks>> {
+        self.nccl.as_ref()
     }
 
     /// The worker's shared state.

@@ -41,6 +41,7 @@ async fn decode_worker(time_scale: f64) -> Result<RunningWorker> {
             kv_advertise: None,
             prefill_timeout: Duration::from_secs(60),
             transfer: TransferConfig::default(),
+            nccl_device: None,
         },
     )
     .await?;
@@ -56,6 +57,7 @@ async fn prefill_worker(time_scale: f64) -> Result<RunningWorker> {
             grpc_addr: "127.0.0.1:0".parse()?,
             advertise: None,
             transfer: TransferConfig::default(),
+            nccl_device: None,
         },
     )
     .await?;

@@ -173,6 +173,9 @@ impl TransferError {
             Self::Frame(FrameError::TooLarge { index, .. }) => {
                 Some((AckCode::FrameTooLarge, *index))
             }
+            Self::Frame(FrameError::TrailerTooLarge { .. }) => {
+                Some((AckCode::FrameTooLarge, crate::frame::TRAILER_INDEX))
+            }
             Self::Frame(_) | Self::UnexpectedFrame { .. } => Some((AckCode::Malformed, 0)),
             _ => None,
         }

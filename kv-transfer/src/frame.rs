@@ -3,8 +3,12 @@
 //! A connection starts with the sender's [`Preface`]; the receiver answers with its own and
 //! closes if the versions differ. Then, per transfer, the sender writes
 //! `Begin{id, n_blocks}`, `n_blocks` x (`Block{id, index, len, checksum}` + `len` payload bytes,
-//! indexes 0, 1, ... in order) and `End{id, n_blocks}`; the receiver answers with one
-//! `Ack{id, code, index}`. Every header is [`HEADER_LEN`] bytes, little-endian:
+//! indexes 0, 1, ... in order) and `End{id, n_blocks, len, checksum}` + `len` trailer bytes; the
+//! receiver answers with one `Ack{id, code, index}`. The trailer is the sender's result for the
+//! decode worker (the prefill worker puts its first token and timings there, so they arrive with
+//! the last block instead of a round trip later); it is opaque here, at most
+//! [`MAX_TRAILER_BYTES`], and checksummed as block index [`TRAILER_INDEX`] would be. Every header
+//! is [`HEADER_LEN`] bytes, little-endian:
 //!
 //! | bytes  | field                                                     |
 //! |--------|-----------------------------------------------------------|
@@ -13,8 +17,8 @@
 //! | 2..4   | reserved, 0                                               |
 //! | 4..8   | begin/end: block count; block: index; ack: failing block  |
 //! | 8..16  | transfer id                                               |
-//! | 16..20 | block payload length (else 0)                             |
-//! | 20..24 | block checksum (else 0)                                   |
+//! | 16..20 | block payload / end trailer length (else 0)               |
+//! | 20..24 | block / trailer checksum (else 0)                         |
 
 use std::fmt;
 
@@ -22,12 +26,16 @@ use crate::TransferId;
 
 /// Bytes that open every connection, both ways.
 pub const MAGIC: [u8; 4] = *b"DKVT";
-/// Protocol version spoken by this crate.
-pub const VERSION: u16 = 1;
+/// Protocol version spoken by this crate (2: the end frame carries a trailer).
+pub const VERSION: u16 = 2;
 /// Length of the preface: magic, version (u16), reserved (u16).
 pub const PREFACE_LEN: usize = 8;
 /// Length of every frame header.
 pub const HEADER_LEN: usize = 24;
+/// Largest end-frame trailer: a result record, not data.
+pub const MAX_TRAILER_BYTES: u32 = 64 << 10;
+/// The index a trailer is checksummed under (no block has it: a transfer has fewer blocks).
+pub const TRAILER_INDEX: u32 = u32::MAX;
 
 const KIND_BEGIN: u8 = 1;
 const KIND_BLOCK: u8 = 2;
@@ -137,12 +145,16 @@ pub enum Frame {
         /// [`block_checksum`] of the payload.
         checksum: u32,
     },
-    /// Closes a transfer; repeats the block count.
+    /// Closes a transfer; repeats the block count. `len` trailer bytes follow.
     End {
         /// Transfer.
         id: TransferId,
         /// Blocks sent.
         n_blocks: u32,
+        /// Trailer length (0: none).
+        len: u32,
+        /// [`block_checksum`] of the trailer under [`TRAILER_INDEX`] (0 when there is none).
+        checksum: u32,
     },
     /// The receiver's answer to a transfer.
     Ack {
@@ -172,6 +184,16 @@ pub enum FrameError {
     NonZeroField {
         /// Kind byte of the frame.
         kind: u8,
+    },
+    /// An end-frame trailer longer than [`MAX_TRAILER_BYTES`].
+    #[error(
+        "the end frame of transfer {id} has a {len}-byte trailer, over the limit of {MAX_TRAILER_BYTES}"
+    )]
+    TrailerTooLarge {
+        /// Transfer.
+        id: TransferId,
+        /// Announced length.
+        len: u32,
     },
     /// A block longer than the limit: refused before anything is allocated.
     #[error("block {index} of transfer {id} has {len} bytes, over the limit of {max}")]
@@ -206,7 +228,12 @@ impl Frame {
                 len,
                 checksum,
             } => (KIND_BLOCK, 0, index, id, len, checksum),
-            Self::End { id, n_blocks } => (KIND_END, 0, n_blocks, id, 0, 0),
+            Self::End {
+                id,
+                n_blocks,
+                len,
+                checksum,
+            } => (KIND_END, 0, n_blocks, id, len, checksum),
             Self::Ack { id, code, index } => (KIND_ACK, code as u8, index, id, 0, 0),
         };
         let mut b = [0u8; HEADER_LEN];
@@ -253,13 +280,26 @@ impl Frame {
                     checksum,
                 })
             }
-            KIND_BEGIN | KIND_END | KIND_ACK => {
+            KIND_END => {
+                if code != 0 || (len == 0 && checksum != 0) {
+                    return Err(nonzero);
+                }
+                if len > MAX_TRAILER_BYTES {
+                    return Err(FrameError::TrailerTooLarge { id, len });
+                }
+                Ok(Self::End {
+                    id,
+                    n_blocks: arg,
+                    len,
+                    checksum,
+                })
+            }
+            KIND_BEGIN | KIND_ACK => {
                 if len != 0 || checksum != 0 || (kind != KIND_ACK && code != 0) {
                     return Err(nonzero);
                 }
                 Ok(match kind {
                     KIND_BEGIN => Self::Begin { id, n_blocks: arg },
-                    KIND_END => Self::End { id, n_blocks: arg },
                     _ => Self::Ack {
                         id,
                         code: AckCode::from_u8(code).ok_or(FrameError::UnknownAckCode(code))?,
@@ -307,6 +347,22 @@ impl BlockHasher {
     }
 }
 
+/// The end frame of transfer `id` of `n_blocks` blocks, carrying `trailer`.
+pub fn end_frame(id: TransferId, n_blocks: u32, trailer: &[u8]) -> Frame {
+    let len = u32::try_from(trailer.len()).unwrap_or(u32::MAX);
+    let checksum = if trailer.is_empty() {
+        0
+    } else {
+        block_checksum(id, TRAILER_INDEX, trailer)
+    };
+    Frame::End {
+        id,
+        n_blocks,
+        len,
+        checksum,
+    }
+}
+
 /// One-shot [`BlockHasher`].
 pub fn block_checksum(id: TransferId, index: u32, payload: &[u8]) -> u32 {
     let mut h = BlockHasher::new(id, index);
@@ -343,7 +399,12 @@ mod tests {
                     checksum
                 }
             ),
-            (any::<u64>(), any::<u32>()).prop_map(|(id, n_blocks)| Frame::End { id, n_blocks }),
+            (
+                any::<u64>(),
+                any::<u32>(),
+                proptest::collection::vec(any::<u8>(), 0..64)
+            )
+                .prop_map(|(id, n_blocks, trailer)| end_frame(id, n_blocks, &trailer)),
             (any::<u64>(), ack_code(), any::<u32>()).prop_map(|(id, code, index)| Frame::Ack {
                 id,
                 code,
@@ -440,7 +501,22 @@ mod tests {
         .encode();
         b[1] = 200;
         assert_eq!(Frame::decode(&b, MAX), Err(FrameError::UnknownAckCode(200)));
-        let mut b = Frame::End { id: 1, n_blocks: 2 }.encode();
+        let mut b = end_frame(1, 2, &[]).encode();
+        b[20] = 1; // a checksum without a trailer
+        assert_eq!(
+            Frame::decode(&b, MAX),
+            Err(FrameError::NonZeroField { kind: 3 })
+        );
+        let mut b = end_frame(1, 2, b"result").encode();
+        b[16..20].copy_from_slice(&(MAX_TRAILER_BYTES + 1).to_le_bytes());
+        assert_eq!(
+            Frame::decode(&b, MAX),
+            Err(FrameError::TrailerTooLarge {
+                id: 1,
+                len: MAX_TRAILER_BYTES + 1
+            })
+        );
+        let mut b = end_frame(1, 2, &[]).encode();
         b[0] = 9;
         assert_eq!(Frame::decode(&b, MAX), Err(FrameError::UnknownKind(9)));
     }

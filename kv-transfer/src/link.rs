@@ -6,13 +6,16 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use tokio::net::TcpStream;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
 use crate::TransferId;
 use crate::batch::{BATCH_BLOCKS, BATCH_BYTES, batch_at, checksums};
 use crate::config::TransferConfig;
 use crate::error::TransferError;
-use crate::frame::{AckCode, Frame, HEADER_LEN, PREFACE_LEN, Preface, VERSION};
+use crate::frame::{
+    AckCode, Frame, FrameError, HEADER_LEN, MAX_TRAILER_BYTES, PREFACE_LEN, Preface, VERSION,
+    end_frame,
+};
 use crate::io::{read_exact, write_all, write_all_vectored};
 
 /// A connected, handshaken socket to one receiver.
@@ -83,36 +86,38 @@ impl Link {
         self.idle_since = Instant::now();
     }
 
-    /// Sends one transfer and waits for its ack.
+    /// Sends one transfer, its end frame carrying `trailer`, and waits for its ack.
     pub(crate) async fn transfer(
         &mut self,
         id: TransferId,
         blocks: &[Bytes],
+        trailer: &Bytes,
         cfg: &TransferConfig,
     ) -> Result<(), TransferError> {
-        if let Err(e) = self.write_transfer(id, blocks, cfg.io_timeout).await {
-            // A receiver that refused a frame acks before closing: its reason beats "broken pipe".
-            if e.is_broken_connection()
-                && let Ok(Err(refused @ TransferError::Refused { .. })) =
-                    self.read_ack(id, cfg.io_timeout).await
-            {
-                return Err(refused);
-            }
-            return Err(e);
+        check_trailer(id, trailer)?;
+        if let Err(e) = self
+            .write_transfer(id, blocks, trailer, cfg.io_timeout)
+            .await
+        {
+            return Err(self.refusal_or(id, e, cfg).await);
         }
         self.read_ack(id, cfg.io_timeout).await?
     }
 
     /// Sends one transfer of `n_blocks` blocks taken from `blocks` as they arrive (each batch
-    /// is what is waiting when the socket is free), then waits for its ack. The transfer begins
-    /// once the first block is there, so the receiver's progress timeout does not run while the
-    /// source has not started. Blocks beyond `n_blocks` are left in `blocks`; a source that ends
-    /// early is [`TransferError::SourceEnded`] (the link must then be dropped).
+    /// is what is waiting when the socket is free), its end frame carrying what `trailer`
+    /// yields, then waits for its ack. The transfer begins once the first block is there, so
+    /// the receiver's progress timeout does not run while the source has not started. When the
+    /// trailer is ready with the last blocks it goes in the same write; otherwise the blocks go
+    /// out at once and the end frame follows. Blocks beyond `n_blocks` are left in `blocks`; a
+    /// source that ends early (either channel closed before it delivered) is
+    /// [`TransferError::SourceEnded`] (the link must then be dropped).
     pub(crate) async fn transfer_stream(
         &mut self,
         id: TransferId,
         n_blocks: u32,
         blocks: &mut mpsc::UnboundedReceiver<Bytes>,
+        trailer: &mut oneshot::Receiver<Bytes>,
         cfg: &TransferConfig,
     ) -> Result<(u32, u64), TransferError> {
         let mut sent = 0u32;
@@ -123,6 +128,7 @@ impl Link {
             sent,
             expected: n_blocks,
         };
+        let mut end: Option<Bytes> = None;
         while sent < n_blocks {
             let Some(first) = blocks.recv().await else {
                 return Err(ended(sent));
@@ -150,37 +156,80 @@ impl Link {
                     max: cfg.max_block_bytes,
                 });
             }
+            let last = sent as usize + batch.len() == n_blocks as usize;
+            if last {
+                end = match trailer.try_recv() {
+                    Ok(t) => Some(t),
+                    Err(oneshot::error::TryRecvError::Empty) => None,
+                    Err(oneshot::error::TryRecvError::Closed) => {
+                        return Err(ended(sent + batch.len() as u32));
+                    }
+                };
+                if let Some(t) = &end {
+                    check_trailer(id, t)?;
+                }
+            }
             let result = self
-                .write_blocks(id, n_blocks, sent, &batch, cfg.io_timeout)
+                .write_blocks(id, n_blocks, sent, &batch, end.as_ref(), cfg.io_timeout)
                 .await;
             if let Err(e) = result {
-                if e.is_broken_connection()
-                    && let Ok(Err(refused @ TransferError::Refused { .. })) =
-                        self.read_ack(id, cfg.io_timeout).await
-                {
-                    return Err(refused);
-                }
-                return Err(e);
+                return Err(self.refusal_or(id, e, cfg).await);
             }
             sent += batch.len() as u32;
             bytes += batch.iter().map(|b| b.len() as u64).sum::<u64>();
+        }
+        if end.is_none() {
+            // The last blocks are out; the result comes when the source has it.
+            let t = trailer.await.map_err(|_| ended(sent))?;
+            check_trailer(id, &t)?;
+            let frame = end_frame(id, n_blocks, &t).encode();
+            let mut slices = [IoSlice::new(&frame), IoSlice::new(&t)];
+            let n = if t.is_empty() { 1 } else { 2 };
+            let result = write_all_vectored(
+                &mut self.stream,
+                &mut slices[..n],
+                cfg.io_timeout,
+                "write end",
+            )
+            .await;
+            if let Err(e) = result {
+                return Err(self.refusal_or(id, e, cfg).await);
+            }
         }
         self.read_ack(id, cfg.io_timeout).await??;
         Ok((sent, bytes))
     }
 
+    /// A receiver that refused a frame acks before closing: its reason beats "broken pipe".
+    async fn refusal_or(
+        &mut self,
+        id: TransferId,
+        e: TransferError,
+        cfg: &TransferConfig,
+    ) -> TransferError {
+        if e.is_broken_connection()
+            && let Ok(Err(refused @ TransferError::Refused { .. })) =
+                self.read_ack(id, cfg.io_timeout).await
+        {
+            return refused;
+        }
+        e
+    }
+
     /// Writes `batch`, blocks `first..` of a transfer of `n_blocks`: the begin frame before
-    /// block 0, the end frame after the last block, in one vectored write.
+    /// block 0 and, with the last block when `trailer` is given, the end frame and the trailer,
+    /// in one vectored write.
     async fn write_blocks(
         &mut self,
         id: TransferId,
         n_blocks: u32,
         first: u32,
         batch: &[Bytes],
+        trailer: Option<&Bytes>,
         after: Duration,
     ) -> Result<(), TransferError> {
         let begin = Frame::Begin { id, n_blocks }.encode();
-        let end = Frame::End { id, n_blocks }.encode();
+        let end = trailer.map(|t| end_frame(id, n_blocks, t).encode());
         let mut headers = [[0u8; HEADER_LEN]; BATCH_BLOCKS];
         let sums = checksums(id, first as usize, batch);
         for (k, ((header, block), checksum)) in headers.iter_mut().zip(batch).zip(sums).enumerate()
@@ -193,7 +242,7 @@ impl Link {
             }
             .encode();
         }
-        let mut slices = [IoSlice::new(&[]); 2 * BATCH_BLOCKS + 2];
+        let mut slices = [IoSlice::new(&[]); 2 * BATCH_BLOCKS + 3];
         let mut n = 0;
         if first == 0 {
             push(&mut slices, &mut n, &begin);
@@ -204,8 +253,13 @@ impl Link {
                 push(&mut slices, &mut n, block);
             }
         }
-        if first as usize + batch.len() == n_blocks as usize {
-            push(&mut slices, &mut n, &end);
+        if first as usize + batch.len() == n_blocks as usize
+            && let (Some(end), Some(trailer)) = (&end, trailer)
+        {
+            push(&mut slices, &mut n, end);
+            if !trailer.is_empty() {
+                push(&mut slices, &mut n, trailer);
+            }
         }
         write_all_vectored(&mut self.stream, &mut slices[..n], after, "write blocks").await
     }
@@ -214,22 +268,36 @@ impl Link {
         &mut self,
         id: TransferId,
         blocks: &[Bytes],
+        trailer: &Bytes,
         after: Duration,
     ) -> Result<(), TransferError> {
         let n_blocks = u32::try_from(blocks.len())
             .map_err(|_| TransferError::TooManyBlocks { n: blocks.len() })?;
         if blocks.is_empty() {
             let begin = Frame::Begin { id, n_blocks }.encode();
-            let end = Frame::End { id, n_blocks }.encode();
-            let mut slices = [IoSlice::new(&begin), IoSlice::new(&end)];
-            return write_all_vectored(&mut self.stream, &mut slices, after, "write blocks").await;
+            let end = end_frame(id, n_blocks, trailer).encode();
+            let mut slices = [
+                IoSlice::new(&begin),
+                IoSlice::new(&end),
+                IoSlice::new(trailer),
+            ];
+            let n = if trailer.is_empty() { 2 } else { 3 };
+            return write_all_vectored(&mut self.stream, &mut slices[..n], after, "write blocks")
+                .await;
         }
         let mut start = 0;
         while start < blocks.len() {
             let range = batch_at(blocks, start);
             // Lossless: start < n_blocks, a u32.
-            self.write_blocks(id, n_blocks, start as u32, &blocks[range.clone()], after)
-                .await?;
+            self.write_blocks(
+                id,
+                n_blocks,
+                start as u32,
+                &blocks[range.clone()],
+                Some(trailer),
+                after,
+            )
+            .await?;
             start = range.end;
         }
         Ok(())
@@ -258,6 +326,18 @@ impl Link {
                 detail: "expected the transfer's ack",
             }),
         }
+    }
+}
+
+/// Refuses a trailer the receiver would refuse.
+fn check_trailer(id: TransferId, trailer: &Bytes) -> Result<(), TransferError> {
+    match u32::try_from(trailer.len()) {
+        Ok(len) if len <= MAX_TRAILER_BYTES => Ok(()),
+        _ => Err(FrameError::TrailerTooLarge {
+            id,
+            len: u32::try_from(trailer.len()).unwrap_or(u32::MAX),
+        }
+        .into()),
     }
 }
 

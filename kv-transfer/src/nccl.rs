@@ -15,9 +15,10 @@
 //! Wire format on a communicator (every message a `u8` buffer, in order, so each side posts the
 //! matching receive): a 16-byte header (transfer id, block count, magic), then per block an
 //! 8-byte descriptor (length, CRC-32 as in [`frame::block_checksum`](crate::frame::block_checksum))
-//! followed by the block's bytes, then from the receiver a 16-byte ack (transfer id, [`AckCode`],
-//! block index). A descriptor whose length is [`ABORT_LEN`] ends the transfer early: the source
-//! stopped, and the receiver fails the slot. Blocks are staged through device memory: a CPU
+//! followed by the block's bytes, then the trailer's descriptor (its CRC under
+//! [`TRAILER_INDEX`](crate::frame::TRAILER_INDEX)) and bytes as in the TCP end frame, then from
+//! the receiver a 16-byte ack (transfer id, [`AckCode`], block index). A descriptor whose length
+//! is [`ABORT_LEN`] ends the transfer early: the source stopped, and the receiver fails the slot. Blocks are staged through device memory: a CPU
 //! engine's host blocks are copied to the GPU and back; a GPU engine would export from and import
 //! into its KV memory directly (not built: the candle engine runs on CPU here).
 
@@ -34,7 +35,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::TransferId;
 use crate::error::TransferError;
-use crate::frame::{AckCode, block_checksum};
+use crate::frame::{AckCode, MAX_TRAILER_BYTES, TRAILER_INDEX, block_checksum};
 use crate::sender::SendStats;
 use crate::slot::{Claim, Registry};
 use crate::transport::{KvTransport, SendFuture};
@@ -218,6 +219,7 @@ struct Job {
     id: TransferId,
     n_blocks: u32,
     blocks: mpsc::UnboundedReceiver<Bytes>,
+    trailer: oneshot::Receiver<Bytes>,
     reply: oneshot::Sender<Result<SendStats, TransferError>>,
 }
 
@@ -248,7 +250,7 @@ impl Link {
                 // Ends when the sender (and with it the link) is dropped.
                 while let Ok(job) = job_rx.recv() {
                     let started = Instant::now();
-                    let result = send_job(&rank, job.id, job.n_blocks, job.blocks);
+                    let result = send_job(&rank, job.id, job.n_blocks, job.blocks, job.trailer);
                     let _ = job.reply.send(result.map(|(blocks, bytes)| SendStats {
                         bytes,
                         blocks,
@@ -270,20 +272,24 @@ fn send_job(
     id: TransferId,
     n_blocks: u32,
     mut blocks: mpsc::UnboundedReceiver<Bytes>,
+    trailer: oneshot::Receiver<Bytes>,
 ) -> Result<(u32, u64), TransferError> {
     rank.send(&header(id, n_blocks))?;
     let mut bytes = 0u64;
     let mut sent = 0u32;
+    let abort = |sent| -> Result<(u32, u64), TransferError> {
+        rank.send(&descriptor(ABORT_LEN, 0))?;
+        // The receiver acks the abort; the communicator stays in step.
+        let _ = rank.recv(HEADER_BYTES)?;
+        Err(TransferError::SourceEnded {
+            id,
+            sent,
+            expected: n_blocks,
+        })
+    };
     while sent < n_blocks {
         let Some(block) = blocks.blocking_recv() else {
-            rank.send(&descriptor(ABORT_LEN, 0))?;
-            // The receiver acks the abort; the communicator stays in step.
-            let _ = rank.recv(HEADER_BYTES)?;
-            return Err(TransferError::SourceEnded {
-                id,
-                sent,
-                expected: n_blocks,
-            });
+            return abort(sent);
         };
         let len = u32::try_from(block.len()).map_err(|_| TransferError::BlockTooLarge {
             index: sent as usize,
@@ -296,6 +302,32 @@ fn send_job(
         }
         bytes += u64::from(len);
         sent += 1;
+    }
+    let Ok(trailer) = trailer.blocking_recv() else {
+        return abort(sent);
+    };
+    let len = u32::try_from(trailer.len())
+        .ok()
+        .filter(|&len| len <= MAX_TRAILER_BYTES)
+        .ok_or(TransferError::Frame(
+            crate::frame::FrameError::TrailerTooLarge {
+                id,
+                len: u32::try_from(trailer.len()).unwrap_or(u32::MAX),
+            },
+        ));
+    let len = match len {
+        Ok(len) => len,
+        Err(e) => {
+            let _ = abort(sent);
+            return Err(e);
+        }
+    };
+    rank.send(&descriptor(
+        len,
+        block_checksum(id, TRAILER_INDEX, &trailer),
+    ))?;
+    if len > 0 {
+        rank.send(&trailer)?;
     }
     let ack = rank.recv(HEADER_BYTES)?;
     let code = u8::try_from(u32_at(&ack, 8))
@@ -358,6 +390,7 @@ impl KvTransport for NcclSender {
         id: TransferId,
         n_blocks: u32,
         blocks: mpsc::UnboundedReceiver<Bytes>,
+        trailer: oneshot::Receiver<Bytes>,
     ) -> SendFuture<'a> {
         Box::pin(async move {
             let link =
@@ -375,6 +408,7 @@ impl KvTransport for NcclSender {
                     id,
                     n_blocks,
                     blocks,
+                    trailer,
                     reply,
                 })
                 .map_err(|_| TransferError::Aborted { id })?;
@@ -383,13 +417,65 @@ impl KvTransport for NcclSender {
     }
 }
 
+/// A prefill worker's transport with NCCL on: transfers to a decode worker with an open
+/// communicator go over NCCL, the rest over TCP (a decode worker without NCCL, or one whose
+/// communicator is still being set up).
+#[derive(Debug)]
+pub struct NcclOrTcp {
+    nccl: Arc<NcclSender>,
+    tcp: crate::KvSender,
+}
+
+impl NcclOrTcp {
+    /// Both transports; `nccl` gets its communicators from [`NcclSender::connect`].
+    pub fn new(nccl: Arc<NcclSender>, tcp: crate::KvSender) -> Self {
+        Self { nccl, tcp }
+    }
+}
+
+impl KvTransport for NcclOrTcp {
+    fn kind(&self) -> &'static str {
+        "nccl"
+    }
+
+    fn send_stream<'a>(
+        &'a self,
+        target: &'a str,
+        id: TransferId,
+        n_blocks: u32,
+        blocks: mpsc::UnboundedReceiver<Bytes>,
+        trailer: oneshot::Receiver<Bytes>,
+    ) -> SendFuture<'a> {
+        if self.nccl.has_link(target) {
+            self.nccl.send_stream(target, id, n_blocks, blocks, trailer)
+        } else {
+            KvTransport::send_stream(&self.tcp, target, id, n_blocks, blocks, trailer)
+        }
+    }
+}
+
+/// Joins communicators into a [`KvReceiver`](crate::KvReceiver)'s slots
+/// ([`KvReceiver::nccl_acceptor`](crate::KvReceiver::nccl_acceptor)).
+#[derive(Clone, Debug)]
+pub struct NcclAcceptor {
+    registry: Arc<Registry>,
+}
+
+impl NcclAcceptor {
+    pub(crate) fn new(registry: Arc<Registry>) -> Self {
+        Self { registry }
+    }
+
+    /// Joins communicator `id` as rank 1 on CUDA device `device` and serves its transfers
+    /// from a thread of its own. Returns once both ranks joined.
+    pub async fn accept(&self, id: NcclId, device: usize) -> Result<(), TransferError> {
+        accept(Arc::clone(&self.registry), id, device).await
+    }
+}
+
 /// Joins communicator `id` as rank 1 on `device`, on a thread of its own, and serves it there:
 /// transfers go to the registry's slots as from a TCP connection. Returns once joined.
-pub(crate) async fn accept(
-    registry: Arc<Registry>,
-    id: NcclId,
-    device: usize,
-) -> Result<(), TransferError> {
+async fn accept(registry: Arc<Registry>, id: NcclId, device: usize) -> Result<(), TransferError> {
     let (ready_tx, ready_rx) = oneshot::channel();
     std::thread::Builder::new()
         .name("nccl-recv".into())
@@ -488,8 +574,34 @@ fn receive_blocks(
             verdict = Some((AckCode::Rejected, index));
         }
     }
+    let d = rank.recv(DESCRIPTOR_BYTES)?;
+    let (len, checksum) = (u32_at(&d, 0), u32_at(&d, 4));
+    if len == ABORT_LEN {
+        if let Some(s) = sink.take() {
+            s.finish(Err(TransferError::Aborted { id }));
+        }
+        return Ok((AckCode::Rejected, n_blocks));
+    }
+    if len > MAX_TRAILER_BYTES {
+        return Err(TransferError::Nccl {
+            op: "read trailer",
+            detail: format!("trailer of {len} bytes over the {MAX_TRAILER_BYTES}-byte limit"),
+        });
+    }
+    let trailer = if len > 0 {
+        rank.recv(len as usize)?
+    } else {
+        Vec::new()
+    };
     if let Some(s) = sink.take() {
-        s.finish(Ok(()));
+        if block_checksum(id, TRAILER_INDEX, &trailer) != checksum {
+            s.finish(Err(TransferError::ChecksumMismatch {
+                id,
+                index: TRAILER_INDEX,
+            }));
+            return Ok((AckCode::ChecksumMismatch, TRAILER_INDEX));
+        }
+        s.finish(Ok(Bytes::from(trailer)));
     }
     Ok(verdict.unwrap_or((AckCode::Ok, 0)))
 }

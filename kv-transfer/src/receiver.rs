@@ -79,7 +79,14 @@ impl KvReceiver {
         id: crate::nccl::NcclId,
         device: usize,
     ) -> Result<(), TransferError> {
-        crate::nccl::accept(Arc::clone(&self.registry), id, device).await
+        self.nccl_acceptor().accept(id, device).await
+    }
+
+    /// A handle that joins NCCL communicators into this receiver, for tasks that outlive a
+    /// borrow of it.
+    #[cfg(feature = "nccl")]
+    pub fn nccl_acceptor(&self) -> crate::nccl::NcclAcceptor {
+        crate::nccl::NcclAcceptor::new(Arc::clone(&self.registry))
     }
 
     /// Stops accepting, closes every connection and the listening socket, and returns once they

@@ -60,6 +60,19 @@ impl KvSender {
         id: TransferId,
         blocks: &[Bytes],
     ) -> Result<SendStats, TransferError> {
+        self.send_with_trailer(target, id, blocks, &Bytes::new())
+            .await
+    }
+
+    /// [`send`](Self::send), the end frame carrying `trailer` (at most
+    /// [`MAX_TRAILER_BYTES`](crate::frame::MAX_TRAILER_BYTES)) to the receiver's slot.
+    pub async fn send_with_trailer(
+        &self,
+        target: &str,
+        id: TransferId,
+        blocks: &[Bytes],
+        trailer: &Bytes,
+    ) -> Result<SendStats, TransferError> {
         let started = Instant::now();
         let cfg = &self.inner.cfg;
         let n_blocks = u32::try_from(blocks.len())
@@ -81,7 +94,7 @@ impl KvSender {
             Some(link) => (link, true),
             None => (Link::connect(target, cfg).await?, false),
         };
-        let mut result = link.transfer(id, blocks, cfg).await;
+        let mut result = link.transfer(id, blocks, trailer, cfg).await;
         if reused
             && result
                 .as_ref()
@@ -96,7 +109,7 @@ impl KvSender {
                 "pooled KV connection broken; retrying on a new one"
             );
             link = Link::connect(target, cfg).await?;
-            result = link.transfer(id, blocks, cfg).await;
+            result = link.transfer(id, blocks, trailer, cfg).await;
         }
         match &result {
             Ok(()) => self.put_idle(target, link),
@@ -115,21 +128,28 @@ impl KvSender {
 
     /// Pushes transfer `id` of `n_blocks` blocks to `target` while they are still being
     /// produced: each block goes out as soon as it arrives on `blocks` and the socket is free,
-    /// so the transfer overlaps the computation of the KV it carries. Waits for the receiver's
-    /// ack. If `blocks` closes before `n_blocks` arrived (the prefill failed or was cancelled),
-    /// the connection is dropped mid-transfer, so the receiver sees it break, and the error is
-    /// [`TransferError::SourceEnded`]. `elapsed` in the stats counts from the call, so it
-    /// includes the wait for the first block.
+    /// so the transfer overlaps the computation of the KV it carries. The end frame carries
+    /// what `trailer` yields (the prefill's result, known only once it is done). Waits for the
+    /// receiver's ack. If `blocks` closes before `n_blocks` arrived or `trailer` is dropped
+    /// (the prefill failed or was cancelled), the connection is dropped mid-transfer, so the
+    /// receiver sees it break, and the error is [`TransferError::SourceEnded`]. `elapsed` in
+    /// the stats counts from the call, so it includes the wait for the first block.
     pub async fn send_stream(
         &self,
         target: &str,
         id: TransferId,
         n_blocks: u32,
         mut blocks: tokio::sync::mpsc::UnboundedReceiver<Bytes>,
+        mut trailer: tokio::sync::oneshot::Receiver<Bytes>,
     ) -> Result<SendStats, TransferError> {
         let started = Instant::now();
         if n_blocks == 0 {
-            return self.send(target, id, &[]).await;
+            let trailer = trailer.await.map_err(|_| TransferError::SourceEnded {
+                id,
+                sent: 0,
+                expected: 0,
+            })?;
+            return self.send_with_trailer(target, id, &[], &trailer).await;
         }
         let cfg = &self.inner.cfg;
         let mut link = match self.take_idle(target) {
@@ -139,7 +159,9 @@ impl KvSender {
         // No retry on a fresh connection as `send` does: blocks taken from the source are gone.
         // `take_idle` probed the pooled link just now; a link that still breaks fails this
         // transfer, and the decode worker falls back to prefilling locally.
-        let result = link.transfer_stream(id, n_blocks, &mut blocks, cfg).await;
+        let result = link
+            .transfer_stream(id, n_blocks, &mut blocks, &mut trailer, cfg)
+            .await;
         match &result {
             Ok(_) => self.put_idle(target, link),
             Err(TransferError::Refused { code, .. }) if code.keeps_connection() => {

@@ -3,6 +3,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use bytes::{Bytes, BytesMut};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
@@ -10,7 +11,8 @@ use crate::TransferId;
 use crate::config::TransferConfig;
 use crate::error::TransferError;
 use crate::frame::{
-    AckCode, BlockHasher, Frame, HEADER_LEN, PREFACE_LEN, Preface, VERSION, raw_transfer_id,
+    AckCode, BlockHasher, Frame, HEADER_LEN, PREFACE_LEN, Preface, TRAILER_INDEX, VERSION,
+    raw_transfer_id,
 };
 use crate::io::{discard, read_exact, read_next, read_payload, write_all};
 use crate::pool::BufferPool;
@@ -150,11 +152,17 @@ impl Conn {
         };
         let received = self.receive_blocks(id, n_blocks, &mut sink).await;
         let (code, index) = match (received, sink) {
-            (Ok(()), Sink::Deliver(s)) => {
-                s.finish(Ok(()));
+            // The slot hears first, the sender second: the decode worker goes on with the
+            // trailer's result while the ack is on its way.
+            (Ok(Ok(trailer)), Sink::Deliver(s)) => {
+                s.finish(Ok(trailer));
                 (AckCode::Ok, 0)
             }
-            (Ok(()), Sink::Drain(code, index)) => (code, index),
+            (Ok(Err(e)), Sink::Deliver(s)) => {
+                s.finish(Err(e));
+                (AckCode::ChecksumMismatch, TRAILER_INDEX)
+            }
+            (Ok(_), Sink::Drain(code, index)) => (code, index),
             (Err(e), Sink::Deliver(s)) => {
                 s.finish(Err(e.clone()));
                 return Err(e);
@@ -167,12 +175,14 @@ impl Conn {
         self.ack(id, code, index).await
     }
 
+    /// Reads the blocks and the end frame with its trailer. The outer error breaks the
+    /// connection; the inner one is a corrupt trailer (read whole, so the stream is in step).
     async fn receive_blocks(
         &mut self,
         id: TransferId,
         n_blocks: u32,
         sink: &mut Sink,
-    ) -> Result<(), TransferError> {
+    ) -> Result<Result<Bytes, TransferError>, TransferError> {
         let mut next = 0u32;
         loop {
             let mut header = [0u8; HEADER_LEN];
@@ -199,14 +209,42 @@ impl Conn {
                     continue;
                 }
                 Frame::Block { .. } => "block out of order or beyond the announced count",
-                Frame::End { n_blocks: sent, .. } if sent == n_blocks && next == n_blocks => {
-                    return Ok(());
+                Frame::End {
+                    n_blocks: sent,
+                    len,
+                    checksum,
+                    ..
+                } if sent == n_blocks && next == n_blocks => {
+                    return self.trailer(id, len as usize, checksum).await;
                 }
                 Frame::End { .. } => "end frame before all blocks or with another count",
                 Frame::Begin { .. } | Frame::Ack { .. } => "expected a block or end frame",
             };
             return Err(TransferError::UnexpectedFrame { id, detail });
         }
+    }
+
+    /// Reads an end frame's trailer (bounded by the frame decoder) and checks it.
+    async fn trailer(
+        &mut self,
+        id: TransferId,
+        len: usize,
+        checksum: u32,
+    ) -> Result<Result<Bytes, TransferError>, TransferError> {
+        if len == 0 {
+            return Ok(Ok(Bytes::new()));
+        }
+        let mut hasher = BlockHasher::new(id, TRAILER_INDEX);
+        let buf = BytesMut::with_capacity(len);
+        let io_timeout = self.cfg.io_timeout;
+        let trailer = read_payload(&mut self.stream, buf, len, &mut hasher, io_timeout).await?;
+        if hasher.finish() != checksum {
+            return Ok(Err(TransferError::ChecksumMismatch {
+                id,
+                index: TRAILER_INDEX,
+            }));
+        }
+        Ok(Ok(trailer.freeze()))
     }
 
     /// Reads one block's payload (its header already read) and hands it on or drops it.

@@ -19,8 +19,8 @@ use crate::error::TransferError;
 /// "rejected" rather than "unknown". Bounded so abandoned announcements cannot grow memory.
 const DROPPED_MEMORY: usize = 4096;
 
-/// How a transfer ended, as the slot sees it.
-pub(crate) type Outcome = Result<(), TransferError>;
+/// How a transfer ended, as the slot sees it: its end frame's trailer, or why it failed.
+pub(crate) type Outcome = Result<Bytes, TransferError>;
 
 /// The receiving end of one announced transfer: blocks arrive in index order.
 ///
@@ -33,6 +33,7 @@ pub struct TransferSlot {
     blocks: mpsc::Receiver<(u32, Bytes)>,
     outcome: oneshot::Receiver<Outcome>,
     finished: bool,
+    trailer: Option<Bytes>,
     registry: Arc<Registry>,
     generation: u64,
 }
@@ -62,10 +63,22 @@ impl TransferSlot {
         // without one (connection lost, receiver shut down).
         self.finished = true;
         match self.outcome.try_recv() {
-            Ok(Ok(())) => None,
+            Ok(Ok(trailer)) => {
+                self.trailer = Some(trailer);
+                None
+            }
             Ok(Err(e)) => Some(Err(e)),
             Err(_) => Some(Err(TransferError::Aborted { id: self.id })),
         }
+    }
+}
+
+impl TransferSlot {
+    /// The trailer of the transfer's end frame (empty when the sender sent none), once
+    /// [`recv`](Self::recv) returned `None`: the transfer is complete. `None` before that or
+    /// after a failure.
+    pub fn trailer(&self) -> Option<&Bytes> {
+        self.trailer.as_ref()
     }
 }
 
@@ -167,6 +180,7 @@ impl Registry {
             blocks: block_rx,
             outcome: outcome_rx,
             finished: false,
+            trailer: None,
             registry: Arc::clone(self),
             generation,
         }
@@ -246,10 +260,12 @@ mod tests {
             .send((1, Bytes::from_static(b"b")))
             .await
             .unwrap();
-        sink.finish(Ok(()));
+        sink.finish(Ok(Bytes::from_static(b"done")));
         assert_eq!(slot.recv().await.unwrap().unwrap().0, 0);
         assert_eq!(slot.recv().await.unwrap().unwrap().0, 1);
+        assert!(slot.trailer().is_none(), "no trailer before the end");
         assert!(slot.recv().await.is_none());
+        assert_eq!(slot.trailer().map(|b| &b[..]), Some(&b"done"[..]));
         assert!(slot.recv().await.is_none());
         // Consumed: a second delivery of the same id is unknown.
         assert!(matches!(reg.claim(1, 2), Claim::Unknown));

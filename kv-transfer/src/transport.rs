@@ -7,6 +7,7 @@ use std::pin::Pin;
 
 use bytes::Bytes;
 use tokio::sync::mpsc::UnboundedReceiver;
+use tokio::sync::oneshot;
 
 use crate::TransferId;
 use crate::error::TransferError;
@@ -24,15 +25,17 @@ pub trait KvTransport: Debug + Send + Sync {
     fn kind(&self) -> &'static str;
 
     /// Pushes transfer `id` of `n_blocks` blocks to the decode worker known as `target` (its KV
-    /// address), taking the blocks from `blocks` as they are produced, and waits for the
-    /// receiver's ack. A source that closes early fails the transfer on both sides
-    /// ([`TransferError::SourceEnded`]).
+    /// address), taking the blocks from `blocks` as they are produced, ends it with what
+    /// `trailer` yields (the receiver's slot gets it with the end of the transfer), and waits
+    /// for the receiver's ack. A source that closes early, or a trailer dropped unsent, fails
+    /// the transfer on both sides ([`TransferError::SourceEnded`]).
     fn send_stream<'a>(
         &'a self,
         target: &'a str,
         id: TransferId,
         n_blocks: u32,
         blocks: UnboundedReceiver<Bytes>,
+        trailer: oneshot::Receiver<Bytes>,
     ) -> SendFuture<'a>;
 }
 
@@ -47,7 +50,10 @@ impl KvTransport for KvSender {
         id: TransferId,
         n_blocks: u32,
         blocks: UnboundedReceiver<Bytes>,
+        trailer: oneshot::Receiver<Bytes>,
     ) -> SendFuture<'a> {
-        Box::pin(KvSender::send_stream(self, target, id, n_blocks, blocks))
+        Box::pin(KvSender::send_stream(
+            self, target, id, n_blocks, blocks, trailer,
+        ))
     }
 }

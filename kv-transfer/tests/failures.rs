@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use common::{blocks, cfg, collect, corrupting_proxy, raw_client, read_frame, receiver};
 use dolphin_kv_transfer::frame::{
-    AckCode, Frame, FrameError, HEADER_LEN, PREFACE_LEN, Preface, block_checksum,
+    AckCode, Frame, FrameError, HEADER_LEN, PREFACE_LEN, Preface, TRAILER_INDEX, block_checksum,
+    end_frame,
 };
 use dolphin_kv_transfer::{KvReceiver, KvSender, TransferConfig, TransferError};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -93,9 +94,7 @@ async fn raw_corrupt_frame_is_answered_with_checksum_mismatch() {
     .await
     .unwrap();
     s.write_all(payload).await.unwrap();
-    s.write_all(&Frame::End { id: 9, n_blocks: 1 }.encode())
-        .await
-        .unwrap();
+    s.write_all(&end_frame(9, 1, &[]).encode()).await.unwrap();
     assert_eq!(
         read_frame(&mut s).await,
         Frame::Ack {
@@ -109,6 +108,87 @@ async fn raw_corrupt_frame_is_answered_with_checksum_mismatch() {
         Some(Err(TransferError::ChecksumMismatch { id: 9, index: 0 }))
     ));
     assert_serves(&rx, &KvSender::new(cfg()), 10).await;
+}
+
+#[tokio::test]
+async fn corrupt_trailer_fails_the_slot_and_the_connection_survives() {
+    let rx = receiver(cfg()).await;
+    let mut slot = rx.expect(11, 1);
+    let mut s = raw_client(rx.local_addr()).await;
+    let payload = b"kv bytes";
+    s.write_all(
+        &Frame::Begin {
+            id: 11,
+            n_blocks: 1,
+        }
+        .encode(),
+    )
+    .await
+    .unwrap();
+    let block = Frame::Block {
+        id: 11,
+        index: 0,
+        len: 8,
+        checksum: block_checksum(11, 0, payload),
+    };
+    s.write_all(&block.encode()).await.unwrap();
+    s.write_all(payload).await.unwrap();
+    let Frame::End {
+        len, checksum: sum, ..
+    } = end_frame(11, 1, b"result")
+    else {
+        unreachable!()
+    };
+    let bad = Frame::End {
+        id: 11,
+        n_blocks: 1,
+        len,
+        checksum: sum ^ 1,
+    };
+    s.write_all(&bad.encode()).await.unwrap();
+    s.write_all(b"result").await.unwrap();
+    assert_eq!(
+        read_frame(&mut s).await,
+        Frame::Ack {
+            id: 11,
+            code: AckCode::ChecksumMismatch,
+            index: TRAILER_INDEX
+        }
+    );
+    assert!(slot.recv().await.expect("the block").is_ok());
+    assert!(matches!(
+        slot.recv().await,
+        Some(Err(TransferError::ChecksumMismatch {
+            id: 11,
+            index: TRAILER_INDEX
+        }))
+    ));
+    assert!(slot.trailer().is_none());
+    // Same connection, next transfer.
+    let mut slot = rx.expect(12, 0);
+    s.write_all(
+        &Frame::Begin {
+            id: 12,
+            n_blocks: 0,
+        }
+        .encode(),
+    )
+    .await
+    .unwrap();
+    s.write_all(&end_frame(12, 0, b"ok").encode())
+        .await
+        .unwrap();
+    s.write_all(b"ok").await.unwrap();
+    assert_eq!(
+        read_frame(&mut s).await,
+        Frame::Ack {
+            id: 12,
+            code: AckCode::Ok,
+            index: 0
+        }
+    );
+    assert!(slot.recv().await.is_none());
+    assert_eq!(slot.trailer().map(|t| &t[..]), Some(&b"ok"[..]));
 }
 
 #[tokio::test]
@@ -342,7 +422,7 @@ async fn version_mismatch_is_reported_both_ways() {
     s.read_to_end(&mut rest).await.expect("closed");
     assert!(rest.is_empty());
 
-    // A fake receiver of another version: the sender says so.
+    // A fake receiver of the previous version (no trailers): the sender says so.
     let fake = tokio::net::TcpListener::bind(common::localhost())
         .await
         .unwrap();
@@ -351,7 +431,7 @@ async fn version_mismatch_is_reported_both_ways() {
         let (mut c, _) = fake.accept().await.unwrap();
         let mut p = [0u8; PREFACE_LEN];
         c.read_exact(&mut p).await.unwrap();
-        c.write_all(&Preface { version: 2 }.encode()).await.unwrap();
+        c.write_all(&Preface { version: 1 }.encode()).await.unwrap();
         let _ = c.read_to_end(&mut Vec::new()).await;
     });
     let err = KvSender::new(cfg())
@@ -359,7 +439,7 @@ async fn version_mismatch_is_reported_both_ways() {
         .await
         .expect_err("version mismatch");
     assert!(
-        matches!(err, TransferError::VersionMismatch { ours: 1, theirs: 2 }),
+        matches!(err, TransferError::VersionMismatch { ours: 2, theirs: 1 }),
         "{err:?}"
     );
 }

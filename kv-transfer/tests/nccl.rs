@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{blocks, cfg, collect, receiver};
+use common::{blocks, cfg, collect, ready, receiver};
 use dolphin_kv_transfer::nccl::{NcclId, NcclSender, probe};
 use dolphin_kv_transfer::{KvTransport, TransferError};
 use tokio::sync::mpsc;
@@ -38,7 +38,7 @@ async fn a_target_without_a_communicator_is_an_error_naming_it() {
     let sender = NcclSender::new();
     let (_feed, source) = mpsc::unbounded_channel();
     let err = sender
-        .send_stream("10.0.0.9:7000", 1, 1, source)
+        .send_stream("10.0.0.9:7000", 1, 1, source, ready(b""))
         .await
         .expect_err("no link");
     assert!(err.to_string().contains("10.0.0.9:7000"), "{err}");
@@ -75,11 +75,12 @@ async fn blocks_cross_between_two_gpus() {
             feed.send(b.clone()).expect("open");
         }
         let stats = sender
-            .send_stream(&target, transfer, 9, source)
+            .send_stream(&target, transfer, 9, source, ready(b"first token"))
             .await
             .expect("acked");
         assert_eq!(stats.blocks, 9);
         assert_eq!(collect(&mut slot).await.expect("transfer"), sent);
+        assert_eq!(slot.trailer().map(|t| &t[..]), Some(&b"first token"[..]));
     }
     // A source that stops early fails both sides, and the communicator stays in step.
     let mut slot = rx.expect(9, 4);
@@ -87,7 +88,7 @@ async fn blocks_cross_between_two_gpus() {
     feed.send(blocks(9, 4)[0].clone()).expect("open");
     drop(feed);
     let err = sender
-        .send_stream(&target, 9, 4, source)
+        .send_stream(&target, 9, 4, source, ready(b""))
         .await
         .expect_err("short");
     assert!(
@@ -101,7 +102,7 @@ async fn blocks_cross_between_two_gpus() {
         feed.send(b).expect("open");
     }
     sender
-        .send_stream(&target, 10, 2, source)
+        .send_stream(&target, 10, 2, source, ready(b""))
         .await
         .expect("after abort");
     assert_eq!(

@@ -1,9 +1,11 @@
 //! Dolphin's prefill worker: computes prompts' KV (reusing its own prefix cache), pushes the
-//! blocks a decode worker lacks to that worker's KV listener, and answers with the first token.
+//! blocks a decode worker lacks to that worker's KV listener (TCP, or NCCL with the `nccl`
+//! feature), the first token with the last block.
 //!
 //! [`run`] is the whole process; [`start`] serves a worker on a given engine (in-process tests).
 
 pub mod config;
+pub mod kv_link;
 pub mod node;
 pub mod run;
 pub mod service;

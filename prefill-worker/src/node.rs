@@ -4,11 +4,12 @@ use std::{net::SocketAddr, sync::Arc};
 
 use dolphin_cluster::{Advertise, Role, WorkerId};
 use dolphin_engine::Engine;
-use dolphin_kv_transfer::{KvSender, TransferConfig};
+use dolphin_kv_transfer::{KvSender, KvTransport, TransferConfig};
 use dolphin_proto::v1::prefill_worker_server::PrefillWorkerServer;
 use dolphin_worker_common::{RunningWorker, WorkerError, WorkerIdentity, WorkerState, bind};
 use tonic::{server::NamedService, service::Routes};
 
+use crate::kv_link::KvLinks;
 use crate::service::PrefillService;
 
 /// What a prefill worker needs besides its engine.
@@ -24,6 +25,8 @@ pub struct PrefillOptions {
     pub advertise: Option<Advertise>,
     /// KV transport settings (should match the decode workers').
     pub transfer: TransferConfig,
+    /// CUDA device for NCCL communicators (`--kv-transport nccl`); `None`: TCP only.
+    pub nccl_device: Option<usize>,
 }
 
 /// gRPC name of the prefill service, for health reporting.
@@ -43,12 +46,58 @@ pub async fn start(
         None,
     )?;
     let state = WorkerState::new(identity, engine, SERVICE_NAME);
-    let sender = Arc::new(KvSender::new(opts.transfer));
-    let service = PrefillService::new(Arc::clone(&state), sender);
+    let (sender, links) = transport(opts.transfer, opts.nccl_device)?;
+    let service = PrefillService::new(Arc::clone(&state), sender, links);
     RunningWorker::start(
         listener,
         state,
         Routes::new(PrefillWorkerServer::new(service)),
     )
     .await
+}
+
+/// TCP, or NCCL where a decode worker opened a communicator and TCP elsewhere.
+fn transport(
+    cfg: TransferConfig,
+    nccl_device: Option<usize>,
+) -> Result<(Arc<dyn KvTransport>, KvLinks), WorkerError> {
+    let tcp = KvSender::new(cfg);
+    let Some(device) = nccl_device else {
+        return Ok((Arc::new(tcp), KvLinks::tcp_only()));
+    };
+    nccl_transport(tcp, device)
+}
+
+#[cfg(feature = "nccl")]
+fn nccl_transport(
+    tcp: KvSender,
+    device: usize,
+) -> Result<(Arc<dyn KvTransport>, KvLinks), WorkerError> {
+    use dolphin_kv_transfer::nccl::{NcclOrTcp, NcclSender, probe};
+    let devices = probe().map_err(|e| {
+        dolphin_worker_common::ConfigError::invalid(
+            "kv-transport",
+            format!("nccl cannot run here: {e}"),
+        )
+    })?;
+    if device >= devices {
+        return Err(dolphin_worker_common::ConfigError::invalid(
+            "nccl-device",
+            format!("device {device} does not exist ({devices} CUDA devices)"),
+        )
+        .into());
+    }
+    let nccl = Arc::new(NcclSender::new());
+    Ok((
+        Arc::new(NcclOrTcp::new(Arc::clone(&nccl), tcp)),
+        KvLinks::nccl(nccl, device),
+    ))
+}
+
+#[cfg(not(feature = "nccl"))]
+fn nccl_transport(
+    _tcp: KvSender,
+    _device: usize,
+) -> Result<(Arc<dyn KvTransport>, KvLinks), WorkerError> {
+    Err(dolphin_worker_common::args::nccl_not_built().into())
 }

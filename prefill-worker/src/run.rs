@@ -13,6 +13,7 @@ use crate::{
 pub async fn run(cfg: PrefillConfig) -> Result<(), WorkerError> {
     cfg.validate()?;
     let advertise = cfg.common.advertise()?;
+    let nccl_device = cfg.common.nccl_device(cfg!(feature = "nccl"))?;
     run_worker(&cfg.common, |engine, model| {
         start(
             engine,
@@ -22,6 +23,7 @@ pub async fn run(cfg: PrefillConfig) -> Result<(), WorkerError> {
                 grpc_addr: cfg.common.grpc_addr,
                 advertise,
                 transfer: TransferConfig::default(),
+                nccl_device,
             },
         )
     })

@@ -1,9 +1,11 @@
-//! `dolphin.v1.PrefillWorker`: prefill a prompt, push its KV to the decode worker that asked,
-//! answer with the first token.
+//! `dolphin.v1.PrefillWorker`: prefill a prompt and push its KV to the decode worker that asked;
+//! the first token and timings go with the last block, in the transfer's end frame.
 
 use std::{sync::Arc, time::Instant};
 
+use bytes::Bytes;
 use dolphin_kv_transfer::KvTransport;
+use dolphin_proto::prost::Message;
 use dolphin_proto::v1::{self, prefill_worker_server::PrefillWorker};
 use dolphin_worker_common::{
     WorkerState, engine_status,
@@ -13,6 +15,7 @@ use dolphin_worker_common::{
 use tonic::{Request, Response, Status};
 use tracing::Instrument;
 
+use crate::kv_link::KvLinks;
 use crate::transfer_status::transfer_status;
 
 /// `dolphin.v1.PrefillWorker` over a worker's engine and a KV transport (TCP's pooled
@@ -21,12 +24,17 @@ use crate::transfer_status::transfer_status;
 pub struct PrefillService {
     state: Arc<WorkerState>,
     sender: Arc<dyn KvTransport>,
+    links: KvLinks,
 }
 
 impl PrefillService {
     /// The service for one prefill worker.
-    pub fn new(state: Arc<WorkerState>, sender: Arc<dyn KvTransport>) -> Self {
-        Self { state, sender }
+    pub fn new(state: Arc<WorkerState>, sender: Arc<dyn KvTransport>, links: KvLinks) -> Self {
+        Self {
+            state,
+            sender,
+            links,
+        }
     }
 
     /// Refuses to compute KV for a decode worker of another build or KV layout: during a
@@ -47,9 +55,9 @@ impl PrefillService {
             })
     }
 
-    /// Validates, prefills, pushes the blocks and builds the answer. Dropping the future (the
-    /// caller's deadline passed, or it went away) drops the engine call, which cancels the
-    /// request there.
+    /// Validates, prefills and pushes the blocks, the result in the end frame's trailer.
+    /// Dropping the future (the caller's deadline passed, or it went away) drops the engine
+    /// call, which cancels the request there.
     async fn prefill_and_push(
         &self,
         req: v1::PrefillRequest,
@@ -84,16 +92,27 @@ impl PrefillService {
         // breaks the transfer, so the decode worker never sees a short one).
         let n_blocks = (prompt_blocks as u32).saturating_sub(skip_blocks);
         let (blocks_tx, blocks_rx) = tokio::sync::mpsc::unbounded_channel();
+        let (result_tx, result_rx) = tokio::sync::oneshot::channel();
         let started = Instant::now();
         let prefill = async {
-            engine
+            let out = engine
                 .prefill_streaming(seq, skip_blocks, blocks_tx)
                 .await
-                .map_err(|e| engine_status(&e))
+                .map_err(|e| engine_status(&e))?;
+            // The result goes with the last block; a prefill that failed drops `result_tx`,
+            // which breaks the transfer.
+            let result = v1::PrefillResult {
+                first_token: out.first_token,
+                cached_tokens: out.cached_tokens,
+                prefill_us: micros(out.prefill),
+                queued_us: micros(out.queued),
+            };
+            let _ = result_tx.send(Bytes::from(result.encode_to_vec()));
+            Ok::<_, Status>(out)
         };
         let push = async {
             self.sender
-                .send_stream(&target, transfer_id, n_blocks, blocks_rx)
+                .send_stream(&target, transfer_id, n_blocks, blocks_rx, result_rx)
                 .await
                 .map_err(|e| transfer_status(&e))
         };
@@ -111,14 +130,8 @@ impl PrefillService {
             "prefilled and pushed"
         );
         Ok(v1::PrefillResponse {
-            first_token: out.first_token,
-            cached_tokens: out.cached_tokens,
             blocks_sent: stats.blocks,
             bytes_sent: stats.bytes,
-            prefill_us: micros(out.prefill),
-            // What the transfer added after the prefill: the rest overlapped it.
-            transfer_us: micros(pushed_after_prefill),
-            queued_us: micros(out.queued),
         })
     }
 }
@@ -130,6 +143,15 @@ fn micros(d: std::time::Duration) -> u64 {
 
 #[tonic::async_trait]
 impl PrefillWorker for PrefillService {
+    async fn open_kv_link(
+        &self,
+        request: Request<v1::OpenKvLinkRequest>,
+    ) -> Result<Response<v1::OpenKvLinkResponse>, Status> {
+        let target = request.into_inner().target_kv_addr;
+        let nccl_id = self.links.open(target).await?;
+        Ok(Response::new(v1::OpenKvLinkResponse { nccl_id }))
+    }
+
     async fn prefill(
         &self,
         request: Request<v1::PrefillRequest>,

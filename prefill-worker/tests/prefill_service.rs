@@ -20,6 +20,7 @@ async fn prefill_worker() -> Result<RunningWorker> {
             grpc_addr: "127.0.0.1:0".parse()?,
             advertise: None,
             transfer: TransferConfig::default(),
+            nccl_device: None,
         },
     )
     .await?;
@@ -125,5 +126,55 @@ async fn draining_worker_refuses_with_unavailable() -> Result<()> {
         .unwrap_err();
     assert_eq!(status.code(), Code::Unavailable, "{status:?}");
     p.stop().await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_tcp_worker_refuses_to_open_a_nccl_link() -> Result<()> {
+    let p = prefill_worker().await?;
+    let mut client = PrefillWorkerClient::connect(format!("http://{}", p.grpc_addr())).await?;
+    let status = client
+        .open_kv_link(v1::OpenKvLinkRequest {
+            target_kv_addr: "127.0.0.1:1".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::FailedPrecondition, "{status:?}");
+    assert!(status.message().contains("--kv-transport nccl"), "{status:?}");
+    let status = client
+        .open_kv_link(v1::OpenKvLinkRequest::default())
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+    p.stop().await?;
+    Ok(())
+}
+
+/// NCCL asked for where it cannot run (a build without the feature, or no CUDA here): the
+/// worker does not start, and says why.
+#[tokio::test]
+async fn nccl_where_it_cannot_run_is_refused_at_start() -> Result<()> {
+    let mut cfg = SimConfig::new(SimProfile::load("dynamo-mocker")?);
+    cfg.time_scale = 0.0;
+    let started = dolphin_prefill_worker::start(
+        sim_engine(cfg)?,
+        PrefillOptions {
+            worker_id: WorkerId("prefill-nccl".into()),
+            model: "sim-model".into(),
+            grpc_addr: "127.0.0.1:0".parse()?,
+            advertise: None,
+            transfer: TransferConfig::default(),
+            nccl_device: Some(0),
+        },
+    )
+    .await;
+    match started {
+        Err(e) => assert!(e.to_string().contains("nccl"), "{e}"),
+        // A machine with CUDA and NCCL: starting is right.
+        Ok(worker) => {
+            assert!(cfg!(feature = "nccl"));
+            worker.stop().await?;
+        }
+    }
     Ok(())
 }

@@ -14,6 +14,7 @@ pub mod v1 {
 /// Encoded descriptors of every `dolphin.v1` file, for server reflection.
 pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("dolphin_descriptor");
 
+pub use prost;
 pub use tonic_health;
 
 /// Reflection services (v1 and v1alpha: grpcurl and Python's reflection client speak v1alpha)

@@ -18,6 +18,24 @@ pub enum EngineKind {
     Candle,
 }
 
+/// How KV blocks move from prefill to decode workers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum KvTransportKind {
+    /// TCP, everywhere.
+    Tcp,
+    /// NCCL between GPUs (a build with the `nccl` feature, libcuda and libnccl at run time, and
+    /// this flag on both workers of a pair); a peer without it is still served over TCP.
+    Nccl,
+}
+
+/// The error for `--kv-transport nccl` in a build without NCCL.
+pub fn nccl_not_built() -> ConfigError {
+    ConfigError::invalid(
+        "kv-transport",
+        "nccl needs a build with the `nccl` feature (cargo build --features nccl)",
+    )
+}
+
 /// Engine flags.
 #[derive(Debug, Clone, Args)]
 pub struct EngineArgs {
@@ -197,6 +215,12 @@ pub struct CommonArgs {
     /// Log JSON lines instead of text.
     #[arg(long, env = "DOLPHIN_LOG_JSON")]
     pub log_json: bool,
+    /// How KV blocks move between prefill and decode workers.
+    #[arg(long, env = "DOLPHIN_KV_TRANSPORT", value_enum, default_value_t = KvTransportKind::Tcp)]
+    pub kv_transport: KvTransportKind,
+    /// CUDA device of this worker's NCCL communicators (with `--kv-transport nccl`).
+    #[arg(long, env = "DOLPHIN_NCCL_DEVICE", default_value_t = 0)]
+    pub nccl_device: usize,
 }
 
 impl CommonArgs {
@@ -234,6 +258,16 @@ impl CommonArgs {
             "gRPC",
         )?;
         Ok(())
+    }
+
+    /// The CUDA device for NCCL when `--kv-transport nccl` was given. Fails when this build
+    /// has no NCCL (`nccl_built`: the worker crate's `nccl` feature).
+    pub fn nccl_device(&self, nccl_built: bool) -> Result<Option<usize>, ConfigError> {
+        match self.kv_transport {
+            KvTransportKind::Tcp => Ok(None),
+            KvTransportKind::Nccl if nccl_built => Ok(Some(self.nccl_device)),
+            KvTransportKind::Nccl => Err(nccl_not_built()),
+        }
     }
 
     /// The parsed `--advertise-addr`.
@@ -301,6 +335,18 @@ mod tests {
 
     fn parse(args: &[&str]) -> Result<CommonArgs, clap::Error> {
         Cli::try_parse_from(std::iter::once("worker").chain(args.iter().copied())).map(|c| c.common)
+    }
+
+    #[test]
+    fn nccl_needs_a_build_with_it() {
+        let tcp = parse(&[]).expect("parses");
+        assert_eq!(tcp.kv_transport, KvTransportKind::Tcp);
+        assert_eq!(tcp.nccl_device(false).expect("tcp"), None);
+        let nccl = parse(&["--kv-transport", "nccl", "--nccl-device", "3"]).expect("parses");
+        assert_eq!(nccl.nccl_device(true).expect("built"), Some(3));
+        let err = nccl.nccl_device(false).expect_err("not built");
+        assert!(err.to_string().contains("nccl"), "{err}");
+        assert!(parse(&["--kv-transport", "rdma"]).is_err());
     }
 
     #[test]

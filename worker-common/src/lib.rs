@@ -27,7 +27,7 @@ pub mod subscribe;
 pub mod telemetry;
 
 pub use admission::{Admission, AdmissionGuard, Draining};
-pub use args::{CommonArgs, EngineArgs, EngineKind};
+pub use args::{CommonArgs, EngineArgs, EngineKind, KvTransportKind};
 pub use engine::{build_engine, configure_compute_threads};
 pub use error::{ConfigError, WorkerError};
 pub use lifecycle::{Lifecycle, run_until_stopped};

@@ -19,6 +19,13 @@ pub fn cfg() -> TransferConfig {
     }
 }
 
+/// A trailer that is ready before the transfer starts.
+pub fn ready(trailer: &'static [u8]) -> tokio::sync::oneshot::Receiver<Bytes> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    tx.send(Bytes::from_static(trailer)).expect("open");
+    rx
+}
+
 pub fn localhost() -> SocketAddr {
     "127.0.0.1:0".parse().expect("valid address")
 }
