@@ -204,6 +204,7 @@ async fn attempt(
             .map_err(|status| RemoteFailure::Prefill(Box::new(status)))
     });
     let engine = ctx.state().engine();
+    let mut replied = false;
     let kv_bytes = {
         let import = import_blocks(
             engine.as_ref(),
@@ -220,6 +221,7 @@ async fn attempt(
             // from a healthy worker (it answers after the ack), but the blocks decide.
             answer = &mut rpc => {
                 answer?;
+                replied = true;
                 import.await?
             }
         }
@@ -228,11 +230,13 @@ async fn attempt(
     let result = v1::PrefillResult::decode(trailer).map_err(RemoteFailure::BadResult)?;
     // The call ends on its own once the prefill worker has read our ack; cancelling it now
     // would only cost that worker its pooled connection.
-    tokio::spawn(async move {
-        if let Err(failure) = rpc.await {
-            tracing::debug!(prefill_addr, error = %failure, "prefill call failed after its transfer completed");
-        }
-    });
+    if !replied {
+        tokio::spawn(async move {
+            if let Err(failure) = rpc.await {
+                tracing::debug!(prefill_addr, error = %failure, "prefill call failed after its transfer completed");
+            }
+        });
+    }
     Ok((result, kv_bytes))
 }
 

@@ -140,7 +140,10 @@ async fn a_tcp_worker_refuses_to_open_a_nccl_link() -> Result<()> {
         .await
         .unwrap_err();
     assert_eq!(status.code(), Code::FailedPrecondition, "{status:?}");
-    assert!(status.message().contains("--kv-transport nccl"), "{status:?}");
+    assert!(
+        status.message().contains("--kv-transport nccl"),
+        "{status:?}"
+    );
     let status = client
         .open_kv_link(v1::OpenKvLinkRequest::default())
         .await

@@ -123,6 +123,8 @@ struct Report {
     threads_per_worker: usize,
     max_batched_tokens: u32,
     cpu: String,
+    /// SIMD flags the kernels pick from (AVX-512, VNNI or only AVX2 changes the numbers).
+    cpu_flags: Vec<&'static str>,
     load_avg_before: String,
     load_avg_after: String,
     prefill_tokens: usize,
@@ -405,6 +407,7 @@ async fn main() -> anyhow::Result<()> {
         threads_per_worker: args.threads,
         max_batched_tokens: args.max_batched_tokens,
         cpu: dolphin_bench::machine::cpu_name(),
+        cpu_flags: dolphin_bench::machine::cpu_flags(),
         load_avg_before,
         load_avg_after: load_avg(),
         prefill_tokens: args.prefill_tokens,
