@@ -5,7 +5,7 @@ use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
 use clap::{Args, ValueEnum};
 use dolphin_cluster::{Advertise, EtcdConfig, Role, WorkerId, advertised};
-use dolphin_engine::candle::{DEFAULT_KV_BYTES, DeviceKind, Padding, WeightFormat};
+use dolphin_engine::candle::{DEFAULT_KV_BYTES, DeviceKind, MatmulKernel, Padding, WeightFormat};
 
 use crate::error::ConfigError;
 
@@ -88,6 +88,10 @@ pub struct EngineArgs {
     /// (auto, on, off).
     #[arg(long, env = "DOLPHIN_PADDING", default_value = "auto", value_parser = parse_padding)]
     pub padding: Padding,
+    /// Candle: kernels of the Q8_0 matmuls on the CPU: auto (a tiled AVX2 kernel on x86 CPUs
+    /// without VNNI, candle's elsewhere), candle, tiled. Both give the same results.
+    #[arg(long, env = "DOLPHIN_MATMUL", default_value = "auto", value_parser = parse_matmul)]
+    pub matmul: MatmulKernel,
     /// Candle: cpu, cuda or cuda:N (CUDA needs a build with the `cuda` feature).
     #[arg(long, env = "DOLPHIN_DEVICE", default_value = "cpu", value_parser = parse_device)]
     pub device: DeviceKind,
@@ -102,6 +106,10 @@ fn parse_weights(s: &str) -> Result<WeightFormat, String> {
 
 fn parse_padding(s: &str) -> Result<Padding, String> {
     s.parse().map_err(|e| format!("{e}"))
+}
+
+fn parse_matmul(s: &str) -> Result<MatmulKernel, String> {
+    s.parse()
 }
 
 fn parse_device(s: &str) -> Result<DeviceKind, String> {
@@ -476,6 +484,8 @@ mod tests {
             "64MiB",
             "--padding",
             "off",
+            "--matmul",
+            "candle",
             "--device",
             "cuda:1",
             "--max-context",
@@ -493,6 +503,7 @@ mod tests {
         assert_eq!(e.threads, Some(1));
         assert_eq!(e.kv_bytes, 64 << 20);
         assert_eq!(e.padding, Padding::Off);
+        assert_eq!(e.matmul, MatmulKernel::Candle);
         assert_eq!(e.device, DeviceKind::Cuda(1));
         assert_eq!(e.max_context, Some(2048));
     }

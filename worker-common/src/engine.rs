@@ -92,6 +92,7 @@ pub fn candle_config(args: &EngineArgs) -> Result<CandleConfig, ConfigError> {
     }
     cfg.weights = args.weights;
     cfg.padding = args.padding;
+    cfg.matmul = args.matmul;
     cfg.device = args.device;
     cfg.block_size = args.block_size;
     cfg.kv_bytes = args.kv_bytes;

@@ -15,7 +15,7 @@ use anyhow::{Context, ensure};
 use clap::Parser;
 use dolphin_bench::proc_stat::CpuClock;
 use dolphin_bench::timed_generate::synthetic_prompt;
-use dolphin_engine::candle::{CandleConfig, Padding, WeightFormat, candle_engine};
+use dolphin_engine::candle::{CandleConfig, MatmulKernel, Padding, WeightFormat, candle_engine};
 use dolphin_engine::{Engine, Sampling, SeqOutput, SeqRequest};
 use serde::Serialize;
 
@@ -34,6 +34,9 @@ struct Args {
     /// Inner-dimension padding to multiples of 256: auto, on, off.
     #[arg(long, default_value = "auto")]
     padding: Padding,
+    /// Q8_0 matmul kernels: auto (the tiled AVX2 kernel on x86 without VNNI), candle, tiled.
+    #[arg(long, default_value = "auto")]
+    matmul: MatmulKernel,
     /// Prompt tokens for the prefill measurement.
     #[arg(long, default_value_t = 512)]
     prefill_tokens: usize,
@@ -59,8 +62,11 @@ struct Report {
     model: String,
     weights: String,
     padded: bool,
+    /// Whether the Q8_0 matmuls ran on the tiled AVX2 kernel (else candle's).
+    tiled_q8: bool,
     threads: usize,
     cpu: String,
+    cpu_flags: Vec<&'static str>,
     load_avg_before: String,
     load_avg_after: String,
     prefill_tokens: usize,
@@ -215,6 +221,8 @@ async fn main() -> anyhow::Result<()> {
     let mut cfg = CandleConfig::new(&model);
     cfg.weights = args.weights;
     cfg.padding = args.padding;
+    cfg.matmul = args.matmul;
+    let tiled_q8 = cfg.tiled_q8();
     cfg.max_batched_tokens = args.prefill_tokens.max(512) as u32;
     let padded = cfg.pads();
     let load_avg_before = load_avg();
@@ -287,8 +295,10 @@ async fn main() -> anyhow::Result<()> {
         model: info.model,
         weights: args.weights.to_string(),
         padded,
+        tiled_q8,
         threads,
         cpu: dolphin_bench::machine::cpu_name(),
+        cpu_flags: dolphin_bench::machine::cpu_flags(),
         load_avg_before,
         load_avg_after: load_avg(),
         prefill_tokens: args.prefill_tokens,

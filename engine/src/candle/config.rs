@@ -152,6 +152,46 @@ pub struct CandleConfig {
     /// output head (`None`: all). A small model for token-level handoffs cut from the large
     /// one, sharing its tokenizer by construction.
     pub layers: Option<u32>,
+    /// Which kernels run the Q8_0 matmuls on the CPU.
+    pub matmul: MatmulKernel,
+}
+
+/// The CPU kernels of Q8_0 matmuls.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum MatmulKernel {
+    /// The tiled AVX2 kernel on x86 CPUs without VNNI, candle's elsewhere.
+    #[default]
+    Auto,
+    /// candle's own (on VNNI CPUs its repacked kernels; on AVX2 one dot product per row and
+    /// token).
+    Candle,
+    /// The tiled AVX2 kernel wherever the build has it.
+    Tiled,
+}
+
+impl std::str::FromStr for MatmulKernel {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "auto" => Ok(Self::Auto),
+            "candle" => Ok(Self::Candle),
+            "tiled" => Ok(Self::Tiled),
+            other => Err(format!(
+                "unknown matmul kernel {other:?} (auto, candle, tiled)"
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for MatmulKernel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Auto => "auto",
+            Self::Candle => "candle",
+            Self::Tiled => "tiled",
+        })
+    }
 }
 
 /// Default KV memory: 512 MiB, about 11.6k tokens of SmolLM2-135M.
@@ -181,6 +221,7 @@ impl CandleConfig {
             threads: None,
             max_context: None,
             layers: None,
+            matmul: MatmulKernel::default(),
         }
     }
 
@@ -195,6 +236,17 @@ impl CandleConfig {
                     && cpu_has_vnni()
             }
         }
+    }
+
+    /// Whether the Q8_0 matmuls run on the tiled AVX2 kernel under this config.
+    pub fn tiled_q8(&self) -> bool {
+        super::linear::TILED_BUILT
+            && self.device == DeviceKind::Cpu
+            && match self.matmul {
+                MatmulKernel::Auto => !cpu_has_vnni(),
+                MatmulKernel::Candle => false,
+                MatmulKernel::Tiled => true,
+            }
     }
 
     /// Blocks of KV memory for a model with `bytes_per_token` of KV per token.

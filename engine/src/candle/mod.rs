@@ -20,8 +20,15 @@ mod backend;
 mod config;
 mod error;
 mod kv_store;
+mod linear;
 mod model;
 mod params;
+#[cfg(all(
+    target_arch = "x86_64",
+    target_feature = "avx2",
+    target_feature = "fma"
+))]
+mod q8;
 mod sampler;
 mod threads;
 mod weights;
@@ -33,7 +40,8 @@ use std::sync::Arc;
 
 pub use backend::{CandleBackend, CandleBlocks};
 pub use config::{
-    CandleConfig, DEFAULT_KV_BYTES, DeviceKind, Padding, ParseConfigError, WeightFormat,
+    CandleConfig, DEFAULT_KV_BYTES, DeviceKind, MatmulKernel, Padding, ParseConfigError,
+    WeightFormat,
 };
 pub use error::LoadError;
 pub use params::LlamaParams;

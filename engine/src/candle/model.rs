@@ -6,7 +6,7 @@
 
 use std::path::Path;
 
-use candle_core::{Device, Module, Result, Tensor};
+use candle_core::{Device, Result, Tensor};
 use candle_nn::ops::rms_norm;
 use candle_nn::rotary_emb::rope_i;
 
@@ -51,6 +51,8 @@ pub(crate) struct LoadOptions {
     pub max_context: Option<usize>,
     /// Early exit after this many layers (`None`: all).
     pub layers: Option<usize>,
+    /// Q8_0 matmuls through the tiled AVX2 kernel.
+    pub tiled_q8: bool,
 }
 
 /// Rounds `n` up to a multiple of 256 when padding.
@@ -81,6 +83,7 @@ impl Llama {
             format: opts.format,
             hidden_in: padded(params.hidden, opts.pad),
             attn_in: padded(params.n_head * params.head_dim, opts.pad),
+            tiled_q8: opts.tiled_q8 && device.is_cpu(),
         };
         let weights = weights::load(&content, &mut reader, &params, layout, device)?;
         let positions = opts

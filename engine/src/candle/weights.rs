@@ -13,6 +13,7 @@ use candle_core::{Device, Tensor};
 
 use super::config::WeightFormat;
 use super::error::LoadError;
+use super::linear::Linear;
 use super::params::LlamaParams;
 
 /// Weights of one transformer block.
@@ -20,12 +21,12 @@ use super::params::LlamaParams;
 pub(crate) struct LayerWeights {
     pub attn_norm: Tensor,
     /// Rows: q (`n_head * head_dim`), then k and v (`kv_dim` each).
-    pub qkv: QMatMul,
-    pub wo: QMatMul,
+    pub qkv: Linear,
+    pub wo: Linear,
     pub ffn_norm: Tensor,
     /// Rows: gate (`ffn`), then up (`ffn`).
-    pub gate_up: QMatMul,
-    pub down: QMatMul,
+    pub gate_up: Linear,
+    pub down: Linear,
 }
 
 /// The whole model's weights.
@@ -36,7 +37,7 @@ pub(crate) struct Weights {
     pub layers: Vec<LayerWeights>,
     pub out_norm: Tensor,
     /// `[vocab, hidden(+pad)]`; the embedding table when the output is tied.
-    pub lm_head: QMatMul,
+    pub lm_head: Linear,
 }
 
 /// How to lay out the matmul weights.
@@ -47,6 +48,8 @@ pub(crate) struct Layout {
     pub hidden_in: usize,
     /// Padded inner size of the attention output projection.
     pub attn_in: usize,
+    /// Q8_0 matmuls through the tiled AVX2 kernel instead of candle's.
+    pub tiled_q8: bool,
 }
 
 impl Layout {
@@ -110,11 +113,22 @@ impl Loader<'_> {
         parts: &[(&str, usize)],
         k: usize,
         k_pad: usize,
-    ) -> Result<QMatMul, LoadError> {
+    ) -> Result<Linear, LoadError> {
         self.linear_as(self.layout.format, parts, k, k_pad)
     }
 
     fn linear_as(
+        &mut self,
+        format: WeightFormat,
+        parts: &[(&str, usize)],
+        k: usize,
+        k_pad: usize,
+    ) -> Result<Linear, LoadError> {
+        let m = self.qmatmul(format, parts, k, k_pad)?;
+        Ok(Linear::new(m, self.layout.tiled_q8)?)
+    }
+
+    fn qmatmul(
         &mut self,
         format: WeightFormat,
         parts: &[(&str, usize)],

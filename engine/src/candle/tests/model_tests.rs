@@ -19,6 +19,7 @@ fn load(m: &TinyModel, format: WeightFormat, pad: bool) -> (Llama, KvStore) {
         block_size: BS,
         max_context: None,
         layers: None,
+        tiled_q8: false,
     };
     let model = Llama::load(&m.path, opts, &Device::Cpu).expect("load tiny model");
     let p = &model.params;
