@@ -37,7 +37,7 @@ use crate::TransferId;
 use crate::error::TransferError;
 use crate::frame::{AckCode, MAX_TRAILER_BYTES, TRAILER_INDEX, block_checksum};
 use crate::sender::SendStats;
-use crate::slot::{Claim, Registry};
+use crate::slot::{Claim, Registry, SlotSink};
 use crate::transport::{KvTransport, SendFuture};
 
 /// Marks a transfer header ("DKV1").
@@ -523,6 +523,32 @@ fn serve(rank: &Rank, registry: &Registry) -> Result<(), TransferError> {
     }
 }
 
+/// Reads one descriptor and the bytes it announces (at most `max`); `None` when it is the
+/// source's abort.
+fn read_piece(
+    rank: &Rank,
+    op: &'static str,
+    max: u32,
+) -> Result<Option<(Vec<u8>, u32)>, TransferError> {
+    let d = rank.recv(DESCRIPTOR_BYTES)?;
+    let (len, checksum) = (u32_at(&d, 0), u32_at(&d, 4));
+    if len == ABORT_LEN {
+        return Ok(None);
+    }
+    if len > max {
+        return Err(TransferError::Nccl {
+            op,
+            detail: format!("{len} bytes, over the {max}-byte limit"),
+        });
+    }
+    let data = if len > 0 {
+        rank.recv(len as usize)?
+    } else {
+        Vec::new()
+    };
+    Ok(Some((data, checksum)))
+}
+
 /// Receives one transfer's blocks (always all of them, to stay in step), delivering them when
 /// the slot wants them. Returns the ack.
 fn receive_blocks(
@@ -536,25 +562,15 @@ fn receive_blocks(
         Claim::CountMismatch | Claim::Dropped => (None, Some((AckCode::Rejected, 0))),
         Claim::Unknown => (None, Some((AckCode::UnknownTransfer, 0))),
     };
+    let abort = |sink: &mut Option<SlotSink>| {
+        if let Some(s) = sink.take() {
+            s.finish(Err(TransferError::Aborted { id }));
+        }
+    };
     for index in 0..n_blocks {
-        let d = rank.recv(DESCRIPTOR_BYTES)?;
-        let (len, checksum) = (u32_at(&d, 0), u32_at(&d, 4));
-        if len == ABORT_LEN {
-            if let Some(s) = sink.take() {
-                s.finish(Err(TransferError::Aborted { id }));
-            }
+        let Some((data, checksum)) = read_piece(rank, "read block", MAX_BLOCK_BYTES)? else {
+            abort(&mut sink);
             return Ok((AckCode::Rejected, index));
-        }
-        if len > MAX_BLOCK_BYTES {
-            return Err(TransferError::Nccl {
-                op: "read block",
-                detail: format!("block of {len} bytes over the {MAX_BLOCK_BYTES}-byte limit"),
-            });
-        }
-        let data = if len > 0 {
-            rank.recv(len as usize)?
-        } else {
-            Vec::new()
         };
         if verdict.is_some() {
             continue;
@@ -574,24 +590,9 @@ fn receive_blocks(
             verdict = Some((AckCode::Rejected, index));
         }
     }
-    let d = rank.recv(DESCRIPTOR_BYTES)?;
-    let (len, checksum) = (u32_at(&d, 0), u32_at(&d, 4));
-    if len == ABORT_LEN {
-        if let Some(s) = sink.take() {
-            s.finish(Err(TransferError::Aborted { id }));
-        }
+    let Some((trailer, checksum)) = read_piece(rank, "read trailer", MAX_TRAILER_BYTES)? else {
+        abort(&mut sink);
         return Ok((AckCode::Rejected, n_blocks));
-    }
-    if len > MAX_TRAILER_BYTES {
-        return Err(TransferError::Nccl {
-            op: "read trailer",
-            detail: format!("trailer of {len} bytes over the {MAX_TRAILER_BYTES}-byte limit"),
-        });
-    }
-    let trailer = if len > 0 {
-        rank.recv(len as usize)?
-    } else {
-        Vec::new()
     };
     if let Some(s) = sink.take() {
         if block_checksum(id, TRAILER_INDEX, &trailer) != checksum {
