@@ -61,9 +61,28 @@ pub fn percentile(sorted: &[u64], pct: f64) -> u64 {
     sorted[rank.clamp(1, n) - 1]
 }
 
+/// Median of `values` (the mean of the two middle ones for an even count; 0 when empty).
+pub fn median(values: impl IntoIterator<Item = f64>) -> f64 {
+    let mut v: Vec<f64> = values.into_iter().collect();
+    v.sort_by(f64::total_cmp);
+    let m = v.len() / 2;
+    match v.len() {
+        0 => 0.0,
+        n if n % 2 == 0 => (v[m - 1] + v[m]) / 2.0,
+        _ => v[m],
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn medians() {
+        assert_eq!(median([3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median([4.0, 1.0, 2.0, 3.0]), 2.5);
+        assert_eq!(median([]), 0.0);
+    }
 
     #[test]
     fn nearest_rank_percentiles() {

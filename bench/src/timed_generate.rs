@@ -196,12 +196,6 @@ pub async fn run_batch(
     Ok(DecodeRate { wall, cpu, tpot_ms })
 }
 
-/// The median (upper middle for an even count); 0 for none.
-pub fn median(mut xs: Vec<f64>) -> f64 {
-    xs.sort_by(f64::total_cmp);
-    xs.get(xs.len() / 2).copied().unwrap_or(0.0)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -228,7 +222,5 @@ mod tests {
         };
         assert_eq!(s.rate(e, 100.0), (50.0, 100.0));
         assert_eq!(s.rate(s, 100.0), (0.0, 0.0));
-        assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
-        assert_eq!(median(vec![]), 0.0);
     }
 }

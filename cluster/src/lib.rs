@@ -8,10 +8,12 @@
 pub mod advertise;
 mod backoff;
 pub mod block_hash;
+pub mod block_map;
 pub mod discovery;
 pub mod etcd;
 pub mod hash_map;
 pub mod keys;
+pub mod prefetch;
 pub mod static_discovery;
 pub mod telemetry;
 #[cfg(feature = "test-util")]
@@ -26,6 +28,7 @@ pub const DEFAULT_BLOCK_SIZE: usize = 16;
 
 pub use advertise::{Advertise, AdvertiseError, advertised};
 pub use block_hash::{ROOT_SEED, block_hashes, block_hashes_into, chain_hash};
+pub use block_map::BlockMap;
 pub use discovery::{DiscoveryError, MembershipEvent};
 pub use etcd::{EtcdConfig, Registration, watch_workers};
 pub use hash_map::{BlockHashBuild, BlockHashHasher, BlockHashMap};

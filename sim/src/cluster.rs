@@ -129,8 +129,12 @@ impl<'a> Run<'a> {
     fn new(cfg: &'a SimClusterConfig, reqs: &'a [SimRequest], source: Source) -> Self {
         let worker =
             |i: u32| Worker::new(i, cfg.total_blocks, cfg.block_size, cfg.max_batched_tokens);
-        let mut prefill_index = PrefixIndex::new();
-        let mut decode_index = PrefixIndex::new();
+        // Sized for what the pools can hold: the index never grows (rehashing a million
+        // entries mid-run costs more than the memory).
+        let index =
+            |workers: u32| PrefixIndex::with_capacity(workers as usize * cfg.total_blocks as usize);
+        let mut prefill_index = index(cfg.prefill);
+        let mut decode_index = index(cfg.decode);
         // Slots are handed out in order, so worker i has slot i.
         for _ in 0..cfg.prefill {
             prefill_index.allocate_slot();

@@ -232,12 +232,9 @@ impl Worker {
         match s.kind {
             Kind::Remote => {
                 // KV will be written into every prompt block: they are allocated now.
-                let prompt_blocks = s.prompt_len.div_ceil(bs) as usize;
-                while s.table.len() < prompt_blocks {
-                    let Some(b) = self.pool.allocate() else { break };
-                    s.reserved -= 1;
-                    s.table.push(b);
-                }
+                let prompt_blocks = s.prompt_len.div_ceil(bs);
+                let missing = prompt_blocks.saturating_sub(s.table.len() as u32);
+                s.reserved -= self.pool.allocate_many(missing, &mut s.table);
                 s.phase = Phase::AwaitingKv;
                 out.push(Outcome::Reserved {
                     worker: self.id,
@@ -393,20 +390,22 @@ impl Worker {
 
 /// Allocates reserved blocks until the table covers `tokens` positions.
 fn ensure_blocks(pool: &mut KvPool, s: &mut Seq, tokens: u32, bs: u32) {
-    while (s.table.len() as u32) * bs < tokens && s.reserved > 0 {
-        let Some(b) = pool.allocate() else { return };
-        s.reserved -= 1;
-        s.table.push(b);
-    }
+    let missing = tokens.div_ceil(bs).saturating_sub(s.table.len() as u32);
+    s.reserved -= pool.allocate_many(missing.min(s.reserved), &mut s.table);
 }
 
 /// Offers the sequence's newly full prompt blocks to the prefix cache.
 fn commit_blocks(pool: &mut KvPool, s: &mut Seq, r: &SimRequest, bs: u32) {
-    let full = ((s.computed / bs) as usize).min(r.hashes.len()) as u32;
-    while s.committed < full {
-        let i = s.committed as usize;
-        let parent = i.checked_sub(1).map(|p| r.hashes[p]);
-        pool.commit(s.table[i], parent, r.hashes[i], i as u32);
-        s.committed += 1;
+    let full = ((s.computed / bs) as usize).min(r.hashes.len());
+    let from = s.committed as usize;
+    if from < full {
+        let parent = from.checked_sub(1).map(|p| r.hashes[p]);
+        pool.commit_many(
+            &s.table[from..full],
+            parent,
+            &r.hashes[from..full],
+            from as u32,
+        );
+        s.committed = full as u32;
     }
 }

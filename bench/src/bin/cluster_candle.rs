@@ -24,8 +24,9 @@ use anyhow::{Context, ensure};
 use clap::Parser;
 use dolphin_bench::candle_cluster::{self, CandleLaunch};
 use dolphin_bench::proc_stat::CpuClock;
+use dolphin_bench::stats::median;
 use dolphin_bench::timed_generate::{
-    DecodeRate, Timed, median, run_batch, synthetic_prompt, timed_generate, token_request,
+    DecodeRate, Timed, run_batch, synthetic_prompt, timed_generate, token_request,
 };
 use dolphin_engine::candle::CandleConfig;
 use dolphin_proto::v1::inference_client::InferenceClient;
@@ -176,7 +177,7 @@ fn prefill_run(t: &Timed, tokens: usize) -> anyhow::Result<PrefillRun> {
 }
 
 fn summarize(runs: Vec<PrefillRun>) -> PrefillSummary {
-    let m = |f: fn(&PrefillRun) -> f64| median(runs.iter().map(f).collect());
+    let m = |f: fn(&PrefillRun) -> f64| median(runs.iter().map(f));
     PrefillSummary {
         ttft_ms: m(|r| r.ttft_ms),
         ttft_tok_s: m(|r| r.ttft_tok_s),
@@ -394,11 +395,11 @@ async fn main() -> anyhow::Result<()> {
     let elapsed_s = started.elapsed().as_secs_f64();
     cluster.stop(Duration::from_secs(10));
 
-    let kv_bytes = median(remote.iter().map(|r| r.kv_bytes as f64).collect()) as u64;
-    let transfer_ms = median(remote.iter().map(|r| r.kv_transfer_ms).collect());
-    let remote_ttft_ms = median(remote.iter().map(|r| r.ttft_ms).collect());
-    let wall = |rs: &[DecodeRate]| median(rs.iter().map(|r| r.wall).collect());
-    let cpu = |rs: &[DecodeRate]| median(rs.iter().map(|r| r.cpu).collect());
+    let kv_bytes = median(remote.iter().map(|r| r.kv_bytes as f64)) as u64;
+    let transfer_ms = median(remote.iter().map(|r| r.kv_transfer_ms));
+    let remote_ttft_ms = median(remote.iter().map(|r| r.ttft_ms));
+    let wall = |rs: &[DecodeRate]| median(rs.iter().map(|r| r.wall));
+    let cpu = |rs: &[DecodeRate]| median(rs.iter().map(|r| r.cpu));
     let engine_source = args
         .engine_results
         .clone()

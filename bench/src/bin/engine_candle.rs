@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, ensure};
 use clap::Parser;
 use dolphin_bench::proc_stat::CpuClock;
+use dolphin_bench::stats::median;
 use dolphin_bench::timed_generate::synthetic_prompt;
 use dolphin_engine::candle::{CandleConfig, MatmulKernel, Padding, WeightFormat, candle_engine};
 use dolphin_engine::{Engine, Sampling, SeqOutput, SeqRequest};
@@ -97,11 +98,6 @@ struct Targets {
     prefill_tok_s: f64,
     decode_b1_tok_s: f64,
     batch_gain: f64,
-}
-
-fn median(mut xs: Vec<f64>) -> f64 {
-    xs.sort_by(f64::total_cmp);
-    xs.get(xs.len() / 2).copied().unwrap_or(0.0)
 }
 
 fn load_avg() -> String {
@@ -289,8 +285,8 @@ async fn main() -> anyhow::Result<()> {
             b1[rep], args.batch, bn[rep]
         );
     }
-    let wall = |rs: &[Rate]| median(rs.iter().map(|r| r.wall).collect());
-    let cpu = |rs: &[Rate]| median(rs.iter().map(|r| r.cpu).collect());
+    let wall = |rs: &[Rate]| median(rs.iter().map(|r| r.wall));
+    let cpu = |rs: &[Rate]| median(rs.iter().map(|r| r.cpu));
     let report = Report {
         model: info.model,
         weights: args.weights.to_string(),

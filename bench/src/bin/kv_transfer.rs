@@ -14,6 +14,7 @@ use anyhow::{Context, ensure};
 use bytes::Bytes;
 use clap::Parser;
 use dolphin_bench::proc_stat::CpuClock;
+use dolphin_bench::stats::median;
 use dolphin_kv_transfer::{KvReceiver, KvSender, TransferConfig, frame::block_checksum};
 use serde::Serialize;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -173,8 +174,14 @@ fn main() -> anyhow::Result<()> {
     };
 
     let crc = checksum_gbps(&blocks);
-    let (pm, km) = (median(&plain.gbps), median(&kv.gbps));
-    let (pcpu, kcpu) = (median(&plain.cpu), median(&kv.cpu));
+    let (pm, km) = (
+        median(plain.gbps.iter().copied()),
+        median(kv.gbps.iter().copied()),
+    );
+    let (pcpu, kcpu) = (
+        median(plain.cpu.iter().copied()),
+        median(kv.cpu.iter().copied()),
+    );
     let report = Report {
         workload: Workload {
             bytes_per_token: args.bytes_per_token,
@@ -375,15 +382,4 @@ fn checksum_gbps(blocks: &[Bytes]) -> f64 {
 
 fn gbps(bytes: u64, d: Duration) -> f64 {
     bytes as f64 / d.as_secs_f64() / 1e9
-}
-
-fn median(v: &[f64]) -> f64 {
-    let mut s = v.to_vec();
-    s.sort_by(f64::total_cmp);
-    let m = s.len() / 2;
-    if s.len().is_multiple_of(2) {
-        (s[m - 1] + s[m]) / 2.0
-    } else {
-        s[m]
-    }
 }

@@ -16,6 +16,7 @@ use std::time::Instant;
 
 use anyhow::ensure;
 use clap::Parser;
+use dolphin_bench::stats::median;
 use dolphin_engine::SimProfile;
 use dolphin_router::policy::{Decision, Policy, ThresholdConfig};
 use dolphin_sim::{SimCluster, SimClusterConfig, SimReport, SimRequest, Slo};
@@ -60,6 +61,10 @@ struct Args {
     /// Workload seed.
     #[arg(long, default_value_t = 20_261_129)]
     seed: u64,
+    /// Runs of the same simulation (deterministic: each gives the same outcome); the result
+    /// reports every run's time and judges the median, since a shared host slows some runs.
+    #[arg(long, default_value_t = 3)]
+    reps: u32,
     /// Where to write the result (default: bench/results/sim_speed.json).
     #[arg(long)]
     out: Option<std::path::PathBuf>,
@@ -89,16 +94,21 @@ struct Outcome {
 #[derive(Debug, Serialize)]
 struct Result {
     bench: &'static str,
+    cpu: String,
+    cpu_flags: Vec<&'static str>,
     split: String,
     profile: String,
     total_blocks_per_worker: u32,
     policy: &'static str,
     workload: Workload,
     build_workload_s: f64,
+    /// Median over the runs of the wall time of one run.
     run_wall_s: f64,
-    /// CPU time of the process during the run (user + system): on a shared machine the wall
-    /// time includes waiting for the core.
+    /// Median over the runs of the process's CPU time (user + system) during one run: on a
+    /// shared machine the wall time includes waiting for the core.
     run_cpu_s: f64,
+    /// Every run's CPU time, in order.
+    runs_cpu_s: Vec<f64>,
     events_per_s: f64,
     simulated_over_wall: f64,
     target_s: f64,
@@ -171,15 +181,33 @@ fn main() -> anyhow::Result<()> {
     cfg.policy = Policy::Threshold(ThresholdConfig::default());
     let mut sim = SimCluster::new(cfg)?;
     let cpu = dolphin_bench::proc_stat::CpuClock::new(std::process::id());
-    let cpu_before = cpu.cpu_time()?;
-    let started = Instant::now();
-    let report: SimReport = sim.run(&reqs)?;
-    let run_wall_s = started.elapsed().as_secs_f64();
-    let run_cpu_s = (cpu.cpu_time()? - cpu_before).as_secs_f64();
-    ensure!(
-        report.records.iter().all(|r| r.e2e_ms.is_finite()),
-        "every request must finish"
-    );
+    let (mut walls, mut cpus) = (Vec::new(), Vec::new());
+    let mut last: Option<SimReport> = None;
+    for rep in 0..args.reps.max(1) {
+        let cpu_before = cpu.cpu_time()?;
+        let started = Instant::now();
+        let report: SimReport = sim.run(&reqs)?;
+        walls.push(started.elapsed().as_secs_f64());
+        cpus.push((cpu.cpu_time()? - cpu_before).as_secs_f64());
+        println!(
+            "run {rep}: {:.2} s CPU, {:.2} s wall",
+            cpus[rep as usize], walls[rep as usize]
+        );
+        ensure!(
+            report.records.iter().all(|r| r.e2e_ms.is_finite()),
+            "every request must finish"
+        );
+        if let Some(prev) = &last {
+            ensure!(
+                prev.events == report.events && prev.ttft.p90 == report.ttft.p90,
+                "runs of the same simulation differ"
+            );
+        }
+        last = Some(report);
+    }
+    let report = last.expect("at least one run");
+    let run_wall_s = median(walls.iter().copied());
+    let run_cpu_s = median(cpus.iter().copied());
 
     let n = f64::from(args.requests.max(1));
     let remote = report
@@ -189,6 +217,8 @@ fn main() -> anyhow::Result<()> {
         .count();
     let result = Result {
         bench: "sim_speed",
+        cpu: dolphin_bench::machine::cpu_name(),
+        cpu_flags: dolphin_bench::machine::cpu_flags(),
         split: format!("{}p{}d", args.prefill, args.decode),
         profile: args.profile.clone(),
         total_blocks_per_worker: args.total_blocks,
@@ -204,6 +234,7 @@ fn main() -> anyhow::Result<()> {
         build_workload_s,
         run_wall_s,
         run_cpu_s,
+        runs_cpu_s: cpus,
         events_per_s: report.events as f64 / run_wall_s,
         simulated_over_wall: report.makespan_ms / 1e3 / run_wall_s,
         target_s: TARGET_S,

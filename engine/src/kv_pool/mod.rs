@@ -21,24 +21,81 @@ mod tests;
 
 use std::collections::HashMap;
 
-use dolphin_cluster::{BlockHash, BlockHashMap};
+use dolphin_cluster::block_map::TOUCH_AHEAD;
+use dolphin_cluster::{BlockHash, BlockMap};
 
 use crate::types::{BlockId, KvEvent};
-use lru::Lru;
+use lru::{Linked, Lru};
 
-/// Per-block bookkeeping.
+/// Per-block bookkeeping: 32 bytes, aligned, so one cache line serves a block's every field on
+/// the evict / allocate / commit path (at 40 bytes, one block in two straddled two lines, and
+/// the second was never prefetched).
 #[derive(Clone, Copy, Debug, Default)]
+#[repr(align(32))]
 struct BlockMeta {
+    /// The block's hash while it is in the prefix cache (`CACHED`).
+    hash: BlockHash,
+    /// Hash of the block before it in its prompt (valid while cached and `HAS_PARENT`).
+    parent: BlockHash,
     refs: u32,
-    /// Set while the block is in the prefix cache.
-    hash: Option<BlockHash>,
-    /// Hash of the block before it in its prompt (valid while cached).
-    parent: Option<BlockHash>,
     /// Block index within its prompt (valid while cached); orders snapshots parents first.
     depth: u32,
+    /// Stamp of the block's latest LRU queue entry (see `lru.rs`).
+    lru_stamp: u32,
+    flags: u8,
+}
+
+const _: () = assert!(std::mem::size_of::<BlockMeta>() == 32);
+
+/// `BlockMeta::flags`: the block is in the prefix cache.
+const CACHED: u8 = 1;
+/// `BlockMeta::flags`: its prompt has a block before it (`parent` is valid).
+const HAS_PARENT: u8 = 2;
+/// `BlockMeta::flags`: it is in the LRU order (evictable).
+const IN_LRU: u8 = 4;
+
+impl BlockMeta {
+    fn cached(&self) -> bool {
+        self.flags & CACHED != 0
+    }
+
+    fn hash(&self) -> Option<BlockHash> {
+        self.cached().then_some(self.hash)
+    }
+
+    fn parent(&self) -> Option<BlockHash> {
+        (self.flags & (CACHED | HAS_PARENT) == CACHED | HAS_PARENT).then_some(self.parent)
+    }
+
+    fn set(&mut self, flag: u8, on: bool) {
+        if on {
+            self.flags |= flag;
+        } else {
+            self.flags &= !flag;
+        }
+    }
+}
+
+impl Linked for BlockMeta {
+    fn linked(&self) -> bool {
+        self.flags & IN_LRU != 0
+    }
+    fn set_linked(&mut self, linked: bool) {
+        self.set(IN_LRU, linked);
+    }
+    fn stamp(&self) -> u32 {
+        self.lru_stamp
+    }
+    fn set_stamp(&mut self, stamp: u32) {
+        self.lru_stamp = stamp;
+    }
 }
 
 /// Paged block pool with a prefix cache over chained block hashes.
+///
+/// Walks over many blocks (admission, allocation of a prompt's blocks, commits, release) touch
+/// the lines of blocks [`TOUCH_AHEAD`] positions ahead of the one they work on, so on pools
+/// larger than the CPU's caches their misses overlap (see `dolphin_cluster::block_map`).
 #[derive(Debug)]
 pub struct KvPool {
     block_size: u32,
@@ -47,7 +104,7 @@ pub struct KvPool {
     free: Vec<BlockId>,
     /// Unreferenced cached blocks, least recently used first.
     lru: Lru,
-    cached: BlockHashMap<BlockId>,
+    cached: BlockMap<BlockId>,
     /// Blocks promised to admitted sequences and not allocated yet.
     reserved: u32,
     events: Vec<KvEvent>,
@@ -61,8 +118,8 @@ impl KvPool {
             blocks: vec![BlockMeta::default(); total_blocks as usize],
             // Reversed so block 0 is handed out first (easier to read in logs and tests).
             free: (0..total_blocks).rev().collect(),
-            lru: Lru::new(total_blocks),
-            cached: HashMap::with_capacity_and_hasher(total_blocks as usize, Default::default()),
+            lru: Lru::default(),
+            cached: BlockMap::with_capacity(2 * total_blocks as usize),
             reserved: 0,
             events: Vec::new(),
         }
@@ -105,40 +162,60 @@ impl KvPool {
 
     /// Whether `hash` is cached.
     pub fn contains(&self, hash: BlockHash) -> bool {
-        self.cached.contains_key(&hash)
+        self.cached.contains_key(hash)
     }
 
     /// Number of leading `hashes` present in the cache.
     pub fn match_prefix(&self, hashes: &[BlockHash]) -> usize {
-        hashes
-            .iter()
-            .take_while(|h| self.cached.contains_key(h))
-            .count()
+        for &h in hashes.iter().take(TOUCH_AHEAD) {
+            self.cached.touch(h);
+        }
+        for (i, &h) in hashes.iter().enumerate() {
+            if let Some(&ahead) = hashes.get(i + TOUCH_AHEAD) {
+                self.cached.touch(ahead);
+            }
+            if !self.cached.contains_key(h) {
+                return i;
+            }
+        }
+        hashes.len()
     }
 
     /// Admits a sequence if the pool can hold it: takes a reference on the cached blocks named by
     /// `hits` (all cached: a `match_prefix` result), appending them to `table`, and reserves
     /// `new_blocks` more. Returns false, changing nothing, if that does not fit.
     pub fn admit(&mut self, hits: &[BlockHash], new_blocks: u32, table: &mut Vec<BlockId>) -> bool {
+        let start = table.len();
         let mut revived = 0u32; // hits that leave the evictable set when referenced
-        for hash in hits {
-            match self.cached.get(hash) {
-                Some(&b) if self.blocks[b as usize].refs == 0 => revived += 1,
-                Some(_) => {}
-                None => return false,
+        for (i, &hash) in hits.iter().enumerate() {
+            if let Some(&ahead) = hits.get(i + TOUCH_AHEAD) {
+                self.cached.touch(ahead);
             }
+            let Some(b) = self.cached.get(hash) else {
+                table.truncate(start);
+                return false;
+            };
+            table.push(b);
+        }
+        for &b in table[start..].iter().take(TOUCH_AHEAD) {
+            self.touch_block(b);
+        }
+        for (i, &b) in table[start..].iter().enumerate() {
+            if let Some(&ahead) = table[start..].get(i + TOUCH_AHEAD) {
+                self.touch_block(ahead);
+            }
+            revived += u32::from(self.blocks[b as usize].refs == 0);
         }
         if u64::from(new_blocks) + u64::from(revived) > u64::from(self.available()) {
+            table.truncate(start);
             return false;
         }
-        for hash in hits {
-            let b = self.cached[hash];
+        for &b in &table[start..] {
             let meta = &mut self.blocks[b as usize];
             if meta.refs == 0 {
-                self.lru.unlink(b);
+                self.lru.unlink(meta);
             }
             meta.refs += 1;
-            table.push(b);
         }
         self.reserved += new_blocks;
         true
@@ -153,7 +230,7 @@ impl KvPool {
         let block = match self.free.pop() {
             Some(b) => b,
             None => {
-                let b = self.lru.pop_front()?;
+                let b = self.lru.pop_front(&mut self.blocks)?;
                 self.evict(b);
                 b
             }
@@ -161,6 +238,32 @@ impl KvPool {
         self.reserved -= 1;
         self.blocks[block as usize].refs = 1;
         Some(block)
+    }
+
+    /// Takes `n` reserved blocks at once, appending them to `table` (as `n` calls of
+    /// [`allocate`](Self::allocate) would, in the same order), with the evicted blocks' lines
+    /// fetched ahead. Returns how many it took: fewer than `n` only if fewer were reserved.
+    pub fn allocate_many(&mut self, n: u32, table: &mut Vec<BlockId>) -> u32 {
+        let n = n.min(self.reserved);
+        // Prefetch what the evictions to come will touch (the block's line and its hash's cache
+        // slot): the first ones now, then one TOUCH_AHEAD places ahead per block taken, also
+        // past `n` (the queue's front is the next eviction, whoever asks next).
+        let evicting = self.free.len() < n as usize;
+        if evicting {
+            for ahead in 0..(n as usize).min(TOUCH_AHEAD) {
+                self.touch_eviction(ahead);
+            }
+        }
+        for taken in 0..n {
+            if evicting {
+                self.touch_eviction(TOUCH_AHEAD);
+            }
+            let Some(b) = self.allocate() else {
+                return taken;
+            };
+            table.push(b);
+        }
+        n
     }
 
     /// Returns `n` reserved blocks that will not be allocated.
@@ -177,7 +280,15 @@ impl KvPool {
     /// evictable if cached (last block first, so a prompt's tail is evicted before its head,
     /// which other prompts are likelier to share) or free otherwise.
     pub fn release(&mut self, table: &[BlockId]) {
-        for &b in table.iter().rev() {
+        let n = table.len();
+        for &b in table.iter().rev().take(TOUCH_AHEAD) {
+            self.touch_block(b);
+        }
+        for i in (0..n).rev() {
+            if let Some(ahead) = i.checked_sub(TOUCH_AHEAD) {
+                self.touch_block(table[ahead]);
+            }
+            let b = table[i];
             let meta = &mut self.blocks[b as usize];
             debug_assert!(meta.refs > 0, "releasing unreferenced block {b}");
             if meta.refs == 0 {
@@ -185,8 +296,9 @@ impl KvPool {
             }
             meta.refs -= 1;
             if meta.refs == 0 {
-                if meta.hash.is_some() {
-                    self.lru.push_back(b);
+                if meta.cached() {
+                    let hash = meta.hash;
+                    self.lru.push_back(&mut self.blocks, b, hash);
                 } else {
                     self.free.push(b);
                 }
@@ -207,16 +319,19 @@ impl KvPool {
     ) -> bool {
         let meta = &mut self.blocks[block as usize];
         debug_assert!(meta.refs > 0, "committing unreferenced block {block}");
-        if meta.hash.is_some() || self.cached.contains_key(&hash) {
+        if meta.cached() {
             return false;
         }
-        *meta = BlockMeta {
-            refs: meta.refs,
-            hash: Some(hash),
-            parent,
-            depth,
-        };
-        self.cached.insert(hash, block);
+        let (holder, inserted) = self.cached.entry(hash);
+        if !inserted {
+            return false;
+        }
+        *holder = block;
+        meta.hash = hash;
+        meta.parent = parent.unwrap_or_default();
+        meta.depth = depth;
+        meta.set(CACHED, true);
+        meta.set(HAS_PARENT, parent.is_some());
         // Coalesce with the previous event when this block continues its chain.
         if let Some(KvEvent::Stored { hashes, .. }) = self.events.last_mut()
             && parent.is_some()
@@ -232,20 +347,51 @@ impl KvPool {
         true
     }
 
+    /// Commits consecutive blocks of one prompt: `blocks[i]` under `hashes[i]`, at depth
+    /// `first_depth + i`, each after the one before it (the first after `parent`), as that many
+    /// [`commit`](Self::commit) calls would, with the cache's lines fetched ahead. Returns how
+    /// many were committed (the rest were cached already, see `commit`).
+    pub fn commit_many(
+        &mut self,
+        blocks: &[BlockId],
+        parent: Option<BlockHash>,
+        hashes: &[BlockHash],
+        first_depth: u32,
+    ) -> usize {
+        debug_assert_eq!(blocks.len(), hashes.len());
+        let mut parent = parent;
+        let mut committed = 0;
+        for (&b, &h) in blocks.iter().zip(hashes).take(TOUCH_AHEAD) {
+            self.touch_block(b);
+            self.cached.touch(h);
+        }
+        for (i, (&b, &h)) in blocks.iter().zip(hashes).enumerate() {
+            if let (Some(&block), Some(&hash)) =
+                (blocks.get(i + TOUCH_AHEAD), hashes.get(i + TOUCH_AHEAD))
+            {
+                self.touch_block(block);
+                self.cached.touch(hash);
+            }
+            committed += usize::from(self.commit(b, parent, h, first_depth + i as u32));
+            parent = Some(h);
+        }
+        committed
+    }
+
     /// Every cached block as `Stored` events, parents before children, chains coalesced.
     pub fn snapshot(&self) -> Vec<KvEvent> {
         let mut blocks: Vec<&BlockMeta> = self
             .cached
-            .values()
-            .map(|&b| &self.blocks[b as usize])
+            .iter()
+            .map(|(_, b)| &self.blocks[b as usize])
             .collect();
         blocks.sort_unstable_by_key(|m| (m.depth, m.hash));
         let mut events: Vec<KvEvent> = Vec::new();
         // Event index whose last hash is the key: a child extends it (first child only).
         let mut open: HashMap<BlockHash, usize> = HashMap::new();
         for meta in blocks {
-            let Some(hash) = meta.hash else { continue };
-            match meta.parent.and_then(|p| open.remove(&p)) {
+            let Some(hash) = meta.hash() else { continue };
+            match meta.parent().and_then(|p| open.remove(&p)) {
                 Some(i) => {
                     if let KvEvent::Stored { hashes, .. } = &mut events[i] {
                         hashes.push(hash);
@@ -255,7 +401,7 @@ impl KvPool {
                 None => {
                     open.insert(hash, events.len());
                     events.push(KvEvent::Stored {
-                        parent: meta.parent,
+                        parent: meta.parent(),
                         hashes: vec![hash],
                     });
                 }
@@ -269,12 +415,29 @@ impl KvPool {
         self.events.drain(..)
     }
 
+    /// Prefetches what evicting the LRU queue's entry `ahead` places behind its front will
+    /// touch: the block's line and its hash's cache slot.
+    fn touch_eviction(&self, ahead: usize) {
+        if let Some((b, hash)) = self.lru.front_ahead(ahead) {
+            self.touch_block(b);
+            self.cached.touch(hash);
+        }
+    }
+
+    /// Prefetches block `b`'s metadata.
+    fn touch_block(&self, b: BlockId) {
+        dolphin_cluster::prefetch::prefetch(&self.blocks[b as usize]);
+    }
+
     /// Removes an evictable block's hash from the cache and queues a `Removed` event.
     fn evict(&mut self, block: BlockId) {
         let meta = &mut self.blocks[block as usize];
-        let Some(hash) = meta.hash.take() else { return };
-        meta.parent = None;
-        self.cached.remove(&hash);
+        if !meta.cached() {
+            return;
+        }
+        meta.set(CACHED | HAS_PARENT, false);
+        let hash = meta.hash;
+        self.cached.remove(hash);
         if let Some(KvEvent::Removed { hashes }) = self.events.last_mut() {
             hashes.push(hash);
         } else {
@@ -289,15 +452,12 @@ impl KvPool {
         for &b in &self.free {
             seen[b as usize] += 1;
             let m = &self.blocks[b as usize];
-            assert!(m.refs == 0 && m.hash.is_none(), "free block {b} is {m:?}");
+            assert!(m.refs == 0 && !m.cached(), "free block {b} is {m:?}");
         }
-        for b in self.lru.iter() {
+        for b in self.lru.iter(&self.blocks) {
             seen[b as usize] += 1;
             let m = &self.blocks[b as usize];
-            assert!(
-                m.refs == 0 && m.hash.is_some(),
-                "evictable block {b} is {m:?}"
-            );
+            assert!(m.refs == 0 && m.cached(), "evictable block {b} is {m:?}");
         }
         for (i, m) in self.blocks.iter().enumerate() {
             let listed = seen[i];
@@ -306,18 +466,18 @@ impl KvPool {
             } else {
                 assert_eq!(listed, 1, "unreferenced block {i} listed {listed} times");
             }
-            if let Some(h) = m.hash {
+            if let Some(h) = m.hash() {
                 assert_eq!(
-                    self.cached.get(&h),
-                    Some(&(i as BlockId)),
+                    self.cached.get(h),
+                    Some(i as BlockId),
                     "block {i} hash not indexed"
                 );
             }
         }
-        for (h, &b) in &self.cached {
+        for (h, b) in self.cached.iter() {
             assert_eq!(
-                self.blocks[b as usize].hash,
-                Some(*h),
+                self.blocks[b as usize].hash(),
+                Some(h),
                 "index entry {h:x} -> {b} is stale"
             );
         }

@@ -149,7 +149,7 @@ proptest! {
             }
             prop_assert_eq!(pool.referenced() as usize, refs.len());
             prop_assert_eq!(pool.reserved(), live.iter().map(|h| h.reserved).sum::<u32>());
-            let in_cache: HashSet<BlockHash> = pool.cached.keys().copied().collect();
+            let in_cache: HashSet<BlockHash> = pool.cached.iter().map(|(h, _)| h).collect();
             prop_assert_eq!(&in_cache, &cached);
         }
 

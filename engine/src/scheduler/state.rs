@@ -262,11 +262,7 @@ impl<B: Backend> Core<B> {
     /// replies with its reservation. Ok(false) if the caller is gone.
     fn admit_reserved(pool: &mut KvPool, seq: &mut Seq, bs: u32) -> Result<bool, BackendError> {
         let prompt_blocks = seq.prompt_blocks(bs);
-        while (seq.table.len() as u32) < prompt_blocks {
-            let block = pool.allocate().ok_or_else(|| out_of_reserved(seq.id))?;
-            seq.reserved -= 1;
-            seq.table.push(block);
-        }
+        take_blocks(pool, seq, prompt_blocks)?;
         let cached_blocks = seq.committed;
         let expected = prompt_blocks - cached_blocks;
         seq.phase = Phase::AwaitingKv {
@@ -311,18 +307,44 @@ impl<B: Backend> Core<B> {
 /// Offers a sequence's newly full blocks to the prefix cache (prompt blocks and blocks filled
 /// by generated tokens alike), hashing generated blocks as they fill.
 pub(super) fn commit_blocks(pool: &mut KvPool, seq: &mut Seq, bs: u32) {
-    let full = seq.computed / bs;
-    while seq.committed < full {
-        let i = seq.committed as usize;
-        let parent: Option<BlockHash> = i.checked_sub(1).map(|p| seq.hashes[p]);
-        if i == seq.hashes.len() {
-            let start = i * bs as usize;
-            seq.hashes
-                .push(chain_hash(parent, &seq.tokens[start..start + bs as usize]));
-        }
-        pool.commit(seq.table[i], parent, seq.hashes[i], i as u32);
-        seq.committed += 1;
+    let full = (seq.computed / bs) as usize;
+    let from = seq.committed as usize;
+    if from >= full {
+        return;
     }
+    let bs = bs as usize;
+    while seq.hashes.len() < full {
+        let i = seq.hashes.len();
+        let parent = i.checked_sub(1).map(|p| seq.hashes[p]);
+        let block = &seq.tokens[i * bs..(i + 1) * bs];
+        seq.hashes.push(chain_hash(parent, block));
+    }
+    let parent: Option<BlockHash> = from.checked_sub(1).map(|p| seq.hashes[p]);
+    pool.commit_many(
+        &seq.table[from..full],
+        parent,
+        &seq.hashes[from..full],
+        from as u32,
+    );
+    seq.committed = full as u32;
+}
+
+/// Allocates reserved blocks until the sequence's table has `blocks` of them.
+pub(super) fn take_blocks(
+    pool: &mut KvPool,
+    seq: &mut Seq,
+    blocks: u32,
+) -> Result<(), BackendError> {
+    let need = blocks.saturating_sub(seq.table.len() as u32);
+    if need > seq.reserved {
+        return Err(out_of_reserved(seq.id));
+    }
+    let got = pool.allocate_many(need, &mut seq.table);
+    seq.reserved -= got;
+    if got < need {
+        return Err(out_of_reserved(seq.id));
+    }
+    Ok(())
 }
 
 /// The pool refused a block the sequence had reserved: a scheduler bug, reported as a backend

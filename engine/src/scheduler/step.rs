@@ -6,7 +6,7 @@
 use tokio::time::Instant;
 
 use super::seq::{Kind, Seq};
-use super::state::{Core, commit_blocks, out_of_reserved};
+use super::state::{Core, commit_blocks};
 use crate::backend::{Backend, Batch, KvBlocks, SeqStart};
 use crate::drive::{DrivenToken, Steer};
 use crate::error::{BackendError, EngineError};
@@ -305,13 +305,5 @@ fn ensure_blocks(
     tokens: u32,
     bs: u32,
 ) -> Result<(), BackendError> {
-    while (seq.table.len() as u32) * bs < tokens {
-        if seq.reserved == 0 {
-            return Err(out_of_reserved(seq.id));
-        }
-        let block = pool.allocate().ok_or_else(|| out_of_reserved(seq.id))?;
-        seq.reserved -= 1;
-        seq.table.push(block);
-    }
-    Ok(())
+    super::state::take_blocks(pool, seq, tokens.div_ceil(bs))
 }
