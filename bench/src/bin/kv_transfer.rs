@@ -60,6 +60,8 @@ enum Only {
 
 #[derive(Debug, Serialize)]
 struct Report {
+    cpu: String,
+    cpu_flags: Vec<&'static str>,
     workload: Workload,
     plain_gbps: Vec<f64>,
     kv_gbps: Vec<f64>,
@@ -183,6 +185,8 @@ fn main() -> anyhow::Result<()> {
         median(kv.cpu.iter().copied()),
     );
     let report = Report {
+        cpu: dolphin_bench::machine::cpu_name(),
+        cpu_flags: dolphin_bench::machine::cpu_flags(),
         workload: Workload {
             bytes_per_token: args.bytes_per_token,
             block_tokens: args.block_tokens,

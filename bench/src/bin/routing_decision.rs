@@ -128,6 +128,8 @@ struct PolicyResult {
 #[derive(Debug, Serialize)]
 struct Report {
     bench: &'static str,
+    cpu: String,
+    cpu_flags: Vec<&'static str>,
     /// `/proc/loadavg` when the run started (the machine may be shared: see the p99s).
     loadavg_at_start: String,
     workload: WorkloadConfig,
@@ -262,6 +264,8 @@ fn main() -> anyhow::Result<()> {
     }
     let report = Report {
         bench: "routing_decision",
+        cpu: dolphin_bench::machine::cpu_name(),
+        cpu_flags: dolphin_bench::machine::cpu_flags(),
         loadavg_at_start: loadavg,
         index_blocks: IndexSize {
             prefill_distinct: mirror_prefill.index.distinct_blocks(),
