@@ -3,7 +3,8 @@
 //! gain (batch-8 decode tokens/s over batch-1). It runs Dolphin's `engine_candle` (built beside
 //! the workspace, `target/release/engine_candle`) first, then llama.cpp through the
 //! `llama-cpp-2` crate with the same workload, and writes both and their ratios, with the CPU
-//! model and flags, to `bench/results/engine_vs_llamacpp.json`.
+//! model and flags, to `bench/results/engine_vs_llamacpp_avx512.json` on CPUs with AVX-512 VNNI
+//! and `engine_vs_llamacpp_avx2.json` elsewhere.
 //!
 //! ```text
 //! cargo build --release -p dolphin-bench --bin engine_candle
@@ -56,7 +57,7 @@ struct Args {
     /// Skip Dolphin's engine (llama.cpp only).
     #[arg(long)]
     no_dolphin: bool,
-    /// Where to write the JSON (default: bench/results/engine_vs_llamacpp.json).
+    /// Where to write the JSON (default: bench/results/engine_vs_llamacpp_{avx512,avx2}.json).
     #[arg(long)]
     out: Option<PathBuf>,
 }
@@ -333,10 +334,15 @@ fn main() -> anyhow::Result<()> {
     if let (Some(p), Some(d), Some(g)) = (ratio_prefill, ratio_decode_b1, ratio_batch_gain) {
         println!("Dolphin / llama.cpp: prefill {p:.2}x, decode b1 {d:.2}x, batch gain {g:.2}x");
     }
-    let path = args
-        .out
-        .clone()
-        .unwrap_or_else(|| repo_root().join("bench/results/engine_vs_llamacpp.json"));
+    // One result per kind of CPU: candle's kernels, ours and llama.cpp's all switch on VNNI.
+    let isa = if report.cpu_flags.contains(&"avx512_vnni") {
+        "avx512"
+    } else {
+        "avx2"
+    };
+    let path = args.out.clone().unwrap_or_else(|| {
+        repo_root().join(format!("bench/results/engine_vs_llamacpp_{isa}.json"))
+    });
     std::fs::write(&path, serde_json::to_string_pretty(&report)? + "\n")?;
     println!("wrote {}", path.display());
     Ok(())
