@@ -16,7 +16,7 @@ const READY_TIMEOUT: Duration = Duration::from_secs(60);
 /// How to start the router.
 #[derive(Clone, Debug, Default)]
 pub struct RouterLaunch {
-    /// Tokio worker threads (`TOKIO_WORKER_THREADS`); `None`: one per core.
+    /// Serving threads of the router (`DOLPHIN_WORKER_THREADS`); `None`: one per core.
     pub worker_threads: Option<usize>,
     /// A command (program and arguments) to run the router under, e.g. a profiler.
     pub wrapper: Vec<String>,
@@ -103,7 +103,7 @@ pub fn start_router(
     router_args.extend(strings(&["--policy", policy, "--model", model]));
     let env: Vec<(String, String)> = launch
         .worker_threads
-        .map(|n| ("TOKIO_WORKER_THREADS".to_string(), n.to_string()))
+        .map(|n| ("DOLPHIN_WORKER_THREADS".to_string(), n.to_string()))
         .into_iter()
         .collect();
     let router_bin = sibling_binary("dolphin-router")?;

@@ -117,8 +117,8 @@ pub struct RouterConfig {
     /// Log as JSON lines.
     #[arg(long, env = "DOLPHIN_LOG_JSON")]
     pub log_json: bool,
-    /// Tokio worker threads (0: `TOKIO_WORKER_THREADS`, else one per core). One thread cuts
-    /// the CPU per request at low load (fewer cross-thread wake-ups) but caps throughput.
+    /// Serving threads, each with its own event loop and worker connections (0: one per
+    /// core). Connections are dealt to them in turn; a request stays on its thread.
     #[arg(long, env = "DOLPHIN_WORKER_THREADS", default_value_t = 0)]
     pub worker_threads: usize,
 }

@@ -8,13 +8,13 @@ use dolphin_proto::v1::{
     self, generate_request::Input, inference_server::Inference, router_admin_server::RouterAdmin,
 };
 use futures::{Stream, StreamExt};
-use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 
 use crate::dispatch::{Dispatcher, GenerateParams, Prompt};
 use crate::dolphin::admin;
 use crate::policy::{Decision, Policy};
+use crate::shard::ShardListener;
 use crate::stream::{Api, ResponseStream};
 use crate::tokenizer::ChatMessage;
 
@@ -256,11 +256,15 @@ impl RouterAdmin for AdminService {
 }
 
 /// Serves the gRPC services on `listener` until `shutdown` fires.
-pub async fn serve(
-    listener: TcpListener,
+pub(crate) async fn serve(
+    listener: ShardListener,
     dispatcher: Arc<Dispatcher>,
     shutdown: CancellationToken,
 ) -> Result<(), tonic::transport::Error> {
+    let incoming = futures::stream::unfold(listener, |mut listener| async move {
+        let (stream, _) = listener.next().await;
+        Some((Ok::<_, std::io::Error>(stream), listener))
+    });
     let (health, health_service) = tonic_health::server::health_reporter();
     health
         .set_serving::<v1::inference_server::InferenceServer<InferenceService>>()
@@ -277,10 +281,7 @@ pub async fn serve(
         .add_service(v1::router_admin_server::RouterAdminServer::new(
             AdminService::new(dispatcher),
         ))
-        .serve_with_incoming_shutdown(
-            dolphin_cluster::nodelay_incoming(listener),
-            shutdown.cancelled_owned(),
-        )
+        .serve_with_incoming_shutdown(incoming, shutdown.cancelled_owned())
         .await
 }
 

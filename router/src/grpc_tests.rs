@@ -12,10 +12,13 @@ use crate::request_log::RequestLog;
 use crate::testutil::{Behavior, FakeWorker, dispatcher};
 
 async fn start(d: Arc<Dispatcher>) -> (Channel, CancellationToken) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
     let addr = listener.local_addr().expect("addr");
     let stop = CancellationToken::new();
-    tokio::spawn(serve(listener, d, stop.clone()));
+    let mut shards = crate::shard::deal(listener, 1, stop.clone()).expect("deal");
+    tokio::spawn(serve(shards.remove(0), d, stop.clone()));
     let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
         .expect("endpoint")
         .connect()

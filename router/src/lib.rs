@@ -21,6 +21,7 @@ pub mod prefix_index;
 pub mod request_log;
 pub mod selection;
 pub mod server;
+pub mod shard;
 pub mod stop;
 pub mod stream;
 mod subscriber;

@@ -34,12 +34,12 @@ fn main() -> ExitCode {
         eprintln!("dolphin-router: {e}");
         return ExitCode::from(EXIT_CONFIG);
     }
-    let mut builder = tokio::runtime::Builder::new_multi_thread();
-    builder.enable_all();
-    if cfg.worker_threads > 0 {
-        builder.worker_threads(cfg.worker_threads);
-    }
-    let runtime = match builder.build() {
+    // The control runtime: discovery, event subscribers, etcd, accepting connections. Requests
+    // run on the serving shards that `start` spawns (`--worker-threads` of them).
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("dolphin-router: cannot start the runtime: {e}");

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::net::TcpListener;
-use tokio::task::JoinHandle;
+use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::RouterConfig;
@@ -44,9 +44,9 @@ pub enum ServerError {
     /// The gRPC server failed.
     #[error("gRPC server failed")]
     Grpc(#[source] tonic::transport::Error),
-    /// A server task panicked.
-    #[error("server task failed")]
-    Join(#[from] tokio::task::JoinError),
+    /// A serving shard's thread could not start, or ended without saying how.
+    #[error("serving shard failed")]
+    Shard(#[source] std::io::Error),
     /// A flag the router cannot run with.
     #[error(transparent)]
     Config(crate::config::ConfigError),
@@ -68,8 +68,10 @@ pub struct RunningRouter {
     pub public_grpc_addr: String,
     /// The dispatcher (for in-process use and tests).
     pub dispatcher: Arc<Dispatcher>,
-    http: JoinHandle<std::io::Result<()>>,
-    grpc: JoinHandle<Result<(), tonic::transport::Error>>,
+    /// Serving shards (see [`crate::shard`]).
+    pub shards: usize,
+    /// One per shard: what its servers ended with.
+    stopped: Vec<oneshot::Receiver<Result<(), ServerError>>>,
 }
 
 async fn bind(addr: SocketAddr) -> Result<TcpListener, ServerError> {
@@ -152,14 +154,43 @@ pub async fn start(
         dispatcher: dispatcher.clone(),
         metrics,
     });
-    let http = tokio::spawn(crate::http::serve(http_listener, app, shutdown.clone()));
-    let grpc = tokio::spawn(crate::grpc::serve(
-        grpc_listener,
-        dispatcher.clone(),
-        shutdown.clone(),
-    ));
+    let shards = crate::shard::set_count(match cfg.worker_threads {
+        0 => std::thread::available_parallelism().map_or(1, usize::from),
+        n => n,
+    });
+    let http_shards =
+        crate::shard::deal(http_listener, shards, shutdown.clone()).map_err(|source| {
+            ServerError::Bind {
+                addr: cfg.http_addr,
+                source,
+            }
+        })?;
+    let grpc_shards =
+        crate::shard::deal(grpc_listener, shards, shutdown.clone()).map_err(|source| {
+            ServerError::Bind {
+                addr: cfg.grpc_addr,
+                source,
+            }
+        })?;
+    let mut stopped = Vec::with_capacity(shards);
+    for (i, (http_l, grpc_l)) in http_shards.into_iter().zip(grpc_shards).enumerate() {
+        let (done, stopped_rx) = oneshot::channel();
+        let (app, dispatcher, shutdown) = (app.clone(), dispatcher.clone(), shutdown.clone());
+        crate::shard::spawn(i + 1, move || async move {
+            let (http, grpc) = tokio::join!(
+                crate::http::serve(http_l, app, shutdown.clone()),
+                crate::grpc::serve(grpc_l, dispatcher, shutdown),
+            );
+            let result = http
+                .map_err(ServerError::Http)
+                .and(grpc.map_err(ServerError::Grpc));
+            let _ = done.send(result);
+        })
+        .map_err(ServerError::Shard)?;
+        stopped.push(stopped_rx);
+    }
     tracing::info!(%public_http_addr, %public_grpc_addr, http_bound = %http_addr,
-        grpc_bound = %grpc_addr, version = dolphin_cluster::BUILD_VERSION,
+        grpc_bound = %grpc_addr, version = dolphin_cluster::BUILD_VERSION, shards,
         policy = dispatcher.policy().name(), "router started");
     Ok(RunningRouter {
         http_addr,
@@ -167,8 +198,8 @@ pub async fn start(
         public_http_addr,
         public_grpc_addr,
         dispatcher,
-        http,
-        grpc,
+        shards,
+        stopped,
     })
 }
 
@@ -195,10 +226,18 @@ impl RunningRouter {
     /// Waits until both servers have stopped (after shutdown fired and connections drained),
     /// then stops following workers.
     pub async fn wait(self) -> Result<(), ServerError> {
-        let (http, grpc) = tokio::join!(self.http, self.grpc);
+        let mut result = Ok(());
+        for shard in self.stopped {
+            let ended = shard.await.unwrap_or_else(|_| {
+                Err(ServerError::Shard(std::io::Error::other(
+                    "a serving shard ended without a result (it panicked)",
+                )))
+            });
+            if result.is_ok() {
+                result = ended;
+            }
+        }
         self.dispatcher.registry().clear();
-        http?.map_err(ServerError::Http)?;
-        grpc?.map_err(ServerError::Grpc)?;
-        Ok(())
+        result
     }
 }

@@ -75,7 +75,7 @@ struct Args {
     /// Distinct prompts cycled through.
     #[arg(long, default_value_t = 256)]
     prompts: usize,
-    /// Tokio worker threads of the router (TOKIO_WORKER_THREADS; default: one per core).
+    /// Serving threads of the router (DOLPHIN_WORKER_THREADS; default: one per core).
     #[arg(long)]
     router_worker_threads: Option<usize>,
     /// Run the local-path router under this command (split on spaces), e.g. for a profile:

@@ -12,12 +12,11 @@ use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::serve::ListenerExt;
 use metrics_exporter_prometheus::PrometheusHandle;
-use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::dispatch::Dispatcher;
+use crate::shard::ShardListener;
 use error::ApiError;
 
 /// Largest request body: a 128k-token prompt as JSON token ids is under 1 MiB; leave room.
@@ -92,18 +91,13 @@ async fn metrics_text(State(st): State<AppState>) -> Response {
     }
 }
 
-/// Serves `app` on `listener` (TCP_NODELAY on every accepted socket) until `shutdown` fires;
-/// open connections then finish their requests.
-pub async fn serve(
-    listener: TcpListener,
+/// Serves `app` on the connections one shard is dealt until `shutdown` fires; open
+/// connections then finish their requests.
+pub(crate) async fn serve(
+    listener: ShardListener,
     app: Router,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
-    let listener = listener.tap_io(|tcp| {
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::debug!(error = %e, "cannot set TCP_NODELAY");
-        }
-    });
     axum::serve(listener, app)
         .with_graceful_shutdown(shutdown.cancelled_owned())
         .await

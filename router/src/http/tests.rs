@@ -36,8 +36,9 @@ async fn start(d: Arc<Dispatcher>) -> Server {
     let addr = listener.local_addr().expect("addr");
     let stop = CancellationToken::new();
     let metrics = Some(dolphin_cluster::init_metrics());
+    let mut shards = crate::shard::deal(listener, 1, stop.clone()).expect("deal");
     tokio::spawn(serve(
-        listener,
+        shards.remove(0),
         router(AppState {
             dispatcher: d,
             metrics,
