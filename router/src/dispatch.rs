@@ -12,10 +12,12 @@ use std::time::Instant;
 
 use dolphin_cluster::{Role, WorkerId};
 use dolphin_proto::v1;
+use http::{HeaderName, HeaderValue};
 use parking_lot::RwLock;
 
 use crate::dolphin::{Admission, DolphinRouting, MemoryStore, TableStore};
 use crate::error::DispatchError;
+use crate::grpc_call::GrpcStream;
 use crate::metrics as m;
 use crate::policy::{Decision, Features, Policy, PrefillState};
 use crate::request_log::RequestLog;
@@ -419,7 +421,7 @@ impl Dispatcher {
         p: &GenerateParams,
         tokens: &[u32],
         route: &RouteDecision,
-    ) -> Result<(tonic::Streaming<v1::DecodeResponse>, v1::DecodeResponse), DispatchError> {
+    ) -> Result<(GrpcStream<v1::DecodeResponse>, v1::DecodeResponse), DispatchError> {
         let worker = &route.decode.worker;
         let remote = match (route.decision, &route.prefill) {
             (Decision::Remote, Some(pf)) => Some(v1::RemotePrefill {
@@ -429,26 +431,26 @@ impl Dispatcher {
             }),
             _ => None,
         };
-        let mut req = tonic::Request::new(v1::DecodeRequest {
+        let req = v1::DecodeRequest {
             request_id: p.request_id.clone(),
             token_ids: tokens.to_vec(),
             sampling: Some(p.sampling.clone()),
             remote,
-        });
-        if let Ok(v) = p.request_id.parse() {
-            req.metadata_mut().insert("x-request-id", v);
-        }
+        };
+        let request_id = HeaderValue::try_from(p.request_id.as_str()).ok();
+        let metadata: &[(HeaderName, HeaderValue)] = match request_id {
+            Some(v) => &[(HeaderName::from_static("x-request-id"), v)],
+            None => &[],
+        };
         let fail = |status| DispatchError::Worker {
             worker: worker.id.0.clone(),
             status,
         };
         let mut stream = worker
             .channel()
-            .decode()
-            .decode(req)
+            .decode_call(&req, metadata)
             .await
-            .map_err(fail)?
-            .into_inner();
+            .map_err(fail)?;
         match stream.message().await {
             Ok(Some(first)) => Ok((stream, first)),
             Ok(None) => Err(DispatchError::Truncated {

@@ -14,6 +14,7 @@ pub mod dispatch;
 pub mod dolphin;
 pub mod error;
 pub mod grpc;
+pub mod grpc_call;
 pub mod http;
 pub mod metrics;
 pub mod policy;

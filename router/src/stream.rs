@@ -14,6 +14,7 @@ use futures::Stream;
 
 use crate::dispatch::{InflightPermit, RouteDecision};
 use crate::error::DispatchError;
+use crate::grpc_call::GrpcStream;
 use crate::metrics as m;
 use crate::policy::Decision;
 use crate::request_log::{RequestLog, RequestRecord};
@@ -82,7 +83,7 @@ pub struct Delta {
 pub struct ResponseStream {
     meta: RequestMeta,
     /// `None` once finished: dropping it is what cancels the worker's request.
-    stream: Option<tonic::Streaming<v1::DecodeResponse>>,
+    stream: Option<GrpcStream<v1::DecodeResponse>>,
     pending: Option<v1::DecodeResponse>,
     tokenizer: Arc<dyn Tokenizer>,
     detok: IncrementalDetokenizer,
@@ -101,7 +102,7 @@ pub struct ResponseStream {
 impl ResponseStream {
     pub(crate) fn new(
         meta: RequestMeta,
-        stream: tonic::Streaming<v1::DecodeResponse>,
+        stream: GrpcStream<v1::DecodeResponse>,
         first: v1::DecodeResponse,
         tokenizer: Arc<dyn Tokenizer>,
         stops: &[String],

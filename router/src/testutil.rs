@@ -211,7 +211,29 @@ impl DecodeWorker for Svc {
 impl FakeWorker {
     /// Starts a fake worker.
     pub async fn start(id: &str, role: Role, behavior: Behavior) -> FakeWorker {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let any: SocketAddr = "127.0.0.1:0".parse().expect("address");
+        Self::start_on(any, id, role, behavior).await
+    }
+
+    /// Starts a fake worker on `addr` (a restarted worker keeps its port).
+    pub async fn start_on(
+        addr: SocketAddr,
+        id: &str,
+        role: Role,
+        behavior: Behavior,
+    ) -> FakeWorker {
+        // A worker restarted on its port: the old server may hold it while it drains.
+        let mut tries = 0;
+        let listener = loop {
+            match TcpListener::bind(addr).await {
+                Ok(l) => break l,
+                Err(e) if e.kind() == std::io::ErrorKind::AddrInUse && tries < 100 => {
+                    tries += 1;
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Err(e) => panic!("bind {addr}: {e}"),
+            }
+        };
         let addr = listener.local_addr().expect("addr");
         let (events, _) = broadcast::channel(256);
         let stop = CancellationToken::new();

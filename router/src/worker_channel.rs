@@ -15,12 +15,15 @@
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use dolphin_proto::v1::decode_worker_client::DecodeWorkerClient;
+use dolphin_proto::v1;
 use dolphin_proto::v1::worker_client::WorkerClient;
+use http::{HeaderName, HeaderValue};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use tonic::transport::Uri;
+
+use crate::grpc_call::{ConnOptions, GrpcConn, GrpcStream};
 
 /// How often a connection is pinged, so that a dead worker (a crashed host, a cut link: no
 /// RST ever arrives) is noticed and its streams end with an error instead of hanging.
@@ -38,9 +41,14 @@ pub type HttpClient = Client<HttpConnector, tonic::body::Body>;
 pub struct WorkerChannel {
     /// Index 0: the control runtime; `i`: shard `i`.
     clients: Arc<[OnceLock<HttpClient>]>,
+    /// Decode calls, per shard like `clients` (see [`crate::grpc_call`]).
+    decode_calls: Arc<[OnceLock<GrpcConn>]>,
     origin: Uri,
     connect_timeout: Duration,
 }
+
+/// `DecodeWorker.Decode`'s path.
+const DECODE_PATH: &str = "/dolphin.v1.DecodeWorker/Decode";
 
 /// The worker's address is not a valid URI authority.
 #[derive(Debug, thiserror::Error)]
@@ -56,14 +64,39 @@ impl WorkerChannel {
         if origin.authority().is_none() || origin.path() != "/" {
             return Err(BadAddress(addr.to_string()));
         }
-        let clients = (0..=crate::shard::count())
-            .map(|_| OnceLock::new())
-            .collect();
+        let slots = crate::shard::count() + 1;
         Ok(Self {
-            clients,
+            clients: (0..slots).map(|_| OnceLock::new()).collect(),
+            decode_calls: (0..slots).map(|_| OnceLock::new()).collect(),
             origin,
             connect_timeout,
         })
+    }
+
+    /// Calls `DecodeWorker.Decode` on this thread's connection; `metadata` goes out as request
+    /// headers.
+    pub async fn decode_call(
+        &self,
+        request: &v1::DecodeRequest,
+        metadata: &[(HeaderName, HeaderValue)],
+    ) -> Result<GrpcStream<v1::DecodeResponse>, tonic::Status> {
+        let i = crate::shard::current().min(self.decode_calls.len() - 1);
+        let conn = self.decode_calls[i].get_or_init(|| {
+            let authority = self
+                .origin
+                .authority()
+                .cloned()
+                .expect("checked at construction");
+            GrpcConn::new(
+                authority,
+                ConnOptions {
+                    connect_timeout: self.connect_timeout,
+                    keep_alive_interval: KEEP_ALIVE_INTERVAL,
+                    keep_alive_timeout: KEEP_ALIVE_TIMEOUT,
+                },
+            )
+        });
+        conn.server_streaming(DECODE_PATH, request, metadata).await
     }
 
     /// This thread's client: its shard's, made on first use.
@@ -87,11 +120,6 @@ impl WorkerChannel {
                     .build(connector)
             })
             .clone()
-    }
-
-    /// A `DecodeWorker` client over this thread's connection (cheap: clones two handles).
-    pub fn decode(&self) -> DecodeWorkerClient<HttpClient> {
-        DecodeWorkerClient::with_origin(self.client(), self.origin.clone())
     }
 
     /// A `Worker` client over this thread's connection.
