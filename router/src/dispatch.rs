@@ -437,7 +437,14 @@ impl Dispatcher {
             sampling: Some(p.sampling.clone()),
             remote,
         };
-        let request_id = HeaderValue::try_from(p.request_id.as_str()).ok();
+        // Unique per request: marked sensitive so HPACK sends it as a literal instead of
+        // inserting it into (and evicting from) the connection's header table on every call.
+        let request_id = HeaderValue::try_from(p.request_id.as_str())
+            .ok()
+            .map(|mut v| {
+                v.set_sensitive(true);
+                v
+            });
         let metadata: &[(HeaderName, HeaderValue)] = match request_id {
             Some(v) => &[(HeaderName::from_static("x-request-id"), v)],
             None => &[],

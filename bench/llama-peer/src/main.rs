@@ -12,7 +12,8 @@
 //! ```
 //!
 //! Prompts are synthetic token ids (the same recipe for both engines, differing per repetition
-//! so nothing is cached); decoding is greedy; each number is the median of `--reps` runs.
+//! so nothing is cached); decoding is greedy; each number is the median of `--reps` runs, and the
+//! engines take turns repetition by repetition.
 
 use std::num::NonZeroU32;
 use std::path::{Path, PathBuf};
@@ -82,8 +83,15 @@ struct Report {
     decode_tokens: usize,
     batch: usize,
     reps: usize,
+    /// Medians over the repetitions.
     llamacpp: Numbers,
+    llamacpp_reps: Vec<Numbers>,
     llamacpp_crate: &'static str,
+    /// Medians over the repetitions (each a fresh `engine_candle` process, run in turn with
+    /// llama.cpp's repetition of the same index).
+    dolphin_median: Option<Numbers>,
+    dolphin_reps: Vec<Numbers>,
+    /// The last `engine_candle` result in full (its configuration and CPU time).
     dolphin: Option<serde_json::Value>,
     /// Dolphin over llama.cpp (above 1: Dolphin ahead).
     ratio_prefill: Option<f64>,
@@ -204,11 +212,12 @@ impl Llama<'_> {
     }
 }
 
-fn run_llamacpp(args: &Args, model_path: &Path) -> anyhow::Result<Numbers> {
-    let mut backend = LlamaBackend::init()?;
-    backend.void_logs();
-    let model = LlamaModel::load_from_file(&backend, model_path, &LlamaModelParams::default())
-        .with_context(|| format!("load {}", model_path.display()))?;
+/// Loads llama.cpp's context for `args`; `one_rep` then measures one repetition.
+fn load_llamacpp<'m>(
+    args: &Args,
+    backend: &LlamaBackend,
+    model: &'m LlamaModel,
+) -> anyhow::Result<Llama<'m>> {
     let n_ctx = (args
         .prefill_tokens
         .max(args.decode_prompt + args.decode_tokens)
@@ -221,7 +230,7 @@ fn run_llamacpp(args: &Args, model_path: &Path) -> anyhow::Result<Numbers> {
         .with_n_seq_max(args.batch.max(1) as u32)
         .with_n_threads(args.threads as i32)
         .with_n_threads_batch(args.threads as i32);
-    let ctx = model.new_context(&backend, params)?;
+    let ctx = model.new_context(backend, params)?;
     let mut l = Llama {
         ctx,
         vocab: model.n_vocab() as usize,
@@ -229,31 +238,54 @@ fn run_llamacpp(args: &Args, model_path: &Path) -> anyhow::Result<Numbers> {
     // Warm-up: one short prefill and decode.
     l.ctx.clear_kv_cache();
     l.prefill(0, &prompt(999, 64, l.vocab))?;
-    let mut prefill = Vec::new();
-    let mut b1 = Vec::new();
-    let mut bn = Vec::new();
-    for rep in 0..args.reps {
-        l.ctx.clear_kv_cache();
-        let p = prompt(rep, args.prefill_tokens, l.vocab);
+    Ok(l)
+}
+
+impl Llama<'_> {
+    /// One repetition: prefill, decode at batch 1, decode at the batch.
+    fn one_rep(&mut self, args: &Args, rep: usize) -> anyhow::Result<Numbers> {
+        self.ctx.clear_kv_cache();
+        let p = prompt(rep, args.prefill_tokens, self.vocab);
         let started = Instant::now();
-        l.prefill(0, &p)?;
-        prefill.push(args.prefill_tokens as f64 / started.elapsed().as_secs_f64());
-        b1.push(l.decode(1, args.decode_prompt, args.decode_tokens, rep + 10)?);
-        bn.push(l.decode(args.batch, args.decode_prompt, args.decode_tokens, rep + 20)?);
-        eprintln!(
-            "llama.cpp rep {rep}: prefill {:.1} tok/s, decode b1 {:.1}, b{} {:.1}",
-            prefill[rep], b1[rep], args.batch, bn[rep]
-        );
+        self.prefill(0, &p)?;
+        let prefill = args.prefill_tokens as f64 / started.elapsed().as_secs_f64();
+        let b1 = self.decode(1, args.decode_prompt, args.decode_tokens, rep + 10)?;
+        let bn = self.decode(args.batch, args.decode_prompt, args.decode_tokens, rep + 20)?;
+        Ok(Numbers {
+            prefill_tok_s: prefill,
+            decode_b1_tok_s: b1,
+            decode_batch_tok_s: bn,
+            batch_gain: bn / b1,
+        })
     }
-    let (p, d1, dn) = (median(prefill), median(b1), median(bn));
+}
+
+/// Medians of each field over `reps`.
+fn medians(reps: &[Numbers]) -> Numbers {
+    let m = |f: fn(&Numbers) -> f64| median(reps.iter().map(f).collect());
+    Numbers {
+        prefill_tok_s: m(|n| n.prefill_tok_s),
+        decode_b1_tok_s: m(|n| n.decode_b1_tok_s),
+        decode_batch_tok_s: m(|n| n.decode_batch_tok_s),
+        batch_gain: m(|n| n.batch_gain),
+    }
+}
+
+/// The numbers of one `engine_candle` result.
+fn dolphin_numbers(v: &serde_json::Value) -> anyhow::Result<Numbers> {
+    let get = |k: &str| {
+        v[k].as_f64()
+            .with_context(|| format!("engine_candle's result has no {k}"))
+    };
     Ok(Numbers {
-        prefill_tok_s: p,
-        decode_b1_tok_s: d1,
-        decode_batch_tok_s: dn,
-        batch_gain: dn / d1,
+        prefill_tok_s: get("prefill_tok_s")?,
+        decode_b1_tok_s: get("decode_b1_tok_s")?,
+        decode_batch_tok_s: get("decode_batch_tok_s")?,
+        batch_gain: get("batch_gain")?,
     })
 }
 
+/// One `engine_candle` run of one repetition (a fresh process, as a deployment would load it).
 fn run_dolphin(args: &Args, model_path: &Path) -> anyhow::Result<serde_json::Value> {
     let bin = repo_root().join("target/release/engine_candle");
     if !bin.is_file() {
@@ -271,7 +303,7 @@ fn run_dolphin(args: &Args, model_path: &Path) -> anyhow::Result<serde_json::Val
         .args(["--decode-prompt", &args.decode_prompt.to_string()])
         .args(["--decode-tokens", &args.decode_tokens.to_string()])
         .args(["--batch", &args.batch.to_string()])
-        .args(["--reps", &args.reps.to_string()])
+        .args(["--reps", "1"])
         .arg("--out")
         .arg(&out)
         .status()
@@ -294,16 +326,39 @@ fn main() -> anyhow::Result<()> {
         "{} not found (scripts/fetch-model.sh)",
         model_path.display()
     );
-    let dolphin = if args.no_dolphin {
-        None
-    } else {
-        Some(run_dolphin(&args, &model_path)?)
-    };
-    let llama = run_llamacpp(&args, &model_path)?;
-    let get = |k: &str| dolphin.as_ref().and_then(|d| d[k].as_f64());
-    let ratio_prefill = get("prefill_tok_s").map(|d| d / llama.prefill_tok_s);
-    let ratio_decode_b1 = get("decode_b1_tok_s").map(|d| d / llama.decode_b1_tok_s);
-    let ratio_batch_gain = get("batch_gain").map(|d| d / llama.batch_gain);
+    let mut backend = LlamaBackend::init()?;
+    backend.void_logs();
+    let model =
+        LlamaModel::load_from_file(&backend, model_path.as_path(), &LlamaModelParams::default())
+            .with_context(|| format!("load {}", model_path.display()))?;
+    let mut llama_engine = load_llamacpp(&args, &backend, &model)?;
+    // The two engines take turns, repetition by repetition, so both see the same share of
+    // whatever else runs on a shared machine (it moved single runs by 40% in a session).
+    let (mut dolphin_reps, mut llama_reps, mut dolphin) = (Vec::new(), Vec::new(), None);
+    for rep in 0..args.reps.max(1) {
+        if !args.no_dolphin {
+            let v = run_dolphin(&args, &model_path)?;
+            let n = dolphin_numbers(&v)?;
+            eprintln!(
+                "dolphin rep {rep}: prefill {:.1} tok/s, decode b1 {:.1}, b{} {:.1}",
+                n.prefill_tok_s, n.decode_b1_tok_s, args.batch, n.decode_batch_tok_s
+            );
+            dolphin_reps.push(n);
+            dolphin = Some(v);
+        }
+        let n = llama_engine.one_rep(&args, rep)?;
+        eprintln!(
+            "llama.cpp rep {rep}: prefill {:.1} tok/s, decode b1 {:.1}, b{} {:.1}",
+            n.prefill_tok_s, n.decode_b1_tok_s, args.batch, n.decode_batch_tok_s
+        );
+        llama_reps.push(n);
+    }
+    let llama = medians(&llama_reps);
+    let dolphin_median = (!dolphin_reps.is_empty()).then(|| medians(&dolphin_reps));
+    let ratio = |f: fn(&Numbers) -> f64| dolphin_median.as_ref().map(|d| f(d) / f(&llama));
+    let ratio_prefill = ratio(|n| n.prefill_tok_s);
+    let ratio_decode_b1 = ratio(|n| n.decode_b1_tok_s);
+    let ratio_batch_gain = ratio(|n| n.batch_gain);
     let ahead = match (ratio_prefill, ratio_decode_b1, ratio_batch_gain) {
         (Some(a), Some(b), Some(c)) => Some(a > 1.0 && b > 1.0 && c > 1.0),
         _ => None,
@@ -320,7 +375,10 @@ fn main() -> anyhow::Result<()> {
         batch: args.batch,
         reps: args.reps,
         llamacpp: llama,
+        llamacpp_reps: llama_reps,
         llamacpp_crate: "llama-cpp-2 0.1.160",
+        dolphin_median,
+        dolphin_reps,
         dolphin,
         ratio_prefill,
         ratio_decode_b1,
