@@ -88,8 +88,9 @@ pub struct EngineArgs {
     /// (auto, on, off).
     #[arg(long, env = "DOLPHIN_PADDING", default_value = "auto", value_parser = parse_padding)]
     pub padding: Padding,
-    /// Candle: kernels of the Q8_0 matmuls on the CPU: auto (a tiled AVX2 kernel on x86 CPUs
-    /// without VNNI, candle's elsewhere), candle, tiled. Both give the same results.
+    /// Candle: kernels of the quantized matmuls on the CPU: auto (Dolphin's tiled AVX2 kernels
+    /// for Q4_1 weights, and for Q8_0 on x86 CPUs without VNNI; candle's elsewhere), candle,
+    /// tiled. For Q8_0 both give the same results.
     #[arg(long, env = "DOLPHIN_MATMUL", default_value = "auto", value_parser = parse_matmul)]
     pub matmul: MatmulKernel,
     /// Candle: cpu, cuda or cuda:N (CUDA needs a build with the `cuda` feature).

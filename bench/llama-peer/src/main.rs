@@ -55,6 +55,9 @@ struct Args {
     /// Repetitions (median reported).
     #[arg(long, default_value_t = 3)]
     reps: usize,
+    /// Extra arguments for Dolphin's `engine_candle` (e.g. `--dolphin-arg=--weights=keep`).
+    #[arg(long = "dolphin-arg", allow_hyphen_values = true)]
+    dolphin_args: Vec<String>,
     /// Skip Dolphin's engine (llama.cpp only).
     #[arg(long)]
     no_dolphin: bool,
@@ -78,6 +81,8 @@ struct Report {
     cpu_flags: Vec<&'static str>,
     model: String,
     threads: usize,
+    /// Extra `engine_candle` arguments.
+    dolphin_args: Vec<String>,
     prefill_tokens: usize,
     decode_prompt: usize,
     decode_tokens: usize,
@@ -304,6 +309,7 @@ fn run_dolphin(args: &Args, model_path: &Path) -> anyhow::Result<serde_json::Val
         .args(["--decode-tokens", &args.decode_tokens.to_string()])
         .args(["--batch", &args.batch.to_string()])
         .args(["--reps", "1"])
+        .args(&args.dolphin_args)
         .arg("--out")
         .arg(&out)
         .status()
@@ -369,6 +375,7 @@ fn main() -> anyhow::Result<()> {
         cpu_flags: cpu_flags(),
         model: model_path.display().to_string(),
         threads: args.threads,
+        dolphin_args: args.dolphin_args.clone(),
         prefill_tokens: args.prefill_tokens,
         decode_prompt: args.decode_prompt,
         decode_tokens: args.decode_tokens,

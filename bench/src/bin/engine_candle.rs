@@ -35,7 +35,8 @@ struct Args {
     /// Inner-dimension padding to multiples of 256: auto, on, off.
     #[arg(long, default_value = "auto")]
     padding: Padding,
-    /// Q8_0 matmul kernels: auto (the tiled AVX2 kernel on x86 without VNNI), candle, tiled.
+    /// Quantized matmul kernels: auto (the tiled AVX2 kernels for Q4_1, and for Q8_0 on x86
+    /// without VNNI), candle, tiled.
     #[arg(long, default_value = "auto")]
     matmul: MatmulKernel,
     /// Prompt tokens for the prefill measurement.
@@ -65,6 +66,8 @@ struct Report {
     padded: bool,
     /// Whether the Q8_0 matmuls ran on the tiled AVX2 kernel (else candle's).
     tiled_q8: bool,
+    /// Whether Q4_1 matmuls (`--weights keep`) ran on the tiled AVX2 kernel.
+    tiled_q4: bool,
     threads: usize,
     cpu: String,
     cpu_flags: Vec<&'static str>,
@@ -218,7 +221,7 @@ async fn main() -> anyhow::Result<()> {
     cfg.weights = args.weights;
     cfg.padding = args.padding;
     cfg.matmul = args.matmul;
-    let tiled_q8 = cfg.tiled_q8();
+    let (tiled_q8, tiled_q4) = (cfg.tiled_q8(), cfg.tiled_q4());
     cfg.max_batched_tokens = args.prefill_tokens.max(512) as u32;
     let padded = cfg.pads();
     let load_avg_before = load_avg();
@@ -292,6 +295,7 @@ async fn main() -> anyhow::Result<()> {
         weights: args.weights.to_string(),
         padded,
         tiled_q8,
+        tiled_q4,
         threads,
         cpu: dolphin_bench::machine::cpu_name(),
         cpu_flags: dolphin_bench::machine::cpu_flags(),

@@ -47,7 +47,7 @@ impl CandleBackend {
             block_size: cfg.block_size as usize,
             max_context: cfg.max_context.map(|c| c as usize),
             layers: cfg.layers.map(|n| n as usize),
-            tiled_q8: cfg.tiled_q8(),
+            tiled: cfg.tiled(),
         };
         let model = Llama::load(&cfg.model_path, opts, &device)?;
         let p = &model.params;

@@ -4,6 +4,8 @@ use std::fmt;
 use std::path::PathBuf;
 use std::str::FromStr;
 
+use super::linear::TiledKernels;
+
 /// How weights are held in memory after loading.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum WeightFormat {
@@ -152,20 +154,21 @@ pub struct CandleConfig {
     /// output head (`None`: all). A small model for token-level handoffs cut from the large
     /// one, sharing its tokenizer by construction.
     pub layers: Option<u32>,
-    /// Which kernels run the Q8_0 matmuls on the CPU.
+    /// Which kernels run the quantized matmuls on the CPU.
     pub matmul: MatmulKernel,
 }
 
-/// The CPU kernels of Q8_0 matmuls.
+/// The CPU kernels of quantized matmuls.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum MatmulKernel {
-    /// The tiled AVX2 kernel on x86 CPUs without VNNI, candle's elsewhere.
+    /// The tiled AVX2 kernels for Q4_1 weights (candle's is scalar) and, on x86 CPUs without
+    /// VNNI, for Q8_0; candle's elsewhere.
     #[default]
     Auto,
-    /// candle's own (on VNNI CPUs its repacked kernels; on AVX2 one dot product per row and
-    /// token).
+    /// candle's own (for Q8_0: on VNNI CPUs its repacked kernels, on AVX2 one dot product per
+    /// row and token; for Q4_1 a scalar loop).
     Candle,
-    /// The tiled AVX2 kernel wherever the build has it.
+    /// The tiled AVX2 kernels wherever the build has them.
     Tiled,
 }
 
@@ -238,15 +241,28 @@ impl CandleConfig {
         }
     }
 
+    /// Which quantized matmuls run on the tiled AVX2 kernels under this config.
+    pub(crate) fn tiled(&self) -> TiledKernels {
+        let cpu = super::linear::TILED_BUILT && self.device == DeviceKind::Cpu;
+        TiledKernels {
+            q8: cpu
+                && match self.matmul {
+                    MatmulKernel::Auto => !cpu_has_vnni(),
+                    MatmulKernel::Candle => false,
+                    MatmulKernel::Tiled => true,
+                },
+            q4: cpu && self.matmul != MatmulKernel::Candle,
+        }
+    }
+
     /// Whether the Q8_0 matmuls run on the tiled AVX2 kernel under this config.
     pub fn tiled_q8(&self) -> bool {
-        super::linear::TILED_BUILT
-            && self.device == DeviceKind::Cpu
-            && match self.matmul {
-                MatmulKernel::Auto => !cpu_has_vnni(),
-                MatmulKernel::Candle => false,
-                MatmulKernel::Tiled => true,
-            }
+        self.tiled().q8
+    }
+
+    /// Whether Q4_1 matmuls (`--weights keep` on a Q4_1 file) run on the tiled AVX2 kernel.
+    pub fn tiled_q4(&self) -> bool {
+        self.tiled().q4
     }
 
     /// Blocks of KV memory for a model with `bytes_per_token` of KV per token.
@@ -256,7 +272,7 @@ impl CandleConfig {
 }
 
 /// Whether candle's repacked x86 Q8_0 / Q4_K kernels can run here.
-fn cpu_has_vnni() -> bool {
+pub(crate) fn cpu_has_vnni() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
         (std::arch::is_x86_feature_detected!("avx512f")

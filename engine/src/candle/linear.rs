@@ -1,5 +1,6 @@
-//! One matmul of the model: candle's `QMatMul`, or on x86 CPUs with AVX2 and no VNNI the tiled
-//! Q8_0 kernel of [`super::q8`] (same results bit for bit, several times fewer block loads).
+//! One matmul of the model: candle's `QMatMul`, or on x86 CPUs with AVX2 the tiled kernels: Q8_0
+//! ([`super::q8`], same results as candle's bit for bit, several times fewer block loads) and
+//! Q4_1 ([`super::q4`], the 4-bit weights as the file stores them; candle's Q4_1 is scalar).
 
 use candle_core::quantized::QMatMul;
 use candle_core::{Module, Result, Tensor};
@@ -9,7 +10,16 @@ use candle_core::{Module, Result, Tensor};
     target_feature = "avx2",
     target_feature = "fma"
 ))]
-use super::q8::Q8Matrix;
+use super::{q4::Q4Matrix, q8::Q8Matrix};
+
+/// Which formats go to the tiled kernels (the rest stay with candle).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct TiledKernels {
+    /// Q8_0 weights.
+    pub q8: bool,
+    /// Q4_1 weights.
+    pub q4: bool,
+}
 
 /// A weight matrix `[rows, k]`; `forward` computes `x @ w^T`.
 #[derive(Debug)]
@@ -23,22 +33,40 @@ pub(crate) enum Linear {
         target_feature = "fma"
     ))]
     TiledQ8(Q8Matrix),
+    /// Q4_1 weights through the tiled AVX2 kernel.
+    #[cfg(all(
+        target_arch = "x86_64",
+        target_feature = "avx2",
+        target_feature = "fma"
+    ))]
+    TiledQ4(Q4Matrix),
 }
 
 impl Linear {
-    /// Wraps `m`, moving Q8_0 weights to the tiled kernel when `tiled` (other formats, and
-    /// builds without AVX2, stay with candle).
-    pub fn new(m: QMatMul, tiled: bool) -> Result<Linear> {
+    /// Wraps `m`, moving Q8_0 and Q4_1 weights to the tiled kernels as `tiled` says (other
+    /// formats, and builds without AVX2, stay with candle).
+    pub fn new(m: QMatMul, tiled: TiledKernels) -> Result<Linear> {
         #[cfg(all(
             target_arch = "x86_64",
             target_feature = "avx2",
             target_feature = "fma"
         ))]
-        if tiled
+        if tiled.q8
             && let QMatMul::QTensor(t) = &m
             && let Some(q8) = Q8Matrix::from_qtensor(t)?
         {
             return Ok(Linear::TiledQ8(q8));
+        }
+        #[cfg(all(
+            target_arch = "x86_64",
+            target_feature = "avx2",
+            target_feature = "fma"
+        ))]
+        if tiled.q4
+            && let QMatMul::QTensor(t) = &m
+            && let Some(q4) = Q4Matrix::from_qtensor(t)?
+        {
+            return Ok(Linear::TiledQ4(q4));
         }
         let _ = tiled;
         Ok(Linear::Candle(m))
@@ -54,6 +82,12 @@ impl Linear {
                 target_feature = "fma"
             ))]
             Self::TiledQ8(m) => m.forward(x),
+            #[cfg(all(
+                target_arch = "x86_64",
+                target_feature = "avx2",
+                target_feature = "fma"
+            ))]
+            Self::TiledQ4(m) => m.forward(x),
         }
     }
 }

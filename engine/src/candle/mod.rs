@@ -28,6 +28,12 @@ mod params;
     target_feature = "avx2",
     target_feature = "fma"
 ))]
+mod q4;
+#[cfg(all(
+    target_arch = "x86_64",
+    target_feature = "avx2",
+    target_feature = "fma"
+))]
 mod q8;
 mod sampler;
 mod threads;

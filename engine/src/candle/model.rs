@@ -14,6 +14,7 @@ use super::attention::{AttnGeom, RowInfo, Span, attend_cpu, attend_tensors};
 use super::config::WeightFormat;
 use super::error::LoadError;
 use super::kv_store::{KvStore, SlotRun};
+use super::linear::TiledKernels;
 use super::params::LlamaParams;
 use super::weights::{self, Layout, Weights};
 
@@ -51,8 +52,8 @@ pub(crate) struct LoadOptions {
     pub max_context: Option<usize>,
     /// Early exit after this many layers (`None`: all).
     pub layers: Option<usize>,
-    /// Q8_0 matmuls through the tiled AVX2 kernel.
-    pub tiled_q8: bool,
+    /// Which quantized matmuls run on the tiled AVX2 kernels.
+    pub tiled: TiledKernels,
 }
 
 /// Rounds `n` up to a multiple of 256 when padding.
@@ -83,7 +84,11 @@ impl Llama {
             format: opts.format,
             hidden_in: padded(params.hidden, opts.pad),
             attn_in: padded(params.n_head * params.head_dim, opts.pad),
-            tiled_q8: opts.tiled_q8 && device.is_cpu(),
+            tiled: if device.is_cpu() {
+                opts.tiled
+            } else {
+                TiledKernels::default()
+            },
         };
         let weights = weights::load(&content, &mut reader, &params, layout, device)?;
         let positions = opts

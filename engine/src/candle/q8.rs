@@ -305,15 +305,31 @@ mod tests {
     #[test]
     fn equals_candle_bit_for_bit_on_model_shapes() {
         // SmolLM2-135M: qkv 960 x 576, down 576 x 1536; prefill, a batch and decode.
-        for (rows, k) in [(960, 576), (576, 1536)] {
+        for (rows, k) in [(960usize, 576usize), (576, 1536)] {
+            // On a VNNI CPU candle runs inner sizes that are multiples of 256 on its repacked
+            // VNNI kernels, which quantize the activations in blocks of 256 and add in another
+            // order: close to the AVX2 path (0.07% of the largest output here), not equal.
+            let same_path = !(k.is_multiple_of(256) && crate::candle::config::cpu_has_vnni());
             for m in [1, 8, 33] {
                 let (got, want) = both(rows, k, m, 7);
-                assert!(
-                    got.iter()
+                if same_path {
+                    assert!(
+                        got.iter()
+                            .zip(&want)
+                            .all(|(a, b)| a.to_bits() == b.to_bits()),
+                        "{rows}x{k}, m={m}"
+                    );
+                } else {
+                    let scale = want.iter().fold(1e-6f32, |s, v| s.max(v.abs()));
+                    let worst = got
+                        .iter()
                         .zip(&want)
-                        .all(|(a, b)| a.to_bits() == b.to_bits()),
-                    "{rows}x{k}, m={m}"
-                );
+                        .fold(0f32, |e, (a, b)| e.max((a - b).abs()));
+                    assert!(
+                        worst < 2e-3 * scale,
+                        "{rows}x{k}, m={m}: {worst} of {scale}"
+                    );
+                }
             }
         }
     }

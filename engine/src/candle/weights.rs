@@ -48,8 +48,8 @@ pub(crate) struct Layout {
     pub hidden_in: usize,
     /// Padded inner size of the attention output projection.
     pub attn_in: usize,
-    /// Q8_0 matmuls through the tiled AVX2 kernel instead of candle's.
-    pub tiled_q8: bool,
+    /// Which quantized matmuls run on the tiled AVX2 kernels instead of candle's.
+    pub tiled: super::linear::TiledKernels,
 }
 
 impl Layout {
@@ -125,7 +125,7 @@ impl Loader<'_> {
         k_pad: usize,
     ) -> Result<Linear, LoadError> {
         let m = self.qmatmul(format, parts, k, k_pad)?;
-        Ok(Linear::new(m, self.layout.tiled_q8)?)
+        Ok(Linear::new(m, self.layout.tiled)?)
     }
 
     fn qmatmul(

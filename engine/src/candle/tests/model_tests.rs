@@ -7,19 +7,29 @@ use super::tiny::{TinyModel, TinySpec, tokens};
 use crate::candle::attention::Span;
 use crate::candle::config::WeightFormat;
 use crate::candle::kv_store::KvStore;
+use crate::candle::linear::TiledKernels;
 use crate::candle::model::{AttnImpl, Llama, LoadOptions};
 use crate::types::BlockId;
 
 const BS: usize = 16;
 
 fn load(m: &TinyModel, format: WeightFormat, pad: bool) -> (Llama, KvStore) {
+    load_with(m, format, pad, TiledKernels::default())
+}
+
+fn load_with(
+    m: &TinyModel,
+    format: WeightFormat,
+    pad: bool,
+    tiled: TiledKernels,
+) -> (Llama, KvStore) {
     let opts = LoadOptions {
         format,
         pad,
         block_size: BS,
         max_context: None,
         layers: None,
-        tiled_q8: false,
+        tiled,
     };
     let model = Llama::load(&m.path, opts, &Device::Cpu).expect("load tiny model");
     let p = &model.params;
@@ -306,4 +316,88 @@ fn kv_block_copy_speed() {
         bytes / import.as_secs_f64() / 1e9,
         exported[0].len()
     );
+}
+
+/// The file's Q4_1 weights on the tiled Q4_1 kernel (`--weights keep`): close to the dense
+/// reference of those (dequantized) weights, and batching and chunking change no bit.
+#[cfg(all(
+    target_arch = "x86_64",
+    target_feature = "avx2",
+    target_feature = "fma"
+))]
+#[test]
+fn q4_1_weights_on_the_tiled_kernel() {
+    let m = TinyModel::new(TinySpec {
+        q4_1: true,
+        seed: 5,
+        ..TinySpec::default()
+    });
+    let tiled = TiledKernels {
+        q8: false,
+        q4: true,
+    };
+    let (model, kv) = load_with(&m, WeightFormat::Keep, false, tiled);
+    let prompt = tokens(40, m.spec.vocab, 4, m.spec.eos);
+    let want = m.reference_logits(&prompt);
+    let all: Vec<usize> = (0..prompt.len()).collect();
+    let got = forward(&model, &kv, &prompt, 0, &[9, 0, 5], &all);
+    let (err, scale) = max_err(&got, &want);
+    assert!(err < 0.05 * scale, "max error {err} (scale {scale})");
+
+    // Chunked prefill equals one shot, and the KV too.
+    let one = forward(&model, &kv, &prompt[..37], 0, &[0, 1, 2], &[36]);
+    let table = [7, 3, 11];
+    let mut pos = 0;
+    let mut chunked = Vec::new();
+    for n in [5, 16, 1, 15] {
+        chunked = forward(&model, &kv, &prompt[pos..pos + n], pos, &table, &[n - 1]);
+        pos += n;
+    }
+    assert_eq!(one, chunked);
+    assert_eq!(export(&kv, &[0, 1, 2], 37), export(&kv, &table, 37));
+
+    // Three sequences decoded in one batch equal each decoded alone.
+    // Two blocks each (prompts of at most 19 tokens, four steps), apart from those used above.
+    let tables: Vec<Vec<BlockId>> = (0..3).map(|i| (12 + 2 * i..14 + 2 * i).collect()).collect();
+    let batched_tables: Vec<Vec<BlockId>> =
+        (0..3).map(|i| (20 + 2 * i..22 + 2 * i).collect()).collect();
+    let prompts: Vec<Vec<u32>> = (0..3)
+        .map(|i| tokens(9 + 5 * i, m.spec.vocab, 20 + i as u64, m.spec.eos))
+        .collect();
+    let mut next = Vec::new();
+    for i in 0..3 {
+        let p = &prompts[i];
+        let l = forward(&model, &kv, p, 0, &tables[i], &[p.len() - 1]);
+        assert_eq!(
+            l,
+            forward(&model, &kv, p, 0, &batched_tables[i], &[p.len() - 1])
+        );
+        next.push(crate::candle::sampler::argmax(&l[0]));
+    }
+    for step in 0..4 {
+        let alone: Vec<Vec<f32>> = (0..3)
+            .map(|i| {
+                let pos = prompts[i].len() + step;
+                forward(&model, &kv, &[next[i]], pos, &tables[i], &[0]).remove(0)
+            })
+            .collect();
+        let spans: Vec<Span<'_>> = (0..3)
+            .map(|i| Span {
+                start: i,
+                len: 1,
+                position: prompts[i].len() + step,
+                table: &batched_tables[i],
+            })
+            .collect();
+        let batched = model
+            .forward(&kv, &next, &spans, &[0, 1, 2])
+            .expect("forward")
+            .expect("logits")
+            .to_vec2::<f32>()
+            .expect("logits");
+        assert_eq!(alone, batched, "step {step}");
+        for i in 0..3 {
+            next[i] = crate::candle::sampler::argmax(&batched[i]);
+        }
+    }
 }

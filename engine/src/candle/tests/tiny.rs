@@ -24,6 +24,9 @@ pub struct TinySpec {
     pub seed: u64,
     /// Whether the output projection is the embedding table (no `output.weight`).
     pub tied: bool,
+    /// Store every matrix (the blocks' weights and the embedding, which the tied output
+    /// projection reuses) as Q4_1 instead of f32; the reference uses the dequantized weights.
+    pub q4_1: bool,
 }
 
 impl Default for TinySpec {
@@ -43,6 +46,7 @@ impl Default for TinySpec {
             eos: 1,
             seed: 7,
             tied: true,
+            q4_1: false,
         }
     }
 }
@@ -54,6 +58,21 @@ pub struct TinyModel {
     pub path: PathBuf,
     _dir: tempfile::TempDir,
     w: HashMap<String, Vec<f32>>,
+}
+
+/// `[rows, cols]` f32 weights as Q4_1: the GGUF type, the bytes, and the dequantized values.
+fn q4_1(data: &[f32], rows: usize, cols: usize) -> (GgmlType, Vec<u8>, Vec<f32>) {
+    use candle_core::quantized::{GgmlDType, QTensor};
+    let t = candle_core::Tensor::from_slice(data, (rows, cols), &candle_core::Device::Cpu)
+        .expect("tensor");
+    let q = QTensor::quantize(&t, GgmlDType::Q4_1).expect("quantize");
+    let bytes = q.data().expect("bytes").to_vec();
+    let back = q
+        .dequantize(&candle_core::Device::Cpu)
+        .and_then(|t| t.flatten_all())
+        .and_then(|t| t.to_vec1::<f32>())
+        .expect("dequantize");
+    (GgmlType(3), bytes, back)
 }
 
 impl TinyModel {
@@ -128,8 +147,13 @@ impl TinyModel {
             } else {
                 vec![cols as u64, rows as u64]
             };
-            let bytes = data.iter().flat_map(|x| x.to_le_bytes()).collect();
-            g.add_tensor(name.clone(), shape, GgmlType(0), bytes);
+            let (ty, bytes, data) = if s.q4_1 && rows > 1 {
+                q4_1(&data, rows, cols)
+            } else {
+                let bytes = data.iter().flat_map(|x| x.to_le_bytes()).collect();
+                (GgmlType(0), bytes, data)
+            };
+            g.add_tensor(name.clone(), shape, ty, bytes);
             w.insert(name, data);
         }
         let dir = tempfile::tempdir().expect("temp dir");
