@@ -32,6 +32,9 @@ pub enum TransferError {
         #[source]
         source: Arc<io::Error>,
     },
+    /// The TLS configuration cannot serve or dial (no certificate, no CA).
+    #[error("KV transport TLS configuration")]
+    Tls(#[source] Arc<dolphin_tls::TlsError>),
     /// A socket operation made no progress within the configured time.
     #[error("KV transport timed out after {after:?} during {op}")]
     Timeout {

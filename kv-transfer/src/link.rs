@@ -2,10 +2,12 @@
 
 use std::io::{ErrorKind, IoSlice};
 use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use tokio::net::TcpStream;
+use dolphin_tls::{Dialer, MaybeTlsStream};
+use tokio::io::ReadBuf;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::TransferId;
@@ -18,36 +20,37 @@ use crate::frame::{
 };
 use crate::io::{read_exact, write_all, write_all_vectored};
 
-/// A connected, handshaken socket to one receiver.
+/// A connected, handshaken socket to one receiver (TLS on it when the sender has TLS).
 #[derive(Debug)]
 pub(crate) struct Link {
-    stream: TcpStream,
+    stream: MaybeTlsStream,
     idle_since: Instant,
 }
 
 impl Link {
-    /// Connects to `target` and exchanges prefaces.
-    pub(crate) async fn connect(target: &str, cfg: &TransferConfig) -> Result<Self, TransferError> {
+    /// Connects to `target` (TCP_NODELAY: headers are small writes, and Nagle would hold them
+    /// behind an ack; TLS when `dialer` has it) and exchanges prefaces.
+    pub(crate) async fn connect(
+        target: &str,
+        dialer: &Dialer,
+        cfg: &TransferConfig,
+    ) -> Result<Self, TransferError> {
         let after = cfg.io_timeout;
-        let mut stream = match tokio::time::timeout(after, TcpStream::connect(target)).await {
-            Ok(Ok(s)) => s,
-            Ok(Err(e)) => {
-                return Err(TransferError::Connect {
-                    target: target.to_owned(),
-                    source: Arc::new(e),
-                });
-            }
-            Err(_) => {
+        let mut stream = match dialer.dial(target).await {
+            Ok(s) => s,
+            Err(e) if e.kind() == ErrorKind::TimedOut => {
                 return Err(TransferError::Timeout {
                     op: "connect",
                     after,
                 });
             }
+            Err(e) => {
+                return Err(TransferError::Connect {
+                    target: target.to_owned(),
+                    source: Arc::new(e),
+                });
+            }
         };
-        // Headers are small writes; without this, Nagle would delay them behind an ack.
-        stream
-            .set_nodelay(true)
-            .map_err(|e| TransferError::io("set TCP_NODELAY", e))?;
         write_all(
             &mut stream,
             &Preface::CURRENT.encode(),
@@ -71,14 +74,22 @@ impl Link {
     }
 
     /// Whether a pooled link can carry another transfer: not idle too long, and the receiver
-    /// has not closed it (a closed socket reads as end-of-file or an error at once; an open,
-    /// idle one has nothing to read).
+    /// has not closed it. An open, idle connection has nothing to read; a closed one reads as
+    /// end-of-file or an error at once, and a TLS one that is closing has its close_notify
+    /// waiting. The TCP socket is peeked, never read, so TLS records stay where they are.
     pub(crate) fn is_reusable(&self, max_idle: Duration) -> bool {
         if self.idle_since.elapsed() >= max_idle {
             return false;
         }
         let mut probe = [0u8; 1];
-        matches!(self.stream.try_read(&mut probe), Err(e) if e.kind() == ErrorKind::WouldBlock)
+        let mut probe = ReadBuf::new(&mut probe);
+        let mut cx = Context::from_waker(Waker::noop());
+        // Pending: nothing to read, the connection is open and idle. The no-op waker is
+        // replaced by the next real read.
+        matches!(
+            self.stream.tcp().poll_peek(&mut cx, &mut probe),
+            Poll::Pending
+        )
     }
 
     /// Marks the link idle from now (it goes back to the pool).
@@ -365,7 +376,8 @@ mod tests {
             let _ = close_rx.await;
         });
         let cfg = TransferConfig::default();
-        let link = Link::connect(&target, &cfg).await.unwrap();
+        let dialer = Dialer::plain(cfg.io_timeout);
+        let link = Link::connect(&target, &dialer, &cfg).await.unwrap();
         assert!(link.is_reusable(Duration::from_secs(60)));
         assert!(
             !link.is_reusable(Duration::ZERO),

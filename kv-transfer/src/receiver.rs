@@ -4,6 +4,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use dolphin_tls::{Tls, accept_tls};
+use rustls::ServerConfig;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::{JoinHandle, JoinSet};
@@ -12,6 +14,7 @@ use crate::TransferId;
 use crate::config::TransferConfig;
 use crate::error::TransferError;
 use crate::pool::BufferPool;
+use crate::sender::ALPN;
 use crate::serve::serve;
 use crate::slot::{Registry, TransferSlot};
 
@@ -35,8 +38,20 @@ pub struct KvReceiver {
 }
 
 impl KvReceiver {
-    /// Binds `addr` (port 0 picks one) and starts accepting. Must run inside a tokio runtime.
+    /// Binds `addr` (port 0 picks one) and starts accepting, in plaintext. Must run inside a
+    /// tokio runtime.
     pub async fn bind(addr: SocketAddr, cfg: TransferConfig) -> Result<Self, TransferError> {
+        Self::bind_with_tls(addr, cfg, None).await
+    }
+
+    /// [`bind`](Self::bind), every connection TLS when `tls` is given, with a client
+    /// certificate from the CA required when it has one (mutual TLS).
+    pub async fn bind_with_tls(
+        addr: SocketAddr,
+        cfg: TransferConfig,
+        tls: Option<&Tls>,
+    ) -> Result<Self, TransferError> {
+        let tls = tls.map(server_config).transpose()?;
         let bind_err = |e| TransferError::Bind {
             addr,
             source: Arc::new(e),
@@ -46,7 +61,13 @@ impl KvReceiver {
         let registry = Arc::new(Registry::default());
         let channel_blocks = cfg.channel_blocks;
         let (stop, stopped) = oneshot::channel();
-        let accept = tokio::spawn(accept_loop(listener, Arc::clone(&registry), cfg, stopped));
+        let accept = tokio::spawn(accept_loop(
+            listener,
+            Arc::clone(&registry),
+            cfg,
+            tls,
+            stopped,
+        ));
         tracing::debug!(%local_addr, "KV receiver listening");
         Ok(Self {
             local_addr,
@@ -110,10 +131,23 @@ impl Drop for KvReceiver {
     }
 }
 
+/// The receiver's TLS configuration: the cluster's (mutual TLS with a CA). No session
+/// tickets: the sender's pool peeks an idle connection to see whether it is still open, and a
+/// ticket arriving after the handshake would look like a closing one.
+fn server_config(tls: &Tls) -> Result<Arc<ServerConfig>, TransferError> {
+    let config = tls
+        .cluster_server_config(&[ALPN])
+        .map_err(|e| TransferError::Tls(Arc::new(e)))?;
+    let mut config = Arc::unwrap_or_clone(config);
+    config.send_tls13_tickets = 0;
+    Ok(Arc::new(config))
+}
+
 async fn accept_loop(
     listener: TcpListener,
     registry: Arc<Registry>,
     cfg: TransferConfig,
+    tls: Option<Arc<ServerConfig>>,
     mut stop: oneshot::Receiver<()>,
 ) {
     let mut conns = JoinSet::new();
@@ -122,18 +156,19 @@ async fn accept_loop(
         tokio::select! {
             _ = &mut stop => break,
             accepted = listener.accept() => match accepted {
-                Ok((stream, peer)) => {
-                    // Acks are tiny and the sender waits for them: never let Nagle hold one.
-                    if let Err(e) = stream.set_nodelay(true) {
-                        tracing::warn!(%peer, error = %e, "cannot set TCP_NODELAY");
-                    }
-                    conns.spawn(serve(
-                        stream,
-                        peer,
-                        Arc::clone(&registry),
-                        Arc::clone(&pool),
-                        cfg.clone(),
-                    ));
+                Ok((tcp, peer)) => {
+                    let (registry, pool, cfg, tls) =
+                        (Arc::clone(&registry), Arc::clone(&pool), cfg.clone(), tls.clone());
+                    // The handshake runs on the connection's task, so a silent client holds up
+                    // only itself. TCP_NODELAY: acks are tiny and the sender waits for them.
+                    conns.spawn(async move {
+                        match accept_tls(tcp, tls).await {
+                            Ok(stream) => serve(stream, peer, registry, pool, cfg).await,
+                            Err(e) => {
+                                tracing::info!(%peer, error = %e, "KV connection refused in the TLS handshake");
+                            }
+                        }
+                    });
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "KV receiver accept failed");

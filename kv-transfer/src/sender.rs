@@ -5,12 +5,16 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use dolphin_tls::{Dialer, Tls, TlsError};
 use parking_lot::Mutex;
 
 use crate::TransferId;
 use crate::config::TransferConfig;
 use crate::error::TransferError;
 use crate::link::Link;
+
+/// ALPN protocol of the KV transport over TLS.
+pub(crate) const ALPN: &[u8] = b"dolphin-kv";
 
 /// Idle connections kept per target; more concurrent transfers open more connections, and the
 /// extra ones are closed when they finish.
@@ -38,15 +42,29 @@ pub struct KvSender {
 #[derive(Debug)]
 struct Inner {
     cfg: TransferConfig,
+    dialer: Dialer,
     idle: Mutex<HashMap<String, Vec<Link>>>,
 }
 
 impl KvSender {
-    /// A sender with no connections yet.
+    /// A sender with no connections yet, in plaintext.
     pub fn new(cfg: TransferConfig) -> Self {
+        let dialer = Dialer::plain(cfg.io_timeout);
+        Self::with_dialer(cfg, dialer)
+    }
+
+    /// A sender whose connections are TLS when `tls` is given: the receiver's certificate is
+    /// checked against the CA, and this process's certificate is presented (mutual TLS).
+    pub fn with_tls(cfg: TransferConfig, tls: Option<&Tls>) -> Result<Self, TlsError> {
+        let dialer = Dialer::new(tls, &[ALPN], cfg.io_timeout)?;
+        Ok(Self::with_dialer(cfg, dialer))
+    }
+
+    fn with_dialer(cfg: TransferConfig, dialer: Dialer) -> Self {
         Self {
             inner: Arc::new(Inner {
                 cfg,
+                dialer,
                 idle: Mutex::new(HashMap::new()),
             }),
         }
@@ -92,7 +110,7 @@ impl KvSender {
 
         let (mut link, reused) = match self.take_idle(target) {
             Some(link) => (link, true),
-            None => (Link::connect(target, cfg).await?, false),
+            None => (Link::connect(target, &self.inner.dialer, cfg).await?, false),
         };
         let mut result = link.transfer(id, blocks, trailer, cfg).await;
         if reused
@@ -108,7 +126,7 @@ impl KvSender {
                 id,
                 "pooled KV connection broken; retrying on a new one"
             );
-            link = Link::connect(target, cfg).await?;
+            link = Link::connect(target, &self.inner.dialer, cfg).await?;
             result = link.transfer(id, blocks, trailer, cfg).await;
         }
         match &result {
@@ -154,7 +172,7 @@ impl KvSender {
         let cfg = &self.inner.cfg;
         let mut link = match self.take_idle(target) {
             Some(link) => link,
-            None => Link::connect(target, cfg).await?,
+            None => Link::connect(target, &self.inner.dialer, cfg).await?,
         };
         // No retry on a fresh connection as `send` does: blocks taken from the source are gone.
         // `take_idle` probed the pooled link just now; a link that still breaks fails this

@@ -4,8 +4,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
+use dolphin_tls::MaybeTlsStream;
 use tokio::io::AsyncWriteExt;
-use tokio::net::TcpStream;
 
 use crate::TransferId;
 use crate::config::TransferConfig;
@@ -26,7 +26,7 @@ const SCRATCH_BYTES: usize = 64 << 10;
 
 /// Serves one accepted connection until the peer closes it or breaks the protocol.
 pub(crate) async fn serve(
-    stream: TcpStream,
+    stream: MaybeTlsStream,
     peer: SocketAddr,
     registry: Arc<Registry>,
     pool: Arc<BufferPool>,
@@ -65,7 +65,7 @@ enum Verdict {
 }
 
 struct Conn {
-    stream: TcpStream,
+    stream: MaybeTlsStream,
     registry: Arc<Registry>,
     /// Block buffers, shared by the receiver's connections.
     pool: Arc<BufferPool>,

@@ -29,24 +29,42 @@ pub async fn connect_tcp(addr: &str, timeout: Duration) -> io::Result<TcpStream>
     Ok(tcp)
 }
 
-/// Dials gRPC servers for tonic: TCP, then TLS (ALPN `h2`) when configured.
+/// Dials cluster members: TCP (TCP_NODELAY), then TLS with the given ALPN protocols when the
+/// process has TLS on.
 #[derive(Clone, Debug)]
-pub struct GrpcConnector {
+pub struct Dialer {
     tls: Option<(Tls, Arc<ClientConfig>)>,
     connect_timeout: Duration,
 }
 
-impl GrpcConnector {
-    /// A connector; with `tls`, every connection is TLS (client certificate offered if the
-    /// process has one).
-    pub fn new(tls: Option<&Tls>, connect_timeout: Duration) -> Result<Self, TlsError> {
+impl Dialer {
+    /// A dialer; with `tls`, every connection is TLS (client certificate offered if the process
+    /// has one) and offers `alpn`.
+    pub fn new(
+        tls: Option<&Tls>,
+        alpn: &[&[u8]],
+        connect_timeout: Duration,
+    ) -> Result<Self, TlsError> {
         let tls = tls
-            .map(|t| Ok::<_, TlsError>((t.clone(), t.client_config(&[b"h2"])?)))
+            .map(|t| Ok::<_, TlsError>((t.clone(), t.client_config(alpn)?)))
             .transpose()?;
         Ok(Self {
             tls,
             connect_timeout,
         })
+    }
+
+    /// A dialer without TLS.
+    pub fn plain(connect_timeout: Duration) -> Self {
+        Self {
+            tls: None,
+            connect_timeout,
+        }
+    }
+
+    /// Whether connections are TLS.
+    pub fn is_tls(&self) -> bool {
+        self.tls.is_some()
     }
 
     /// Dials `host:port`.
@@ -56,15 +74,49 @@ impl GrpcConnector {
             None => Ok(MaybeTlsStream::Plain(tcp)),
             Some((tls, config)) => {
                 let host = host_of(authority);
-                let stream = tls.connect(config.clone(), tcp, host).await?;
+                let handshake = tls.connect(config.clone(), tcp, host);
+                let stream = tokio::time::timeout(self.connect_timeout, handshake)
+                    .await
+                    .map_err(|_| {
+                        io::Error::new(
+                            io::ErrorKind::TimedOut,
+                            format!("TLS handshake with {authority} timed out"),
+                        )
+                    })??;
                 Ok(MaybeTlsStream::Client(Box::new(stream)))
             }
         }
     }
+}
+
+/// Dials gRPC servers for tonic (`Endpoint::connect_with_connector`): TCP, then TLS (ALPN `h2`)
+/// when configured.
+#[derive(Clone, Debug)]
+pub struct GrpcConnector {
+    dialer: Dialer,
+}
+
+impl GrpcConnector {
+    /// A connector; with `tls`, every connection is TLS (client certificate offered if the
+    /// process has one).
+    pub fn new(tls: Option<&Tls>, connect_timeout: Duration) -> Result<Self, TlsError> {
+        Ok(Self {
+            dialer: Dialer::new(tls, &[b"h2"], connect_timeout)?,
+        })
+    }
+
+    /// Dials `host:port`.
+    pub async fn dial(&self, authority: &str) -> io::Result<MaybeTlsStream> {
+        self.dialer.dial(authority).await
+    }
 
     /// The scheme URLs to dialed servers take (`https` with TLS).
     pub fn scheme(&self) -> &'static str {
-        if self.tls.is_some() { "https" } else { "http" }
+        if self.dialer.is_tls() {
+            "https"
+        } else {
+            "http"
+        }
     }
 }
 

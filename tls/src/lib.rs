@@ -25,11 +25,13 @@ mod stream;
 mod tls;
 
 pub use args::TlsArgs;
-pub use connector::{GrpcConnector, connect_tcp};
+pub use connector::{Dialer, GrpcConnector, connect_tcp};
 pub use error::TlsError;
 pub use incoming::{HANDSHAKE_TIMEOUT, TlsIncoming, accept_incoming, accept_tls};
 pub use stream::MaybeTlsStream;
 pub use tls::{ClientAuth, Tls};
 
+#[cfg(any(test, feature = "test-util"))]
+pub mod testing;
 #[cfg(test)]
 mod tests;

@@ -1,61 +1,12 @@
 //! Mutual TLS with certificates made here (rcgen): who gets in, who does not, and reloading.
 
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::path::PathBuf;
 
-use rcgen::{BasicConstraints, Certificate, CertificateParams, IsCa, KeyPair, KeyUsagePurpose};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 use super::*;
-
-/// A certificate authority.
-pub(crate) struct Ca {
-    cert: Certificate,
-    key: KeyPair,
-}
-
-impl Ca {
-    pub(crate) fn new(name: &str) -> Ca {
-        let mut p = CertificateParams::new(Vec::<String>::new()).expect("params");
-        p.distinguished_name.push(rcgen::DnType::CommonName, name);
-        p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        p.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-        let key = KeyPair::generate().expect("key");
-        let cert = p.self_signed(&key).expect("self-signed");
-        Ca { cert, key }
-    }
-
-    /// A leaf certificate for `names`; `expired` puts its validity in the past.
-    pub(crate) fn leaf(&self, names: &[&str], expired: bool) -> (String, String) {
-        let mut p = CertificateParams::new(names.iter().map(|s| s.to_string()).collect::<Vec<_>>())
-            .expect("params");
-        if expired {
-            p.not_before = rcgen::date_time_ymd(2020, 1, 1);
-            p.not_after = rcgen::date_time_ymd(2021, 1, 1);
-        }
-        let key = KeyPair::generate().expect("key");
-        let cert = p.signed_by(&key, &self.cert, &self.key).expect("signed");
-        (cert.pem(), key.serialize_pem())
-    }
-
-    pub(crate) fn pem(&self) -> String {
-        self.cert.pem()
-    }
-}
-
-/// Writes a certificate/key pair and a CA bundle into `dir`; returns their paths.
-fn files(dir: &Path, tag: &str, leaf: &(String, String), ca: &str) -> (PathBuf, PathBuf, PathBuf) {
-    let (c, k, a) = (
-        dir.join(format!("{tag}.crt")),
-        dir.join(format!("{tag}.key")),
-        dir.join(format!("{tag}-ca.crt")),
-    );
-    std::fs::write(&c, &leaf.0).expect("write");
-    std::fs::write(&k, &leaf.1).expect("write");
-    std::fs::write(&a, ca).expect("write");
-    (c, k, a)
-}
+use crate::testing::{Ca, write_files as files};
 
 fn tls(paths: &(PathBuf, PathBuf, PathBuf), identity: bool) -> Tls {
     let id = identity.then(|| (paths.0.clone(), paths.1.clone()));
@@ -240,5 +191,4 @@ fn bad_files_are_refused_with_their_path() {
     let other = ca.leaf(&["dolphin.test"], false);
     std::fs::write(&paths.1, &other.1).expect("write");
     assert!(Tls::load(Some((paths.0.clone(), paths.1.clone())), None, None).is_err());
-    let _ = Arc::new(());
 }

