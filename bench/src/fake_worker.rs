@@ -275,7 +275,7 @@ mod tests {
             model: "sim-model".into(),
             block_size: 16,
             load_interval_ms: 100,
-            connect_timeout: Duration::from_secs(5),
+            connector: dolphin_tls::GrpcConnector::plain(Duration::from_secs(5)),
         });
         let _fakes = start_pools(
             &registry,

@@ -10,9 +10,10 @@ mod registration;
 mod watch;
 
 use std::future::Future;
+use std::path::PathBuf;
 use std::time::Duration;
 
-use etcd_client::{Client, ConnectOptions};
+use etcd_client::{Certificate, Client, ConnectOptions, Identity, TlsOptions};
 
 pub use registration::Registration;
 pub use watch::watch_workers;
@@ -36,6 +37,21 @@ pub struct EtcdConfig {
     pub cluster: String,
     /// Lease TTL of a worker's registration: how long a crashed worker stays listed.
     pub lease_ttl_secs: i64,
+    /// TLS to etcd; `None`: plaintext.
+    pub tls: Option<EtcdTls>,
+}
+
+/// TLS to etcd: the CA etcd's certificate chains to and, where etcd requires client
+/// certificates (`--client-cert-auth`), the certificate and key this process presents. The files
+/// are read when the client connects.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EtcdTls {
+    /// PEM CA bundle.
+    pub ca: PathBuf,
+    /// PEM certificate chain and key.
+    pub identity: Option<(PathBuf, PathBuf)>,
+    /// The name etcd's certificate must carry, when not the endpoint's host.
+    pub domain: Option<String>,
 }
 
 impl EtcdConfig {
@@ -58,6 +74,23 @@ impl EtcdConfig {
                 self.cluster
             )));
         }
+        match &self.tls {
+            Some(_) => {
+                if let Some(e) = self.endpoints.iter().find(|e| e.starts_with("http://")) {
+                    return Err(DiscoveryError::InvalidConfig(format!(
+                        "etcd endpoint {e} is http:// but TLS to etcd is on: use https://"
+                    )));
+                }
+            }
+            None => {
+                if let Some(e) = self.endpoints.iter().find(|e| e.starts_with("https://")) {
+                    return Err(DiscoveryError::InvalidConfig(format!(
+                        "etcd endpoint {e} is https://: give --etcd-ca (the CA etcd's \
+                         certificate chains to)"
+                    )));
+                }
+            }
+        }
         if self.lease_ttl_secs <= 0 {
             return Err(DiscoveryError::InvalidConfig(format!(
                 "lease TTL must be positive, got {}",
@@ -74,14 +107,45 @@ impl Default for EtcdConfig {
             endpoints: vec!["http://127.0.0.1:2379".into()],
             cluster: "default".into(),
             lease_ttl_secs: 10,
+            tls: None,
         }
+    }
+}
+
+impl EtcdConfig {
+    /// How this process's etcd clients connect: timeouts, keep-alive, and TLS when configured
+    /// (its files read now).
+    pub fn connect_options(&self) -> Result<ConnectOptions, DiscoveryError> {
+        self.validate()?;
+        let options = base_options();
+        let Some(tls) = &self.tls else {
+            return Ok(options);
+        };
+        let read = |path: &PathBuf| {
+            std::fs::read(path).map_err(|source| DiscoveryError::Io {
+                path: path.clone(),
+                source,
+            })
+        };
+        let mut t = TlsOptions::new().ca_certificate(Certificate::from_pem(read(&tls.ca)?));
+        if let Some((cert, key)) = &tls.identity {
+            t = t.identity(Identity::from_pem(read(cert)?, read(key)?));
+        }
+        if let Some(domain) = &tls.domain {
+            t = t.domain_name(domain.clone());
+        }
+        Ok(options.with_tls(t))
     }
 }
 
 /// A client for `cfg`. Connecting is lazy: errors surface on the first request.
 async fn connect(cfg: &EtcdConfig) -> Result<Client, DiscoveryError> {
-    cfg.validate()?;
-    let options = ConnectOptions::new()
+    let options = cfg.connect_options()?;
+    deadline("connect", Client::connect(&cfg.endpoints, Some(options))).await
+}
+
+fn base_options() -> ConnectOptions {
+    ConnectOptions::new()
         .with_connect_timeout(Duration::from_secs(3))
         .with_timeout(REQUEST_TIMEOUT)
         // HTTP/2 pings find a dead connection (network cut, etcd host gone) that no request
@@ -90,8 +154,7 @@ async fn connect(cfg: &EtcdConfig) -> Result<Client, DiscoveryError> {
         .with_keep_alive(Duration::from_secs(10), Duration::from_secs(5))
         .with_keep_alive_while_idle(true)
         // A member cut off from the others must not feed us a frozen view.
-        .with_require_leader(true);
-    deadline("connect", Client::connect(&cfg.endpoints, Some(options))).await
+        .with_require_leader(true)
 }
 
 /// Runs one etcd request with [`REQUEST_TIMEOUT`].

@@ -30,7 +30,7 @@ pub use advertise::{Advertise, AdvertiseError, advertised};
 pub use block_hash::{ROOT_SEED, block_hashes, block_hashes_into, chain_hash};
 pub use block_map::BlockMap;
 pub use discovery::{DiscoveryError, MembershipEvent};
-pub use etcd::{EtcdConfig, Registration, watch_workers};
+pub use etcd::{EtcdConfig, EtcdTls, Registration, watch_workers};
 pub use hash_map::{BlockHashBuild, BlockHashHasher, BlockHashMap};
 pub use keys::{tables_prefix, worker_key, workers_prefix};
 pub use static_discovery::{load_static_file, static_workers};

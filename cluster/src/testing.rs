@@ -25,12 +25,36 @@ pub struct EtcdServer {
     dir: tempfile::TempDir,
     client_port: u16,
     peer_port: u16,
+    /// Plain-HTTP `/health` (and metrics), so health is probed the same way with TLS on.
+    metrics_port: u16,
+    tls: Option<EtcdServerTls>,
     child: Option<Child>,
+}
+
+/// TLS on etcd's client port: its certificate and key, and the CA client certificates must
+/// chain to (`--client-cert-auth`: a client without one is refused).
+#[derive(Clone, Debug)]
+pub struct EtcdServerTls {
+    /// PEM certificate chain.
+    pub cert: PathBuf,
+    /// PEM key.
+    pub key: PathBuf,
+    /// PEM CA bundle for client certificates.
+    pub client_ca: PathBuf,
 }
 
 impl EtcdServer {
     /// Starts etcd and waits until it reports healthy. Panics if it cannot.
     pub async fn start() -> EtcdServer {
+        Self::start_with(None).await
+    }
+
+    /// Starts etcd serving clients over TLS with client-certificate auth.
+    pub async fn start_tls(tls: EtcdServerTls) -> EtcdServer {
+        Self::start_with(Some(tls)).await
+    }
+
+    async fn start_with(tls: Option<EtcdServerTls>) -> EtcdServer {
         let dir = tempfile::Builder::new()
             .prefix("dolphin-etcd-")
             .tempdir()
@@ -39,11 +63,14 @@ impl EtcdServer {
             dir,
             client_port: 0,
             peer_port: 0,
+            metrics_port: 0,
+            tls,
             child: None,
         };
         for attempt in 1..=START_ATTEMPTS {
             server.client_port = free_port();
             server.peer_port = free_port();
+            server.metrics_port = free_port();
             server.spawn();
             match server.wait_healthy().await {
                 Ok(()) => return server,
@@ -59,9 +86,10 @@ impl EtcdServer {
         unreachable!("the last attempt either returns or panics")
     }
 
-    /// The client URL, e.g. `http://127.0.0.1:41234`.
+    /// The client URL, e.g. `http://127.0.0.1:41234` (`https://` with TLS).
     pub fn endpoint(&self) -> String {
-        format!("http://127.0.0.1:{}", self.client_port)
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        format!("{scheme}://127.0.0.1:{}", self.client_port)
     }
 
     /// Kills etcd with SIGKILL (no graceful shutdown, like a crash) and reaps it.
@@ -99,8 +127,18 @@ impl EtcdServer {
         let log_err = log.try_clone().expect("clone the etcd log handle");
         let client = self.endpoint();
         let peer = format!("http://127.0.0.1:{}", self.peer_port);
-        let child = Command::new(&bin)
+        let mut command = Command::new(&bin);
+        if let Some(tls) = &self.tls {
+            command
+                .arg(format!("--cert-file={}", tls.cert.display()))
+                .arg(format!("--key-file={}", tls.key.display()))
+                .arg(format!("--trusted-ca-file={}", tls.client_ca.display()))
+                .arg("--client-cert-auth");
+        }
+        let metrics = format!("http://127.0.0.1:{}", self.metrics_port);
+        let child = command
             .arg("--name=n0")
+            .arg(format!("--listen-metrics-urls={metrics}"))
             .arg(format!("--data-dir={}", self.data_dir().display()))
             .arg(format!("--listen-client-urls={client}"))
             .arg(format!("--advertise-client-urls={client}"))
@@ -125,7 +163,7 @@ impl EtcdServer {
                 self.child = None;
                 return Err(format!("etcd exited with {status}"));
             }
-            if health(self.client_port).await {
+            if health(self.metrics_port).await {
                 return Ok(());
             }
             if started.elapsed() > HEALTH_DEADLINE {

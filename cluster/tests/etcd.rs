@@ -21,6 +21,7 @@ fn config(etcd: &EtcdServer, cluster: &str, ttl: i64) -> EtcdConfig {
         endpoints: vec![etcd.endpoint()],
         cluster: cluster.into(),
         lease_ttl_secs: ttl,
+        tls: None,
     }
 }
 

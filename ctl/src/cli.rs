@@ -12,6 +12,12 @@ pub const DEFAULT_ROUTER_GRPC: &str = "http://127.0.0.1:50051";
 #[derive(Debug, Parser)]
 #[command(name = "dolphinctl", version, about = "Dolphin operator CLI")]
 pub struct Cli {
+    /// TLS of dolphinctl's own connections (to the router and workers), given before the
+    /// subcommand: `--tls-ca` verifies a router that serves TLS, `--tls-cert/--tls-key` are
+    /// needed to reach workers, which require a member certificate. (`up` passes nothing to the
+    /// processes it starts: give them theirs with `--router-arg` and `--worker-arg`.)
+    #[command(flatten)]
+    pub tls: dolphin_tls::TlsArgs,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,

@@ -1,11 +1,27 @@
 //! Connecting to the router's gRPC endpoint.
 
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use dolphin_proto::v1::router_admin_client::RouterAdminClient;
+use dolphin_tls::{GrpcConnector, Tls, TlsArgs};
 use tonic::transport::{Channel, Endpoint};
 
 use crate::error::CtlError;
+
+/// TLS of this process's connections, set once from the command line.
+static TLS: OnceLock<Option<Tls>> = OnceLock::new();
+
+/// Reads the TLS files named by `args` for every later [`connect`] (first call wins).
+pub fn init_tls(args: &TlsArgs) -> Result<(), CtlError> {
+    let tls = args.load().map_err(|e| CtlError::Tls(e.to_string()))?;
+    let _ = TLS.set(tls);
+    Ok(())
+}
+
+fn tls() -> Option<&'static Tls> {
+    TLS.get().and_then(Option::as_ref)
+}
 
 /// Accepts "host:port" as well as "http://host:port" (the READY lines carry no scheme).
 pub fn normalize_url(url: &str) -> String {
@@ -16,18 +32,28 @@ pub fn normalize_url(url: &str) -> String {
     }
 }
 
-/// Opens a channel to the router at `url`.
+/// Opens a channel to the router (or a worker) at `url`: TLS when `--tls-ca` was given
+/// ([`init_tls`]); an `https://` URL without it is an error, not a plaintext attempt.
 pub async fn connect(url: &str) -> Result<Channel, CtlError> {
-    let url = normalize_url(url);
-    let endpoint = Endpoint::from_shared(url.clone())
-        .map_err(|source| CtlError::InvalidUrl {
-            url: url.clone(),
-            source,
-        })?
-        .connect_timeout(Duration::from_secs(5))
-        .tcp_nodelay(true);
+    let tls = tls();
+    // The connector does TLS itself; tonic wants `http://` for a custom connector.
+    let (url, https) = match url.strip_prefix("https://") {
+        Some(rest) => (format!("http://{rest}"), true),
+        None => (normalize_url(url), false),
+    };
+    if https && tls.is_none() {
+        return Err(CtlError::Tls(format!(
+            "{url} is https://: give --tls-ca (the CA the router's certificate chains to)"
+        )));
+    }
+    let connector = GrpcConnector::new(tls, Duration::from_secs(5))
+        .map_err(|e| CtlError::Tls(e.to_string()))?;
+    let endpoint = Endpoint::from_shared(url.clone()).map_err(|source| CtlError::InvalidUrl {
+        url: url.clone(),
+        source,
+    })?;
     endpoint
-        .connect()
+        .connect_with_connector(connector)
         .await
         .map_err(|source| CtlError::Connect { url, source })
 }

@@ -124,6 +124,9 @@ pub enum CtlError {
         #[source]
         source: tonic::transport::Error,
     },
+    /// The TLS settings cannot work (files, or an `https://` URL without `--tls-ca`).
+    #[error("TLS: {0}")]
+    Tls(String),
     /// The router could not be reached.
     #[error("cannot connect to the router at {url}")]
     Connect {

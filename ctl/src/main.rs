@@ -24,6 +24,10 @@ fn main() -> ExitCode {
         }
     };
     init_tracing();
+    if let Err(err) = dolphinctl::client::init_tls(&cli.tls) {
+        eprintln!("dolphinctl: {err}");
+        return ExitCode::from(64);
+    }
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -54,7 +58,8 @@ impl From<CtlError> for Failure {
         let code = match err {
             CtlError::BinaryMissing { .. }
             | CtlError::ModelMissing { .. }
-            | CtlError::InvalidUrl { .. } => 64,
+            | CtlError::InvalidUrl { .. }
+            | CtlError::Tls(_) => 64,
             _ => 1,
         };
         Failure {

@@ -7,6 +7,7 @@ use std::{
 };
 
 use dolphin_proto::v1::prefill_worker_client::PrefillWorkerClient;
+use dolphin_tls::{GrpcConnector, Tls, TlsError};
 use dolphin_worker_common::BadRequest;
 use tonic::transport::{Channel, Endpoint};
 
@@ -18,15 +19,20 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 const MAX_CHANNELS: usize = 256;
 
 /// Cached channels to prefill workers, keyed by address.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct PrefillClients {
     channels: Mutex<HashMap<String, Channel>>,
+    /// TCP, then mutual TLS when the worker has it.
+    connector: GrpcConnector,
 }
 
 impl PrefillClients {
-    /// An empty cache.
-    pub fn new() -> Self {
-        Self::default()
+    /// An empty cache; with `tls`, every connection is mutual TLS.
+    pub fn new(tls: Option<&Tls>) -> Result<Self, TlsError> {
+        Ok(Self {
+            channels: Mutex::default(),
+            connector: GrpcConnector::new(tls, CONNECT_TIMEOUT)?,
+        })
     }
 
     /// A client for the prefill worker at `addr` (`host:port`, or a URL with a scheme). The
@@ -36,7 +42,8 @@ impl PrefillClients {
         if let Some(channel) = channels.get(addr) {
             return Ok(PrefillWorkerClient::new(channel.clone()));
         }
-        let channel = endpoint(addr)?.connect_lazy();
+        let channel = endpoint(addr, self.connector.scheme())?
+            .connect_with_connector_lazy(self.connector.clone());
         if channels.len() >= MAX_CHANNELS {
             // Crude but bounded: forget every channel; live ones are re-created on next use.
             channels.clear();
@@ -59,15 +66,16 @@ impl PrefillClients {
     }
 }
 
-/// The endpoint for a prefill worker address, with TCP_NODELAY (small request/response RPCs).
-fn endpoint(addr: &str) -> Result<Endpoint, BadRequest> {
+/// The endpoint for a prefill worker address (the connector sets TCP_NODELAY: small
+/// request/response RPCs).
+fn endpoint(addr: &str, scheme: &str) -> Result<Endpoint, BadRequest> {
     if addr.is_empty() {
         return Err(BadRequest("remote.prefill_addr is required".into()));
     }
     let uri = if addr.contains("://") {
         addr.to_owned()
     } else {
-        format!("http://{addr}")
+        format!("{scheme}://{addr}")
     };
     let endpoint = Endpoint::from_shared(uri).map_err(|e| {
         BadRequest(format!(
@@ -77,7 +85,6 @@ fn endpoint(addr: &str) -> Result<Endpoint, BadRequest> {
     // Pings notice a prefill host that vanished (no RST ever comes) well before the prefill
     // timeout, so the request falls back to local prefill sooner.
     Ok(endpoint
-        .tcp_nodelay(true)
         .connect_timeout(CONNECT_TIMEOUT)
         .http2_keep_alive_interval(Duration::from_secs(5))
         .keep_alive_timeout(Duration::from_secs(5))
@@ -90,7 +97,7 @@ mod tests {
 
     #[tokio::test]
     async fn one_channel_per_address() {
-        let clients = PrefillClients::new();
+        let clients = PrefillClients::new(None).expect("plaintext");
         clients.client("127.0.0.1:1").expect("valid");
         clients.client("127.0.0.1:1").expect("valid");
         clients.client("http://127.0.0.1:2").expect("valid");
@@ -99,7 +106,7 @@ mod tests {
 
     #[tokio::test]
     async fn refuses_what_is_not_an_address() {
-        let clients = PrefillClients::new();
+        let clients = PrefillClients::new(None).expect("plaintext");
         assert!(clients.client("").unwrap_err().0.contains("required"));
         assert!(clients.client("not an address").is_err());
         assert!(clients.is_empty());

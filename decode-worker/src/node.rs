@@ -7,10 +7,14 @@ use dolphin_cluster::{Advertise, Role, WorkerId};
 use dolphin_engine::Engine;
 use dolphin_kv_transfer::{KvReceiver, TransferConfig};
 use dolphin_proto::v1::decode_worker_server::DecodeWorkerServer;
-use dolphin_worker_common::{RunningWorker, WorkerError, WorkerIdentity, WorkerState, bind};
+use dolphin_tls::Tls;
+use dolphin_worker_common::{
+    ConfigError, RunningWorker, WorkerError, WorkerIdentity, WorkerState, bind,
+};
 use tonic::{server::NamedService, service::Routes};
 
 use crate::{
+    clients::PrefillClients,
     error::DecodeError,
     service::{DecodeContext, DecodeService},
 };
@@ -37,6 +41,8 @@ pub struct DecodeOptions {
     pub transfer: TransferConfig,
     /// CUDA device for NCCL communicators (`--kv-transport nccl`); `None`: TCP only.
     pub nccl_device: Option<usize>,
+    /// Mutual TLS on the gRPC and KV listeners and to prefill workers; `None`: plaintext.
+    pub tls: Option<Tls>,
 }
 
 /// gRPC name of the decode service, for health reporting.
@@ -48,7 +54,7 @@ pub async fn start(
     opts: DecodeOptions,
 ) -> Result<RunningWorker, DecodeError> {
     let (listener, grpc_addr) = bind(opts.grpc_addr, "gRPC").await?;
-    let receiver = KvReceiver::bind(opts.kv_addr, opts.transfer)
+    let receiver = KvReceiver::bind_with_tls(opts.kv_addr, opts.transfer, opts.tls.as_ref())
         .await
         .map_err(DecodeError::KvListener)?;
     let identity = WorkerIdentity::new(
@@ -60,7 +66,9 @@ pub async fn start(
     )
     .map_err(WorkerError::from)?;
     let state = WorkerState::new(identity, engine, SERVICE_NAME);
-    let ctx = DecodeContext::new(Arc::clone(&state), receiver, opts.prefill_timeout);
+    let clients = PrefillClients::new(opts.tls.as_ref())
+        .map_err(|e| WorkerError::from(ConfigError::invalid("tls-ca", e.to_string())))?;
+    let ctx = DecodeContext::new(Arc::clone(&state), receiver, clients, opts.prefill_timeout);
     let ctx = Arc::new(match opts.nccl_device {
         None => ctx,
         Some(device) => with_nccl(ctx, device)?,
@@ -70,6 +78,7 @@ pub async fn start(
         listener,
         state,
         Routes::new(DecodeWorkerServer::new(service)),
+        opts.tls.as_ref(),
     )
     .await?;
     Ok(worker)
@@ -77,7 +86,6 @@ pub async fn start(
 
 #[cfg(feature = "nccl")]
 fn with_nccl(ctx: DecodeContext, device: usize) -> Result<DecodeContext, DecodeError> {
-    use dolphin_worker_common::ConfigError;
     let devices = dolphin_kv_transfer::nccl::probe().map_err(|e| {
         WorkerError::from(ConfigError::invalid(
             "kv-transport",

@@ -16,6 +16,7 @@ pub async fn run(cfg: DecodeConfig) -> Result<(), DecodeError> {
     let advertise = cfg.common.advertise()?;
     let kv_advertise = cfg.kv_advertise()?;
     let nccl_device = cfg.common.nccl_device(cfg!(feature = "nccl"))?;
+    let tls = cfg.common.load_tls()?;
     let group = cfg.group();
     let engine = || match &group {
         Some(g) => crate::group::build_group(&cfg.common.engine, g),
@@ -34,6 +35,7 @@ pub async fn run(cfg: DecodeConfig) -> Result<(), DecodeError> {
                 prefill_timeout: cfg.prefill_timeout(),
                 transfer: TransferConfig::default(),
                 nccl_device,
+                tls: tls.clone(),
             },
         )
     })

@@ -47,10 +47,11 @@ pub struct DecodeContext {
 }
 
 impl DecodeContext {
-    /// Context over a worker's state and its bound KV receiver.
+    /// Context over a worker's state, its bound KV receiver and its clients to prefill workers.
     pub fn new(
         state: Arc<WorkerState>,
         receiver: KvReceiver,
+        clients: PrefillClients,
         default_prefill_timeout: Duration,
     ) -> Self {
         let kv_addr = state
@@ -64,7 +65,7 @@ impl DecodeContext {
             receiver,
             kv_addr,
             compat,
-            clients: PrefillClients::new(),
+            clients,
             transfer_ids: TransferIds::new(),
             default_prefill_timeout,
             #[cfg(feature = "nccl")]

@@ -42,6 +42,7 @@ async fn decode_worker(time_scale: f64) -> Result<RunningWorker> {
             prefill_timeout: Duration::from_secs(60),
             transfer: TransferConfig::default(),
             nccl_device: None,
+            tls: None,
         },
     )
     .await?;
@@ -58,6 +59,7 @@ async fn prefill_worker(time_scale: f64) -> Result<RunningWorker> {
             advertise: None,
             transfer: TransferConfig::default(),
             nccl_device: None,
+            tls: None,
         },
     )
     .await?;

@@ -6,6 +6,7 @@ use dolphin_cluster::{Advertise, Role, WorkerId};
 use dolphin_engine::Engine;
 use dolphin_kv_transfer::{KvSender, KvTransport, TransferConfig};
 use dolphin_proto::v1::prefill_worker_server::PrefillWorkerServer;
+use dolphin_tls::Tls;
 use dolphin_worker_common::{RunningWorker, WorkerError, WorkerIdentity, WorkerState, bind};
 use tonic::{server::NamedService, service::Routes};
 
@@ -27,6 +28,8 @@ pub struct PrefillOptions {
     pub transfer: TransferConfig,
     /// CUDA device for NCCL communicators (`--kv-transport nccl`); `None`: TCP only.
     pub nccl_device: Option<usize>,
+    /// Mutual TLS on the gRPC listener and the KV connections; `None`: plaintext.
+    pub tls: Option<Tls>,
 }
 
 /// gRPC name of the prefill service, for health reporting.
@@ -46,12 +49,13 @@ pub async fn start(
         None,
     )?;
     let state = WorkerState::new(identity, engine, SERVICE_NAME);
-    let (sender, links) = transport(opts.transfer, opts.nccl_device)?;
+    let (sender, links) = transport(opts.transfer, opts.nccl_device, opts.tls.as_ref())?;
     let service = PrefillService::new(Arc::clone(&state), sender, links);
     RunningWorker::start(
         listener,
         state,
         Routes::new(PrefillWorkerServer::new(service)),
+        opts.tls.as_ref(),
     )
     .await
 }
@@ -60,8 +64,10 @@ pub async fn start(
 fn transport(
     cfg: TransferConfig,
     nccl_device: Option<usize>,
+    tls: Option<&Tls>,
 ) -> Result<(Arc<dyn KvTransport>, KvLinks), WorkerError> {
-    let tcp = KvSender::new(cfg);
+    let tcp = KvSender::with_tls(cfg, tls)
+        .map_err(|e| dolphin_worker_common::ConfigError::invalid("tls-cert", e.to_string()))?;
     let Some(device) = nccl_device else {
         return Ok((Arc::new(tcp), KvLinks::tcp_only()));
     };

@@ -14,6 +14,7 @@ pub async fn run(cfg: PrefillConfig) -> Result<(), WorkerError> {
     cfg.validate()?;
     let advertise = cfg.common.advertise()?;
     let nccl_device = cfg.common.nccl_device(cfg!(feature = "nccl"))?;
+    let tls = cfg.common.load_tls()?;
     run_worker(&cfg.common, |engine, model| {
         start(
             engine,
@@ -24,6 +25,7 @@ pub async fn run(cfg: PrefillConfig) -> Result<(), WorkerError> {
                 advertise,
                 transfer: TransferConfig::default(),
                 nccl_device,
+                tls,
             },
         )
     })

@@ -21,6 +21,7 @@ async fn prefill_worker() -> Result<RunningWorker> {
             advertise: None,
             transfer: TransferConfig::default(),
             nccl_device: None,
+            tls: None,
         },
     )
     .await?;
@@ -168,6 +169,7 @@ async fn nccl_where_it_cannot_run_is_refused_at_start() -> Result<()> {
             advertise: None,
             transfer: TransferConfig::default(),
             nccl_device: Some(0),
+            tls: None,
         },
     )
     .await;

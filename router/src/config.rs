@@ -121,6 +121,10 @@ pub struct RouterConfig {
     /// core). Connections are dealt to them in turn; a request stays on its thread.
     #[arg(long, env = "DOLPHIN_WORKER_THREADS", default_value_t = 0)]
     pub worker_threads: usize,
+    /// TLS: the certificate the HTTP and gRPC listeners present, mutual TLS to the workers,
+    /// TLS to etcd.
+    #[command(flatten)]
+    pub tls: dolphin_tls::TlsArgs,
 }
 
 /// A configuration that cannot work.
@@ -235,6 +239,23 @@ impl RouterConfig {
     /// Worker connect timeout.
     pub fn connect_timeout(&self) -> Duration {
         Duration::from_millis(self.connect_timeout_ms)
+    }
+
+    /// etcd settings for discovery and the table store (`None` without `--etcd`).
+    pub fn etcd_config(&self) -> Option<dolphin_cluster::EtcdConfig> {
+        if self.etcd.is_empty() {
+            return None;
+        }
+        let mut etcd = dolphin_cluster::EtcdConfig::new(self.etcd.clone(), self.cluster.clone());
+        etcd.tls = self
+            .tls
+            .etcd()
+            .map(|(ca, identity)| dolphin_cluster::EtcdTls {
+                ca,
+                identity,
+                domain: None,
+            });
+        Some(etcd)
     }
 }
 

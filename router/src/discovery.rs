@@ -5,8 +5,9 @@
 
 use std::time::Duration;
 
-use dolphin_cluster::{DiscoveryError, EtcdConfig, MembershipEvent, Role, WorkerId, WorkerRecord};
+use dolphin_cluster::{DiscoveryError, MembershipEvent, Role, WorkerId, WorkerRecord};
 use dolphin_proto::v1::{self, worker_client::WorkerClient};
+use dolphin_tls::GrpcConnector;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tonic::transport::Endpoint;
@@ -15,15 +16,17 @@ use crate::config::RouterConfig;
 
 const RETRY_MIN: Duration = Duration::from_millis(100);
 const RETRY_MAX: Duration = Duration::from_secs(5);
+/// Longest wait for a worker's `Worker.Info` answer once connected.
+const INFO_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Opens every membership source the configuration names.
 pub async fn sources(
     cfg: &RouterConfig,
+    connector: &GrpcConnector,
     shutdown: &CancellationToken,
 ) -> Result<Vec<mpsc::Receiver<MembershipEvent>>, DiscoveryError> {
     let mut out = Vec::new();
-    if !cfg.etcd.is_empty() {
-        let etcd = EtcdConfig::new(cfg.etcd.clone(), cfg.cluster.clone());
+    if let Some(etcd) = cfg.etcd_config() {
         out.push(dolphin_cluster::watch_workers(&etcd).await?);
     }
     if let Some(path) = &cfg.static_workers {
@@ -38,11 +41,7 @@ pub async fn sources(
             .map(|a| (Role::Prefill, a.clone()))
             .chain(cfg.decode.iter().map(|a| (Role::Decode, a.clone())))
             .collect();
-        out.push(from_addresses(
-            addrs,
-            cfg.connect_timeout(),
-            shutdown.clone(),
-        ));
+        out.push(from_addresses(addrs, connector.clone(), shutdown.clone()));
     }
     Ok(out)
 }
@@ -51,17 +50,18 @@ pub async fn sources(
 /// an `Up` event per worker.
 pub fn from_addresses(
     addrs: Vec<(Role, String)>,
-    connect_timeout: Duration,
+    connector: GrpcConnector,
     shutdown: CancellationToken,
 ) -> mpsc::Receiver<MembershipEvent> {
     let (tx, rx) = mpsc::channel(addrs.len().max(1));
     for (role, addr) in addrs {
         let tx = tx.clone();
         let shutdown = shutdown.clone();
+        let connector = connector.clone();
         tokio::spawn(async move {
             let mut delay = RETRY_MIN;
             loop {
-                match info(&addr, connect_timeout).await {
+                match info(&addr, &connector).await {
                     Ok(rec) => {
                         if rec.role != role {
                             tracing::warn!(%addr, flag = %role, reported = %rec.role, "worker reports another role than its flag; using the reported one");
@@ -102,13 +102,11 @@ pub enum InfoError {
 }
 
 /// Calls `Worker.Info` on `addr` and turns the answer into a record.
-pub async fn info(addr: &str, connect_timeout: Duration) -> Result<WorkerRecord, InfoError> {
-    let channel = Endpoint::from_shared(format!("http://{addr}"))
+pub async fn info(addr: &str, connector: &GrpcConnector) -> Result<WorkerRecord, InfoError> {
+    let channel = Endpoint::from_shared(format!("{}://{addr}", connector.scheme()))
         .map_err(|_| InfoError::BadAddress(addr.to_string()))?
-        .tcp_nodelay(true)
-        .connect_timeout(connect_timeout)
-        .timeout(connect_timeout * 5)
-        .connect()
+        .timeout(INFO_TIMEOUT)
+        .connect_with_connector(connector.clone())
         .await
         .map_err(InfoError::Connect)?;
     let info = WorkerClient::new(channel)
@@ -141,7 +139,7 @@ mod tests {
         let shutdown = CancellationToken::new();
         let mut rx = from_addresses(
             vec![(Role::Prefill, fake.addr.to_string())],
-            Duration::from_secs(2),
+            GrpcConnector::plain(Duration::from_secs(2)),
             shutdown.clone(),
         );
         let Some(MembershipEvent::Up(rec)) = rx.recv().await else {
@@ -168,7 +166,7 @@ mod tests {
         let shutdown = CancellationToken::new();
         let mut rx = from_addresses(
             vec![(Role::Decode, addr.to_string())],
-            Duration::from_millis(200),
+            GrpcConnector::plain(Duration::from_millis(200)),
             shutdown.clone(),
         );
         shutdown.cancel();
@@ -179,7 +177,11 @@ mod tests {
     #[tokio::test]
     async fn bad_address_is_an_error() {
         assert!(matches!(
-            info("not a host", Duration::from_millis(100)).await,
+            info(
+                "not a host",
+                &GrpcConnector::plain(Duration::from_millis(100))
+            )
+            .await,
             Err(InfoError::BadAddress(_) | InfoError::Connect(_))
         ));
     }

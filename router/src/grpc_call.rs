@@ -22,10 +22,10 @@ use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
+use dolphin_tls::GrpcConnector;
 use futures::Stream;
 use h2::client::SendRequest;
 use http::{HeaderName, HeaderValue, Method, Request, Uri, header};
-use tokio::net::TcpStream;
 use tokio::task::AbortHandle;
 use tonic::{Code, Status};
 
@@ -37,8 +37,6 @@ const PREFIX: usize = 5;
 /// How a connection is made and kept.
 #[derive(Clone, Copy, Debug)]
 pub struct ConnOptions {
-    /// Giving up on a TCP connect.
-    pub connect_timeout: Duration,
     /// How often the connection is pinged.
     pub keep_alive_interval: Duration,
     /// How long a ping may go unanswered before the connection and its streams are closed.
@@ -51,6 +49,8 @@ pub struct ConnOptions {
 pub struct GrpcConn {
     authority: http::uri::Authority,
     opts: ConnOptions,
+    /// TCP, then TLS when the router has it.
+    connector: GrpcConnector,
     live: tokio::sync::Mutex<Option<Live>>,
 }
 
@@ -70,10 +70,15 @@ impl Drop for Live {
 
 impl GrpcConn {
     /// A connection to `authority` (`host:port`); nothing connects until the first call.
-    pub fn new(authority: http::uri::Authority, opts: ConnOptions) -> Self {
+    pub fn new(
+        authority: http::uri::Authority,
+        opts: ConnOptions,
+        connector: GrpcConnector,
+    ) -> Self {
         Self {
             authority,
             opts,
+            connector,
             live: tokio::sync::Mutex::new(None),
         }
     }
@@ -93,22 +98,17 @@ impl GrpcConn {
     }
 
     async fn connect(&self) -> Result<Live, Status> {
-        let addr = self.authority.as_str();
-        let tcp = tokio::time::timeout(self.opts.connect_timeout, TcpStream::connect(addr))
+        // TCP_NODELAY, the connect timeout and the TLS handshake are the connector's.
+        let stream = self
+            .connector
+            .dial(self.authority.as_str())
             .await
-            .map_err(|_| {
-                transport(std::io::Error::new(
-                    std::io::ErrorKind::TimedOut,
-                    format!("connecting to {addr} timed out"),
-                ))
-            })?
             .map_err(transport)?;
-        tcp.set_nodelay(true).map_err(transport)?;
         let (send, mut conn) = h2::client::Builder::new()
             // tonic's defaults: a window large enough that a worker's stream never waits on it.
             .initial_window_size(1 << 20)
             .initial_connection_window_size(1 << 20)
-            .handshake::<_, Bytes>(tcp)
+            .handshake::<_, Bytes>(stream)
             .await
             .map_err(transport)?;
         let ping = conn.ping_pong();
@@ -141,7 +141,7 @@ impl GrpcConn {
     {
         let mut send = self.sender().await?.ready().await.map_err(transport)?;
         let uri = Uri::builder()
-            .scheme("http")
+            .scheme(self.connector.scheme())
             .authority(self.authority.clone())
             .path_and_query(path)
             .build()

@@ -13,14 +13,17 @@ const DECODE: &str = "/dolphin.v1.DecodeWorker/Decode";
 
 fn opts() -> ConnOptions {
     ConnOptions {
-        connect_timeout: Duration::from_secs(2),
         keep_alive_interval: Duration::from_millis(100),
         keep_alive_timeout: Duration::from_millis(100),
     }
 }
 
 fn conn(addr: std::net::SocketAddr) -> GrpcConn {
-    GrpcConn::new(addr.to_string().parse().expect("authority"), opts())
+    GrpcConn::new(
+        addr.to_string().parse().expect("authority"),
+        opts(),
+        dolphin_tls::GrpcConnector::plain(Duration::from_secs(2)),
+    )
 }
 
 fn request(max_tokens: u32) -> v1::DecodeRequest {

@@ -17,7 +17,7 @@ async fn start(d: Arc<Dispatcher>) -> (Channel, CancellationToken) {
         .expect("bind");
     let addr = listener.local_addr().expect("addr");
     let stop = CancellationToken::new();
-    let mut shards = crate::shard::deal(listener, 1, stop.clone()).expect("deal");
+    let mut shards = crate::shard::deal(listener, 1, None, stop.clone()).expect("deal");
     tokio::spawn(serve(shards.remove(0), d, stop.clone()));
     let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
         .expect("endpoint")

@@ -3,16 +3,21 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
+use dolphin_tls::{ClientAuth, GrpcConnector};
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::RouterConfig;
+use crate::config::{ConfigError, RouterConfig};
 use crate::dispatch::{DispatchConfig, Dispatcher};
 use crate::request_log::{RequestLog, RequestLogError};
 use crate::workers::{RegistryConfig, WorkerRegistry};
+
+/// How often the TLS files are checked for changes.
+const TLS_RELOAD_EVERY: Duration = Duration::from_secs(10);
 
 /// Why the router could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -88,11 +93,26 @@ pub async fn start(
 ) -> Result<RunningRouter, ServerError> {
     let model = cfg.served_model();
     let tokenizer = cfg.tokenizer.build(cfg.model_path.as_deref())?;
+    let tls_error = |e: dolphin_tls::TlsError| ServerError::Config(ConfigError(e.to_string()));
+    let tls = cfg.tls.load_member().map_err(tls_error)?;
+    if let Some(tls) = &tls {
+        tls.watch(TLS_RELOAD_EVERY, shutdown.clone());
+    }
+    let connector = GrpcConnector::new(tls.as_ref(), cfg.connect_timeout()).map_err(tls_error)?;
+    // Public listeners: the router's certificate, no client certificate (API keys identify
+    // clients). ALPN: HTTP/1.1 for the OpenAI API, h2 for gRPC.
+    let listener_tls = |alpn: &'static [u8]| {
+        tls.as_ref()
+            .map(|t| t.server_config(ClientAuth::None, &[alpn]))
+            .transpose()
+            .map_err(tls_error)
+    };
+    let (http_tls, grpc_tls) = (listener_tls(b"http/1.1")?, listener_tls(b"h2")?);
     let registry = WorkerRegistry::new(RegistryConfig {
         model: model.clone(),
         block_size: cfg.block_size,
         load_interval_ms: cfg.load_interval_ms,
-        connect_timeout: cfg.connect_timeout(),
+        connector: connector.clone(),
     });
     let log = match &cfg.request_log {
         Some(path) => RequestLog::open(path).await?,
@@ -135,19 +155,14 @@ pub async fn start(
     .map_err(ServerError::Advertise)?;
     let public_grpc_addr = dolphin_cluster::advertised(grpc_addr, advertise.as_ref(), "gRPC")
         .map_err(ServerError::Advertise)?;
-    if !cfg.etcd.is_empty() {
+    if let Some(etcd) = cfg.etcd_config() {
         // Tables and the classifier come from etcd: load them before serving, then follow.
-        let store = crate::dolphin::EtcdStore::connect(
-            &cfg.etcd,
-            &cfg.cluster,
-            dispatcher.dolphin().clone(),
-        )
-        .await?;
+        let store = crate::dolphin::EtcdStore::connect(&etcd, dispatcher.dolphin().clone()).await?;
         crate::dolphin::TableStore::refresh(&store).await?;
         store.spawn_watcher(shutdown.clone());
         dispatcher.set_table_store(Arc::new(store));
     }
-    for rx in crate::discovery::sources(cfg, &shutdown).await? {
+    for rx in crate::discovery::sources(cfg, &connector, &shutdown).await? {
         registry.follow(rx, shutdown.clone());
     }
     let app = crate::http::router(crate::http::AppState {
@@ -158,19 +173,15 @@ pub async fn start(
         0 => std::thread::available_parallelism().map_or(1, usize::from),
         n => n,
     });
-    let http_shards =
-        crate::shard::deal(http_listener, shards, shutdown.clone()).map_err(|source| {
-            ServerError::Bind {
-                addr: cfg.http_addr,
-                source,
-            }
+    let http_shards = crate::shard::deal(http_listener, shards, http_tls, shutdown.clone())
+        .map_err(|source| ServerError::Bind {
+            addr: cfg.http_addr,
+            source,
         })?;
-    let grpc_shards =
-        crate::shard::deal(grpc_listener, shards, shutdown.clone()).map_err(|source| {
-            ServerError::Bind {
-                addr: cfg.grpc_addr,
-                source,
-            }
+    let grpc_shards = crate::shard::deal(grpc_listener, shards, grpc_tls, shutdown.clone())
+        .map_err(|source| ServerError::Bind {
+            addr: cfg.grpc_addr,
+            source,
         })?;
     let mut stopped = Vec::with_capacity(shards);
     for (i, (http_l, grpc_l)) in http_shards.into_iter().zip(grpc_shards).enumerate() {

@@ -16,9 +16,11 @@
 
 use std::cell::Cell;
 use std::net::SocketAddr;
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
 
+use dolphin_tls::{MaybeTlsStream, accept_tls};
+use rustls::ServerConfig;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -50,31 +52,65 @@ pub(crate) fn set_count(n: usize) -> usize {
 /// A connection accepted for a shard, not yet registered with any runtime.
 pub(crate) type Handoff = (std::net::TcpStream, SocketAddr);
 
+/// A connection whose TLS handshake is done (or that has no TLS).
+type Ready = (MaybeTlsStream, SocketAddr);
+
 /// Receives the connections one listener deals to one shard.
 #[derive(Debug)]
 pub(crate) struct ShardListener {
     rx: mpsc::UnboundedReceiver<Handoff>,
     local: SocketAddr,
+    /// TLS on this listener (no client certificates: public clients use API keys).
+    tls: Option<Arc<ServerConfig>>,
+    /// Handshakes run on tasks of this shard, so a slow client holds up only itself; finished
+    /// ones come back here.
+    ready_tx: mpsc::UnboundedSender<Ready>,
+    ready_rx: mpsc::UnboundedReceiver<Ready>,
+    dealer_gone: bool,
 }
 
 impl ShardListener {
-    /// The next connection, registered with this thread's runtime. Never returns once the
-    /// acceptor has stopped (servers stop on their shutdown signal, not on a closed listener).
-    pub(crate) async fn next(&mut self) -> (TcpStream, SocketAddr) {
+    /// The next connection, registered with this thread's runtime and past its TLS handshake.
+    /// Never returns once the acceptor has stopped and no handshake is pending (servers stop on
+    /// their shutdown signal, not on a closed listener).
+    pub(crate) async fn next(&mut self) -> (MaybeTlsStream, SocketAddr) {
         loop {
-            let Some((std, addr)) = self.rx.recv().await else {
-                return std::future::pending().await;
-            };
-            match TcpStream::from_std(std) {
-                Ok(stream) => return (stream, addr),
-                Err(e) => tracing::warn!(error = %e, %addr, "cannot adopt an accepted connection"),
+            tokio::select! {
+                Some(ready) = self.ready_rx.recv() => return ready,
+                dealt = self.rx.recv(), if !self.dealer_gone => {
+                    let Some((std, addr)) = dealt else {
+                        self.dealer_gone = true;
+                        continue;
+                    };
+                    let tcp = match TcpStream::from_std(std) {
+                        Ok(tcp) => tcp,
+                        Err(e) => {
+                            tracing::warn!(error = %e, %addr, "cannot adopt an accepted connection");
+                            continue;
+                        }
+                    };
+                    let Some(config) = self.tls.clone() else {
+                        return (MaybeTlsStream::Plain(tcp), addr);
+                    };
+                    let ready = self.ready_tx.clone();
+                    tokio::spawn(async move {
+                        match accept_tls(tcp, Some(config)).await {
+                            Ok(stream) => {
+                                let _ = ready.send((stream, addr));
+                            }
+                            Err(e) => {
+                                tracing::debug!(error = %e, %addr, "TLS handshake failed");
+                            }
+                        }
+                    });
+                }
             }
         }
     }
 }
 
 impl axum::serve::Listener for ShardListener {
-    type Io = TcpStream;
+    type Io = MaybeTlsStream;
     type Addr = SocketAddr;
 
     async fn accept(&mut self) -> (Self::Io, Self::Addr) {
@@ -87,17 +123,28 @@ impl axum::serve::Listener for ShardListener {
 }
 
 /// Accepts on `listener` until `shutdown` and deals each connection (TCP_NODELAY set) to the
-/// shards in turn; returns one [`ShardListener`] per shard. Runs on the caller's runtime.
+/// shards in turn; returns one [`ShardListener`] per shard, which does the TLS handshake when
+/// `tls` is given. Runs on the caller's runtime.
 pub(crate) fn deal(
     listener: TcpListener,
     shards: usize,
+    tls: Option<Arc<ServerConfig>>,
     shutdown: CancellationToken,
 ) -> std::io::Result<Vec<ShardListener>> {
     let local = listener.local_addr()?;
     let (txs, listeners): (Vec<_>, Vec<_>) = (0..shards.max(1))
         .map(|_| {
             let (tx, rx) = mpsc::unbounded_channel();
-            (tx, ShardListener { rx, local })
+            let (ready_tx, ready_rx) = mpsc::unbounded_channel();
+            let listener = ShardListener {
+                rx,
+                local,
+                tls: tls.clone(),
+                ready_tx,
+                ready_rx,
+                dealer_gone: false,
+            };
+            (tx, listener)
         })
         .unzip();
     tokio::spawn(async move {

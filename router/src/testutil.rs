@@ -311,7 +311,7 @@ pub fn dispatcher(policy: Policy, log: RequestLog) -> Arc<Dispatcher> {
         model: "sim-model".into(),
         block_size: BS,
         load_interval_ms: 20,
-        connect_timeout: Duration::from_secs(2),
+        connector: dolphin_tls::GrpcConnector::plain(Duration::from_secs(2)),
     });
     Arc::new(Dispatcher::new(
         registry,

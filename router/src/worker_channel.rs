@@ -17,9 +17,9 @@ use std::time::Duration;
 
 use dolphin_proto::v1;
 use dolphin_proto::v1::worker_client::WorkerClient;
+use dolphin_tls::GrpcConnector;
 use http::{HeaderName, HeaderValue};
 use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use tonic::transport::Uri;
 
@@ -33,7 +33,7 @@ const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(5);
 const KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The HTTP/2 client type under [`WorkerChannel`].
-pub type HttpClient = Client<HttpConnector, tonic::body::Body>;
+pub type HttpClient = Client<GrpcConnector, tonic::body::Body>;
 
 /// A lazily connected, self-reconnecting HTTP/2 client to one worker's gRPC address, one
 /// connection per serving shard (and one for the control runtime).
@@ -44,7 +44,8 @@ pub struct WorkerChannel {
     /// Decode calls, per shard like `clients` (see [`crate::grpc_call`]).
     decode_calls: Arc<[OnceLock<GrpcConn>]>,
     origin: Uri,
-    connect_timeout: Duration,
+    /// TCP (TCP_NODELAY, connect timeout), then mutual TLS when the router has it.
+    connector: GrpcConnector,
 }
 
 /// `DecodeWorker.Decode`'s path.
@@ -56,9 +57,10 @@ const DECODE_PATH: &str = "/dolphin.v1.DecodeWorker/Decode";
 pub struct BadAddress(pub String);
 
 impl WorkerChannel {
-    /// A channel to `addr` (`host:port`); nothing connects until the first request.
-    pub fn new(addr: &str, connect_timeout: Duration) -> Result<Self, BadAddress> {
-        let origin: Uri = format!("http://{addr}")
+    /// A channel to `addr` (`host:port`) through `connector`; nothing connects until the first
+    /// request.
+    pub fn new(addr: &str, connector: &GrpcConnector) -> Result<Self, BadAddress> {
+        let origin: Uri = format!("{}://{addr}", connector.scheme())
             .parse()
             .map_err(|_| BadAddress(addr.to_string()))?;
         if origin.authority().is_none() || origin.path() != "/" {
@@ -69,7 +71,7 @@ impl WorkerChannel {
             clients: (0..slots).map(|_| OnceLock::new()).collect(),
             decode_calls: (0..slots).map(|_| OnceLock::new()).collect(),
             origin,
-            connect_timeout,
+            connector: connector.clone(),
         })
     }
 
@@ -90,10 +92,10 @@ impl WorkerChannel {
             GrpcConn::new(
                 authority,
                 ConnOptions {
-                    connect_timeout: self.connect_timeout,
                     keep_alive_interval: KEEP_ALIVE_INTERVAL,
                     keep_alive_timeout: KEEP_ALIVE_TIMEOUT,
                 },
+                self.connector.clone(),
             )
         });
         conn.server_streaming(DECODE_PATH, request, metadata).await
@@ -104,9 +106,6 @@ impl WorkerChannel {
         let i = crate::shard::current().min(self.clients.len() - 1);
         self.clients[i]
             .get_or_init(|| {
-                let mut connector = HttpConnector::new();
-                connector.set_nodelay(true);
-                connector.set_connect_timeout(Some(self.connect_timeout));
                 Client::builder(TokioExecutor::new())
                     .http2_only(true)
                     .timer(TokioTimer::new())
@@ -117,7 +116,7 @@ impl WorkerChannel {
                     // Keep the connection for as long as it lives: reconnecting costs a round
                     // trip.
                     .pool_idle_timeout(None)
-                    .build(connector)
+                    .build(self.connector.clone())
             })
             .clone()
     }
@@ -134,8 +133,9 @@ mod tests {
 
     #[test]
     fn rejects_addresses_that_are_not_host_port() {
-        assert!(WorkerChannel::new("127.0.0.1:9000", Duration::from_secs(1)).is_ok());
-        assert!(WorkerChannel::new("bad addr", Duration::from_secs(1)).is_err());
-        assert!(WorkerChannel::new("host:1/path", Duration::from_secs(1)).is_err());
+        let c = GrpcConnector::plain(Duration::from_secs(1));
+        assert!(WorkerChannel::new("127.0.0.1:9000", &c).is_ok());
+        assert!(WorkerChannel::new("bad addr", &c).is_err());
+        assert!(WorkerChannel::new("host:1/path", &c).is_err());
     }
 }

@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use dolphin_cluster::{
     BlockHash, KvCompat, KvMismatch, MembershipEvent, Role, WorkerId, WorkerRecord,
@@ -35,8 +35,9 @@ pub struct RegistryConfig {
     pub block_size: u32,
     /// Minimum interval between load reports asked of workers, in milliseconds.
     pub load_interval_ms: u32,
-    /// Timeout for establishing a worker connection.
-    pub connect_timeout: Duration,
+    /// How worker connections are made: TCP with a connect timeout, then mutual TLS when the
+    /// router has it.
+    pub connector: dolphin_tls::GrpcConnector,
 }
 
 /// One pool (all prefill or all decode workers): the index and the worker in each slot.
@@ -171,7 +172,7 @@ impl WorkerRegistry {
                 router: self.cfg.block_size,
             });
         }
-        let channel = WorkerChannel::new(&rec.grpc_addr, self.cfg.connect_timeout)
+        let channel = WorkerChannel::new(&rec.grpc_addr, &self.cfg.connector)
             .map_err(|_| RejectReason::BadAddress(rec.grpc_addr.clone()))?;
         let mut members = self.members.lock();
         if let Some((old, _)) = members.get(&rec.id) {
@@ -406,7 +407,7 @@ mod tests {
             model: "sim-model".into(),
             block_size: 16,
             load_interval_ms: 50,
-            connect_timeout: Duration::from_millis(200),
+            connector: dolphin_tls::GrpcConnector::plain(std::time::Duration::from_millis(200)),
         }
     }
 

@@ -49,6 +49,10 @@ pub struct ClusterConfig {
     pub prefill_args_each: Vec<Vec<String>>,
     /// Extra arguments for the router.
     pub router_args: Vec<String>,
+    /// Mutual TLS everywhere, with members' certificates from this CA (etcd too, when used):
+    /// every process gets `--tls-cert/--tls-key/--tls-ca`, and the test's clients of the router
+    /// use TLS (no client certificate: the router's public listeners ask for none).
+    pub tls: Option<std::sync::Arc<dolphin_tls::testing::TestPki>>,
 }
 
 impl Default for ClusterConfig {
@@ -66,6 +70,7 @@ impl Default for ClusterConfig {
             decode_args: Vec::new(),
             prefill_args_each: Vec::new(),
             router_args: Vec::new(),
+            tls: None,
         }
     }
 }
@@ -105,6 +110,8 @@ pub struct TestCluster {
     pub prefill: Vec<Node>,
     /// Decode workers, in start order.
     pub decode: Vec<Node>,
+    /// TLS for the test's clients of the router (with `ClusterConfig::tls`).
+    client_tls: Option<dolphin_tls::Tls>,
     // Declared last: dropped after the processes that talk to it.
     etcd: Option<EtcdServer>,
     passed: bool,
@@ -115,10 +122,35 @@ impl TestCluster {
     /// every worker with a live event stream.
     pub async fn start(cfg: ClusterConfig) -> anyhow::Result<Self> {
         // The helper panics with etcd's log if etcd cannot start.
-        let etcd = if cfg.etcd {
-            Some(EtcdServer::start().await)
-        } else {
-            None
+        let etcd = match (cfg.etcd, &cfg.tls) {
+            (false, _) => None,
+            (true, None) => Some(EtcdServer::start().await),
+            (true, Some(pki)) => {
+                let server = pki.member("etcd");
+                Some(
+                    EtcdServer::start_tls(dolphin_cluster::testing::EtcdServerTls {
+                        cert: server.tls_cert.context("cert")?,
+                        key: server.tls_key.context("key")?,
+                        client_ca: server.tls_ca.context("CA")?,
+                    })
+                    .await,
+                )
+            }
+        };
+        // Each process's TLS flags: its own member certificate, etcd's CA when etcd is used.
+        let tls_flags = |name: &str| -> Vec<String> {
+            let Some(pki) = &cfg.tls else {
+                return Vec::new();
+            };
+            let mut args = pki.member(name);
+            if cfg.etcd {
+                args.etcd_ca = args.tls_ca.clone();
+            }
+            args.to_flags()
+        };
+        let client_tls = match &cfg.tls {
+            Some(pki) => pki.anonymous("client").load()?,
+            None => None,
         };
         let etcd_url = etcd.as_ref().map(EtcdServer::endpoint);
         let prefill_bin = binaries::binary(binaries::PREFILL_WORKER)?;
@@ -130,13 +162,15 @@ impl TestCluster {
             let scale = cfg.prefill_time_scale.unwrap_or(cfg.time_scale);
             let mut args = worker_args(&cfg, etcd_url.as_deref(), scale, false);
             args.extend(cfg.prefill_args_each.get(i).into_iter().flatten().cloned());
+            args.extend(tls_flags(&format!("prefill-{i}")));
             started.push((
                 format!("prefill-{i}"),
                 spawn(&format!("prefill-{i}"), &prefill_bin, args)?,
             ));
         }
         for i in 0..cfg.decode {
-            let args = worker_args(&cfg, etcd_url.as_deref(), cfg.time_scale, true);
+            let mut args = worker_args(&cfg, etcd_url.as_deref(), cfg.time_scale, true);
+            args.extend(tls_flags(&format!("decode-{i}")));
             started.push((
                 format!("decode-{i}"),
                 spawn(&format!("decode-{i}"), &decode_bin, args)?,
@@ -187,6 +221,7 @@ impl TestCluster {
             }
         }
         args.extend(cfg.router_args.iter().cloned());
+        args.extend(tls_flags("router"));
         let mut router = spawn("router", &router_bin, args)?;
         let ready = router.wait_ready(READY_TIMEOUT).await;
         let router = Node {
@@ -197,6 +232,7 @@ impl TestCluster {
             router,
             prefill,
             decode,
+            client_tls,
             etcd,
             passed: false,
         };
@@ -225,14 +261,21 @@ impl TestCluster {
 
     /// A client of the router's public API.
     pub async fn inference(&self) -> anyhow::Result<InferenceClient<Channel>> {
-        Ok(InferenceClient::new(grpc::channel(self.grpc_addr()).await?))
+        Ok(InferenceClient::new(
+            grpc::channel_with(self.grpc_addr(), self.client_tls.as_ref()).await?,
+        ))
     }
 
     /// A client of the router's admin API.
     pub async fn admin(&self) -> anyhow::Result<RouterAdminClient<Channel>> {
         Ok(RouterAdminClient::new(
-            grpc::channel(self.grpc_addr()).await?,
+            grpc::channel_with(self.grpc_addr(), self.client_tls.as_ref()).await?,
         ))
+    }
+
+    /// TLS for clients of the router, when the cluster runs with TLS.
+    pub fn client_tls(&self) -> Option<&dolphin_tls::Tls> {
+        self.client_tls.as_ref()
     }
 
     /// Waits until the router lists exactly these workers, each with a live event stream.

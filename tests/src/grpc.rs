@@ -16,10 +16,15 @@ pub const MODEL: &str = "sim-model";
 
 /// Connects to `addr` ("host:port").
 pub async fn channel(addr: &str) -> anyhow::Result<Channel> {
+    channel_with(addr, None).await
+}
+
+/// Connects to `addr` ("host:port"), over TLS with `tls`.
+pub async fn channel_with(addr: &str, tls: Option<&dolphin_tls::Tls>) -> anyhow::Result<Channel> {
+    let connector = dolphin_tls::GrpcConnector::new(tls, Duration::from_secs(10))?;
     Ok(
-        tonic::transport::Endpoint::from_shared(format!("http://{addr}"))?
-            .connect_timeout(Duration::from_secs(10))
-            .connect()
+        tonic::transport::Endpoint::from_shared(format!("{}://{addr}", connector.scheme()))?
+            .connect_with_connector(connector)
             .await?,
     )
 }

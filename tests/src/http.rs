@@ -75,6 +75,42 @@ async fn send(
     })
 }
 
+/// `POST https://{addr}{path}` with a JSON body over TLS (HTTP/1.1, the connection closed
+/// after the response).
+pub async fn post_json_tls(
+    addr: &str,
+    path: &str,
+    body: &str,
+    tls: &dolphin_tls::Tls,
+) -> anyhow::Result<Response> {
+    let config = tls.client_config(&[b"http/1.1"])?;
+    let tcp = tokio::net::TcpStream::connect(addr).await?;
+    let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
+    let stream = tls.connect(config, tcp, host).await?;
+    let (mut send, conn) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await?;
+    tokio::spawn(conn);
+    let req = hyper::Request::builder()
+        .method("POST")
+        .uri(path)
+        .header("host", addr)
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(body.to_owned())))?;
+    let resp = send.send_request(req).await?;
+    let status = resp.status().as_u16();
+    let content_type = resp
+        .headers()
+        .get(hyper::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let body = resp.into_body().collect().await?.to_bytes();
+    Ok(Response {
+        status,
+        content_type,
+        body,
+    })
+}
+
 /// Splits an SSE stream into its events' `data:` payloads (multi-line data joined with "\n").
 pub fn sse_data(text: &str) -> Vec<String> {
     let text = text.replace("\r\n", "\n");

@@ -105,18 +105,28 @@ impl GrpcConnector {
         })
     }
 
+    /// A connector without TLS.
+    pub fn plain(connect_timeout: Duration) -> Self {
+        Self {
+            dialer: Dialer::plain(connect_timeout),
+        }
+    }
+
     /// Dials `host:port`.
     pub async fn dial(&self, authority: &str) -> io::Result<MaybeTlsStream> {
         self.dialer.dial(authority).await
     }
 
-    /// The scheme URLs to dialed servers take (`https` with TLS).
+    /// The scheme of URLs to servers dialed through this connector: `http` even with TLS,
+    /// which the connector does itself (tonic refuses `https` URLs unless its own TLS is built
+    /// in).
     pub fn scheme(&self) -> &'static str {
-        if self.dialer.is_tls() {
-            "https"
-        } else {
-            "http"
-        }
+        "http"
+    }
+
+    /// Whether connections are TLS.
+    pub fn is_tls(&self) -> bool {
+        self.dialer.is_tls()
     }
 }
 

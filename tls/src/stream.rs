@@ -95,6 +95,14 @@ impl AsyncWrite for MaybeTlsStream {
     }
 }
 
+/// For hyper-util's pooled client (the router's `Worker` calls); HTTP/2 only, so nothing to say
+/// about ALPN.
+impl hyper_util::client::legacy::connect::Connection for MaybeTlsStream {
+    fn connected(&self) -> hyper_util::client::legacy::connect::Connected {
+        hyper_util::client::legacy::connect::Connected::new()
+    }
+}
+
 impl tonic::transport::server::Connected for MaybeTlsStream {
     type ConnectInfo = tonic::transport::server::TcpConnectInfo;
 

@@ -107,6 +107,7 @@ impl TestPki {
             tls_key: identity.then_some(key),
             tls_ca: Some(ca),
             tls_server_name: Some(TEST_SERVER_NAME.into()),
+            ..TlsArgs::default()
         }
     }
 
@@ -154,24 +155,5 @@ impl TestPki {
             &self.ca.pem(),
             true,
         )
-    }
-}
-
-impl TlsArgs {
-    /// These settings as command-line flags for a child process.
-    pub fn to_flags(&self) -> Vec<String> {
-        let mut flags = Vec::new();
-        let mut push = |flag: &str, value: Option<String>| {
-            if let Some(v) = value {
-                flags.push(flag.to_owned());
-                flags.push(v);
-            }
-        };
-        let path = |p: &Option<PathBuf>| p.as_ref().map(|p| p.display().to_string());
-        push("--tls-cert", path(&self.tls_cert));
-        push("--tls-key", path(&self.tls_key));
-        push("--tls-ca", path(&self.tls_ca));
-        push("--tls-server-name", self.tls_server_name.clone());
-        flags
     }
 }

@@ -230,6 +230,10 @@ pub struct CommonArgs {
     /// CUDA device of this worker's NCCL communicators (with `--kv-transport nccl`).
     #[arg(long, env = "DOLPHIN_NCCL_DEVICE", default_value_t = 0)]
     pub nccl_device: usize,
+    /// TLS: certificates for mutual TLS with the router and the other workers (gRPC and KV
+    /// transfer), and for etcd.
+    #[command(flatten)]
+    pub tls: dolphin_tls::TlsArgs,
 }
 
 impl CommonArgs {
@@ -297,7 +301,28 @@ impl CommonArgs {
             endpoints: self.etcd.clone(),
             cluster: self.cluster.clone(),
             lease_ttl_secs: self.lease_ttl_secs,
+            tls: self
+                .tls
+                .etcd()
+                .map(|(ca, identity)| dolphin_cluster::EtcdTls {
+                    ca,
+                    identity,
+                    domain: None,
+                }),
         })
+    }
+
+    /// The process's TLS state (files read now and followed for changes), or `None` when TLS
+    /// is off. A worker serves and dials, so it needs its certificate, key and the CA.
+    pub fn load_tls(&self) -> Result<Option<dolphin_tls::Tls>, ConfigError> {
+        let tls = self
+            .tls
+            .load_member()
+            .map_err(|e| ConfigError::invalid("tls-cert", e.to_string()))?;
+        if let Some(tls) = &tls {
+            tls.watch(TLS_RELOAD_EVERY, tokio_util::sync::CancellationToken::new());
+        }
+        Ok(tls)
     }
 
     /// The drain grace period.
@@ -305,6 +330,10 @@ impl CommonArgs {
         Duration::from_secs(self.drain_grace_secs)
     }
 }
+
+/// How often the TLS files are checked for changes (a Kubernetes secret mount updates within a
+/// minute or so).
+const TLS_RELOAD_EVERY: Duration = Duration::from_secs(10);
 
 /// Parses an advertise flag's value (`None`: not given).
 pub fn parse_advertise(

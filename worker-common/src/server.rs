@@ -12,7 +12,13 @@ use tonic::{
 };
 use tonic_health::server::HealthService;
 
-use crate::{error::WorkerError, service::WorkerService, state::WorkerState};
+use dolphin_tls::{Tls, accept_incoming};
+
+use crate::{
+    error::{ConfigError, WorkerError},
+    service::WorkerService,
+    state::WorkerState,
+};
 
 /// How long the server may take to close its connections once the worker is drained: what is
 /// still open then (a client that never reads) is cut.
@@ -45,12 +51,18 @@ pub struct RunningWorker {
 impl RunningWorker {
     /// Serves `role_routes` (the role's own service) plus `dolphin.v1.Worker`, `grpc.health.v1`
     /// and reflection on `listener`, with TCP_NODELAY on every accepted socket (token streams are
-    /// many small writes; Nagle would hold them back).
+    /// many small writes; Nagle would hold them back). With `tls`, every connection is mutual
+    /// TLS: a client certificate from the cluster's CA is required.
     pub async fn start(
         listener: TcpListener,
         state: Arc<WorkerState>,
         role_routes: Routes,
+        tls: Option<&Tls>,
     ) -> Result<Self, WorkerError> {
+        let tls = tls
+            .map(|t| t.cluster_server_config(&[b"h2"]))
+            .transpose()
+            .map_err(|e| ConfigError::invalid("tls-cert", e.to_string()))?;
         state.mark_serving().await;
         let (reflection_v1, reflection_v1alpha) = dolphin_proto::reflection_services();
         let health = tonic_health::pb::health_server::HealthServer::new(
@@ -61,7 +73,6 @@ impl RunningWorker {
             .add_service(health)
             .add_service(reflection_v1)
             .add_service(reflection_v1alpha);
-        let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
         let stop = CancellationToken::new();
         let exited = CancellationToken::new();
         let task = {
@@ -69,10 +80,22 @@ impl RunningWorker {
             let exited = exited.clone();
             tokio::spawn(async move {
                 let _exited = exited.drop_guard();
-                Server::builder()
-                    .add_routes(routes)
-                    .serve_with_incoming_shutdown(incoming, stop.cancelled_owned())
-                    .await
+                let server = Server::builder().add_routes(routes);
+                match tls {
+                    None => {
+                        let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+                        server
+                            .serve_with_incoming_shutdown(incoming, stop.cancelled_owned())
+                            .await
+                    }
+                    Some(config) => {
+                        // Handshakes on tasks of their own, beside the accept loop.
+                        let incoming = accept_incoming(listener, Some(config), stop.clone());
+                        server
+                            .serve_with_incoming_shutdown(incoming, stop.cancelled_owned())
+                            .await
+                    }
+                }
             })
         };
         Ok(Self {

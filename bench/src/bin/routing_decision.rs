@@ -175,7 +175,7 @@ fn main() -> anyhow::Result<()> {
         model: MODEL.into(),
         block_size: bs,
         load_interval_ms: 100,
-        connect_timeout: Duration::from_secs(5),
+        connector: dolphin_tls::GrpcConnector::plain(Duration::from_secs(5)),
     });
     // Kept alive for the whole run: their event streams must stay connected.
     let _fakes = rt.block_on(fake_worker::start_pools(

@@ -21,6 +21,7 @@ impl From<StoreError> for Status {
             StoreError::NothingToRollBack(_) => Code::FailedPrecondition,
             StoreError::Conflict(_) => Code::Aborted,
             StoreError::Corrupt { .. } => Code::Internal,
+            StoreError::EtcdConfig(_) => Code::FailedPrecondition,
         };
         // The message carries the whole cause chain: operators read it in dolphinctl.
         let mut msg = e.to_string();

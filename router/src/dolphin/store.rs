@@ -126,6 +126,9 @@ pub enum StoreError {
     /// etcd failed.
     #[error("etcd request failed")]
     Etcd(#[from] etcd_client::Error),
+    /// The etcd settings cannot work (TLS files, endpoints).
+    #[error(transparent)]
+    EtcdConfig(#[from] dolphin_cluster::DiscoveryError),
     /// etcd did not answer in time.
     #[error("etcd did not answer `{op}` in time")]
     Timeout {

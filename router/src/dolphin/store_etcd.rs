@@ -14,9 +14,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, GetOptions, Txn, TxnOp, WatchOptions,
-};
+use etcd_client::{Client, Compare, CompareOp, GetOptions, Txn, TxnOp, WatchOptions};
 use tokio_util::sync::CancellationToken;
 
 use super::classifier::OutputClassifier;
@@ -61,22 +59,17 @@ impl std::fmt::Debug for EtcdStore {
 }
 
 impl EtcdStore {
-    /// Connects to etcd (lazily: errors surface on the first request).
+    /// Connects to the etcd of `cfg` (lazily: errors surface on the first request), with the
+    /// same timeouts, keep-alive and TLS as discovery.
     pub async fn connect(
-        endpoints: &[String],
-        cluster: &str,
+        cfg: &dolphin_cluster::EtcdConfig,
         routing: Arc<DolphinRouting>,
     ) -> Result<EtcdStore, StoreError> {
-        let options = ConnectOptions::new()
-            .with_connect_timeout(Duration::from_secs(3))
-            .with_timeout(REQUEST_TIMEOUT)
-            .with_keep_alive(Duration::from_secs(10), Duration::from_secs(5))
-            .with_keep_alive_while_idle(true)
-            .with_require_leader(true);
-        let client = deadline("connect", Client::connect(endpoints, Some(options))).await?;
+        let options = cfg.connect_options()?;
+        let client = deadline("connect", Client::connect(&cfg.endpoints, Some(options))).await?;
         Ok(EtcdStore {
             client,
-            cluster: cluster.to_owned(),
+            cluster: cfg.cluster.clone(),
             routing,
         })
     }

@@ -37,14 +37,20 @@ async fn tables_are_stored_activated_rolled_back_and_followed() {
     let endpoints = vec![etcd.endpoint()];
     let s = Split::new(3, 1);
     let writer_routing = Arc::new(DolphinRouting::new());
-    let writer = EtcdStore::connect(&endpoints, "c1", writer_routing.clone())
-        .await
-        .expect("connect");
+    let writer = EtcdStore::connect(
+        &dolphin_cluster::EtcdConfig::new(endpoints.clone(), "c1"),
+        writer_routing.clone(),
+    )
+    .await
+    .expect("connect");
     // A second router only follows.
     let follower_routing = Arc::new(DolphinRouting::new());
-    let follower = EtcdStore::connect(&endpoints, "c1", follower_routing.clone())
-        .await
-        .expect("connect");
+    let follower = EtcdStore::connect(
+        &dolphin_cluster::EtcdConfig::new(endpoints.clone(), "c1"),
+        follower_routing.clone(),
+    )
+    .await
+    .expect("connect");
     let shutdown = CancellationToken::new();
     follower.spawn_watcher(shutdown.clone());
 
@@ -136,9 +142,12 @@ async fn tables_are_stored_activated_rolled_back_and_followed() {
     .await;
 
     // Another cluster name sees none of it.
-    let other = EtcdStore::connect(&endpoints, "c2", Arc::new(DolphinRouting::new()))
-        .await
-        .expect("connect");
+    let other = EtcdStore::connect(
+        &dolphin_cluster::EtcdConfig::new(endpoints.clone(), "c2"),
+        Arc::new(DolphinRouting::new()),
+    )
+    .await
+    .expect("connect");
     assert!(other.snapshot().await.expect("snapshot").splits.is_empty());
     let snap = writer.snapshot().await.expect("snapshot");
     assert_eq!(
@@ -154,18 +163,24 @@ async fn the_watcher_resyncs_after_etcd_restarts() {
     let endpoints = vec![etcd.endpoint()];
     let s = Split::new(1, 1);
     let routing = Arc::new(DolphinRouting::new());
-    let store = EtcdStore::connect(&endpoints, "c", routing.clone())
-        .await
-        .expect("connect");
+    let store = EtcdStore::connect(
+        &dolphin_cluster::EtcdConfig::new(endpoints.clone(), "c"),
+        routing.clone(),
+    )
+    .await
+    .expect("connect");
     let shutdown = CancellationToken::new();
     store.spawn_watcher(shutdown.clone());
     store.put(s, Some("a"), &table(s, 1)).await.expect("put");
     store.activate(s, "a").await.expect("activate");
     etcd.restart().await;
     // Written by another client after the restart: the watcher must resync to see it.
-    let writer = EtcdStore::connect(&endpoints, "c", Arc::new(DolphinRouting::new()))
-        .await
-        .expect("connect");
+    let writer = EtcdStore::connect(
+        &dolphin_cluster::EtcdConfig::new(endpoints.clone(), "c"),
+        Arc::new(DolphinRouting::new()),
+    )
+    .await
+    .expect("connect");
     // etcd may still be electing itself leader: retry until the write lands (a retry after a
     // lost answer finds the version already there, which is as good).
     for attempt in 0.. {

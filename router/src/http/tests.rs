@@ -36,7 +36,7 @@ async fn start(d: Arc<Dispatcher>) -> Server {
     let addr = listener.local_addr().expect("addr");
     let stop = CancellationToken::new();
     let metrics = Some(dolphin_cluster::init_metrics());
-    let mut shards = crate::shard::deal(listener, 1, stop.clone()).expect("deal");
+    let mut shards = crate::shard::deal(listener, 1, None, stop.clone()).expect("deal");
     tokio::spawn(serve(
         shards.remove(0),
         router(AppState {
