@@ -46,7 +46,7 @@ declare -A render_args=(
     [default]=""
     [cpu-smollm2]="-f ${chart}/values-cpu-smollm2.yaml"
     [gpu]="-f ${chart}/values-gpu.yaml"
-    [full]="-f ${chart}/values-cpu-smollm2.yaml --set learn.enabled=true,router.policy=dolphin,router.autoscaling.enabled=true,tls.secretName=dolphin-tls,apiKeys.secretName=dolphin-keys,serviceMonitor.enabled=true,model.existingClaim=dolphin-models,model.pipIndexUrl=https://pip-mirror.example.internal/simple,engine.modelName=smollm2"
+    [full]="-f ${chart}/values-cpu-smollm2.yaml --set learn.enabled=true,router.policy=dolphin,router.autoscaling.enabled=true,tls.secretName=dolphin-tls,tls.serverName=dolphin.dolphin.internal,apiKeys.secretName=dolphin-keys,serviceMonitor.enabled=true,model.existingClaim=dolphin-models,model.pipIndexUrl=https://pip-mirror.example.internal/simple,engine.modelName=smollm2"
     [external-etcd]="--set etcd.bundled.enabled=false,etcd.external.endpoints={http://etcd-a.db.svc:2379,http://etcd-b.db.svc:2379},engine.kind=candle,model.baked=true,learn.enabled=true,learn.hook=false,router.policy=dolphin,networkPolicy.enabled=false"
 )
 
@@ -185,7 +185,8 @@ step "bad values refused (schema and template checks)" refuses \
     "etcd.bundled.enabled=false" \
     "etcd.external.endpoints={http://etcd:2379}" \
     "learn.enabled=true" \
-    "serviceMonitor.enabled=true,decode.headlessService.enabled=false"
+    "serviceMonitor.enabled=true,decode.headlessService.enabled=false" \
+    "tls.secretName=dolphin-tls"
 
 # --- Grafana board -----------------------------------------------------------------------------
 # Every dolphin_* metric the board queries is one the binaries record.

@@ -230,7 +230,7 @@ seccompProfile:
 {{- end -}}
 
 {{/* Secret volumes (TLS for every Dolphin process, API keys for the router): include with
-     (dict "ctx" $ "keys" true|false). Not consumed by the binaries yet. */}}
+     (dict "ctx" $ "keys" true|false). API keys are not consumed by the router yet. */}}
 {{- define "dolphin.secretVolumes" -}}
 {{- with .ctx.Values.tls.secretName }}
 - name: tls
@@ -250,7 +250,7 @@ seccompProfile:
 
 {{- define "dolphin.secretMounts" -}}
 {{- if .ctx.Values.tls.secretName }}
-# TLS material, not consumed yet (no TLS flags exist): mounted for deployments to prepare.
+# TLS certificate, key and CA (DOLPHIN_TLS_*), read again when the Secret changes.
 - name: tls
   mountPath: /etc/dolphin/tls
   readOnly: true
@@ -285,5 +285,25 @@ seccompProfile:
 {{- with .Values.engine.modelName }}
 - name: DOLPHIN_MODEL
   value: {{ . | quote }}
+{{- end }}
+{{- end -}}
+
+{{/* TLS env of every Dolphin process when tls.secretName is set: the Secret's tls.crt, tls.key
+     and ca.crt (a cert-manager Certificate's Secret has all three), and the name every member's
+     certificate carries (members dial each other by pod IP). dolphinctl in preStop hooks and the
+     learn Job reads the same variables. */}}
+{{- define "dolphin.tlsEnv" -}}
+{{- if .Values.tls.secretName }}
+{{- if not .Values.tls.serverName }}
+{{- fail "tls.serverName is required with tls.secretName: the DNS name (SAN) every member certificate carries" }}
+{{- end }}
+- name: DOLPHIN_TLS_CERT
+  value: /etc/dolphin/tls/tls.crt
+- name: DOLPHIN_TLS_KEY
+  value: /etc/dolphin/tls/tls.key
+- name: DOLPHIN_TLS_CA
+  value: /etc/dolphin/tls/ca.crt
+- name: DOLPHIN_TLS_SERVER_NAME
+  value: {{ .Values.tls.serverName | quote }}
 {{- end }}
 {{- end -}}
