@@ -186,7 +186,10 @@ step "bad values refused (schema and template checks)" refuses \
     "etcd.external.endpoints={http://etcd:2379}" \
     "learn.enabled=true" \
     "serviceMonitor.enabled=true,decode.headlessService.enabled=false" \
-    "tls.secretName=dolphin-tls"
+    "tls.secretName=dolphin-tls" \
+    "ports.routerAdmin=0" \
+    "router.service.adminPort=65536" \
+    "ports.routerMetrics=8000"
 
 # --- Grafana board -----------------------------------------------------------------------------
 # Every dolphin_* metric the board queries is one the binaries record.

@@ -91,7 +91,16 @@ pub fn start(log_dir: &Path, launch: &CandleLaunch) -> Result<CandleCluster, Ben
         READY_TIMEOUT,
     )?;
     let path = launch.model_path.display().to_string();
-    let mut router_args = strings(&["--http-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0"]);
+    let mut router_args = strings(&[
+        "--http-addr",
+        "127.0.0.1:0",
+        "--grpc-addr",
+        "127.0.0.1:0",
+        "--admin-addr",
+        "127.0.0.1:0",
+        "--metrics-addr",
+        "127.0.0.1:0",
+    ]);
     router_args.extend(strings(&["--decode", decode.ready_field("grpc_addr")?]));
     router_args.extend(strings(&["--prefill", prefill.ready_field("grpc_addr")?]));
     router_args.extend(strings(&[
@@ -124,7 +133,7 @@ impl CandleCluster {
 
     /// Waits until the router lists both workers with their event streams up.
     pub async fn wait_for_workers(&self) -> Result<(), BenchError> {
-        wait_for_workers(self.grpc_addr()?, 2).await
+        wait_for_workers(self.router.ready_field("admin_addr")?, 2).await
     }
 
     /// Stops the router, then the workers, gently (SIGTERM; SIGKILL after `grace`).

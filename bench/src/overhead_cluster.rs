@@ -98,7 +98,16 @@ pub fn start_router(
     policy: &str,
     launch: &RouterLaunch,
 ) -> Result<ChildProcess, BenchError> {
-    let mut router_args = strings(&["--http-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0"]);
+    let mut router_args = strings(&[
+        "--http-addr",
+        "127.0.0.1:0",
+        "--grpc-addr",
+        "127.0.0.1:0",
+        "--admin-addr",
+        "127.0.0.1:0",
+        "--metrics-addr",
+        "127.0.0.1:0",
+    ]);
     router_args.extend(strings(&["--decode", workers.0, "--prefill", workers.1]));
     router_args.extend(strings(&["--policy", policy, "--model", model]));
     let env: Vec<(String, String)> = launch
@@ -122,7 +131,7 @@ pub fn start_router(
 impl OverheadCluster {
     /// Waits until the router lists both workers with their event streams up.
     pub async fn wait_for_workers(&self) -> Result<(), BenchError> {
-        wait_for_workers(self.router.ready_field("grpc_addr")?, 2).await
+        wait_for_workers(self.router.ready_field("admin_addr")?, 2).await
     }
 
     /// Stops the router with SIGTERM (so a profiler wrapping it can write its output; SIGKILL
@@ -139,11 +148,12 @@ impl OverheadCluster {
     }
 }
 
-/// Waits (up to 30 s) until the router at `router_grpc_addr` lists `expected` workers, each with
+/// Waits (up to 30 s) until the router whose admin listener is `admin_addr` lists `expected`
+/// workers, each with
 /// its event stream up: from then on it routes with their cache and load.
-pub async fn wait_for_workers(router_grpc_addr: &str, expected: usize) -> Result<(), BenchError> {
+pub async fn wait_for_workers(admin_addr: &str, expected: usize) -> Result<(), BenchError> {
     let setup = |e: &dyn std::fmt::Display| BenchError::Setup(format!("router admin: {e}"));
-    let mut admin = RouterAdminClient::connect(format!("http://{router_grpc_addr}"))
+    let mut admin = RouterAdminClient::connect(format!("http://{admin_addr}"))
         .await
         .map_err(|e| setup(&e))?;
     for _ in 0..300 {

@@ -9,16 +9,16 @@ use dolphin_learn::classifier::{TrainConfig, TrainReport, train};
 use dolphin_proto::v1;
 use dolphin_router::dolphin::classifier::CLASS_NAMES;
 
-use crate::cli::DEFAULT_ROUTER_GRPC;
+use crate::cli::DEFAULT_ROUTER_ADMIN;
 use crate::error::CtlError;
 use crate::tables::TablesError;
 
 /// `dolphinctl classifier`.
 #[derive(Clone, Debug, Args)]
 pub struct ClassifierArgs {
-    /// Router gRPC URL.
-    #[arg(long, global = true, env = "DOLPHIN_ROUTER_GRPC", default_value = DEFAULT_ROUTER_GRPC)]
-    pub router_grpc: String,
+    /// URL of the router's admin listener.
+    #[arg(long, global = true, env = "DOLPHIN_ROUTER_ADMIN", default_value = DEFAULT_ROUTER_ADMIN)]
+    pub router_admin: String,
     /// What to do.
     #[command(subcommand)]
     pub command: ClassifierCommand,
@@ -113,7 +113,7 @@ pub async fn run(args: ClassifierArgs, out: &mut impl Write) -> Result<(), CtlEr
     };
     match args.command {
         ClassifierCommand::Show => {
-            let doc = crate::client::admin(&args.router_grpc)
+            let doc = crate::client::admin(&args.router_admin)
                 .await?
                 .get_classifier(v1::GetClassifierRequest {})
                 .await
@@ -136,7 +136,7 @@ pub async fn run(args: ClassifierArgs, out: &mut impl Write) -> Result<(), CtlEr
                 })?;
             }
             if t.put {
-                crate::client::admin(&args.router_grpc)
+                crate::client::admin(&args.router_admin)
                     .await?
                     .put_classifier(v1::ClassifierDocument {
                         json: json.clone(),
@@ -179,7 +179,7 @@ mod tests {
         std::fs::write(&log, format!("{lines}garbage\n")).expect("write");
         let out_file = dir.path().join("classifier.json");
         let args = ClassifierArgs {
-            router_grpc: "http://127.0.0.1:1".into(),
+            router_admin: "http://127.0.0.1:1".into(),
             command: ClassifierCommand::Train(TrainArgs {
                 log,
                 out: Some(out_file.clone()),

@@ -7,6 +7,8 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 /// Default gRPC URL of the router (its `--grpc-addr` default).
 pub const DEFAULT_ROUTER_GRPC: &str = "http://127.0.0.1:50051";
+/// Default URL of the router's admin listener (its `--admin-addr` default).
+pub const DEFAULT_ROUTER_ADMIN: &str = "http://127.0.0.1:50052";
 
 /// Dolphin operator CLI.
 #[derive(Debug, Parser)]
@@ -18,6 +20,12 @@ pub struct Cli {
     /// processes it starts: give them theirs with `--router-arg` and `--worker-arg`.)
     #[command(flatten)]
     pub tls: dolphin_tls::TlsArgs,
+    /// API key for the router's public API (sent as `authorization: Bearer KEY`).
+    #[arg(long, env = "DOLPHIN_API_KEY", hide_env_values = true)]
+    pub api_key: Option<String>,
+    /// Admin key for the router's admin listener (`workers`, `tables`, `classifier`, `learn`).
+    #[arg(long, env = "DOLPHIN_ADMIN_KEY", hide_env_values = true)]
+    pub admin_key: Option<String>,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
@@ -96,6 +104,12 @@ pub struct UpArgs {
     /// Router's gRPC listener (port 0: any free port).
     #[arg(long, default_value = "127.0.0.1:50051")]
     pub grpc_addr: SocketAddr,
+    /// Router's admin gRPC listener, `RouterAdmin` (port 0: any free port).
+    #[arg(long, default_value = "127.0.0.1:50052")]
+    pub admin_addr: SocketAddr,
+    /// Router's `/metrics` and `/health` listener (port 0: any free port).
+    #[arg(long, default_value = "127.0.0.1:9091")]
+    pub metrics_addr: SocketAddr,
     /// Routing policy (default: the router's).
     #[arg(long, value_enum)]
     pub policy: Option<Policy>,
@@ -147,9 +161,9 @@ pub struct UpArgs {
 /// `dolphinctl workers`.
 #[derive(Clone, Debug, Args)]
 pub struct WorkersArgs {
-    /// Router gRPC URL.
-    #[arg(long, env = "DOLPHIN_ROUTER_GRPC", default_value = DEFAULT_ROUTER_GRPC)]
-    pub router_grpc: String,
+    /// URL of the router's admin listener.
+    #[arg(long, env = "DOLPHIN_ROUTER_ADMIN", default_value = DEFAULT_ROUTER_ADMIN)]
+    pub router_admin: String,
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,

@@ -26,7 +26,7 @@ pub struct DrainArgs {
 
 /// Drains the worker; `Ok` once no request runs there (or at once with `--wait-secs 0`).
 pub async fn drain(args: &DrainArgs) -> Result<(), CtlError> {
-    let mut worker = WorkerClient::new(client::connect(&args.worker).await?);
+    let mut worker = WorkerClient::new(client::channel(&args.worker).await?);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(args.wait_secs);
     let mut first = true;
     loop {

@@ -92,6 +92,10 @@ pub fn router_args(args: &UpArgs, prefill: &[String], decode: &[String]) -> Vec<
         args.http_addr.to_string(),
         "--grpc-addr".to_owned(),
         args.grpc_addr.to_string(),
+        "--admin-addr".to_owned(),
+        args.admin_addr.to_string(),
+        "--metrics-addr".to_owned(),
+        args.metrics_addr.to_string(),
     ];
     if let Some(policy) = args.policy {
         let name = match policy {

@@ -24,6 +24,7 @@ fn main() -> ExitCode {
         }
     };
     init_tracing();
+    dolphinctl::client::init_keys(cli.api_key.as_deref(), cli.admin_key.as_deref());
     if let Err(err) = dolphinctl::client::init_tls(&cli.tls) {
         eprintln!("dolphinctl: {err}");
         return ExitCode::from(64);
@@ -108,7 +109,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
 }
 
 async fn list_workers(args: &WorkersArgs) -> Result<(), CtlError> {
-    let rows = workers::list_workers(&args.router_grpc).await?;
+    let rows = workers::list_workers(&args.router_admin).await?;
     let text = if args.json {
         let mut s = serde_json::to_string_pretty(&rows).unwrap_or_default();
         s.push('\n');

@@ -25,6 +25,9 @@ pub struct ReadyInfo {
     /// OpenAI-compatible HTTP listener (router).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub http_addr: Option<String>,
+    /// `RouterAdmin` listener (router).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admin_addr: Option<String>,
     /// Prometheus listener, when the process serves one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metrics_addr: Option<String>,

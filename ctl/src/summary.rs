@@ -25,6 +25,12 @@ pub struct MemberSummary {
     pub kv_addr: Option<String>,
     /// HTTP address (router).
     pub http_addr: Option<String>,
+    /// Admin gRPC address (router).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub admin_addr: Option<String>,
+    /// `/metrics` and `/health` (router).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub metrics_addr: Option<String>,
     /// Its log file.
     pub log: Option<PathBuf>,
 }
@@ -36,6 +42,10 @@ pub struct ClusterSummary {
     pub http_addr: String,
     /// Router's gRPC address.
     pub grpc_addr: String,
+    /// Router's admin gRPC address (`RouterAdmin`).
+    pub admin_addr: String,
+    /// Router's `/metrics` and `/health` address.
+    pub metrics_addr: String,
     /// The model served.
     pub model: String,
     /// "static" or "etcd <url>".
@@ -56,8 +66,8 @@ impl ClusterSummary {
             self.discovery, self.model
         );
         out.push_str(&format!(
-            "  OpenAI HTTP  http://{}/v1  (completions, chat/completions, models)\n  gRPC         {}  (dolphin.v1.Inference, RouterAdmin)\n\n",
-            self.http_addr, self.grpc_addr
+            "  OpenAI HTTP  http://{}/v1  (completions, chat/completions, models)\n  gRPC         {}  (dolphin.v1.Inference)\n  admin gRPC   {}  (RouterAdmin: dolphinctl --router-admin)\n  metrics      http://{}/metrics  (and /health)\n\n",
+            self.http_addr, self.grpc_addr, self.admin_addr, self.metrics_addr
         ));
         for p in &self.processes {
             let mut addrs = Vec::new();
@@ -88,8 +98,8 @@ impl ClusterSummary {
             self.grpc_addr
         ));
         out.push_str(&format!(
-            "  dolphinctl workers --router-grpc http://{}\n\nCtrl-C stops the cluster.\n",
-            self.grpc_addr
+            "  dolphinctl workers --router-admin http://{}\n\nCtrl-C stops the cluster.\n",
+            self.admin_addr
         ));
         out
     }
@@ -117,6 +127,8 @@ mod tests {
         ClusterSummary {
             http_addr: "127.0.0.1:8000".to_owned(),
             grpc_addr: "127.0.0.1:50051".to_owned(),
+            admin_addr: "127.0.0.1:50052".to_owned(),
+            metrics_addr: "127.0.0.1:9091".to_owned(),
             model: "sim-model".to_owned(),
             discovery: "static".to_owned(),
             log_dir: PathBuf::from("/tmp/logs"),
@@ -129,6 +141,8 @@ mod tests {
                     grpc_addr: Some("127.0.0.1:50051".to_owned()),
                     kv_addr: None,
                     http_addr: Some("127.0.0.1:8000".to_owned()),
+                    admin_addr: Some("127.0.0.1:50052".to_owned()),
+                    metrics_addr: Some("127.0.0.1:9091".to_owned()),
                     log: Some(PathBuf::from("/tmp/logs/router.log")),
                 },
                 MemberSummary {
@@ -139,6 +153,8 @@ mod tests {
                     grpc_addr: Some("127.0.0.1:4000".to_owned()),
                     kv_addr: Some("127.0.0.1:4001".to_owned()),
                     http_addr: None,
+                    admin_addr: None,
+                    metrics_addr: None,
                     log: None,
                 },
             ],

@@ -65,6 +65,8 @@ impl Supervised {
             ("--grpc-addr", self.ready.grpc_addr.clone()),
             ("--kv-addr", self.ready.kv_addr.clone()),
             ("--http-addr", self.ready.http_addr.clone()),
+            ("--admin-addr", self.ready.admin_addr.clone()),
+            ("--metrics-addr", self.ready.metrics_addr.clone()),
         ];
         for (flag, value) in pins {
             if let Some(value) = value {

@@ -12,7 +12,7 @@ use dolphin_router::dolphin::split::Split;
 use dolphin_router::dolphin::table::{ClusterMethod, RoutingTable, TableSlo};
 use dolphin_router::policy::ThresholdConfig;
 
-use crate::cli::DEFAULT_ROUTER_GRPC;
+use crate::cli::DEFAULT_ROUTER_ADMIN;
 use crate::client::admin;
 use crate::error::CtlError;
 use crate::table_diff::diff;
@@ -20,9 +20,9 @@ use crate::table_diff::diff;
 /// `dolphinctl tables`.
 #[derive(Clone, Debug, Args)]
 pub struct TablesArgs {
-    /// Router gRPC URL.
-    #[arg(long, global = true, env = "DOLPHIN_ROUTER_GRPC", default_value = DEFAULT_ROUTER_GRPC)]
-    pub router_grpc: String,
+    /// URL of the router's admin listener.
+    #[arg(long, global = true, env = "DOLPHIN_ROUTER_ADMIN", default_value = DEFAULT_ROUTER_ADMIN)]
+    pub router_admin: String,
     /// What to do.
     #[command(subcommand)]
     pub command: TablesCommand,
@@ -191,7 +191,7 @@ fn parse(what: &str, json: &str) -> Result<RoutingTable, TablesError> {
 
 /// Runs a `tables` command, writing its output to `out`.
 pub async fn run(args: TablesArgs, out: &mut impl Write) -> Result<(), CtlError> {
-    let url = args.router_grpc.as_str();
+    let url = args.router_admin.as_str();
     let w = |out: &mut dyn Write, text: String| {
         out.write_all(text.as_bytes()).map_err(CtlError::Output)
     };

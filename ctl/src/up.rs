@@ -183,9 +183,11 @@ async fn start(
     let ready = ready?;
     let http_addr = required("router", ready.http_addr.clone(), "http_addr")?;
     let grpc_addr = required("router", ready.grpc_addr.clone(), "grpc_addr")?;
+    let admin_addr = required("router", ready.admin_addr.clone(), "admin_addr")?;
+    let metrics_addr = required("router", ready.metrics_addr.clone(), "metrics_addr")?;
     // The router binds (and says READY) before it has reached the workers; "up" means serving.
     let expected = (args.prefill + args.decode) as usize;
-    wait_for_workers(&grpc_addr, expected, ready_timeout).await?;
+    wait_for_workers(&admin_addr, expected, ready_timeout).await?;
     let model = match served_model(&grpc_addr).await {
         Some(model) => model,
         None => args
@@ -196,6 +198,8 @@ async fn start(
     Ok(ClusterSummary {
         http_addr,
         grpc_addr,
+        admin_addr,
+        metrics_addr,
         model,
         discovery: match &args.etcd {
             Some(url) => format!("etcd {url}"),
@@ -212,6 +216,8 @@ async fn start(
                 grpc_addr: m.ready.grpc_addr.clone(),
                 kv_addr: m.ready.kv_addr.clone(),
                 http_addr: m.ready.http_addr.clone(),
+                admin_addr: m.ready.admin_addr.clone(),
+                metrics_addr: m.ready.metrics_addr.clone(),
                 log: m.process.log_path().cloned(),
             })
             .collect(),
@@ -231,15 +237,16 @@ fn required(name: &str, value: Option<String>, field: &'static str) -> Result<St
     })
 }
 
-/// Polls the router's worker list until it shows `expected` workers with live event streams.
+/// Polls the router's worker list (on its admin listener) until it shows `expected` workers
+/// with live event streams.
 async fn wait_for_workers(
-    grpc_addr: &str,
+    admin_addr: &str,
     expected: usize,
     timeout: Duration,
 ) -> Result<(), CtlError> {
     let deadline = tokio::time::Instant::now() + timeout;
     loop {
-        let seen = match workers::list_workers(grpc_addr).await {
+        let seen = match workers::list_workers(admin_addr).await {
             Ok(rows) => {
                 let live = rows.iter().filter(|w| w.events_live).count();
                 if rows.len() == expected && live == expected {

@@ -1,6 +1,5 @@
 //! `dolphinctl workers`: the router's view of the cluster (RouterAdmin.ListWorkers).
 
-use dolphin_proto::v1::router_admin_client::RouterAdminClient;
 use dolphin_proto::v1::{ListWorkersRequest, Role, WorkerStatus};
 use serde::Serialize;
 
@@ -69,7 +68,7 @@ pub fn role_name(role: i32) -> &'static str {
 
 /// Asks the router at `url` for its workers, sorted by role then id.
 pub async fn list_workers(url: &str) -> Result<Vec<WorkerRow>, CtlError> {
-    let mut admin = RouterAdminClient::new(client::connect(url).await?);
+    let mut admin = client::admin(url).await?;
     let resp = admin
         .list_workers(ListWorkersRequest {})
         .await

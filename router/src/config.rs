@@ -19,9 +19,26 @@ pub struct RouterConfig {
     /// OpenAI-compatible HTTP listener (port 0 picks one).
     #[arg(long, env = "DOLPHIN_HTTP_ADDR", default_value = "127.0.0.1:8000")]
     pub http_addr: SocketAddr,
-    /// gRPC listener for `dolphin.v1.Inference` and `RouterAdmin` (port 0 picks one).
+    /// gRPC listener for the public `dolphin.v1.Inference` (port 0 picks one).
     #[arg(long, env = "DOLPHIN_GRPC_ADDR", default_value = "127.0.0.1:50051")]
     pub grpc_addr: SocketAddr,
+    /// gRPC listener for `RouterAdmin` (policy, tables, classifier, worker list), apart from the
+    /// public API; loopback unless told otherwise.
+    #[arg(long, env = "DOLPHIN_ADMIN_ADDR", default_value = "127.0.0.1:50052")]
+    pub admin_addr: SocketAddr,
+    /// Plain-HTTP listener for `/metrics` (Prometheus) and `/health` (probes), apart from the
+    /// public API.
+    #[arg(long, env = "DOLPHIN_METRICS_ADDR", default_value = "127.0.0.1:9091")]
+    pub metrics_addr: SocketAddr,
+    /// File of API keys (one per line, `#` comments), reloaded when it changes: the public
+    /// APIs then require one (HTTP `Authorization: Bearer KEY`, gRPC metadata
+    /// `authorization: Bearer KEY`). Absent: no key needed.
+    #[arg(long, env = "DOLPHIN_API_KEY_FILE")]
+    pub api_key_file: Option<PathBuf>,
+    /// File of admin keys, like `--api-key-file`, for the admin listener. Absent: whoever
+    /// reaches the admin listener may use it.
+    #[arg(long, env = "DOLPHIN_ADMIN_KEY_FILE")]
+    pub admin_key_file: Option<PathBuf>,
     /// Address the router publishes for its listeners (in its READY line and logs): a host (the
     /// bound ports are added) or host:port for gRPC. Required when a listener is bound to an
     /// unspecified address (0.0.0.0, [::]), as in a container: give the pod or host IP.
@@ -136,6 +153,16 @@ impl RouterConfig {
     /// Checks what clap cannot: ranges and that some discovery is configured.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let bad = |m: String| Err(ConfigError(m));
+        for (flag, path) in [
+            ("--api-key-file", &self.api_key_file),
+            ("--admin-key-file", &self.admin_key_file),
+        ] {
+            if let Some(path) = path
+                && let Err(e) = crate::auth::KeySet::load(path)
+            {
+                return bad(format!("{flag}: {e}"));
+            }
+        }
         if self.etcd.is_empty()
             && self.static_workers.is_none()
             && self.prefill.is_empty()

@@ -1,5 +1,6 @@
-//! The router's gRPC services: `dolphin.v1.Inference` (public) and `RouterAdmin` (operators),
-//! served with `grpc.health.v1` and reflection.
+//! The router's gRPC services: `dolphin.v1.Inference` (public, on the serving shards) and
+//! `RouterAdmin` (operators, on the admin listener), each with `grpc.health.v1` and reflection
+//! and each behind its own keys.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -11,6 +12,7 @@ use futures::{Stream, StreamExt};
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 
+use crate::auth::{self, KeySet};
 use crate::dispatch::{Dispatcher, GenerateParams, Prompt};
 use crate::dolphin::admin;
 use crate::policy::{Decision, Policy};
@@ -255,10 +257,11 @@ impl RouterAdmin for AdminService {
     }
 }
 
-/// Serves the gRPC services on `listener` until `shutdown` fires.
+/// Serves `Inference` on `listener` until `shutdown` fires; calls need one of `api_keys`.
 pub(crate) async fn serve(
     listener: ShardListener,
     dispatcher: Arc<Dispatcher>,
+    api_keys: Option<KeySet>,
     shutdown: CancellationToken,
 ) -> Result<(), tonic::transport::Error> {
     let incoming = futures::stream::unfold(listener, |mut listener| async move {
@@ -275,12 +278,37 @@ pub(crate) async fn serve(
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
-        .add_service(v1::inference_server::InferenceServer::new(
-            InferenceService::new(dispatcher.clone()),
+        .add_service(v1::inference_server::InferenceServer::with_interceptor(
+            InferenceService::new(dispatcher),
+            auth::interceptor(api_keys, "API"),
         ))
-        .add_service(v1::router_admin_server::RouterAdminServer::new(
-            AdminService::new(dispatcher),
-        ))
+        .serve_with_incoming_shutdown(incoming, shutdown.cancelled_owned())
+        .await
+}
+
+/// Serves `RouterAdmin` on `incoming` (the admin listener, TLS or not) until `shutdown` fires;
+/// calls need one of `admin_keys`.
+pub(crate) async fn serve_admin(
+    incoming: dolphin_tls::TlsIncoming,
+    dispatcher: Arc<Dispatcher>,
+    admin_keys: Option<KeySet>,
+    shutdown: CancellationToken,
+) -> Result<(), tonic::transport::Error> {
+    let (health, health_service) = tonic_health::server::health_reporter();
+    health
+        .set_serving::<v1::router_admin_server::RouterAdminServer<AdminService>>()
+        .await;
+    let (reflection_v1, reflection_v1alpha) = dolphin_proto::reflection_services();
+    tonic::transport::Server::builder()
+        .add_service(health_service)
+        .add_service(reflection_v1)
+        .add_service(reflection_v1alpha)
+        .add_service(
+            v1::router_admin_server::RouterAdminServer::with_interceptor(
+                AdminService::new(dispatcher),
+                auth::interceptor(admin_keys, "admin"),
+            ),
+        )
         .serve_with_incoming_shutdown(incoming, shutdown.cancelled_owned())
         .await
 }

@@ -8,23 +8,114 @@ use tonic::Code;
 use tonic::transport::Channel;
 
 use super::*;
+use crate::auth::KeySet;
 use crate::request_log::RequestLog;
 use crate::testutil::{Behavior, FakeWorker, dispatcher};
 
 async fn start(d: Arc<Dispatcher>) -> (Channel, CancellationToken) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    let stop = CancellationToken::new();
-    let mut shards = crate::shard::deal(listener, 1, None, stop.clone()).expect("deal");
-    tokio::spawn(serve(shards.remove(0), d, stop.clone()));
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+    let (public, _admin, stop) = start_with_keys(d, None, None).await;
+    (public, stop)
+}
+
+async fn channel(addr: std::net::SocketAddr) -> Channel {
+    tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
         .expect("endpoint")
         .connect()
         .await
-        .expect("connect");
-    (channel, stop)
+        .expect("connect")
+}
+
+/// The public listener (on a shard) and the admin listener, each with its keys.
+async fn start_with_keys(
+    d: Arc<Dispatcher>,
+    api_keys: Option<KeySet>,
+    admin_keys: Option<KeySet>,
+) -> (Channel, Channel, CancellationToken) {
+    let bind = || async {
+        tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind")
+    };
+    let (listener, admin_listener) = (bind().await, bind().await);
+    let (addr, admin_addr) = (
+        listener.local_addr().expect("addr"),
+        admin_listener.local_addr().expect("addr"),
+    );
+    let stop = CancellationToken::new();
+    let mut shards = crate::shard::deal(listener, 1, None, stop.clone()).expect("deal");
+    tokio::spawn(serve(shards.remove(0), d.clone(), api_keys, stop.clone()));
+    let incoming = dolphin_tls::accept_incoming(admin_listener, None, stop.clone());
+    tokio::spawn(serve_admin(incoming, d, admin_keys, stop.clone()));
+    (channel(addr).await, channel(admin_addr).await, stop)
+}
+
+fn key_file(dir: &tempfile::TempDir, name: &str, key: &str) -> KeySet {
+    let path = dir.path().join(name);
+    std::fs::write(&path, format!("{key}\n")).expect("write");
+    KeySet::load(&path).expect("load")
+}
+
+fn with_key<T>(mut req: tonic::Request<T>, key: &str) -> tonic::Request<T> {
+    let value = format!("Bearer {key}").parse().expect("metadata");
+    req.metadata_mut().insert("authorization", value);
+    req
+}
+
+#[tokio::test]
+async fn inference_and_admin_take_only_their_own_keys() {
+    let d = dispatcher(Policy::AlwaysLocal, RequestLog::disabled());
+    let dir = tempfile::tempdir().expect("dir");
+    let (api, admin_keys) = (
+        key_file(&dir, "api", "sk-user"),
+        key_file(&dir, "admin", "sk-admin"),
+    );
+    let (public, admin, _stop) = start_with_keys(d, Some(api), Some(admin_keys)).await;
+    let mut inference = InferenceClient::new(public.clone());
+    let models = |key: Option<&str>| {
+        let req = tonic::Request::new(v1::ListModelsRequest {});
+        match key {
+            Some(k) => with_key(req, k),
+            None => req,
+        }
+    };
+    for (key, why) in [(None, "missing"), (Some("sk-admin"), "invalid")] {
+        let err = inference
+            .list_models(models(key))
+            .await
+            .expect_err("refused");
+        assert_eq!(err.code(), Code::Unauthenticated, "{key:?}");
+        assert!(err.message().contains(why), "{}", err.message());
+    }
+    let err = inference
+        .generate(text_request("hi", 2))
+        .await
+        .expect_err("no key, no generation");
+    assert_eq!(err.code(), Code::Unauthenticated);
+    inference
+        .list_models(models(Some("sk-user")))
+        .await
+        .expect("the API key admits");
+
+    let mut admin = RouterAdminClient::new(admin);
+    let policy = |key: &str| with_key(tonic::Request::new(v1::GetPolicyRequest {}), key);
+    assert_eq!(
+        admin
+            .get_policy(policy("sk-user"))
+            .await
+            .expect_err("user key")
+            .code(),
+        Code::Unauthenticated
+    );
+    admin
+        .get_policy(policy("sk-admin"))
+        .await
+        .expect("admin key");
+    // RouterAdmin is not on the public listener at all.
+    let err = RouterAdminClient::new(public)
+        .get_policy(policy("sk-admin"))
+        .await
+        .expect_err("not public");
+    assert_eq!(err.code(), Code::Unimplemented);
 }
 
 fn text_request(text: &str, max_tokens: u32) -> v1::GenerateRequest {
@@ -125,7 +216,7 @@ async fn models_admin_and_health() {
     let fake = FakeWorker::start("d1", Role::Decode, Behavior::Hang).await;
     let d = dispatcher(Policy::AlwaysLocal, RequestLog::disabled());
     d.registry().add(fake.record()).expect("add");
-    let (ch, _stop) = start(d.clone()).await;
+    let (ch, admin_ch, _stop) = start_with_keys(d.clone(), None, None).await;
     let models = InferenceClient::new(ch.clone())
         .list_models(v1::ListModelsRequest {})
         .await
@@ -134,7 +225,7 @@ async fn models_admin_and_health() {
     assert_eq!(models.models[0].id, "sim-model");
     assert_eq!(models.models[0].vocab_size, 355);
 
-    let mut admin = RouterAdminClient::new(ch.clone());
+    let mut admin = RouterAdminClient::new(admin_ch);
     let p = admin
         .get_policy(v1::GetPolicyRequest {})
         .await

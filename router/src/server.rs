@@ -67,10 +67,18 @@ pub struct RunningRouter {
     pub http_addr: SocketAddr,
     /// Bound gRPC address.
     pub grpc_addr: SocketAddr,
+    /// Bound admin gRPC address (`RouterAdmin`).
+    pub admin_addr: SocketAddr,
+    /// Bound address of `/metrics` and `/health`.
+    pub metrics_addr: SocketAddr,
     /// Published HTTP address (`host:port`): the advertise host, else the bound address.
     pub public_http_addr: String,
     /// Published gRPC address.
     pub public_grpc_addr: String,
+    /// Published admin address.
+    pub public_admin_addr: String,
+    /// Published `/metrics` and `/health` address.
+    pub public_metrics_addr: String,
     /// The dispatcher (for in-process use and tests).
     pub dispatcher: Arc<Dispatcher>,
     /// Serving shards (see [`crate::shard`]).
@@ -132,8 +140,33 @@ pub async fn start(
         },
         log,
     ));
+    let key_error = |e: crate::auth::KeyFileError| ServerError::Config(ConfigError(e.to_string()));
+    let load_keys = |path: &Option<std::path::PathBuf>| {
+        path.as_deref()
+            .map(crate::auth::KeySet::load)
+            .transpose()
+            .map_err(key_error)
+    };
+    let (api_keys, admin_keys) = (
+        load_keys(&cfg.api_key_file)?,
+        load_keys(&cfg.admin_key_file)?,
+    );
+    for keys in api_keys.iter().chain(&admin_keys) {
+        keys.watch(crate::auth::RELOAD_EVERY, shutdown.clone());
+    }
     let http_listener = bind(cfg.http_addr).await?;
     let grpc_listener = bind(cfg.grpc_addr).await?;
+    let admin_listener = bind(cfg.admin_addr).await?;
+    let metrics_listener = bind(cfg.metrics_addr).await?;
+    let bound = |l: &TcpListener, addr| {
+        l.local_addr()
+            .map_err(|source| ServerError::Bind { addr, source })
+    };
+    let admin_addr = bound(&admin_listener, cfg.admin_addr)?;
+    let metrics_addr = bound(&metrics_listener, cfg.metrics_addr)?;
+    if admin_keys.is_none() && !admin_addr.ip().is_loopback() {
+        tracing::warn!(%admin_addr, "the admin listener takes anyone who reaches it: give --admin-key-file");
+    }
     let http_addr = http_listener
         .local_addr()
         .map_err(|source| ServerError::Bind {
@@ -155,6 +188,15 @@ pub async fn start(
     .map_err(ServerError::Advertise)?;
     let public_grpc_addr = dolphin_cluster::advertised(grpc_addr, advertise.as_ref(), "gRPC")
         .map_err(ServerError::Advertise)?;
+    // The operators' listeners are published on the advertise host too, when they are bound to
+    // every address (loopback ones stay as bound).
+    let host = advertise.as_ref().map(|a| a.host_only());
+    let published = |addr: SocketAddr, what| match addr.ip().is_unspecified() {
+        true => dolphin_cluster::advertised(addr, host.as_ref(), what),
+        false => Ok(addr.to_string()),
+    };
+    let public_admin_addr = published(admin_addr, "admin").map_err(ServerError::Advertise)?;
+    let public_metrics_addr = published(metrics_addr, "metrics").map_err(ServerError::Advertise)?;
     if let Some(etcd) = cfg.etcd_config() {
         // Tables and the classifier come from etcd: load them before serving, then follow.
         let store = crate::dolphin::EtcdStore::connect(&etcd, dispatcher.dolphin().clone()).await?;
@@ -165,10 +207,38 @@ pub async fn start(
     for rx in crate::discovery::sources(cfg, &connector, &shutdown).await? {
         registry.follow(rx, shutdown.clone());
     }
-    let app = crate::http::router(crate::http::AppState {
+    let state = crate::http::AppState {
         dispatcher: dispatcher.clone(),
         metrics,
-    });
+        api_keys: api_keys.clone(),
+    };
+    let app = crate::http::router(state.clone());
+    // Operators' listeners, on the control runtime: plain HTTP for Prometheus and probes, and
+    // the admin gRPC (TLS like the public one, its own keys).
+    let mut stopped = Vec::new();
+    {
+        let (done, stopped_rx) = oneshot::channel();
+        let ops = crate::http::ops_router(state);
+        let shutdown = shutdown.clone();
+        tokio::spawn(async move {
+            let served = axum::serve(metrics_listener, ops)
+                .with_graceful_shutdown(shutdown.cancelled_owned())
+                .await;
+            let _ = done.send(served.map_err(ServerError::Http));
+        });
+        stopped.push(stopped_rx);
+    }
+    {
+        let (done, stopped_rx) = oneshot::channel();
+        let incoming =
+            dolphin_tls::accept_incoming(admin_listener, grpc_tls.clone(), shutdown.clone());
+        let served =
+            crate::grpc::serve_admin(incoming, dispatcher.clone(), admin_keys, shutdown.clone());
+        tokio::spawn(async move {
+            let _ = done.send(served.await.map_err(ServerError::Grpc));
+        });
+        stopped.push(stopped_rx);
+    }
     let shards = crate::shard::set_count(match cfg.worker_threads {
         0 => std::thread::available_parallelism().map_or(1, usize::from),
         n => n,
@@ -183,14 +253,14 @@ pub async fn start(
             addr: cfg.grpc_addr,
             source,
         })?;
-    let mut stopped = Vec::with_capacity(shards);
     for (i, (http_l, grpc_l)) in http_shards.into_iter().zip(grpc_shards).enumerate() {
         let (done, stopped_rx) = oneshot::channel();
         let (app, dispatcher, shutdown) = (app.clone(), dispatcher.clone(), shutdown.clone());
+        let api_keys = api_keys.clone();
         crate::shard::spawn(i + 1, move || async move {
             let (http, grpc) = tokio::join!(
                 crate::http::serve(http_l, app, shutdown.clone()),
-                crate::grpc::serve(grpc_l, dispatcher, shutdown),
+                crate::grpc::serve(grpc_l, dispatcher, api_keys, shutdown),
             );
             let result = http
                 .map_err(ServerError::Http)
@@ -201,12 +271,16 @@ pub async fn start(
         stopped.push(stopped_rx);
     }
     tracing::info!(%public_http_addr, %public_grpc_addr, http_bound = %http_addr,
-        grpc_bound = %grpc_addr, version = dolphin_cluster::BUILD_VERSION, shards,
+        grpc_bound = %grpc_addr, %admin_addr, %metrics_addr, api_keys = api_keys.is_some(), version = dolphin_cluster::BUILD_VERSION, shards,
         policy = dispatcher.policy().name(), "router started");
     Ok(RunningRouter {
         http_addr,
         grpc_addr,
+        admin_addr,
+        metrics_addr,
         public_http_addr,
+        public_admin_addr,
+        public_metrics_addr,
         public_grpc_addr,
         dispatcher,
         shards,
@@ -222,11 +296,15 @@ impl RunningRouter {
             role: &'static str,
             http_addr: String,
             grpc_addr: String,
+            admin_addr: String,
+            metrics_addr: String,
         }
         let ready = Ready {
             role: "router",
             http_addr: self.public_http_addr.clone(),
             grpc_addr: self.public_grpc_addr.clone(),
+            admin_addr: self.public_admin_addr.clone(),
+            metrics_addr: self.public_metrics_addr.clone(),
         };
         format!(
             "DOLPHIN_READY {}",

@@ -23,6 +23,13 @@ fn bad_configuration_exits_64() {
         &["--policy", "sometimes"][..],
         &[][..],
         &["--decode", "a:1", "--max-local-ratio", "3"][..],
+        &[
+            "--decode",
+            "a:1",
+            "--api-key-file",
+            "/nonexistent/dolphin-keys",
+        ][..],
+        &["--decode", "a:1", "--admin-key-file", "/dev/null"][..],
     ] {
         let status = Command::new(BIN)
             .args(args)
@@ -44,6 +51,10 @@ fn prints_ready_serves_and_stops_on_sigterm() {
             "--http-addr",
             "127.0.0.1:0",
             "--grpc-addr",
+            "127.0.0.1:0",
+            "--admin-addr",
+            "127.0.0.1:0",
+            "--metrics-addr",
             "127.0.0.1:0",
             "--static-workers",
         ])
@@ -68,9 +79,10 @@ fn prints_ready_serves_and_stops_on_sigterm() {
             .as_str()
             .is_some_and(|a| a.starts_with("127.0.0.1:"))
     );
-    let http = ready["http_addr"].as_str().expect("http_addr");
+    assert!(ready["admin_addr"].as_str().is_some(), "{ready}");
+    let ops = ready["metrics_addr"].as_str().expect("metrics_addr");
 
-    let mut conn = TcpStream::connect(http).expect("connect");
+    let mut conn = TcpStream::connect(ops).expect("connect");
     write!(
         conn,
         "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"

@@ -53,6 +53,10 @@ pub struct ClusterConfig {
     /// every process gets `--tls-cert/--tls-key/--tls-ca`, and the test's clients of the router
     /// use TLS (no client certificate: the router's public listeners ask for none).
     pub tls: Option<std::sync::Arc<dolphin_tls::testing::TestPki>>,
+    /// The router's API key (`--api-key-file` with this one key).
+    pub api_key: Option<String>,
+    /// The router's admin key (`--admin-key-file` with this one key); the harness uses it.
+    pub admin_key: Option<String>,
 }
 
 impl Default for ClusterConfig {
@@ -71,6 +75,8 @@ impl Default for ClusterConfig {
             prefill_args_each: Vec::new(),
             router_args: Vec::new(),
             tls: None,
+            api_key: None,
+            admin_key: None,
         }
     }
 }
@@ -112,6 +118,10 @@ pub struct TestCluster {
     pub decode: Vec<Node>,
     /// TLS for the test's clients of the router (with `ClusterConfig::tls`).
     client_tls: Option<dolphin_tls::Tls>,
+    /// The admin key the harness's own admin calls carry.
+    admin_key: Option<String>,
+    /// The router's key files.
+    _keys: tempfile::TempDir,
     // Declared last: dropped after the processes that talk to it.
     etcd: Option<EtcdServer>,
     passed: bool,
@@ -206,6 +216,10 @@ impl TestCluster {
             "127.0.0.1:0".to_owned(),
             "--grpc-addr".to_owned(),
             "127.0.0.1:0".to_owned(),
+            "--admin-addr".to_owned(),
+            "127.0.0.1:0".to_owned(),
+            "--metrics-addr".to_owned(),
+            "127.0.0.1:0".to_owned(),
             "--model".to_owned(),
             cfg.model.clone(),
         ];
@@ -222,6 +236,17 @@ impl TestCluster {
         }
         args.extend(cfg.router_args.iter().cloned());
         args.extend(tls_flags("router"));
+        let keys = tempfile::tempdir()?;
+        for (flag, key) in [
+            ("--api-key-file", &cfg.api_key),
+            ("--admin-key-file", &cfg.admin_key),
+        ] {
+            if let Some(key) = key {
+                let path = keys.path().join(flag.trim_start_matches('-'));
+                std::fs::write(&path, format!("{key}\n"))?;
+                args.extend([flag.to_owned(), path.display().to_string()]);
+            }
+        }
         let mut router = spawn("router", &router_bin, args)?;
         let ready = router.wait_ready(READY_TIMEOUT).await;
         let router = Node {
@@ -233,6 +258,8 @@ impl TestCluster {
             prefill,
             decode,
             client_tls,
+            admin_key: cfg.admin_key.clone(),
+            _keys: keys,
             etcd,
             passed: false,
         };
@@ -259,6 +286,20 @@ impl TestCluster {
         self.router.grpc_addr()
     }
 
+    /// Router's admin gRPC address (`RouterAdmin`).
+    pub fn admin_addr(&self) -> &str {
+        self.router.ready.admin_addr.as_deref().unwrap_or_default()
+    }
+
+    /// Router's `/metrics` and `/health` address.
+    pub fn metrics_addr(&self) -> &str {
+        self.router
+            .ready
+            .metrics_addr
+            .as_deref()
+            .unwrap_or_default()
+    }
+
     /// A client of the router's public API.
     pub async fn inference(&self) -> anyhow::Result<InferenceClient<Channel>> {
         Ok(InferenceClient::new(
@@ -269,7 +310,7 @@ impl TestCluster {
     /// A client of the router's admin API.
     pub async fn admin(&self) -> anyhow::Result<RouterAdminClient<Channel>> {
         Ok(RouterAdminClient::new(
-            grpc::channel_with(self.grpc_addr(), self.client_tls.as_ref()).await?,
+            grpc::channel_with(self.admin_addr(), self.client_tls.as_ref()).await?,
         ))
     }
 
@@ -291,8 +332,9 @@ impl TestCluster {
             // Clients are cheap to clone (a shared channel); each poll owns one.
             let mut admin = admin.clone();
             let want = want.clone();
+            let key = self.admin_key.clone();
             async move {
-                let workers = grpc::list_workers(&mut admin)
+                let workers = grpc::list_workers_with_key(&mut admin, key.as_deref())
                     .await
                     .map_err(|e| e.to_string())?;
                 let mut live: Vec<String> = workers

@@ -98,9 +98,28 @@ pub async fn generate(
 pub async fn list_workers(
     admin: &mut RouterAdminClient<Channel>,
 ) -> anyhow::Result<Vec<WorkerStatus>> {
+    list_workers_with_key(admin, None).await
+}
+
+/// The router's current worker list, asked with admin key `key`.
+pub async fn list_workers_with_key(
+    admin: &mut RouterAdminClient<Channel>,
+    key: Option<&str>,
+) -> anyhow::Result<Vec<WorkerStatus>> {
     Ok(admin
-        .list_workers(ListWorkersRequest {})
+        .list_workers(with_key(ListWorkersRequest {}, key))
         .await?
         .into_inner()
         .workers)
+}
+
+/// `message` as a request carrying `authorization: Bearer KEY` when `key` is given.
+pub fn with_key<T>(message: T, key: Option<&str>) -> tonic::Request<T> {
+    let mut req = tonic::Request::new(message);
+    if let Some(key) = key
+        && let Ok(value) = format!("Bearer {key}").parse()
+    {
+        req.metadata_mut().insert("authorization", value);
+    }
+    req
 }

@@ -37,13 +37,28 @@ impl Response {
 
 /// `GET http://{addr}{path}`.
 pub async fn get(addr: &str, path: &str) -> anyhow::Result<Response> {
-    send("GET", addr, path, None).await
+    send("GET", addr, path, None, None).await
+}
+
+/// `GET http://{addr}{path}` with `Authorization: Bearer KEY`.
+pub async fn get_auth(addr: &str, path: &str, key: &str) -> anyhow::Result<Response> {
+    send("GET", addr, path, None, Some(key)).await
 }
 
 /// `POST http://{addr}{path}` with a body sent as `application/json` (it need not be valid JSON:
 /// the bad-input tests send broken bodies).
 pub async fn post_json(addr: &str, path: &str, body: &str) -> anyhow::Result<Response> {
-    send("POST", addr, path, Some(body.to_owned())).await
+    send("POST", addr, path, Some(body.to_owned()), None).await
+}
+
+/// [`post_json`] with `Authorization: Bearer KEY`.
+pub async fn post_json_auth(
+    addr: &str,
+    path: &str,
+    body: &str,
+    key: &str,
+) -> anyhow::Result<Response> {
+    send("POST", addr, path, Some(body.to_owned()), Some(key)).await
 }
 
 async fn send(
@@ -51,6 +66,7 @@ async fn send(
     addr: &str,
     path: &str,
     body: Option<String>,
+    key: Option<&str>,
 ) -> anyhow::Result<Response> {
     let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
     let mut req = hyper::Request::builder()
@@ -58,6 +74,9 @@ async fn send(
         .uri(format!("http://{addr}{path}"));
     if body.is_some() {
         req = req.header("content-type", "application/json");
+    }
+    if let Some(key) = key {
+        req = req.header("authorization", format!("Bearer {key}"));
     }
     let req = req.body(Full::new(Bytes::from(body.unwrap_or_default())))?;
     let resp = client.request(req).await?;

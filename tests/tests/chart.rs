@@ -611,11 +611,13 @@ async fn the_rendered_chart_serves_requests() -> anyhow::Result<()> {
             })
             .context("no router Service")?;
         let router = format!("{}:50051", net.host("router-0").ip);
+        // RouterAdmin is served on the router's admin listener (ports.routerAdmin).
+        let admin = format!("{}:50052", net.host("router-0").ip);
         wait::until("the router to list every worker live", GENEROUS, || async {
-            let router = router.clone();
+            let admin = admin.clone();
             let ws = net
                 .run_in("client", move || async move {
-                    grpc::list_workers(&mut RouterAdminClient::new(grpc::channel(&router).await?))
+                    grpc::list_workers(&mut RouterAdminClient::new(grpc::channel(&admin).await?))
                         .await
                 })
                 .await

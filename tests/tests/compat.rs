@@ -47,7 +47,7 @@ async fn incompatible_prefill_workers_are_never_paired() -> anyhow::Result<()> {
         assert!(!routing.fell_back, "{routing:?}");
     }
 
-    let resp = http::get(cluster.http_addr(), "/metrics").await?;
+    let resp = http::get(cluster.metrics_addr(), "/metrics").await?;
     assert_eq!(resp.status, 200);
     let metrics = resp.text();
     let refused: f64 = metrics

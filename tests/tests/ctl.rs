@@ -36,6 +36,10 @@ impl Up {
             "127.0.0.1:0",
             "--grpc-addr",
             "127.0.0.1:0",
+            "--admin-addr",
+            "127.0.0.1:0",
+            "--metrics-addr",
+            "127.0.0.1:0",
             "--sim-time-scale",
             "0.01",
             "--model",
@@ -70,6 +74,13 @@ impl Up {
 
     fn grpc_addr(&self) -> String {
         self.ready["grpc_addr"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    }
+
+    fn admin_addr(&self) -> String {
+        self.ready["admin_addr"]
             .as_str()
             .unwrap_or_default()
             .to_owned()
@@ -166,7 +177,8 @@ async fn up_serves_requests_and_sigint_stops_every_child() -> anyhow::Result<()>
     assert_eq!(resp.status, 200, "{}", resp.text());
 
     let url = format!("http://{}", up.grpc_addr());
-    let out = dolphinctl(&["workers", "--json", "--router-grpc", &url]).await?;
+    let admin = format!("http://{}", up.admin_addr());
+    let out = dolphinctl(&["workers", "--json", "--router-admin", &admin]).await?;
     assert!(out.status.success(), "{out:?}");
     let rows: Value = serde_json::from_slice(&out.stdout)?;
     let mut roles: Vec<&str> = rows
@@ -177,7 +189,7 @@ async fn up_serves_requests_and_sigint_stops_every_child() -> anyhow::Result<()>
         .collect();
     roles.sort_unstable();
     assert_eq!(roles, ["decode", "prefill"], "{rows}");
-    let out = dolphinctl(&["workers", "--router-grpc", &url]).await?;
+    let out = dolphinctl(&["workers", "--router-admin", &admin]).await?;
     let table = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success() && table.starts_with("ID "), "{out:?}");
 
@@ -275,7 +287,7 @@ async fn up_restarts_a_dead_worker_and_keeps_serving() -> anyhow::Result<()> {
         GENEROUS,
         || async {
             let mut admin = dolphin_proto::v1::router_admin_client::RouterAdminClient::new(
-                grpc::channel(&up.grpc_addr())
+                grpc::channel(&up.admin_addr())
                     .await
                     .map_err(|e| e.to_string())?,
             );
@@ -368,11 +380,11 @@ async fn up_with_etcd_registers_every_worker_and_stops_on_sigterm() -> anyhow::R
     assert_eq!(up.ready["discovery"], format!("etcd {endpoint}"));
 
     // The router learns the workers from etcd, not from flags: wait until it lists all three.
-    let url = format!("http://{}", up.grpc_addr());
+    let url = format!("http://{}", up.admin_addr());
     wait::until("the router to list 3 workers from etcd", GENEROUS, || {
         let url = url.clone();
         async move {
-            let out = dolphinctl(&["workers", "--json", "--router-grpc", &url])
+            let out = dolphinctl(&["workers", "--json", "--router-admin", &url])
                 .await
                 .map_err(|e| e.to_string())?;
             let rows: Value = serde_json::from_slice(&out.stdout).map_err(|e| e.to_string())?;

@@ -35,7 +35,7 @@ async fn dolphinctl(args: &[&str]) -> anyhow::Result<Output> {
 /// Runs a `dolphinctl tables` command against the cluster's router; it must succeed. Returns
 /// its stdout.
 async fn tables(url: &str, args: &[&str]) -> anyhow::Result<String> {
-    let mut all = vec!["tables", "--router-grpc", url];
+    let mut all = vec!["tables", "--router-admin", url];
     all.extend_from_slice(args);
     let out = dolphinctl(&all).await?;
     anyhow::ensure!(
@@ -173,7 +173,7 @@ async fn phase(
 
 /// The value of metric line `series` (name and labels exactly as rendered) on `/metrics`.
 async fn metric(cluster: &TestCluster, series: &str) -> anyhow::Result<Option<f64>> {
-    let resp = http::get(cluster.http_addr(), "/metrics").await?;
+    let resp = http::get(cluster.metrics_addr(), "/metrics").await?;
     anyhow::ensure!(resp.status == 200, "/metrics: {}", resp.text());
     Ok(resp.text().lines().find_map(|l| {
         let value = l.strip_prefix(series)?.strip_prefix(' ')?;
@@ -230,7 +230,7 @@ async fn dolphin_policy_follows_the_active_table_of_the_live_split() -> anyhow::
         ..ClusterConfig::default()
     })
     .await?;
-    let url = format!("http://{}", cluster.grpc_addr());
+    let url = format!("http://{}", cluster.admin_addr());
 
     // No table yet: the fallback decides, and says so in routing info, log and metrics.
     let l = wait_live(&url, "1p1d", "").await?;
@@ -293,7 +293,7 @@ async fn dolphin_policy_follows_the_active_table_of_the_live_split() -> anyhow::
     std::fs::write(&bad_path, bad.to_string())?;
     let out = dolphinctl(&[
         "tables",
-        "--router-grpc",
+        "--router-admin",
         &url,
         "put",
         &bad_path.display().to_string(),

@@ -289,6 +289,8 @@ async fn bad_input_fails_clearly_and_writes_nothing() -> anyhow::Result<()> {
                 "live",
                 "--router-grpc",
                 &nobody,
+                "--router-admin",
+                &nobody,
             ]),
             1,
             format!("cannot connect to the router at http://{nobody}"),
@@ -312,7 +314,7 @@ async fn bad_input_fails_clearly_and_writes_nothing() -> anyhow::Result<()> {
 }
 
 /// `dolphinctl learn --target live` for 1p1d with two clusters and periods of 10 requests.
-fn live(url: &str, split: &str, extra: &[&str]) -> Vec<String> {
+fn live(url: &str, admin: &str, split: &str, extra: &[&str]) -> Vec<String> {
     let mut a = strings(&[
         "learn",
         "--target",
@@ -331,6 +333,8 @@ fn live(url: &str, split: &str, extra: &[&str]) -> Vec<String> {
         "closed:4",
         "--router-grpc",
         url,
+        "--router-admin",
+        admin,
     ]);
     a.extend(strings(extra));
     a
@@ -394,6 +398,7 @@ async fn learns_on_a_live_cluster_and_activates_the_table() -> anyhow::Result<()
 
 async fn learn_live(cluster: &TestCluster) -> anyhow::Result<()> {
     let url = format!("http://{}", cluster.grpc_addr());
+    let admin_url = format!("http://{}", cluster.admin_addr());
     let dir = tempfile::tempdir()?;
     let out = dir.path().join("table.json");
     let log = dir.path().join("rounds.jsonl");
@@ -401,7 +406,7 @@ async fn learn_live(cluster: &TestCluster) -> anyhow::Result<()> {
     let files: Vec<&str> = files.iter().map(String::as_str).collect();
 
     // Another split than the live one: refused before anything is stored.
-    let run = dolphinctl(&live(&url, "2p1d", &files)).await?;
+    let run = dolphinctl(&live(&url, &admin_url, "2p1d", &files)).await?;
     assert_eq!(run.status.code(), Some(1), "{}", text(&run));
     assert!(
         stderr(&run).contains("the live cluster is 1p1d, not 2p1d"),
@@ -418,7 +423,7 @@ async fn learn_live(cluster: &TestCluster) -> anyhow::Result<()> {
             params_json: String::new(),
         })
         .await?;
-    let run = dolphinctl(&live(&url, "1p1d", &files)).await?;
+    let run = dolphinctl(&live(&url, &admin_url, "1p1d", &files)).await?;
     assert_eq!(run.status.code(), Some(1), "{}", text(&run));
     let err = stderr(&run);
     assert!(
@@ -438,7 +443,7 @@ async fn learn_live(cluster: &TestCluster) -> anyhow::Result<()> {
     // learn-<stamp>-r<N>; the learned table is stored and activated.
     let mut args = files.clone();
     args.extend(["--max-rounds", "4", "--activate"]);
-    let run = dolphinctl(&live(&url, "1p1d", &args)).await?;
+    let run = dolphinctl(&live(&url, &admin_url, "1p1d", &args)).await?;
     anyhow::ensure!(run.status.success(), "live learn failed: {}", text(&run));
     let err = stderr(&run);
     assert!(
@@ -500,7 +505,7 @@ async fn learn_live(cluster: &TestCluster) -> anyhow::Result<()> {
 
     // Without --activate: the round's table is stored and measured, then the table active
     // before is active again, and the learned one goes to stdout only.
-    let run = dolphinctl(&live(&url, "1p1d", &["--max-rounds", "1"])).await?;
+    let run = dolphinctl(&live(&url, &admin_url, "1p1d", &["--max-rounds", "1"])).await?;
     anyhow::ensure!(run.status.success(), "second learn failed: {}", text(&run));
     assert_eq!(measured(&run), vec![0], "{}", text(&run));
     assert!(

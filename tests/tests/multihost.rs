@@ -64,10 +64,10 @@ impl Drop for Procs {
     }
 }
 
-async fn workers(net: &VirtualNet, router: &str) -> anyhow::Result<Vec<WorkerStatus>> {
-    let router = router.to_owned();
+async fn workers(net: &VirtualNet, admin: &str) -> anyhow::Result<Vec<WorkerStatus>> {
+    let admin = admin.to_owned();
     net.run_in("client", move || async move {
-        let mut admin = RouterAdminClient::new(grpc::channel(&router).await?);
+        let mut admin = RouterAdminClient::new(grpc::channel(&admin).await?);
         grpc::list_workers(&mut admin).await
     })
     .await
@@ -75,18 +75,13 @@ async fn workers(net: &VirtualNet, router: &str) -> anyhow::Result<Vec<WorkerSta
 
 /// Waits until the router lists worker `id` with a live event stream (`listed`) or no longer
 /// lists it at all.
-async fn until_listed(
-    net: &VirtualNet,
-    router: &str,
-    id: &str,
-    listed: bool,
-) -> anyhow::Result<()> {
+async fn until_listed(net: &VirtualNet, admin: &str, id: &str, listed: bool) -> anyhow::Result<()> {
     let what = match listed {
         true => format!("{id} to rejoin the router's view"),
         false => format!("{id} to leave the router's view"),
     };
     wait::until(&what, GENEROUS, || async {
-        let ws = workers(net, router).await.map_err(|e| format!("{e:#}"))?;
+        let ws = workers(net, admin).await.map_err(|e| format!("{e:#}"))?;
         let live = ws.iter().any(|w| w.worker_id == id && w.events_live);
         let present = ws.iter().any(|w| w.worker_id == id);
         match (listed, live, present) {
@@ -188,6 +183,7 @@ async fn a_cluster_across_hosts_survives_a_lost_host() -> anyhow::Result<()> {
         [
             "--http-addr=0.0.0.0:8000".to_owned(),
             "--grpc-addr=0.0.0.0:50051".to_owned(),
+            "--admin-addr=0.0.0.0:50052".to_owned(),
             format!("--advertise-addr={router_ip}"),
             format!("--etcd={etcd}"),
             "--policy=threshold".to_owned(),
@@ -198,10 +194,14 @@ async fn a_cluster_across_hosts_survives_a_lost_host() -> anyhow::Result<()> {
         .grpc_addr
         .context("router announced no gRPC address")?;
     assert_eq!(router, format!("{router_ip}:50051"));
+    let admin = ready
+        .admin_addr
+        .context("router announced no admin address")?;
+    assert_eq!(admin, format!("{router_ip}:50052"));
 
     // The router sees all four workers at their hosts' addresses, with live event streams.
     wait::until("the router to list 4 live workers", GENEROUS, || async {
-        let ws = workers(&net, &router).await.map_err(|e| format!("{e:#}"))?;
+        let ws = workers(&net, &admin).await.map_err(|e| format!("{e:#}"))?;
         if ws.len() == 4 && ws.iter().all(|w| w.events_live) {
             Ok(())
         } else {
@@ -209,7 +209,7 @@ async fn a_cluster_across_hosts_survives_a_lost_host() -> anyhow::Result<()> {
         }
     })
     .await?;
-    for w in workers(&net, &router).await? {
+    for w in workers(&net, &admin).await? {
         let ip = net.host(&w.worker_id).ip;
         assert_eq!(w.grpc_addr, format!("{ip}:7000"), "{w:?}");
         if w.role == Role::Decode as i32 {
@@ -309,7 +309,7 @@ async fn a_cluster_across_hosts_survives_a_lost_host() -> anyhow::Result<()> {
     // Pull decode-1's cable.
     net.link_down("decode-1")?;
     let cut = Instant::now();
-    until_listed(&net, &router, "decode-1", false).await?;
+    until_listed(&net, &admin, "decode-1", false).await?;
     let left_after = cut.elapsed();
     eprintln!("decode-1 left the router's view {left_after:?} after its link went down");
     // The lease expires at most one TTL after the last keep-alive; etcd's expiry sweep and the
@@ -372,7 +372,7 @@ async fn a_cluster_across_hosts_survives_a_lost_host() -> anyhow::Result<()> {
 
     // The cable goes back in: decode-1 re-registers (its lease is gone: a new one) and rejoins.
     net.link_up("decode-1")?;
-    until_listed(&net, &router, "decode-1", true).await?;
+    until_listed(&net, &admin, "decode-1", true).await?;
     let mut served = false;
     for i in 0..40 {
         let prompt = format!("request {i} after the repair: the dolphins are back");
@@ -410,7 +410,7 @@ async fn a_cluster_across_hosts_survives_a_lost_host() -> anyhow::Result<()> {
         })
     };
     let gone = async {
-        until_listed(&net, &router, "prefill-1", false).await?;
+        until_listed(&net, &admin, "prefill-1", false).await?;
         anyhow::Ok(cut.elapsed())
     };
     let (during, left_after) = tokio::join!(during, gone);
@@ -440,7 +440,7 @@ async fn a_cluster_across_hosts_survives_a_lost_host() -> anyhow::Result<()> {
         assert!(!routing.fell_back, "{routing:?}");
     }
     net.link_up("prefill-1")?;
-    until_listed(&net, &router, "prefill-1", true).await?;
+    until_listed(&net, &admin, "prefill-1", true).await?;
     procs.passed = true;
     Ok(())
 }
@@ -454,7 +454,12 @@ async fn a_worker_bound_to_every_address_without_an_advertise_address_refuses_to
         (binaries::PREFILL_WORKER, vec!["--grpc-addr=0.0.0.0:0"]),
         (
             binaries::ROUTER,
-            vec!["--http-addr=0.0.0.0:0", "--decode=127.0.0.1:1"],
+            vec![
+                "--http-addr=0.0.0.0:0",
+                "--admin-addr=127.0.0.1:0",
+                "--metrics-addr=127.0.0.1:0",
+                "--decode=127.0.0.1:1",
+            ],
         ),
     ] {
         let out = tokio::process::Command::new(binaries::binary(bin)?)

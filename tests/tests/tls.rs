@@ -105,19 +105,19 @@ async fn the_cluster_serves_with_mutual_tls_and_refuses_strangers() -> anyhow::R
 
     // dolphinctl reaches the router over TLS with the CA, and refuses https:// without one.
     let ctl = dolphin_tests::binaries::binary(dolphin_tests::binaries::DOLPHINCTL)?;
-    let router = format!("https://{}", cluster.grpc_addr());
+    let router = format!("https://{}", cluster.admin_addr());
     let ca = pki.anonymous("ctl").tls_ca.expect("CA");
     let listed = tokio::process::Command::new(&ctl)
         .arg("--tls-ca")
         .arg(&ca)
-        .args(["workers", "--json", "--router-grpc", &router])
+        .args(["workers", "--json", "--router-admin", &router])
         .output()
         .await?;
     let stdout = String::from_utf8_lossy(&listed.stdout);
     assert!(listed.status.success(), "{listed:?}");
     assert!(stdout.contains(cluster.decode[0].id()), "{stdout}");
     let refused = tokio::process::Command::new(&ctl)
-        .args(["workers", "--router-grpc", &router])
+        .args(["workers", "--router-admin", &router])
         .output()
         .await?;
     assert_eq!(refused.status.code(), Some(64), "{refused:?}");

@@ -414,7 +414,7 @@ fn main() -> anyhow::Result<()> {
     rt.block_on(running.cluster.wait_for_workers())?;
     if let Some(r) = &running.remote {
         rt.block_on(overhead_cluster::wait_for_workers(
-            r.ready_field("grpc_addr")?,
+            r.ready_field("admin_addr")?,
             2,
         ))?;
     }

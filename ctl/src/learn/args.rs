@@ -7,7 +7,7 @@ use clap::{Args, ValueEnum};
 use dolphin_router::dolphin::Split;
 use dolphin_workload::{Arrivals, WorkloadSpec};
 
-use crate::cli::DEFAULT_ROUTER_GRPC;
+use crate::cli::{DEFAULT_ROUTER_ADMIN, DEFAULT_ROUTER_GRPC};
 use crate::replay::{DEFAULT_SIM_PROFILE, DEFAULT_TOTAL_BLOCKS, Target, parse_duration};
 
 /// Clustering methods.
@@ -60,9 +60,13 @@ pub struct LearnArgs {
     /// Sim: KV blocks (of 16 tokens) per worker.
     #[arg(long, default_value_t = DEFAULT_TOTAL_BLOCKS, value_parser = clap::value_parser!(u32).range(1..))]
     pub total_blocks: u32,
-    /// Live: the router's gRPC URL (and, with --activate, where the table is stored).
+    /// Live: the router's gRPC URL, where the measured requests go.
     #[arg(long, env = "DOLPHIN_ROUTER_GRPC", default_value = DEFAULT_ROUTER_GRPC)]
     pub router_grpc: String,
+    /// Live: the router's admin URL (its split and tables; with --activate, where the table is
+    /// stored).
+    #[arg(long, env = "DOLPHIN_ROUTER_ADMIN", default_value = DEFAULT_ROUTER_ADMIN)]
+    pub router_admin: String,
     /// Live: requests per measured period.
     #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u32).range(10..))]
     pub period_requests: u32,

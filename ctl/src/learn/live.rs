@@ -26,6 +26,8 @@ const LOAD_TIMEOUT: Duration = Duration::from_secs(15);
 pub struct LiveTarget {
     /// The router and the replay bounds.
     pub cfg: LiveConfig,
+    /// The router's admin URL.
+    pub router_admin: String,
     /// The workload periods are cut from, in turn.
     pub workload: Workload,
     /// The arrivals of each period.
@@ -70,7 +72,7 @@ impl LiveTarget {
     /// Stores `table` as a new version, activates it, and waits until the router has loaded it
     /// for the live split.
     pub async fn install(&mut self, table: &RoutingTable) -> Result<String, LearnCmdError> {
-        let mut admin = admin(&self.cfg.router_grpc).await?;
+        let mut admin = admin(&self.router_admin).await?;
         self.stored += 1;
         let version = format!("{}-r{}", self.version_prefix, self.stored);
         let put = admin
@@ -132,7 +134,7 @@ impl LiveTarget {
             );
             return Ok(());
         };
-        admin(&self.cfg.router_grpc)
+        admin(&self.router_admin)
             .await?
             .activate_table(v1::ActivateTableRequest {
                 split: self.split.clone(),
@@ -154,7 +156,7 @@ impl LiveTarget {
         workload: &Workload,
         slo: Slo,
     ) -> Result<LiveTarget, LearnCmdError> {
-        let mut client = admin(&args.router_grpc).await?;
+        let mut client = admin(&args.router_admin).await?;
         let policy = client
             .get_policy(v1::GetPolicyRequest {})
             .await
@@ -206,6 +208,7 @@ impl LiveTarget {
             version_prefix = format!("learn-{stamp}-{n}");
         }
         Ok(LiveTarget {
+            router_admin: args.router_admin.clone(),
             cfg: LiveConfig {
                 router_grpc: args.router_grpc.clone(),
                 model: None,

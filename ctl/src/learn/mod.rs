@@ -410,7 +410,7 @@ async fn keep(
         eprintln!("wrote {}", path.display());
     }
     if args.activate {
-        let resp = crate::client::admin(&args.router_grpc)
+        let resp = crate::client::admin(&args.router_admin)
             .await?
             .put_table(v1::PutTableRequest {
                 split: table.split.to_string(),

@@ -9,6 +9,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use crate::client::AuthChannel as Channel;
 use dolphin_proto::v1::generate_request::Input;
 use dolphin_proto::v1::inference_client::InferenceClient;
 use dolphin_proto::v1::{
@@ -17,7 +18,6 @@ use dolphin_proto::v1::{
 };
 use dolphin_workload::{Arrivals, RequestOutcome, Slo, Workload, WorkloadRequest};
 use tokio::task::JoinSet;
-use tonic::transport::Channel;
 
 use super::progress::{Progress, Stats};
 use super::{ReplayError, ReplayRun};

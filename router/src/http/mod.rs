@@ -1,5 +1,5 @@
-//! The OpenAI-compatible HTTP API: `/v1/completions`, `/v1/chat/completions`, `/v1/models`,
-//! `/health`, `/metrics`.
+//! The OpenAI-compatible HTTP API (`/v1/completions`, `/v1/chat/completions`, `/v1/models`),
+//! API keys checked before anything else; and the operators' listener (`/metrics`, `/health`).
 
 mod completions;
 pub mod error;
@@ -15,6 +15,7 @@ use axum::routing::{get, post};
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio_util::sync::CancellationToken;
 
+use crate::auth::{KeySet, Verdict};
 use crate::dispatch::Dispatcher;
 use crate::shard::ShardListener;
 use error::ApiError;
@@ -29,16 +30,21 @@ pub struct AppState {
     pub dispatcher: Arc<Dispatcher>,
     /// Renders `/metrics` (absent: no recorder installed).
     pub metrics: Option<PrometheusHandle>,
+    /// API keys the public routes require (`None`: none required).
+    pub api_keys: Option<KeySet>,
 }
 
-/// The HTTP routes.
+/// The public HTTP routes.
 pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/v1/completions", post(completions::completions))
         .route("/v1/chat/completions", post(completions::chat))
         .route("/v1/models", get(models))
-        .route("/health", get(health))
-        .route("/metrics", get(metrics_text))
+        // First thing on every route (unknown paths too): no key, no answer beyond 401.
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            require_api_key,
+        ))
         .fallback(|uri: Uri| async move { ApiError::no_route(uri.path()) })
         .method_not_allowed_fallback(|| async {
             ApiError {
@@ -52,6 +58,48 @@ pub fn router(state: AppState) -> Router {
         // Bodies past the limit are refused with 413 before any parsing.
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(state)
+}
+
+/// The operators' routes: `/metrics` and `/health`, on their own listener.
+pub fn ops_router(state: AppState) -> Router {
+    Router::new()
+        .route("/health", get(health))
+        .route("/metrics", get(metrics_text))
+        .fallback(|uri: Uri| async move { ApiError::no_route(uri.path()) })
+        .with_state(state)
+}
+
+/// 401 in OpenAI's shape, before the body is read, unless the request carries a valid key.
+async fn require_api_key(
+    State(st): State<AppState>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let value = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .map(|v| v.as_bytes());
+    let message = match Verdict::of(st.api_keys.as_ref(), value) {
+        Verdict::Admitted => return next.run(req).await,
+        Verdict::Missing => {
+            "You didn't provide an API key. Send it in the Authorization header: \
+             `Authorization: Bearer YOUR_KEY`."
+        }
+        Verdict::Wrong => "Incorrect API key provided.",
+    };
+    let mut resp = ApiError {
+        status: StatusCode::UNAUTHORIZED,
+        message: message.into(),
+        kind: "invalid_request_error",
+        param: None,
+        code: Some("invalid_api_key"),
+    }
+    .into_response();
+    resp.headers_mut().insert(
+        header::WWW_AUTHENTICATE,
+        axum::http::HeaderValue::from_static("Bearer"),
+    );
+    resp
 }
 
 async fn models(State(st): State<AppState>) -> Response {

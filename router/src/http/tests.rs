@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 use tonic::Code;
 
-use super::{AppState, router, serve};
+use super::{AppState, ops_router, router, serve};
 use crate::dispatch::Dispatcher;
 use crate::policy::Policy;
 use crate::request_log::RequestLog;
@@ -20,6 +20,8 @@ use crate::tokenizer::{ChatMessage, SimTokenizer, Tokenizer};
 
 struct Server {
     addr: SocketAddr,
+    /// `/metrics` and `/health`.
+    ops: SocketAddr,
     stop: CancellationToken,
 }
 
@@ -30,22 +32,28 @@ impl Drop for Server {
 }
 
 async fn start(d: Arc<Dispatcher>) -> Server {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
+    start_with_keys(d, None).await
+}
+
+async fn start_with_keys(d: Arc<Dispatcher>, api_keys: Option<crate::auth::KeySet>) -> Server {
+    let bind = || async {
+        tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind")
+    };
+    let (listener, ops_listener) = (bind().await, bind().await);
     let addr = listener.local_addr().expect("addr");
+    let ops = ops_listener.local_addr().expect("addr");
     let stop = CancellationToken::new();
-    let metrics = Some(dolphin_cluster::init_metrics());
+    let state = AppState {
+        dispatcher: d,
+        metrics: Some(dolphin_cluster::init_metrics()),
+        api_keys,
+    };
     let mut shards = crate::shard::deal(listener, 1, None, stop.clone()).expect("deal");
-    tokio::spawn(serve(
-        shards.remove(0),
-        router(AppState {
-            dispatcher: d,
-            metrics,
-        }),
-        stop.clone(),
-    ));
-    Server { addr, stop }
+    tokio::spawn(serve(shards.remove(0), router(state.clone()), stop.clone()));
+    tokio::spawn(async move { axum::serve(ops_listener, ops_router(state)).await });
+    Server { addr, ops, stop }
 }
 
 /// One worker answering "abc..." and a server in front of it.
@@ -63,14 +71,26 @@ async fn call(
     path: &str,
     body: impl Into<Bytes>,
 ) -> (StatusCode, HeaderMap, String) {
+    call_with(addr, method, path, body, None).await
+}
+
+async fn call_with(
+    addr: SocketAddr,
+    method: Method,
+    path: &str,
+    body: impl Into<Bytes>,
+    authorization: Option<&str>,
+) -> (StatusCode, HeaderMap, String) {
     let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
         .build_http::<Full<Bytes>>();
-    let req = hyper::Request::builder()
+    let mut req = hyper::Request::builder()
         .method(method)
         .uri(format!("http://{addr}{path}"))
-        .header("content-type", "application/json")
-        .body(Full::new(body.into()))
-        .expect("request");
+        .header("content-type", "application/json");
+    if let Some(value) = authorization {
+        req = req.header("authorization", value);
+    }
+    let req = req.body(Full::new(body.into())).expect("request");
     let resp = client.request(req).await.expect("response");
     let (parts, body) = resp.into_parts();
     let bytes = body.collect().await.expect("body").to_bytes();
@@ -344,7 +364,13 @@ async fn models_health_and_metrics() {
     let v = parse(&body);
     assert_eq!(v["object"], "list");
     assert_eq!(v["data"][0]["id"], "sim-model");
-    let (status, _, body) = call(s.addr, Method::GET, "/health", "").await;
+    let (status, _, _) = call(s.addr, Method::GET, "/health", "").await;
+    assert_eq!(
+        status,
+        StatusCode::NOT_FOUND,
+        "health is on the operators' listener"
+    );
+    let (status, _, body) = call(s.ops, Method::GET, "/health", "").await;
     assert_eq!(status, StatusCode::OK);
     let v = parse(&body);
     assert_eq!(
@@ -358,7 +384,63 @@ async fn models_health_and_metrics() {
     )
     .await;
     assert_eq!(status, StatusCode::OK);
-    let (status, _, body) = call(s.addr, Method::GET, "/metrics", "").await;
+    let (status, _, _) = call(s.addr, Method::GET, "/metrics", "").await;
+    assert_eq!(
+        status,
+        StatusCode::NOT_FOUND,
+        "metrics are on the operators' listener"
+    );
+    let (status, _, body) = call(s.ops, Method::GET, "/metrics", "").await;
     assert_eq!(status, StatusCode::OK);
     assert!(body.contains("dolphin_router_requests_total"), "{body}");
+}
+
+#[tokio::test]
+async fn api_keys_are_required_when_configured() {
+    let fake = FakeWorker::start("d1", Role::Decode, Behavior::Text("x".into())).await;
+    let d = dispatcher(Policy::AlwaysLocal, RequestLog::disabled());
+    d.registry().add(fake.record()).expect("add");
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("keys");
+    std::fs::write(&path, "sk-one\nsk-two\n").expect("write");
+    let keys = crate::auth::KeySet::load(&path).expect("keys");
+    let s = start_with_keys(d, Some(keys)).await;
+    let body = json!({"prompt": "hi", "max_tokens": 2}).to_string();
+    for (auth, message) in [
+        (None, "didn't provide an API key"),
+        (Some("Bearer sk-three"), "Incorrect API key"),
+        (Some("Basic c2stb25l"), "didn't provide an API key"),
+    ] {
+        let (status, headers, text) =
+            call_with(s.addr, Method::POST, "/v1/completions", body.clone(), auth).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{auth:?}: {text}");
+        assert_eq!(headers["www-authenticate"], "Bearer");
+        let v = parse(&text);
+        assert_eq!(v["error"]["code"], "invalid_api_key", "{text}");
+        assert_eq!(v["error"]["type"], "invalid_request_error");
+        assert!(
+            v["error"]["message"]
+                .as_str()
+                .unwrap_or_default()
+                .contains(message)
+        );
+    }
+    // Unknown paths and models too: nothing answers without a key.
+    let (status, _, _) = call(s.addr, Method::GET, "/v1/models", "").await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    for key in ["sk-one", "sk-two"] {
+        let auth = format!("Bearer {key}");
+        let (status, _, text) = call_with(
+            s.addr,
+            Method::POST,
+            "/v1/completions",
+            body.clone(),
+            Some(&auth),
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK, "{text}");
+    }
+    // The operators' listener takes no key.
+    let (status, _, _) = call(s.ops, Method::GET, "/health", "").await;
+    assert_eq!(status, StatusCode::OK);
 }

@@ -61,6 +61,8 @@ impl LiveCluster {
             format!("--decode={}", setup.split.decode),
             "--http-addr=127.0.0.1:0".into(),
             "--grpc-addr=127.0.0.1:0".into(),
+            "--admin-addr=127.0.0.1:0".into(),
+            "--metrics-addr=127.0.0.1:0".into(),
             format!("--policy={}", setup.policy),
             "--engine=sim".into(),
             format!("--sim-profile={}", setup.profile),

@@ -133,6 +133,11 @@ app.kubernetes.io/component: {{ .component }}
 {{- if and .Values.model.baked .Values.model.existingClaim -}}
 {{- fail "model.baked=true uses the model inside the image: leave model.existingClaim empty" -}}
 {{- end -}}
+{{- $p := .Values.ports -}}
+{{- $routerPorts := list (int $p.routerHttp) (int $p.routerGrpc) (int $p.routerAdmin) (int $p.routerMetrics) -}}
+{{- if ne (len (uniq $routerPorts)) 4 -}}
+{{- fail (printf "ports.routerHttp, .routerGrpc, .routerAdmin and .routerMetrics (%v) must differ: each is a listener of its own" $routerPorts) -}}
+{{- end -}}
 {{- end -}}
 
 {{/* Pod and container security ------------------------------------------------------------- */}}
@@ -230,7 +235,8 @@ seccompProfile:
 {{- end -}}
 
 {{/* Secret volumes (TLS for every Dolphin process, API keys for the router): include with
-     (dict "ctx" $ "keys" true|false). API keys are not consumed by the router yet. */}}
+     (dict "ctx" $ "keys" true|false). The router reads api-keys and admin-key from the key
+     Secret (dolphin.apiKeyEnv); the learn Job takes its keys as env (dolphin.learnKeyEnv). */}}
 {{- define "dolphin.secretVolumes" -}}
 {{- with .ctx.Values.tls.secretName }}
 - name: tls
@@ -256,7 +262,7 @@ seccompProfile:
   readOnly: true
 {{- end }}
 {{- if and .keys .ctx.Values.apiKeys.secretName }}
-# API keys, not consumed yet (the router has no key check): mounted for deployments to prepare.
+# API keys (api-keys: the public API's; admin-key: the admin listener's), read again every 10 s.
 - name: api-keys
   mountPath: /etc/dolphin/keys
   readOnly: true
@@ -285,6 +291,36 @@ seccompProfile:
 {{- with .Values.engine.modelName }}
 - name: DOLPHIN_MODEL
   value: {{ . | quote }}
+{{- end }}
+{{- end -}}
+
+{{/* The router's key files when apiKeys.secretName is set (mounted by dolphin.secretMounts):
+     the public HTTP and gRPC APIs then require `Bearer KEY` of api-keys, the admin listener the
+     key in admin-key. */}}
+{{- define "dolphin.apiKeyEnv" -}}
+{{- if .Values.apiKeys.secretName }}
+- name: DOLPHIN_API_KEY_FILE
+  value: /etc/dolphin/keys/api-keys
+- name: DOLPHIN_ADMIN_KEY_FILE
+  value: /etc/dolphin/keys/admin-key
+{{- end }}
+{{- end -}}
+
+{{/* The learn Job's keys when apiKeys.secretName is set: the admin key (tables, split) and one
+     API key of api-keys (its inference traffic through the public gRPC API), as dolphinctl's
+     --admin-key and --api-key environment names. */}}
+{{- define "dolphin.learnKeyEnv" -}}
+{{- with .Values.apiKeys.secretName }}
+- name: DOLPHIN_ADMIN_KEY
+  valueFrom:
+    secretKeyRef:
+      name: {{ . }}
+      key: admin-key
+- name: DOLPHIN_API_KEY
+  valueFrom:
+    secretKeyRef:
+      name: {{ . }}
+      key: learn-api-key
 {{- end }}
 {{- end -}}
 
