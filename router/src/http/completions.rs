@@ -42,6 +42,16 @@ fn build(
     if f.n.is_some_and(|n| n != 1) {
         return Err(ApiError::invalid("only n=1 is supported", Some("n")));
     }
+    // Refused, not clamped: 0 would mean "off" on the gRPC wire, and a client asking for it
+    // over HTTP expects something else.
+    if let Some(p) = f.top_p
+        && !(p > 0.0 && p <= 1.0)
+    {
+        return Err(ApiError::invalid(
+            format!("top_p must be in (0, 1], got {p}"),
+            Some("top_p"),
+        ));
+    }
     let force = match f.prefill_mode.as_deref() {
         None => None,
         Some("local") => Some(Decision::Local),

@@ -264,6 +264,18 @@ async fn bad_requests_get_openai_errors() {
             StatusCode::BAD_REQUEST,
         ),
         (json!({"prompt": "hi", "n": 2}), StatusCode::BAD_REQUEST),
+        (
+            json!({"prompt": "hi", "top_p": 0.0}),
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            json!({"prompt": "hi", "top_p": 1.5}),
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            json!({"prompt": "hi", "top_p": -0.1}),
+            StatusCode::BAD_REQUEST,
+        ),
         (json!({"prompt": ["a", "b"]}), StatusCode::BAD_REQUEST),
         (json!({"max_tokens": 3}), StatusCode::BAD_REQUEST),
         (
@@ -281,6 +293,11 @@ async fn bad_requests_get_openai_errors() {
         let v = assert_error(status, &body, want);
         if want == StatusCode::NOT_FOUND {
             assert_eq!(v["error"]["code"], "model_not_found");
+        }
+        for field in ["n", "top_p"] {
+            if req.get(field).is_some() {
+                assert_eq!(v["error"]["param"], field, "{req}: {v}");
+            }
         }
         if req["prompt"].as_str().is_some_and(|p| p.len() > 1000) {
             assert_eq!(v["error"]["code"], "context_length_exceeded");
