@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::client::{ResolvesClientCert, WebPkiServerVerifier};
-use rustls::crypto::CryptoProvider;
+use rustls::crypto::{CryptoProvider, WebPkiSupportedAlgorithms};
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
@@ -141,6 +141,14 @@ impl Tls {
         });
     }
 
+    /// What the verifiers share: the current material and the provider's signature algorithms.
+    fn current_verifier(&self) -> CurrentVerifier {
+        CurrentVerifier {
+            current: self.inner.current.clone(),
+            algorithms: self.inner.provider.signature_verification_algorithms,
+        }
+    }
+
     /// A server configuration: this process's certificate, client certificates required or not,
     /// and the ALPN protocols offered (`h2` for gRPC, `http/1.1` for the HTTP API).
     pub fn server_config(
@@ -159,7 +167,7 @@ impl Tls {
         let resolver = Arc::new(CurrentKey(self.inner.current.clone()));
         let mut config = match (auth, self.has_ca()) {
             (ClientAuth::Required, true) => builder
-                .with_client_cert_verifier(Arc::new(CurrentClients(self.inner.current.clone())))
+                .with_client_cert_verifier(Arc::new(CurrentClients(self.current_verifier())))
                 .with_cert_resolver(resolver),
             (ClientAuth::Required, false) => {
                 return Err(TlsError::Config(
@@ -194,7 +202,7 @@ impl Tls {
             .with_safe_default_protocol_versions()
             .map_err(|e| TlsError::Config(format!("TLS versions: {e}")))?
             .dangerous()
-            .with_custom_certificate_verifier(Arc::new(CurrentServers(self.inner.current.clone())));
+            .with_custom_certificate_verifier(Arc::new(CurrentServers(self.current_verifier())));
         let mut config =
             builder.with_client_cert_resolver(Arc::new(CurrentKey(self.inner.current.clone())));
         config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
@@ -296,9 +304,41 @@ fn no_ca() -> rustls::Error {
     rustls::Error::General("no CA configured".into())
 }
 
+/// The current CA material of a process, and the signature algorithms of its provider: a
+/// handshake signature is checked the same way whoever the peer is, so that part needs no CA.
+#[derive(Debug)]
+struct CurrentVerifier {
+    current: Shared,
+    algorithms: WebPkiSupportedAlgorithms,
+}
+
+impl CurrentVerifier {
+    fn verify_tls12(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.algorithms)
+    }
+
+    fn verify_tls13(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algorithms)
+    }
+
+    fn schemes(&self) -> Vec<SignatureScheme> {
+        self.algorithms.supported_schemes()
+    }
+}
+
 /// Client certificates checked against the CA as it is now.
 #[derive(Debug)]
-struct CurrentClients(Shared);
+struct CurrentClients(CurrentVerifier);
 
 impl ClientCertVerifier for CurrentClients {
     fn root_hint_subjects(&self) -> &[DistinguishedName] {
@@ -312,7 +352,7 @@ impl ClientCertVerifier for CurrentClients {
         intermediates: &[CertificateDer<'_>],
         now: UnixTime,
     ) -> Result<ClientCertVerified, rustls::Error> {
-        let m = current(&self.0);
+        let m = current(&self.0.current);
         m.clients
             .as_ref()
             .ok_or_else(no_ca)?
@@ -325,11 +365,7 @@ impl ClientCertVerifier for CurrentClients {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        let m = current(&self.0);
-        m.clients
-            .as_ref()
-            .ok_or_else(no_ca)?
-            .verify_tls12_signature(message, cert, dss)
+        self.0.verify_tls12(message, cert, dss)
     }
 
     fn verify_tls13_signature(
@@ -338,25 +374,17 @@ impl ClientCertVerifier for CurrentClients {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        let m = current(&self.0);
-        m.clients
-            .as_ref()
-            .ok_or_else(no_ca)?
-            .verify_tls13_signature(message, cert, dss)
+        self.0.verify_tls13(message, cert, dss)
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        current(&self.0)
-            .clients
-            .as_ref()
-            .map(|v| v.supported_verify_schemes())
-            .unwrap_or_default()
+        self.0.schemes()
     }
 }
 
 /// Server certificates checked against the CA as it is now.
 #[derive(Debug)]
-struct CurrentServers(Shared);
+struct CurrentServers(CurrentVerifier);
 
 impl ServerCertVerifier for CurrentServers {
     fn verify_server_cert(
@@ -367,7 +395,7 @@ impl ServerCertVerifier for CurrentServers {
         ocsp_response: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
-        let m = current(&self.0);
+        let m = current(&self.0.current);
         m.servers.as_ref().ok_or_else(no_ca)?.verify_server_cert(
             end_entity,
             intermediates,
@@ -383,11 +411,7 @@ impl ServerCertVerifier for CurrentServers {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        let m = current(&self.0);
-        m.servers
-            .as_ref()
-            .ok_or_else(no_ca)?
-            .verify_tls12_signature(message, cert, dss)
+        self.0.verify_tls12(message, cert, dss)
     }
 
     fn verify_tls13_signature(
@@ -396,18 +420,10 @@ impl ServerCertVerifier for CurrentServers {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        let m = current(&self.0);
-        m.servers
-            .as_ref()
-            .ok_or_else(no_ca)?
-            .verify_tls13_signature(message, cert, dss)
+        self.0.verify_tls13(message, cert, dss)
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        current(&self.0)
-            .servers
-            .as_ref()
-            .map(|v| v.supported_verify_schemes())
-            .unwrap_or_default()
+        self.0.schemes()
     }
 }
