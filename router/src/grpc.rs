@@ -257,6 +257,16 @@ impl RouterAdmin for AdminService {
     }
 }
 
+/// `grpc.health.v1` (reporting `S` serving) and reflection, served beside each listener's API.
+async fn health_and_reflection<S: tonic::server::NamedService>() -> tonic::service::Routes {
+    let (health, health_service) = tonic_health::server::health_reporter();
+    health.set_serving::<S>().await;
+    let (reflection_v1, reflection_v1alpha) = dolphin_proto::reflection_services();
+    tonic::service::Routes::new(health_service)
+        .add_service(reflection_v1)
+        .add_service(reflection_v1alpha)
+}
+
 /// Serves `Inference` on `listener` until `shutdown` fires; calls need one of `api_keys`.
 pub(crate) async fn serve(
     listener: ShardListener,
@@ -268,16 +278,11 @@ pub(crate) async fn serve(
         let (stream, _) = listener.next().await;
         Some((Ok::<_, std::io::Error>(stream), listener))
     });
-    let (health, health_service) = tonic_health::server::health_reporter();
-    health
-        .set_serving::<v1::inference_server::InferenceServer<InferenceService>>()
-        .await;
-    let (reflection_v1, reflection_v1alpha) = dolphin_proto::reflection_services();
+    let common =
+        health_and_reflection::<v1::inference_server::InferenceServer<InferenceService>>().await;
     tonic::transport::Server::builder()
         .tcp_nodelay(true)
-        .add_service(health_service)
-        .add_service(reflection_v1)
-        .add_service(reflection_v1alpha)
+        .add_routes(common)
         .add_service(v1::inference_server::InferenceServer::with_interceptor(
             InferenceService::new(dispatcher),
             auth::interceptor(api_keys, "API"),
@@ -294,15 +299,10 @@ pub(crate) async fn serve_admin(
     admin_keys: Option<KeySet>,
     shutdown: CancellationToken,
 ) -> Result<(), tonic::transport::Error> {
-    let (health, health_service) = tonic_health::server::health_reporter();
-    health
-        .set_serving::<v1::router_admin_server::RouterAdminServer<AdminService>>()
-        .await;
-    let (reflection_v1, reflection_v1alpha) = dolphin_proto::reflection_services();
+    let common =
+        health_and_reflection::<v1::router_admin_server::RouterAdminServer<AdminService>>().await;
     tonic::transport::Server::builder()
-        .add_service(health_service)
-        .add_service(reflection_v1)
-        .add_service(reflection_v1alpha)
+        .add_routes(common)
         .add_service(
             v1::router_admin_server::RouterAdminServer::with_interceptor(
                 AdminService::new(dispatcher),

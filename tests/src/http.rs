@@ -1,6 +1,8 @@
 //! A minimal HTTP/1.1 client for the OpenAI-compatible API (hyper-util's client), and an SSE
 //! body splitter.
 
+use std::time::Duration;
+
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
@@ -79,7 +81,11 @@ async fn send(
         req = req.header("authorization", format!("Bearer {key}"));
     }
     let req = req.body(Full::new(Bytes::from(body.unwrap_or_default())))?;
-    let resp = client.request(req).await?;
+    read(client.request(req).await?).await
+}
+
+/// The status, content type and whole body of `resp`.
+async fn read(resp: hyper::Response<hyper::body::Incoming>) -> anyhow::Result<Response> {
     let status = resp.status().as_u16();
     let content_type = resp
         .headers()
@@ -102,10 +108,8 @@ pub async fn post_json_tls(
     body: &str,
     tls: &dolphin_tls::Tls,
 ) -> anyhow::Result<Response> {
-    let config = tls.client_config(&[b"http/1.1"])?;
-    let tcp = tokio::net::TcpStream::connect(addr).await?;
-    let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
-    let stream = tls.connect(config, tcp, host).await?;
+    let dialer = dolphin_tls::Dialer::new(Some(tls), &[b"http/1.1"], Duration::from_secs(10))?;
+    let stream = dialer.dial(addr).await?;
     let (mut send, conn) =
         hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await?;
     tokio::spawn(conn);
@@ -115,19 +119,7 @@ pub async fn post_json_tls(
         .header("host", addr)
         .header("content-type", "application/json")
         .body(Full::new(Bytes::from(body.to_owned())))?;
-    let resp = send.send_request(req).await?;
-    let status = resp.status().as_u16();
-    let content_type = resp
-        .headers()
-        .get(hyper::header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned);
-    let body = resp.into_body().collect().await?.to_bytes();
-    Ok(Response {
-        status,
-        content_type,
-        body,
-    })
+    read(send.send_request(req).await?).await
 }
 
 /// Splits an SSE stream into its events' `data:` payloads (multi-line data joined with "\n").
