@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use crate::BenchError;
 use crate::overhead_cluster::wait_for_workers;
-use crate::process::{ChildProcess, sibling_binary, spawn_ready};
+use crate::process::{ChildProcess, router_listener_args, sibling_binary, spawn_ready, strings};
 
 /// How long a worker may take to load the model and print its ready line.
 const READY_TIMEOUT: Duration = Duration::from_secs(180);
@@ -39,10 +39,6 @@ pub struct CandleCluster {
     pub decode: ChildProcess,
     /// The prefill worker.
     pub prefill: ChildProcess,
-}
-
-fn strings(args: &[&str]) -> Vec<String> {
-    args.iter().map(|s| s.to_string()).collect()
 }
 
 impl CandleLaunch {
@@ -91,16 +87,7 @@ pub fn start(log_dir: &Path, launch: &CandleLaunch) -> Result<CandleCluster, Ben
         READY_TIMEOUT,
     )?;
     let path = launch.model_path.display().to_string();
-    let mut router_args = strings(&[
-        "--http-addr",
-        "127.0.0.1:0",
-        "--grpc-addr",
-        "127.0.0.1:0",
-        "--admin-addr",
-        "127.0.0.1:0",
-        "--metrics-addr",
-        "127.0.0.1:0",
-    ]);
+    let mut router_args = router_listener_args();
     router_args.extend(strings(&["--decode", decode.ready_field("grpc_addr")?]));
     router_args.extend(strings(&["--prefill", prefill.ready_field("grpc_addr")?]));
     router_args.extend(strings(&[

@@ -8,7 +8,7 @@ use std::time::Duration;
 use dolphin_proto::v1::{self, router_admin_client::RouterAdminClient};
 
 use crate::BenchError;
-use crate::process::{ChildProcess, sibling_binary, spawn_ready};
+use crate::process::{ChildProcess, router_listener_args, sibling_binary, spawn_ready, strings};
 
 /// How long a process may take to print its ready line.
 const READY_TIMEOUT: Duration = Duration::from_secs(60);
@@ -31,10 +31,6 @@ pub struct OverheadCluster {
     pub decode: ChildProcess,
     /// The prefill worker (idle under always-local; there so the router sees a full cluster).
     pub prefill: ChildProcess,
-}
-
-fn strings(args: &[&str]) -> Vec<String> {
-    args.iter().map(|s| s.to_string()).collect()
 }
 
 /// Starts the workers, then the router pointed at them; logs go to `log_dir`. Call from the
@@ -98,16 +94,7 @@ pub fn start_router(
     policy: &str,
     launch: &RouterLaunch,
 ) -> Result<ChildProcess, BenchError> {
-    let mut router_args = strings(&[
-        "--http-addr",
-        "127.0.0.1:0",
-        "--grpc-addr",
-        "127.0.0.1:0",
-        "--admin-addr",
-        "127.0.0.1:0",
-        "--metrics-addr",
-        "127.0.0.1:0",
-    ]);
+    let mut router_args = router_listener_args();
     router_args.extend(strings(&["--decode", workers.0, "--prefill", workers.1]));
     router_args.extend(strings(&["--policy", policy, "--model", model]));
     let env: Vec<(String, String)> = launch

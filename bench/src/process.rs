@@ -19,6 +19,25 @@ use crate::BenchError;
 const READY_PREFIX: &str = "DOLPHIN_READY ";
 const SETPRIV: &str = "/usr/bin/setpriv";
 
+/// Owned copies of `args`, for a command line.
+pub fn strings(args: &[&str]) -> Vec<String> {
+    args.iter().map(|s| s.to_string()).collect()
+}
+
+/// A router's four listeners on free loopback ports (the READY line says which): public HTTP
+/// and gRPC, admin, metrics.
+pub fn router_listener_args() -> Vec<String> {
+    [
+        "--http-addr",
+        "--grpc-addr",
+        "--admin-addr",
+        "--metrics-addr",
+    ]
+    .into_iter()
+    .flat_map(|flag| [flag.to_owned(), "127.0.0.1:0".to_owned()])
+    .collect()
+}
+
 /// Path of a release binary built beside the running benchmark (`target/release/<name>`).
 pub fn sibling_binary(name: &str) -> Result<PathBuf, BenchError> {
     let exe = std::env::current_exe().map_err(BenchError::io("locate the benchmark binary"))?;
