@@ -194,7 +194,9 @@ step "bad values refused (schema and template checks)" refuses \
 # --- Grafana board -----------------------------------------------------------------------------
 # Every dolphin_* metric the board queries is one the binaries record.
 board_metrics() {
-    "$py" - "$chart/dashboards/dolphin.json" router/src/metrics.rs worker-common/src/metrics.rs <<'PY'
+    "$py" - "$chart/dashboards/dolphin.json" router/src/metrics.rs worker-common/src/metrics.rs \
+        engine/src/metrics.rs kv-transfer/src/metrics.rs handoff/src/metrics.rs \
+        cluster/src/telemetry.rs <<'PY'
 import json, re, sys
 board = json.load(open(sys.argv[1]))
 known = set()
@@ -203,7 +205,9 @@ for src in sys.argv[2:]:
 used = set()
 def walk(p):
     for t in p.get("targets", []):
-        used.update(re.findall(r"\b(dolphin_[a-z0-9_]+)", t.get("expr", "")))
+        names = re.findall(r"\b(dolphin_[a-z0-9_]+)", t.get("expr", ""))
+        # A histogram's series: name_bucket, name_sum, name_count.
+        used.update(re.sub(r"_(bucket|sum|count)$", "", n) for n in names)
     for q in p.get("panels", []):
         walk(q)
 for p in board["panels"]:

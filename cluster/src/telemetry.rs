@@ -18,6 +18,37 @@ pub const ETCD_REREGISTRATIONS_TOTAL: &str = "dolphin_etcd_reregistrations_total
 /// Counter: membership snapshots retaken after a watch broke.
 pub const ETCD_WATCH_RESYNCS_TOTAL: &str = "dolphin_etcd_watch_resyncs_total";
 
+/// Every metric name of the cluster crate.
+pub const ALL: &[&str] = &[ETCD_REREGISTRATIONS_TOTAL, ETCD_WATCH_RESYNCS_TOTAL];
+
+/// Histogram buckets, by name suffix or full name: every histogram exports buckets (which
+/// aggregate across replicas), never a summary. Latencies span 1 ms to 2 min; the routing
+/// decision is microseconds; step times are sub-millisecond to a second.
+const LATENCY_BUCKETS: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
+];
+const FAST_BUCKETS: &[f64] = &[
+    1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 1e-2,
+];
+const STEP_BUCKETS: &[f64] = &[
+    1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+];
+const BYTES_BUCKETS: &[f64] = &[
+    1024.0,
+    16384.0,
+    65536.0,
+    262144.0,
+    1048576.0,
+    4194304.0,
+    16777216.0,
+    67108864.0,
+    268435456.0,
+    1073741824.0,
+];
+const COUNT_BUCKETS: &[f64] = &[
+    1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0,
+];
+
 /// How often histogram buffers are folded so memory stays bounded between scrapes.
 const UPKEEP_INTERVAL: Duration = Duration::from_secs(5);
 
@@ -48,7 +79,7 @@ pub fn init_metrics() -> PrometheusHandle {
     static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
     HANDLE
         .get_or_init(|| {
-            let recorder = PrometheusBuilder::new().build_recorder();
+            let recorder = histogram_buckets(PrometheusBuilder::new()).build_recorder();
             let handle = recorder.handle();
             if metrics::set_global_recorder(recorder).is_err() {
                 tracing::warn!("a metrics recorder was already installed; /metrics will be empty");
@@ -68,6 +99,31 @@ pub fn init_metrics() -> PrometheusHandle {
             handle
         })
         .clone()
+}
+
+/// The builder with explicit buckets for every Dolphin histogram.
+fn histogram_buckets(b: PrometheusBuilder) -> PrometheusBuilder {
+    use metrics_exporter_prometheus::Matcher;
+    // Full names win over suffixes (the exporter's order): the two timings that are not request
+    // latencies, named here as in their crates' metric modules.
+    let rules: [(Matcher, &[f64]); 6] = [
+        (
+            Matcher::Full("dolphin_router_route_seconds".into()),
+            FAST_BUCKETS,
+        ),
+        (
+            Matcher::Full("dolphin_engine_step_seconds".into()),
+            STEP_BUCKETS,
+        ),
+        (Matcher::Suffix("_seconds".into()), LATENCY_BUCKETS),
+        (Matcher::Suffix("_bytes".into()), BYTES_BUCKETS),
+        (Matcher::Suffix("_batch_size".into()), COUNT_BUCKETS),
+        (Matcher::Suffix("_batch_tokens".into()), COUNT_BUCKETS),
+    ];
+    rules.into_iter().fold(b, |b, (matcher, buckets)| {
+        b.set_buckets_for_metric(matcher, buckets)
+            .expect("bucket lists are non-empty constants")
+    })
 }
 
 fn describe_metrics() {

@@ -154,6 +154,11 @@ impl Batch {
         self.entries.is_empty()
     }
 
+    /// New tokens in the step, over all entries.
+    pub fn token_count(&self) -> u32 {
+        self.tokens.len() as u32
+    }
+
     /// New tokens of an entry.
     pub fn tokens(&self, entry: &BatchEntry) -> &[u32] {
         &self.tokens[entry.tokens.clone()]

@@ -13,6 +13,7 @@ mod drive;
 mod engine;
 mod error;
 pub mod kv_pool;
+pub mod metrics;
 mod scheduler;
 pub mod sim;
 mod types;

@@ -15,3 +15,14 @@ pub const SUBSERVER_BATCH_SIZE: &str = "dolphin_subserver_batch_size";
 pub const SUBSERVER_STEP_SECONDS: &str = "dolphin_subserver_step_seconds";
 /// Gauge: a subserver's delayed-batching batch size B (label `subserver`).
 pub const SUBSERVER_BATCH_WAIT: &str = "dolphin_subserver_batch_wait";
+
+/// Every metric name above (the dashboard test checks its queries against these).
+pub const ALL: &[&str] = &[
+    HANDOFFS_TOTAL,
+    HANDOFF_RESUME_SECONDS,
+    SUBSERVER_TOKENS_TOTAL,
+    SUBSERVER_PENDING,
+    SUBSERVER_BATCH_SIZE,
+    SUBSERVER_STEP_SECONDS,
+    SUBSERVER_BATCH_WAIT,
+];

@@ -156,6 +156,29 @@ pub enum TransferError {
 }
 
 impl TransferError {
+    /// The failure's class as a metric label (a fixed set).
+    pub fn cause(&self) -> &'static str {
+        match self {
+            Self::Bind { .. } => "bind",
+            Self::Connect { .. } => "connect",
+            Self::Tls(_) => "tls",
+            Self::Timeout { .. } => "timeout",
+            Self::Io { .. } => "io",
+            Self::Closed { .. } => "closed",
+            Self::Frame(_) | Self::UnexpectedFrame { .. } | Self::VersionMismatch { .. } => {
+                "protocol"
+            }
+            Self::BlockTooLarge { .. } | Self::TooManyBlocks { .. } => "too_large",
+            Self::ChecksumMismatch { .. } => "checksum",
+            Self::BlockCountMismatch { .. } => "block_count",
+            Self::Refused { .. } => "refused",
+            Self::Superseded { .. } => "superseded",
+            Self::Aborted { .. } => "aborted",
+            Self::Nccl { .. } => "nccl",
+            Self::SourceEnded { .. } => "source_ended",
+        }
+    }
+
     /// Wraps an I/O error from the operation `op`.
     pub(crate) fn io(op: &'static str, source: io::Error) -> Self {
         if source.kind() == io::ErrorKind::UnexpectedEof {

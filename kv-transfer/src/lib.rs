@@ -21,6 +21,7 @@ pub mod error;
 pub mod frame;
 mod io;
 mod link;
+pub mod metrics;
 #[cfg(feature = "nccl")]
 pub mod nccl;
 mod pool;

@@ -12,6 +12,7 @@ use crate::TransferId;
 use crate::config::TransferConfig;
 use crate::error::TransferError;
 use crate::link::Link;
+use crate::metrics as m;
 
 /// ALPN protocol of the KV transport over TLS.
 pub(crate) const ALPN: &[u8] = b"dolphin-kv";
@@ -91,6 +92,18 @@ impl KvSender {
         blocks: &[Bytes],
         trailer: &Bytes,
     ) -> Result<SendStats, TransferError> {
+        let result = self.push(target, id, blocks, trailer).await;
+        m::record_send(&result);
+        result
+    }
+
+    async fn push(
+        &self,
+        target: &str,
+        id: TransferId,
+        blocks: &[Bytes],
+        trailer: &Bytes,
+    ) -> Result<SendStats, TransferError> {
         let started = Instant::now();
         let cfg = &self.inner.cfg;
         let n_blocks = u32::try_from(blocks.len())
@@ -157,18 +170,38 @@ impl KvSender {
         target: &str,
         id: TransferId,
         n_blocks: u32,
-        mut blocks: tokio::sync::mpsc::UnboundedReceiver<Bytes>,
-        mut trailer: tokio::sync::oneshot::Receiver<Bytes>,
+        blocks: tokio::sync::mpsc::UnboundedReceiver<Bytes>,
+        trailer: tokio::sync::oneshot::Receiver<Bytes>,
     ) -> Result<SendStats, TransferError> {
-        let started = Instant::now();
         if n_blocks == 0 {
             let trailer = trailer.await.map_err(|_| TransferError::SourceEnded {
                 id,
                 sent: 0,
                 expected: 0,
-            })?;
-            return self.send_with_trailer(target, id, &[], &trailer).await;
+            });
+            let result = match trailer {
+                Ok(trailer) => self.push(target, id, &[], &trailer).await,
+                Err(e) => Err(e),
+            };
+            m::record_send(&result);
+            return result;
         }
+        let result = self
+            .push_stream(target, id, n_blocks, blocks, trailer)
+            .await;
+        m::record_send(&result);
+        result
+    }
+
+    async fn push_stream(
+        &self,
+        target: &str,
+        id: TransferId,
+        n_blocks: u32,
+        mut blocks: tokio::sync::mpsc::UnboundedReceiver<Bytes>,
+        mut trailer: tokio::sync::oneshot::Receiver<Bytes>,
+    ) -> Result<SendStats, TransferError> {
+        let started = Instant::now();
         let cfg = &self.inner.cfg;
         let mut link = match self.take_idle(target) {
             Some(link) => link,

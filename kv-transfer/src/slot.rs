@@ -14,6 +14,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::TransferId;
 use crate::error::TransferError;
+use crate::metrics as m;
 
 /// How many ids of slots dropped before their transfer began are remembered, to answer
 /// "rejected" rather than "unknown". Bounded so abandoned announcements cannot grow memory.
@@ -57,19 +58,23 @@ impl TransferSlot {
             return None;
         }
         if let Some(block) = self.blocks.recv().await {
+            metrics::counter!(m::RECEIVED_BLOCKS_TOTAL).increment(1);
+            metrics::counter!(m::RECEIVED_BYTES_TOTAL).increment(block.1.len() as u64);
             return Some(Ok(block));
         }
         // The channel closes only after the outcome was sent, or when its sender was dropped
         // without one (connection lost, receiver shut down).
         self.finished = true;
-        match self.outcome.try_recv() {
+        let e = match self.outcome.try_recv() {
             Ok(Ok(trailer)) => {
                 self.trailer = Some(trailer);
-                None
+                return None;
             }
-            Ok(Err(e)) => Some(Err(e)),
-            Err(_) => Some(Err(TransferError::Aborted { id: self.id })),
-        }
+            Ok(Err(e)) => e,
+            Err(_) => TransferError::Aborted { id: self.id },
+        };
+        m::failed("receive", &e);
+        Some(Err(e))
     }
 }
 

@@ -122,6 +122,10 @@ pub struct RouterConfig {
     /// Requests in flight before new ones get 429 / RESOURCE_EXHAUSTED.
     #[arg(long, env = "DOLPHIN_MAX_INFLIGHT", default_value_t = 4096)]
     pub max_inflight: u32,
+    /// Times one request may move to another decode worker when the one streaming it dies or
+    /// its connection breaks (0: never; the client gets the error).
+    #[arg(long, env = "DOLPHIN_MAX_MIGRATIONS", default_value_t = 3)]
+    pub max_migrations: u32,
     /// Load report interval asked of workers, in milliseconds.
     #[arg(long, env = "DOLPHIN_LOAD_INTERVAL_MS", default_value_t = 100)]
     pub load_interval_ms: u32,

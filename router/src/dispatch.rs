@@ -3,7 +3,8 @@
 //! Routing (block hashing, index lookups in both pools, selection, features, policy) is plain
 //! synchronous code over thread-local scratch buffers, so it allocates nothing per request beyond
 //! the prompt itself. The decode call is retried once on another worker when it fails before any
-//! token arrived; after that, the response streams through [`ResponseStream`].
+//! token arrived; after that, the response streams through [`ResponseStream`], which moves the
+//! request to another worker if its worker fails mid-stream ([`crate::migration`]).
 
 use std::cell::RefCell;
 use std::sync::Arc;
@@ -19,11 +20,12 @@ use crate::dolphin::{Admission, DolphinRouting, MemoryStore, TableStore};
 use crate::error::DispatchError;
 use crate::grpc_call::GrpcStream;
 use crate::metrics as m;
+use crate::migration::Migration;
 use crate::policy::{Decision, Features, Policy, PrefillState};
 use crate::request_log::RequestLog;
 use crate::stream::{Api, RequestMeta, ResponseStream};
 use crate::tokenizer::{ChatMessage, Tokenizer};
-use crate::workers::{Routed, WorkerRegistry};
+use crate::workers::{InflightGuard, Routed, WorkerRegistry};
 
 /// Limits and weights of the dispatcher.
 #[derive(Clone, Debug)]
@@ -40,6 +42,8 @@ pub struct DispatchConfig {
     pub block_size: u32,
     /// Requests in flight before new ones are refused.
     pub max_inflight: u32,
+    /// Moves of one request to another decode worker after its worker failed mid-stream.
+    pub max_migrations: u32,
 }
 
 /// The prompt of a request, in whichever form the client sent it.
@@ -52,6 +56,23 @@ pub enum Prompt {
     /// Chat messages, rendered with the tokenizer's template.
     Chat(Vec<ChatMessage>),
 }
+
+impl Prompt {
+    /// Bytes of text the tokenizer has to read (0 for token ids).
+    fn text_bytes(&self) -> usize {
+        match self {
+            Prompt::Text(t) => t.len(),
+            Prompt::Chat(msgs) => msgs.iter().map(|m| m.content.len() + m.role.len()).sum(),
+            Prompt::Tokens(_) => 0,
+        }
+    }
+}
+
+/// Prompts with more text than this are tokenized on the blocking pool, not on the runtime
+/// thread that serves the connection: a long prompt takes milliseconds to encode, which would
+/// stall every other request on that thread. Shorter ones stay inline, where the hop to another
+/// thread (tens of microseconds) would cost more than the encoding.
+pub const INLINE_TOKENIZE_BYTES: usize = 4096;
 
 /// One generation request, API-independent.
 #[derive(Clone, Debug)]
@@ -270,7 +291,7 @@ impl Dispatcher {
         tokens: &[u32],
         max_tokens: u32,
         force: Option<Decision>,
-        exclude: Option<&WorkerId>,
+        exclude: &[WorkerId],
     ) -> Result<RouteDecision, DispatchError> {
         let bs = self.cfg.block_size;
         let w = self.cfg.overlap_weight;
@@ -340,7 +361,10 @@ impl Dispatcher {
 
     /// Starts a request: on success the first token has arrived and the rest streams from the
     /// returned [`ResponseStream`]. Dropping the stream cancels the request on the worker.
-    pub async fn generate(&self, p: GenerateParams) -> Result<ResponseStream, DispatchError> {
+    pub async fn generate(
+        self: &Arc<Self>,
+        p: GenerateParams,
+    ) -> Result<ResponseStream, DispatchError> {
         let api = p.api;
         let result = self.start(p).await;
         if let Err(e) = &result {
@@ -351,7 +375,10 @@ impl Dispatcher {
         result
     }
 
-    async fn start(&self, mut p: GenerateParams) -> Result<ResponseStream, DispatchError> {
+    async fn start(
+        self: &Arc<Self>,
+        mut p: GenerateParams,
+    ) -> Result<ResponseStream, DispatchError> {
         let arrived = Instant::now();
         let ts_ms = crate::request_log::unix_ms();
         if p.request_id.is_empty() {
@@ -359,67 +386,108 @@ impl Dispatcher {
         }
         let permit = self.admit()?;
         self.validate(&p)?;
-        let tokens = self.tokenize(&p.prompt)?;
+        let tokens = if p.prompt.text_bytes() > INLINE_TOKENIZE_BYTES {
+            let (d, prompt) = (
+                Arc::clone(self),
+                std::mem::replace(&mut p.prompt, Prompt::Tokens(Vec::new())),
+            );
+            tokio::task::spawn_blocking(move || d.tokenize(&prompt))
+                .await
+                .map_err(|e| DispatchError::Internal(format!("tokenizing failed: {e}")))??
+        } else {
+            self.tokenize(&p.prompt)?
+        };
         metrics::counter!(m::PROMPT_TOKENS_TOTAL).increment(tokens.len() as u64);
-        let mut exclude: Option<WorkerId> = None;
+        let mut exclude: Vec<WorkerId> = Vec::new();
         let mut failed: Option<DispatchError> = None;
-        let mut retries = 0;
-        loop {
-            let started = Instant::now();
-            let route = match self.route(&tokens, p.sampling.max_tokens, p.force, exclude.as_ref())
+        let attempt = loop {
+            match self
+                .dispatch_once(&tokens, &p.sampling, p.force, &exclude)
+                .await
             {
-                Ok(r) => r,
+                Ok(a) => break a,
                 // Nobody left to retry on: the first worker's error is the informative one.
                 Err(DispatchError::NoDecodeWorkers) if failed.is_some() => {
                     return Err(failed.take().unwrap_or(DispatchError::NoDecodeWorkers));
                 }
-                Err(e) => return Err(e),
-            };
-            metrics::histogram!(m::ROUTE_SECONDS).record(started.elapsed().as_secs_f64());
-            // Count the request against the worker from now on, so a burst spreads out.
-            let guard = route.decode.worker.begin_request(tokens.len() as u32);
-            match self.call(&p, &tokens, &route).await {
-                Ok((stream, first)) => {
-                    metrics::counter!(m::DECISIONS_TOTAL, "mode" => route.decision.as_str())
-                        .increment(1);
-                    count_dolphin_decision(&route);
-                    let meta = RequestMeta {
-                        request_id: p.request_id,
-                        api: p.api,
-                        arrived,
-                        ts_ms,
-                        route,
-                        retries,
-                        slo: p.slo,
-                        prompt_tokens: tokens.len() as u32,
-                    };
-                    return Ok(ResponseStream::new(
-                        meta,
-                        stream,
-                        first,
-                        self.tokenizer.clone(),
-                        &p.sampling.stop,
-                        self.log.clone(),
-                        (permit, guard),
-                    ));
-                }
-                Err(e) if retries == 0 && e.retryable() => {
-                    tracing::warn!(request_id = %p.request_id, worker = %route.decode.worker.id, error = %e, "decode call failed before the first token; retrying on another worker");
+                Err(e) if exclude.is_empty() && e.retryable() => {
+                    let worker = e.worker().unwrap_or_default();
+                    tracing::warn!(request_id = %p.request_id, worker, error = %e, "decode call failed before the first token; retrying on another worker");
                     metrics::counter!(m::RETRIES_TOTAL).increment(1);
-                    retries += 1;
-                    exclude = Some(route.decode.worker.id.clone());
+                    exclude.push(WorkerId::from(worker));
                     failed = Some(e);
                 }
                 Err(e) => return Err(e),
             }
-        }
+        };
+        metrics::counter!(m::DECISIONS_TOTAL, "mode" => attempt.route.decision.as_str())
+            .increment(1);
+        count_dolphin_decision(&attempt.route);
+        let meta = RequestMeta {
+            request_id: p.request_id,
+            api: p.api,
+            arrived,
+            ts_ms,
+            retries: exclude.len() as u32,
+            slo: p.slo,
+            prompt_tokens: tokens.len() as u32,
+        };
+        let migration = Migration::new(
+            Arc::clone(self),
+            tokens,
+            p.sampling,
+            p.force,
+            self.cfg.max_migrations,
+            exclude,
+        );
+        Ok(ResponseStream::new(
+            meta,
+            attempt,
+            self.tokenizer.clone(),
+            self.log.clone(),
+            permit,
+            migration,
+        ))
+    }
+
+    /// Routes `tokens` to a decode worker outside `exclude`, calls it and waits for its first
+    /// message. Each call gets a fresh engine key from the router, so a client's request id
+    /// never meets another request's on a worker (nor an earlier attempt of its own).
+    pub(crate) async fn dispatch_once(
+        &self,
+        tokens: &[u32],
+        sampling: &v1::SamplingParams,
+        force: Option<Decision>,
+        exclude: &[WorkerId],
+    ) -> Result<Attempt, DispatchError> {
+        let started = Instant::now();
+        let route = self.route(tokens, sampling.max_tokens, force, exclude)?;
+        metrics::histogram!(m::ROUTE_SECONDS).record(started.elapsed().as_secs_f64());
+        // Count the request against the worker from now on, so a burst spreads out.
+        let guard = route.decode.worker.begin_request(tokens.len() as u32);
+        let engine_id = new_request_id();
+        let (stream, first) = self
+            .call(&engine_id, tokens, sampling, &route)
+            .await
+            .inspect_err(|e| {
+                if e.worker_unreachable() {
+                    route.decode.worker.mark_unreachable();
+                }
+            })?;
+        Ok(Attempt {
+            route,
+            guard,
+            stream,
+            first,
+        })
     }
 
     /// Calls `Decode` on the routed worker and waits for its first message.
     async fn call(
         &self,
-        p: &GenerateParams,
+        engine_id: &str,
         tokens: &[u32],
+        sampling: &v1::SamplingParams,
         route: &RouteDecision,
     ) -> Result<(GrpcStream<v1::DecodeResponse>, v1::DecodeResponse), DispatchError> {
         let worker = &route.decode.worker;
@@ -432,19 +500,17 @@ impl Dispatcher {
             _ => None,
         };
         let req = v1::DecodeRequest {
-            request_id: p.request_id.clone(),
+            request_id: engine_id.to_owned(),
             token_ids: tokens.to_vec(),
-            sampling: Some(p.sampling.clone()),
+            sampling: Some(sampling.clone()),
             remote,
         };
-        // Unique per request: marked sensitive so HPACK sends it as a literal instead of
+        // Unique per call: marked sensitive so HPACK sends it as a literal instead of
         // inserting it into (and evicting from) the connection's header table on every call.
-        let request_id = HeaderValue::try_from(p.request_id.as_str())
-            .ok()
-            .map(|mut v| {
-                v.set_sensitive(true);
-                v
-            });
+        let request_id = HeaderValue::try_from(engine_id).ok().map(|mut v| {
+            v.set_sensitive(true);
+            v
+        });
         let metadata: &[(HeaderName, HeaderValue)] = match request_id {
             Some(v) => &[(HeaderName::from_static("x-request-id"), v)],
             None => &[],
@@ -466,6 +532,16 @@ impl Dispatcher {
             Err(status) => Err(fail(status)),
         }
     }
+}
+
+/// A decode call that answered: its route, the load it counts against the worker, and its
+/// stream with the first message already read.
+#[derive(Debug)]
+pub(crate) struct Attempt {
+    pub(crate) route: RouteDecision,
+    pub(crate) guard: InflightGuard,
+    pub(crate) stream: GrpcStream<v1::DecodeResponse>,
+    pub(crate) first: v1::DecodeResponse,
 }
 
 /// Per-cluster and fallback counters of the `dolphin` policy.

@@ -10,7 +10,9 @@ use super::*;
 use crate::error::ErrorKind;
 use crate::policy::ThresholdConfig;
 use crate::stream::{Api, Finish};
-use crate::testutil::{Behavior, FakeWorker, dispatcher, eventually, wait_indexed};
+use crate::testutil::{
+    Behavior, FakeWorker, dispatcher, dispatcher_with, eventually, positional_token, wait_indexed,
+};
 use crate::tokenizer::SimTokenizer;
 
 fn params(prompt: &str, max_tokens: u32) -> GenerateParams {
@@ -307,4 +309,215 @@ async fn the_router_refuses_past_its_inflight_limit() {
         .await
         .expect("a slot is free again");
     drop(s);
+}
+
+/// The text a positional fake writes for `n` tokens after a prompt of `prompt_len` tokens.
+fn positional_text(prompt_len: usize, n: usize) -> String {
+    let ids: Vec<u32> = (prompt_len..prompt_len + n).map(positional_token).collect();
+    SimTokenizer.decode(&ids)
+}
+
+#[tokio::test]
+async fn a_request_moves_to_another_worker_when_its_worker_fails_mid_stream() {
+    let dying = Behavior::Positional {
+        fail_after: Some(3),
+    };
+    let d1 = FakeWorker::start("d1", Role::Decode, dying).await;
+    let d2 = FakeWorker::start(
+        "d2",
+        Role::Decode,
+        Behavior::Positional { fail_after: None },
+    )
+    .await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("requests.jsonl");
+    let d = dispatcher(threshold(), RequestLog::open(&path).await.expect("log"));
+    // d1 alone at the start, so it takes the request; d2 joins before d1 fails.
+    d.registry().add(d1.record()).expect("add");
+    let mut p = params("hello", 10);
+    p.request_id = "client-chosen".into();
+    let mut s = d.generate(p).await.expect("generate");
+    d.registry().add(d2.record()).expect("add");
+    let mut text = String::new();
+    let mut finish = None;
+    while let Some(delta) = s.next().await {
+        let delta = delta.expect("no error reaches the client");
+        text.push_str(&delta.text);
+        finish = delta.finish.or(finish);
+    }
+    let finish = finish.expect("finished");
+    // The text equals an uninterrupted run: no gap, no repeat.
+    assert_eq!(text, positional_text(5, 10));
+    assert_eq!(finish.reason, FinishReason::Length);
+    assert_eq!(finish.usage.prompt_tokens, 5);
+    assert_eq!(finish.usage.completion_tokens, 10);
+    assert_eq!(
+        (s.migrations(), s.route().decode.worker.id.as_str()),
+        (1, "d2")
+    );
+    // d2 got the prompt plus the three streamed tokens, and what remains of max_tokens.
+    let first = d1.state.calls.lock()[0].clone();
+    let moved = d2.state.calls.lock()[0].clone();
+    assert_eq!(moved.token_ids.len(), 8);
+    assert_eq!(moved.token_ids[..5], first.token_ids[..]);
+    assert_eq!(moved.sampling.as_ref().map(|s| s.max_tokens), Some(7));
+    // The engine keys are the router's: neither is the client's id, and they differ.
+    assert_ne!(first.request_id, "client-chosen");
+    assert_ne!(moved.request_id, "client-chosen");
+    assert_ne!(first.request_id, moved.request_id);
+    assert_eq!(s.request_id(), "client-chosen");
+    drop(s);
+    let mut line = String::new();
+    eventually("log line", || {
+        line = std::fs::read_to_string(&path).unwrap_or_default();
+        !line.is_empty()
+    })
+    .await;
+    let v: serde_json::Value = serde_json::from_str(line.trim()).expect("json");
+    assert_eq!(
+        (&v["outcome"], &v["migrations"], &v["decode_worker"]),
+        (&"ok".into(), &1.into(), &"d2".into())
+    );
+}
+
+#[tokio::test]
+async fn a_request_with_no_worker_left_ends_with_a_clear_error() {
+    let dying = Behavior::Positional {
+        fail_after: Some(2),
+    };
+    let d1 = FakeWorker::start("d1", Role::Decode, dying.clone()).await;
+    let d2 = FakeWorker::start("d2", Role::Decode, dying).await;
+    let d = dispatcher(threshold(), RequestLog::disabled());
+    d.registry().add(d1.record()).expect("add");
+    d.registry().add(d2.record()).expect("add");
+    let mut s = d.generate(params("hello", 10)).await.expect("generate");
+    let mut text = String::new();
+    let err = loop {
+        match s.next().await.expect("an error ends the stream") {
+            Ok(delta) => text.push_str(&delta.text),
+            Err(e) => break e,
+        }
+    };
+    // Both workers served two tokens each before failing; the client got all four.
+    assert_eq!(text, positional_text(5, 4));
+    assert_eq!(err.kind(), ErrorKind::Unavailable);
+    let msg = err.to_string();
+    assert!(
+        msg.contains(
+            "could not move to another decode worker after 4 tokens and 2 migration attempt(s)"
+        ) && msg.contains("no decode workers are available"),
+        "{msg}"
+    );
+    assert!(s.next().await.is_none());
+}
+
+#[tokio::test]
+async fn migrations_stop_at_the_limit() {
+    let dying = Behavior::Positional {
+        fail_after: Some(1),
+    };
+    let mut fakes = Vec::new();
+    let d = dispatcher(threshold(), RequestLog::disabled());
+    for i in 0..5 {
+        let f = FakeWorker::start(&format!("d{i}"), Role::Decode, dying.clone()).await;
+        d.registry().add(f.record()).expect("add");
+        fakes.push(f);
+    }
+    let s = d.generate(params("hello", 10)).await.expect("generate");
+    let err = collect(s).await.expect_err("the limit ends it");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("after 4 tokens and 3 migration attempt(s): the limit of 3 migrations"),
+        "{msg}"
+    );
+}
+
+#[tokio::test]
+async fn a_worker_that_dies_after_its_last_token_finishes_the_request() {
+    let d1 = FakeWorker::start(
+        "d1",
+        Role::Decode,
+        Behavior::Positional {
+            fail_after: Some(10),
+        },
+    )
+    .await;
+    let d = dispatcher(threshold(), RequestLog::disabled());
+    d.registry().add(d1.record()).expect("add");
+    // All ten tokens arrive, then the stream fails where the finish should be.
+    let s = d.generate(params("hello", 10)).await.expect("generate");
+    let (text, fin) = collect(s).await.expect("finished");
+    assert_eq!(text, positional_text(5, 10));
+    assert_eq!(fin.reason, FinishReason::Length);
+}
+
+#[tokio::test]
+async fn a_worker_that_was_unreachable_is_passed_over() {
+    let d1 = FakeWorker::start("d1", Role::Decode, Behavior::Fail(Code::Unavailable)).await;
+    let d2 = FakeWorker::start("d2", Role::Decode, Behavior::Text("ok".into())).await;
+    let d = dispatcher(threshold(), RequestLog::disabled());
+    d.registry().add(d1.record()).expect("add");
+    d.registry().add(d2.record()).expect("add");
+    // Event streams up first: connecting clears the mark.
+    wait_indexed(&d, "d1", 0).await;
+    wait_indexed(&d, "d2", 0).await;
+    for _ in 0..10 {
+        let s = d.generate(params("hello", 2)).await.expect("generate");
+        assert_eq!(s.route().decode.worker.id.as_str(), "d2");
+        collect(s).await.expect("finished");
+    }
+    // At most the first request tried d1; from then on routing skipped it.
+    assert!(d1.state.calls.lock().len() <= 1);
+    let listed = d.registry().list();
+    assert!(listed.iter().any(|w| w.worker_id == "d1"), "still listed");
+}
+
+/// The SimTokenizer, noting the thread of every `encode`.
+#[derive(Debug, Default)]
+struct ThreadNoting(parking_lot::Mutex<Vec<std::thread::ThreadId>>);
+
+impl crate::tokenizer::Tokenizer for ThreadNoting {
+    fn encode(&self, text: &str) -> Vec<u32> {
+        self.0.lock().push(std::thread::current().id());
+        SimTokenizer.encode(text)
+    }
+    fn decode(&self, ids: &[u32]) -> String {
+        SimTokenizer.decode(ids)
+    }
+    fn render_chat(
+        &self,
+        messages: &[crate::tokenizer::ChatMessage],
+    ) -> Result<String, crate::tokenizer::ChatTemplateError> {
+        SimTokenizer.render_chat(messages)
+    }
+    fn vocab_size(&self) -> u32 {
+        SimTokenizer.vocab_size()
+    }
+    fn eos(&self) -> Option<u32> {
+        SimTokenizer.eos()
+    }
+}
+
+#[tokio::test]
+async fn long_prompts_are_tokenized_off_the_runtime_thread() {
+    let fake = FakeWorker::start("d1", Role::Decode, Behavior::Text("x".into())).await;
+    let noting = Arc::new(ThreadNoting::default());
+    let d = dispatcher_with(noting.clone(), threshold(), RequestLog::disabled());
+    d.registry().add(fake.record()).expect("add");
+    // This test's runtime has one thread: the test's own.
+    let here = std::thread::current().id();
+    collect(d.generate(params("short", 1)).await.expect("generate"))
+        .await
+        .expect("ok");
+    let long = "y".repeat(INLINE_TOKENIZE_BYTES + 1);
+    // Longer than the test router's prompt limit: refused, but only after tokenizing.
+    let err = d.generate(params(&long, 1)).await.expect_err("too long");
+    assert!(matches!(err, DispatchError::PromptTooLong { .. }), "{err}");
+    let threads = noting.0.lock().clone();
+    assert_eq!(threads.len(), 2);
+    assert_eq!(threads[0], here, "a short prompt is tokenized inline");
+    assert_ne!(
+        threads[1], here,
+        "a long prompt is tokenized on the blocking pool"
+    );
 }

@@ -22,6 +22,9 @@ pub enum DispatchError {
     /// The router has too many requests in flight.
     #[error("the router is at capacity ({0} requests in flight); retry later")]
     RouterBusy(u32),
+    /// The router failed on its own (a bug; the message says where).
+    #[error("internal error: {0}")]
+    Internal(String),
     /// No decode worker is live.
     #[error("no decode workers are available")]
     NoDecodeWorkers,
@@ -57,6 +60,21 @@ pub enum DispatchError {
         /// The worker's id.
         worker: String,
     },
+    /// The decode worker streaming a request failed and the request could not move to another
+    /// one: none was left, the migration limit was reached, or the new worker failed too.
+    #[error(
+        "{cause}; the request could not move to another decode worker after {tokens} tokens and {migrations} migration attempt(s): {reason}"
+    )]
+    MigrationFailed {
+        /// The failure that ended the last worker's stream.
+        cause: Box<DispatchError>,
+        /// Why no other worker took the request over.
+        reason: String,
+        /// Tokens streamed before the failure.
+        tokens: u32,
+        /// Migrations the request had tried (each counts against the limit).
+        migrations: u32,
+    },
 }
 
 /// Failure classes; the HTTP and gRPC front ends map these to their codes.
@@ -83,10 +101,12 @@ impl DispatchError {
             }
             DispatchError::ModelNotFound(_) => ErrorKind::NotFound,
             DispatchError::RouterBusy(_) => ErrorKind::Overloaded,
+            DispatchError::Internal(_) => ErrorKind::Internal,
             DispatchError::NoDecodeWorkers
             | DispatchError::NoPrefillWorkers
             | DispatchError::Disconnected { .. }
             | DispatchError::Truncated { .. } => ErrorKind::Unavailable,
+            DispatchError::MigrationFailed { cause, .. } => cause.kind(),
             DispatchError::Worker { status, .. } => match status.code() {
                 Code::InvalidArgument | Code::OutOfRange => ErrorKind::InvalidRequest,
                 Code::ResourceExhausted => ErrorKind::Overloaded,
@@ -106,6 +126,27 @@ impl DispatchError {
             ErrorKind::Overloaded => "error_overloaded",
             ErrorKind::Unavailable => "error_unavailable",
             ErrorKind::Internal => "error_internal",
+        }
+    }
+
+    /// The decode worker the error came from, if one did.
+    pub(crate) fn worker(&self) -> Option<&str> {
+        match self {
+            DispatchError::Worker { worker, .. }
+            | DispatchError::Disconnected { worker, .. }
+            | DispatchError::Truncated { worker } => Some(worker),
+            DispatchError::MigrationFailed { cause, .. } => cause.worker(),
+            _ => None,
+        }
+    }
+
+    /// Whether the error says the worker could not be reached or its connection broke (as
+    /// opposed to an answer about the request): routing then passes the worker over.
+    pub(crate) fn worker_unreachable(&self) -> bool {
+        match self {
+            DispatchError::Disconnected { .. } | DispatchError::Truncated { .. } => true,
+            DispatchError::Worker { status, .. } => status.code() == Code::Unavailable,
+            _ => false,
         }
     }
 

@@ -77,7 +77,8 @@ fn params(r: v1::GenerateRequest) -> Result<GenerateParams, Status> {
 
 type GenerateStream = Pin<Box<dyn Stream<Item = Result<v1::GenerateResponse, Status>> + Send>>;
 
-/// Maps the response stream to `GenerateResponse`s: routing on the first and the last message.
+/// Maps the response stream to `GenerateResponse`s: routing on the first message (where the
+/// request started) and the last (where it ended, after any migration or fallback).
 fn responses(stream: ResponseStream) -> GenerateStream {
     let request_id = stream.request_id().to_string();
     let routing = stream.routing();
@@ -97,10 +98,7 @@ fn responses(stream: ResponseStream) -> GenerateStream {
             msg.finish_reason = f.reason as i32;
             msg.usage = Some(f.usage);
             msg.timings = Some(f.timings);
-            msg.routing = Some(v1::RoutingInfo {
-                fell_back: f.fell_back,
-                ..routing.clone()
-            });
+            msg.routing = Some(f.routing);
         }
         Ok(msg)
     }))

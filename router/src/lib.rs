@@ -18,6 +18,7 @@ pub mod grpc;
 pub mod grpc_call;
 pub mod http;
 pub mod metrics;
+mod migration;
 pub mod policy;
 pub mod prefix_index;
 pub mod request_log;

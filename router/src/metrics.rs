@@ -22,6 +22,9 @@ pub const E2E_SECONDS: &str = "dolphin_router_e2e_seconds";
 pub const ROUTE_SECONDS: &str = "dolphin_router_route_seconds";
 /// Decode calls that failed before the first token and were retried on another worker.
 pub const RETRIES_TOTAL: &str = "dolphin_router_retries_total";
+/// Requests moved to another decode worker after theirs failed mid-stream, by `outcome` (ok,
+/// failed).
+pub const MIGRATIONS_TOTAL: &str = "dolphin_router_migrations_total";
 /// Prompt tokens admitted.
 pub const PROMPT_TOKENS_TOTAL: &str = "dolphin_router_prompt_tokens_total";
 /// Completion tokens streamed to clients.
@@ -80,6 +83,36 @@ pub fn cluster_label(cluster: i32) -> &'static str {
 }
 
 /// Describes every metric to the installed recorder. Call once at start.
+/// Every metric name above (the dashboard test checks its queries against these).
+pub const ALL: &[&str] = &[
+    REQUESTS_TOTAL,
+    INFLIGHT_REQUESTS,
+    DECISIONS_TOTAL,
+    TTFT_SECONDS,
+    TPOT_SECONDS,
+    E2E_SECONDS,
+    ROUTE_SECONDS,
+    RETRIES_TOTAL,
+    MIGRATIONS_TOTAL,
+    PROMPT_TOKENS_TOTAL,
+    COMPLETION_TOKENS_TOTAL,
+    WORKERS,
+    STALE_EVENT_STREAMS,
+    EVENT_STREAM_DISCONNECTS_TOTAL,
+    WORKER_EVENTS_TOTAL,
+    EVENT_GAPS_TOTAL,
+    INDEX_BLOCKS,
+    WORKERS_REJECTED_TOTAL,
+    PAIRS_REFUSED_TOTAL,
+    REQUEST_LOG_DROPPED_TOTAL,
+    DOLPHIN_DECISIONS_TOTAL,
+    DOLPHIN_FALLBACK_TOTAL,
+    TABLE_ACTIVE,
+    TABLE_SWAPS_TOTAL,
+    TABLES_REJECTED_TOTAL,
+    APPROX_INDEX_LOOKUPS_TOTAL,
+];
+
 pub fn describe() {
     describe_counter!(
         DOLPHIN_DECISIONS_TOTAL,
@@ -124,6 +157,10 @@ pub fn describe() {
     describe_counter!(
         RETRIES_TOTAL,
         "Decode calls retried on another worker before the first token."
+    );
+    describe_counter!(
+        MIGRATIONS_TOTAL,
+        "Requests moved to another decode worker after theirs failed mid-stream."
     );
     describe_counter!(PROMPT_TOKENS_TOTAL, Unit::Count, "Prompt tokens admitted.");
     describe_counter!(

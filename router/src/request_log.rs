@@ -48,6 +48,9 @@ pub struct RequestRecord {
     pub fell_back: bool,
     /// Decode calls retried on another worker.
     pub retries: u32,
+    /// Moves to another decode worker after the streaming one failed mid-stream.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub migrations: u32,
     /// Time to first token, in milliseconds.
     pub ttft_ms: Option<f64>,
     /// Mean time per output token after the first, in milliseconds.
@@ -207,6 +210,7 @@ mod tests {
             prefill_worker: None,
             fell_back: false,
             retries: 0,
+            migrations: 0,
             ttft_ms: Some(1.5),
             tpot_ms: Some(0.5),
             e2e_ms: 5.0,

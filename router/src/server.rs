@@ -137,6 +137,7 @@ pub async fn start(
             overlap_weight: cfg.overlap_weight,
             block_size: cfg.block_size,
             max_inflight: cfg.max_inflight,
+            max_migrations: cfg.max_migrations,
         },
         log,
     ));

@@ -2,7 +2,8 @@
 //! incrementally, cut at stop strings, timed, and logged when it ends.
 //!
 //! Dropping a [`ResponseStream`] before it finished drops the worker's gRPC stream, which cancels
-//! the request on the worker, and logs the request as cancelled.
+//! the request on the worker, and logs the request as cancelled. When the worker fails
+//! mid-stream, the stream moves the request to another worker ([`crate::migration`]) and goes on.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -12,10 +13,11 @@ use std::time::Instant;
 use dolphin_proto::v1::{self, FinishReason};
 use futures::Stream;
 
-use crate::dispatch::{InflightPermit, RouteDecision};
+use crate::dispatch::{Attempt, InflightPermit, RouteDecision};
 use crate::error::DispatchError;
 use crate::grpc_call::GrpcStream;
 use crate::metrics as m;
+use crate::migration::Migration;
 use crate::policy::Decision;
 use crate::request_log::{RequestLog, RequestRecord};
 use crate::stop::StopMatcher;
@@ -48,7 +50,6 @@ pub(crate) struct RequestMeta {
     pub(crate) api: Api,
     pub(crate) arrived: Instant,
     pub(crate) ts_ms: u64,
-    pub(crate) route: RouteDecision,
     pub(crate) retries: u32,
     pub(crate) slo: Option<v1::SloClass>,
     pub(crate) prompt_tokens: u32,
@@ -65,6 +66,8 @@ pub struct Finish {
     pub timings: v1::Timings,
     /// The decode worker's remote prefill failed and it prefilled locally.
     pub fell_back: bool,
+    /// Where the request ended: the last decode worker after migrations.
+    pub routing: v1::RoutingInfo,
 }
 
 /// Output since the previous delta.
@@ -82,6 +85,8 @@ pub struct Delta {
 #[derive(Debug)]
 pub struct ResponseStream {
     meta: RequestMeta,
+    /// The current decode worker's route (another one's after a migration).
+    route: RouteDecision,
     /// `None` once finished: dropping it is what cancels the worker's request.
     stream: Option<GrpcStream<v1::DecodeResponse>>,
     pending: Option<v1::DecodeResponse>,
@@ -89,7 +94,10 @@ pub struct ResponseStream {
     detok: IncrementalDetokenizer,
     stop: StopMatcher,
     log: RequestLog,
-    _held: (InflightPermit, InflightGuard),
+    _permit: InflightPermit,
+    /// The request's load on the current decode worker.
+    _guard: InflightGuard,
+    migration: Migration,
     first_token_at: Option<Instant>,
     last_token_at: Option<Instant>,
     completion_tokens: u32,
@@ -102,22 +110,24 @@ pub struct ResponseStream {
 impl ResponseStream {
     pub(crate) fn new(
         meta: RequestMeta,
-        stream: GrpcStream<v1::DecodeResponse>,
-        first: v1::DecodeResponse,
+        attempt: Attempt,
         tokenizer: Arc<dyn Tokenizer>,
-        stops: &[String],
         log: RequestLog,
-        held: (InflightPermit, InflightGuard),
+        permit: InflightPermit,
+        migration: Migration,
     ) -> Self {
         Self {
             meta,
-            stream: Some(stream),
-            pending: Some(first),
+            route: attempt.route,
+            stream: Some(attempt.stream),
+            pending: Some(attempt.first),
             tokenizer,
             detok: IncrementalDetokenizer::new(),
-            stop: StopMatcher::new(stops),
+            stop: StopMatcher::new(migration.stop_strings()),
             log,
-            _held: held,
+            _permit: permit,
+            _guard: attempt.guard,
+            migration,
             first_token_at: None,
             last_token_at: None,
             completion_tokens: 0,
@@ -134,12 +144,17 @@ impl ResponseStream {
 
     /// How the request was routed.
     pub fn route(&self) -> &RouteDecision {
-        &self.meta.route
+        &self.route
+    }
+
+    /// Times the request moved to another decode worker.
+    pub fn migrations(&self) -> u32 {
+        self.migration.count()
     }
 
     /// Routing info as the public API reports it.
     pub fn routing(&self) -> v1::RoutingInfo {
-        let r = &self.meta.route;
+        let r = &self.route;
         let remote = r.decision == Decision::Remote;
         v1::RoutingInfo {
             decode_worker: r.decode.worker.id.0.clone(),
@@ -165,6 +180,7 @@ impl ResponseStream {
                 eff_isl_decode: r.features.eff_isl_decode,
                 output_len_hint: r.features.output_len_hint,
             }),
+            migrations: self.migration.count(),
         }
     }
 
@@ -190,31 +206,40 @@ impl ResponseStream {
         }
         let mut out: Option<Delta> = None;
         while !self.done {
+            if self.migration.running() {
+                match self.migration.poll(cx) {
+                    Poll::Pending => break,
+                    Poll::Ready(Ok(attempt)) => {
+                        self.resume(attempt);
+                        continue;
+                    }
+                    Poll::Ready(Err(e)) => return self.end_with(e, out),
+                }
+            }
             let msg = match self.pending.take() {
                 Some(m) => m,
                 None => {
                     let Some(stream) = self.stream.as_mut() else {
                         break;
                     };
+                    let worker = || self.route.decode.worker.id.0.clone();
                     let err = match Pin::new(stream).poll_next(cx) {
                         Poll::Pending => break,
                         Poll::Ready(Some(Ok(m))) => {
                             self.absorb_into(m, &mut out);
                             continue;
                         }
-                        Poll::Ready(None) => DispatchError::Truncated {
-                            worker: self.meta.route.decode.worker.id.0.clone(),
-                        },
-                        Poll::Ready(Some(Err(status))) => DispatchError::from_worker_status(
-                            self.meta.route.decode.worker.id.0.clone(),
-                            status,
-                        ),
+                        Poll::Ready(None) => DispatchError::Truncated { worker: worker() },
+                        Poll::Ready(Some(Err(status))) => {
+                            DispatchError::from_worker_status(worker(), status)
+                        }
                     };
-                    if out.is_some() {
-                        self.deferred = Some(err);
-                        break;
+                    match self.migrate(err) {
+                        // Either the move is under way or the request turned out complete.
+                        Ok(None) => continue,
+                        Ok(Some(last)) => last,
+                        Err(e) => return self.end_with(e, out),
                     }
-                    return Poll::Ready(Some(Err(self.fail(err))));
                 }
             };
             self.absorb_into(msg, &mut out);
@@ -224,6 +249,47 @@ impl ResponseStream {
             None if self.done => Poll::Ready(None),
             None => Poll::Pending,
         }
+    }
+
+    /// Ends the stream with `e`, after the output already gathered if there is some.
+    fn end_with(
+        &mut self,
+        e: DispatchError,
+        out: Option<Delta>,
+    ) -> Poll<Option<Result<Delta, DispatchError>>> {
+        match out {
+            Some(d) => {
+                self.deferred = Some(e);
+                Poll::Ready(Some(Ok(d)))
+            }
+            None => Poll::Ready(Some(Err(self.fail(e)))),
+        }
+    }
+
+    /// The current worker's stream failed with `err`: starts moving the request to another
+    /// worker, or gives back the final message when every token was already streamed (the
+    /// worker died between its last token and its finish), or gives back the error.
+    fn migrate(&mut self, err: DispatchError) -> Result<Option<v1::DecodeResponse>, DispatchError> {
+        self.stream = None;
+        if err.worker_unreachable() {
+            self.route.decode.worker.mark_unreachable();
+        }
+        if self.migration.streamed() >= self.migration.max_tokens() {
+            return Ok(Some(v1::DecodeResponse {
+                finish_reason: FinishReason::Length as i32,
+                ..Default::default()
+            }));
+        }
+        self.migration.start(&self.route.decode.worker.id, err)?;
+        Ok(None)
+    }
+
+    /// Continues on the worker a migration found.
+    fn resume(&mut self, attempt: Attempt) {
+        self.route = attempt.route;
+        self._guard = attempt.guard;
+        self.stream = Some(attempt.stream);
+        self.pending = Some(attempt.first);
     }
 
     /// Absorbs `msg` and appends its delta to `out` (skipping empty ones).
@@ -248,6 +314,7 @@ impl ResponseStream {
             self.first_token_at.get_or_insert(now);
             self.last_token_at = Some(now);
             self.completion_tokens += msg.token_ids.len() as u32;
+            self.migration.streamed_tokens(&msg.token_ids);
         }
         self.fell_back |= msg.fell_back;
         let reason = FinishReason::try_from(msg.finish_reason).unwrap_or(FinishReason::Unspecified);
@@ -317,6 +384,7 @@ impl ResponseStream {
                 kv_bytes: worker.kv_bytes,
             },
             fell_back: self.fell_back,
+            routing: self.routing(),
         };
         let outcome = if reason == FinishReason::Error {
             "error_worker"
@@ -337,7 +405,7 @@ impl ResponseStream {
 
     /// Metrics and the request-log line of a request that ended (or was dropped).
     fn record(&self, outcome: &'static str, finish: Option<&Finish>) {
-        let mode = self.meta.route.decision.as_str();
+        let mode = self.route.decision.as_str();
         metrics::counter!(m::REQUESTS_TOTAL, "api" => self.meta.api.as_str(), "outcome" => outcome)
             .increment(1);
         metrics::counter!(m::COMPLETION_TOKENS_TOTAL).increment(u64::from(self.completion_tokens));
@@ -358,7 +426,7 @@ impl ResponseStream {
             return;
         }
         let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
-        let r = &self.meta.route;
+        let r = &self.route;
         self.log.record(RequestRecord {
             ts_ms: self.meta.ts_ms,
             request_id: self.meta.request_id.clone(),
@@ -379,6 +447,7 @@ impl ResponseStream {
                 .flatten(),
             fell_back: self.fell_back,
             retries: self.meta.retries,
+            migrations: self.migration.count(),
             ttft_ms: ttft.map(ms),
             tpot_ms: tpot.map(|s| s * 1e3),
             e2e_ms: ms(e2e),

@@ -38,6 +38,20 @@ pub enum Behavior {
     TextThenHang(String),
     /// Send one token, then fail the stream with this code.
     FailAfterFirst(Code),
+    /// Stream the token of each position (`positional_token`) up to `max_tokens`, as a
+    /// deterministic model would, then finish with Length; with `fail_after`, fail the stream
+    /// with `Unavailable` after that many tokens instead (or, when that is `max_tokens` or
+    /// more, after the last token in place of the finish).
+    Positional {
+        /// Tokens sent before the failure.
+        fail_after: Option<u32>,
+    },
+}
+
+/// The token a [`Behavior::Positional`] fake writes at sequence position `pos`.
+pub fn positional_token(pos: usize) -> u32 {
+    // Lowercase letters, so the text is readable.
+    SimTokenizer.encode(&char::from(b'a' + (pos % 26) as u8).to_string())[0]
 }
 
 /// Shared state of a fake worker.
@@ -195,6 +209,29 @@ impl DecodeWorker for Svc {
                     st.cancelled.fetch_add(1, Ordering::SeqCst);
                 });
             }
+            Behavior::Positional { fail_after } => {
+                tokio::spawn(async move {
+                    let died = || Err(Status::unavailable("fake worker died"));
+                    for i in 0..max {
+                        if fail_after == Some(i) {
+                            let _ = tx.send(died()).await;
+                            return;
+                        }
+                        let mut msg = token(positional_token(prompt_tokens as usize + i as usize));
+                        if i + 1 == max && fail_after.is_none() {
+                            msg.finish_reason = v1::FinishReason::Length as i32;
+                        }
+                        if tx.send(Ok(msg)).await.is_err() {
+                            st.cancelled.fetch_add(1, Ordering::SeqCst);
+                            return;
+                        }
+                    }
+                    if fail_after.is_some() {
+                        // Dies between its last token and the finish.
+                        let _ = tx.send(died()).await;
+                    }
+                });
+            }
             Behavior::FailAfterFirst(code) => {
                 tokio::spawn(async move {
                     let _ = tx.send(Ok(token(40))).await;
@@ -307,6 +344,15 @@ pub const BS: u32 = 4;
 
 /// A dispatcher over a fresh registry.
 pub fn dispatcher(policy: Policy, log: RequestLog) -> Arc<Dispatcher> {
+    dispatcher_with(Arc::new(SimTokenizer), policy, log)
+}
+
+/// A dispatcher over a fresh registry with `tokenizer`.
+pub fn dispatcher_with(
+    tokenizer: Arc<dyn Tokenizer>,
+    policy: Policy,
+    log: RequestLog,
+) -> Arc<Dispatcher> {
     let registry = WorkerRegistry::new(RegistryConfig {
         model: "sim-model".into(),
         block_size: BS,
@@ -315,7 +361,7 @@ pub fn dispatcher(policy: Policy, log: RequestLog) -> Arc<Dispatcher> {
     });
     Arc::new(Dispatcher::new(
         registry,
-        Arc::new(SimTokenizer),
+        tokenizer,
         policy,
         DispatchConfig {
             model: "sim-model".into(),
@@ -324,6 +370,7 @@ pub fn dispatcher(policy: Policy, log: RequestLog) -> Arc<Dispatcher> {
             overlap_weight: 1.0,
             block_size: BS,
             max_inflight: 16,
+            max_migrations: 3,
         },
         log,
     ))

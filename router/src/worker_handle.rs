@@ -12,6 +12,20 @@ use crate::metrics as m;
 use crate::selection;
 use crate::worker_channel::WorkerChannel;
 
+/// How long a worker whose call failed at the transport is passed over, unless its event stream
+/// reconnects first.
+pub const UNREACHABLE_BACKOFF_MS: u64 = 5_000;
+
+/// Milliseconds since the router's first call (monotonic, never 0 after the first).
+fn clock_ms() -> u64 {
+    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    START
+        .get_or_init(std::time::Instant::now)
+        .elapsed()
+        .as_millis() as u64
+        + 1
+}
+
 /// Load figures of one worker, from its latest load report.
 #[derive(Debug, Default)]
 struct Load {
@@ -46,6 +60,9 @@ pub struct WorkerHandle {
     channel: WorkerChannel,
     load: Load,
     events_live: AtomicBool,
+    /// Until when (milliseconds on [`clock_ms`]) the worker is passed over: a call to it failed
+    /// at the transport (refused, reset, unavailable). Cleared when its event stream connects.
+    unreachable_until_ms: AtomicU64,
     /// Requests this router has in flight on the worker, and their prompt tokens: a load signal
     /// that is never stale, unlike the periodic reports.
     inflight_requests: AtomicU32,
@@ -83,6 +100,20 @@ impl WorkerHandle {
         self.events_live.load(Ordering::Relaxed)
     }
 
+    /// Whether a recent call found the worker unreachable (routing passes it over).
+    pub fn unreachable(&self) -> bool {
+        self.unreachable_until_ms.load(Ordering::Relaxed) > clock_ms()
+    }
+
+    /// Passes the worker over for [`UNREACHABLE_BACKOFF_MS`] or until its event stream
+    /// connects, whichever is first: a dead worker that the registry still lists (static
+    /// membership, or an etcd lease that has not expired yet) stops drawing requests and
+    /// migrations at once.
+    pub(crate) fn mark_unreachable(&self) {
+        self.unreachable_until_ms
+            .store(clock_ms() + UNREACHABLE_BACKOFF_MS, Ordering::Relaxed);
+    }
+
     /// Counts a request against the worker until the guard is dropped.
     pub fn begin_request(self: &Arc<Self>, prompt_tokens: u32) -> InflightGuard {
         self.inflight_requests.fetch_add(1, Ordering::Relaxed);
@@ -111,6 +142,9 @@ impl WorkerHandle {
 
     /// Marks the event stream up or down; keeps the stale-stream gauge in step.
     pub(crate) fn set_events_live(&self, live: bool) {
+        if live {
+            self.unreachable_until_ms.store(0, Ordering::Relaxed);
+        }
         let was = self.events_live.swap(live, Ordering::Relaxed);
         if was != live {
             let g = metrics::gauge!(m::STALE_EVENT_STREAMS, "role" => self.role.as_str());
@@ -168,6 +202,7 @@ impl WorkerHandle {
             channel,
             load: Load::default(),
             events_live: AtomicBool::new(true),
+            unreachable_until_ms: AtomicU64::new(0),
             inflight_requests: AtomicU32::new(0),
             inflight_tokens: AtomicU64::new(0),
             cancel: CancellationToken::new(),

@@ -265,11 +265,11 @@ impl WorkerRegistry {
         role: Role,
         hashes: &[BlockHash],
         overlap_weight: f64,
-        exclude: Option<&WorkerId>,
+        exclude: &[WorkerId],
         counts: &mut Vec<u32>,
     ) -> Option<Routed> {
         self.route_among(role, hashes, overlap_weight, counts, |w| {
-            exclude != Some(&w.id)
+            !exclude.contains(&w.id)
         })
     }
 
@@ -339,7 +339,8 @@ impl WorkerRegistry {
                 slot,
                 cached_blocks,
                 load: w.load_cost(),
-                draining: w.draining(),
+                // Passed over like a draining worker: it may be dead but still listed.
+                draining: w.draining() || w.unreachable(),
             })
         });
         let choice = selection::with_rng(|rng| {
@@ -465,7 +466,7 @@ mod tests {
             .stored(d2.slot, &[10, 11, 12]);
         let mut buf = Vec::new();
         let r = reg
-            .route(Role::Decode, &[10, 11, 12, 13], 1.0, None, &mut buf)
+            .route(Role::Decode, &[10, 11, 12, 13], 1.0, &[], &mut buf)
             .expect("routed");
         assert_eq!((r.worker.id.as_str(), r.cached_blocks), ("d2", 3));
         // Excluding d2 leaves d1.
@@ -474,7 +475,7 @@ mod tests {
                 Role::Decode,
                 &[10, 11],
                 1.0,
-                Some(&WorkerId::from("d2")),
+                &[WorkerId::from("d2")],
                 &mut buf,
             )
             .expect("routed");
@@ -482,7 +483,7 @@ mod tests {
         // Heavy in-flight load on d2 outweighs its cache.
         let _guard = d2.begin_request(16 * 100);
         let r = reg
-            .route(Role::Decode, &[10, 11, 12, 13], 1.0, None, &mut buf)
+            .route(Role::Decode, &[10, 11, 12, 13], 1.0, &[], &mut buf)
             .expect("routed");
         assert_eq!(r.worker.id.as_str(), "d1");
         drop(_guard);
@@ -494,10 +495,7 @@ mod tests {
                 ..Default::default()
             });
         reg.remove(&WorkerId::from("d2"));
-        assert!(
-            reg.route(Role::Decode, &[10], 1.0, None, &mut buf)
-                .is_none()
-        );
+        assert!(reg.route(Role::Decode, &[10], 1.0, &[], &mut buf).is_none());
         assert_eq!(reg.pool(Role::Decode).read().index.distinct_blocks(), 0);
         assert_eq!(reg.counts(), (1, 1));
         let listed = reg.list();
@@ -548,7 +546,7 @@ mod tests {
         );
         // The plain route (no decode worker to pair with) still sees every prefill worker.
         let r = reg
-            .route(Role::Prefill, &[10, 11], 1.0, None, &mut buf)
+            .route(Role::Prefill, &[10, 11], 1.0, &[], &mut buf)
             .expect("routed");
         assert_ne!(r.worker.id.as_str(), "p-same");
     }

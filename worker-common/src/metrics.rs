@@ -68,6 +68,26 @@ pub mod fallback_reason {
     pub const IMPORT_ERROR: &str = "import_error";
 }
 
+/// Every metric name above (the dashboard test checks its queries against these).
+pub const ALL: &[&str] = &[
+    WORKER_REQUESTS_TOTAL,
+    WORKER_INFLIGHT_REQUESTS,
+    WORKER_DRAINING,
+    WORKER_SUBSCRIBERS,
+    WORKER_SUBSCRIBE_RESYNCS_TOTAL,
+    DECODE_REQUESTS_TOTAL,
+    DECODE_FALLBACKS_TOTAL,
+    DECODE_TTFT_SECONDS,
+    DECODE_REMOTE_PREFILL_SECONDS,
+    DECODE_KV_BLOCKS_IMPORTED_TOTAL,
+    DECODE_OUTPUT_TOKENS_TOTAL,
+    PREFILL_SECONDS,
+    PREFILL_KV_SEND_SECONDS,
+    PREFILL_KV_BYTES_SENT_TOTAL,
+    PREFILL_CACHED_TOKENS_TOTAL,
+    PREFILL_INCOMPATIBLE_TOTAL,
+];
+
 /// Registers descriptions and units with the installed recorder; call once at start.
 pub fn describe() {
     describe_counter!(

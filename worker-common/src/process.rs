@@ -42,9 +42,12 @@ where
     let metrics_stop = CancellationToken::new();
     let _metrics_stop = metrics_stop.clone().drop_guard();
     if let Some(addr) = common.metrics_addr {
-        telemetry::start_metrics(addr, metrics_stop).await?;
+        telemetry::start_metrics(addr, metrics_stop.clone()).await?;
     }
     let engine = engine()?;
+    if common.metrics_addr.is_some() {
+        telemetry::spawn_engine_gauges(Arc::clone(&engine), metrics_stop.clone());
+    }
     let model = engine.info().model.clone();
     let worker = start(engine, model).await?;
     let lifecycle = Lifecycle {

@@ -142,6 +142,7 @@ fn main() -> anyhow::Result<()> {
             overlap_weight: 1.0,
             block_size: bs,
             max_inflight: 4096,
+            max_migrations: 3,
         },
         RequestLog::disabled(),
     );
@@ -156,7 +157,7 @@ fn main() -> anyhow::Result<()> {
         .iter()
         .map(|p| {
             dispatcher
-                .route(p, MAX_TOKENS, None, None)
+                .route(p, MAX_TOKENS, None, &[])
                 .map(|r| r.features)
         })
         .collect::<Result<_, _>>()?;
@@ -365,7 +366,7 @@ fn whole(
     for i in 0..args.warmup + args.iterations {
         let tokens = &prompts[i % prompts.len()];
         let t = Instant::now();
-        let route = d.route(tokens, MAX_TOKENS, None, None);
+        let route = d.route(tokens, MAX_TOKENS, None, &[]);
         let elapsed = t.elapsed();
         let route = route?;
         if table.is_some() && route.table_version.is_none() {

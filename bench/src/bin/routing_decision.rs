@@ -198,6 +198,7 @@ fn main() -> anyhow::Result<()> {
             overlap_weight: OVERLAP_WEIGHT,
             block_size: bs,
             max_inflight: 4096,
+            max_migrations: 3,
         },
         RequestLog::disabled(),
     );
@@ -292,7 +293,7 @@ fn check_mirror(
 ) -> anyhow::Result<()> {
     let (mut hashes, mut counts) = (Vec::new(), Vec::new());
     for p in prompts {
-        let route = d.route(p, MAX_TOKENS, None, None)?;
+        let route = d.route(p, MAX_TOKENS, None, &[])?;
         block_hashes_into(p, bs as usize, &mut hashes);
         decode.index.lookup(&hashes, &mut counts);
         ensure!(
@@ -382,7 +383,7 @@ fn whole(
     for i in 0..args.warmup + args.iterations {
         let tokens = &prompts[i % prompts.len()];
         let t = Instant::now();
-        let route = d.route(tokens, MAX_TOKENS, None, None);
+        let route = d.route(tokens, MAX_TOKENS, None, &[]);
         let elapsed = t.elapsed();
         let route = route?;
         if i >= args.warmup {

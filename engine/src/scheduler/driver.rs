@@ -12,6 +12,7 @@ use tokio::time::{Instant, sleep_until};
 
 use super::Shared;
 use crate::backend::{Backend, Batch};
+use crate::metrics as m;
 
 /// How far behind its deadlines the loop may fall and still keep the schedule (catching up by
 /// shortening the next sleeps); beyond it the schedule restarts from now instead of bursting.
@@ -102,8 +103,12 @@ pub(super) async fn run<B: Backend>(shared: Arc<Shared<B>>, mut backend: B) {
             }
             next_start = Some(deadline);
         }
+        let took = started.elapsed();
+        metrics::histogram!(m::STEP_SECONDS).record(took.as_secs_f64());
+        metrics::histogram!(m::BATCH_SIZE).record(batch.len() as f64);
+        metrics::histogram!(m::BATCH_TOKENS).record(f64::from(batch.token_count()));
         let mut core = shared.lock();
-        core.profile.record(batch.len() as u32, started.elapsed());
+        core.profile.record(batch.len() as u32, took);
         core.apply(&batch, &sampled, &mut done);
     }
 }

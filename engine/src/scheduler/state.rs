@@ -14,6 +14,7 @@ use super::seq::{Kind, Phase, Seq};
 use crate::backend::{Backend, BackendInfo};
 use crate::error::{BackendError, EngineError};
 use crate::kv_pool::KvPool;
+use crate::metrics as m;
 use crate::types::{BlockId, KvEvent, LoadSnapshot, OutputStream, Reservation, SeqId, SeqRequest};
 
 /// Everything the scheduler owns, behind one lock. The backend itself is not here: the loop owns
@@ -232,6 +233,10 @@ impl<B: Backend> Core<B> {
         self.waiting.pop_front();
         seq.reserved = new;
         seq.cached_tokens = hits as u32 * bs;
+        metrics::counter!(m::PREFIX_CACHE_QUERIED_TOKENS_TOTAL)
+            .increment(u64::from(seq.prompt_len));
+        metrics::counter!(m::PREFIX_CACHE_HIT_TOKENS_TOTAL).increment(u64::from(seq.cached_tokens));
+        metrics::histogram!(m::QUEUE_SECONDS).record(seq.arrived.elapsed().as_secs_f64());
         seq.computed = seq.cached_tokens;
         seq.committed = hits as u32;
         seq.admitted = Some(Instant::now());

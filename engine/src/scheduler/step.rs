@@ -123,6 +123,7 @@ impl<B: Backend> Core<B> {
     /// state).
     pub(super) fn step_failed(&mut self, batch: &Batch, error: &BackendError) {
         tracing::warn!(error = %error, seqs = batch.len(), "backend step failed");
+        metrics::counter!(crate::metrics::STEP_FAILURES_TOTAL).increment(1);
         for entry in batch.entries() {
             self.fail(
                 entry.seq,

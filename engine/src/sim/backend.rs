@@ -4,9 +4,13 @@
 //! last filled one (what a real block's content depends on), plus its fill. Its bytes are the
 //! stream of `block_seed(chain, index)`, scaled to `bytes_per_token` per token, generated on
 //! export and regenerated to verify an import. When a prompt's KV is complete (computed here or
-//! imported), the sequence's digest folds the seeds of all its blocks, read from memory; tokens
-//! are a function of that digest and the position. So intact remote KV yields exactly the local
-//! tokens, and KV that is wrong anywhere is rejected on import.
+//! imported), the sequence's digest folds the seeds of all its blocks, read from memory, and
+//! decoding may start. Each token is a function of the chained hash of every token before it
+//! (the last full block's chain, read from memory, and the tokens after it) and its position,
+//! as an autoregressive model's greedy choice is a function of its context. So intact remote KV
+//! yields exactly the local tokens, KV that is wrong anywhere is rejected on import, and a
+//! request continued elsewhere from its prompt plus the tokens it already has (a migration)
+//! writes what the uninterrupted run would have.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -38,7 +42,7 @@ struct SimSeq {
     parent: Option<u64>,
     /// Tokens of the block being filled.
     partial: Vec<u32>,
-    /// Digest of the prompt's KV, once complete.
+    /// Digest of the prompt's KV, once complete (decoding waits for it).
     digest: Option<u64>,
     /// Mixed into the digest: a seeded sampler with temperature selects its own stream.
     salt: u64,
@@ -304,18 +308,23 @@ impl Backend for SimBackend {
                 .seqs
                 .get(&entry.seq)
                 .ok_or_else(|| unknown(entry.seq))?;
-            let digest = s.digest.ok_or_else(|| {
-                BackendError::Invalid(format!("sequence {} decodes before its prompt", entry.seq))
-            })?;
+            if s.digest.is_none() {
+                return Err(BackendError::Invalid(format!(
+                    "sequence {} decodes before its prompt",
+                    entry.seq
+                )));
+            }
+            // Every token so far: the last full block's chain and the block being filled.
+            let context = chain_hash(s.parent, &s.partial) ^ s.salt;
             let token = content::token(
-                digest ^ s.salt,
+                context,
                 end,
                 self.info.vocab_size,
                 self.profile.eos_probability,
             );
             debug_assert!(token == EOS_TOKEN || token >= content::FIRST_TOKEN);
             let stats = if s.stats {
-                synthetic_stats(digest ^ s.salt, end)
+                synthetic_stats(context, end)
             } else {
                 TokenStats::default()
             };

@@ -73,10 +73,10 @@ pub fn digest_step(digest: u64, seed: u64) -> u64 {
     xxh3_64_with_seed(&seed.to_le_bytes(), digest)
 }
 
-/// The token at `position` of a sequence whose prompt KV has `digest`: a printable id (capped
-/// below `vocab_size`), or [`EOS_TOKEN`] with probability `eos_probability`.
-pub fn token(digest: u64, position: u32, vocab_size: u32, eos_probability: f64) -> u32 {
-    let v = xxh3_64_with_seed(&position.to_le_bytes(), digest);
+/// The token at `position` of a sequence whose tokens before it hash to `context`: a printable
+/// id (capped below `vocab_size`), or [`EOS_TOKEN`] with probability `eos_probability`.
+pub fn token(context: u64, position: u32, vocab_size: u32, eos_probability: f64) -> u32 {
+    let v = xxh3_64_with_seed(&position.to_le_bytes(), context);
     if eos_probability > 0.0 {
         // The top 53 bits as a uniform draw in [0, 1).
         let u = (v >> 11) as f64 / (1u64 << 53) as f64;

@@ -397,3 +397,26 @@ async fn concurrent_requests_under_kv_pressure_stay_consistent() {
         assert_eq!((load.running, load.waiting, load.free_blocks), (0, 0, 24));
     }
 }
+
+#[tokio::test]
+async fn a_request_continued_from_its_streamed_tokens_writes_the_same_tokens() {
+    // What a migration does: another engine gets the prompt plus the tokens already streamed
+    // and writes the rest; greedy and seeded output equal the uninterrupted run.
+    let (first, second) = (engine(), engine());
+    let p = prompt(11, 37);
+    for seed in [None, Some(42)] {
+        let mut whole = request("whole", p.clone(), 40);
+        whole.sampling.seed = seed;
+        whole.sampling.temperature = if seed.is_some() { 0.8 } else { 0.0 };
+        let (expected, _, _) = collect(first.generate(whole.clone()).await.expect("ok")).await;
+        assert_eq!(expected.len(), 40);
+        for cut in [1, 11, 27] {
+            let mut rest = whole.clone();
+            rest.request_id = format!("rest-{cut}");
+            rest.prompt.extend_from_slice(&expected[..cut]);
+            rest.sampling.max_tokens = 40 - cut as u32;
+            let (tokens, _, _) = collect(second.generate(rest).await.expect("ok")).await;
+            assert_eq!(tokens, expected[cut..], "seed {seed:?}, cut after {cut}");
+        }
+    }
+}

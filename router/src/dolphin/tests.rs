@@ -49,7 +49,7 @@ async fn put_active(d: &Dispatcher, split: Split, version: &str, json: &str) {
 }
 
 /// Runs a request to its end; returns (decision, table version).
-async fn run(d: &Dispatcher, prompt: &str) -> (Decision, Option<String>) {
+async fn run(d: &Arc<Dispatcher>, prompt: &str) -> (Decision, Option<String>) {
     let mut s = d.generate(params(prompt, 3)).await.expect("generate");
     let route = (
         s.route().decision,
@@ -159,7 +159,7 @@ async fn adding_a_worker_that_changes_the_split_switches_tables() {
     assert_eq!(run(&d, "again").await.1.as_deref(), Some("remote-all"));
     // A split without a table: the fallback (always-local here) decides.
     d.registry().remove(&WorkerId::from("p0"));
-    let r = d.route(&[5; 40], 4, None, None).expect("route");
+    let r = d.route(&[5; 40], 4, None, &[]).expect("route");
     assert_eq!(
         (r.policy, r.cluster, r.decision),
         ("dolphin-fallback/always-local", -1, Decision::Local)
@@ -276,9 +276,9 @@ async fn stale_workers_are_estimated_from_what_was_routed_to_them() {
     };
     d.registry().add(rec).expect("add");
     let prompt: Vec<u32> = (3..43).collect(); // 40 tokens: 10 blocks of 4
-    let first = d.route(&prompt, 4, None, None).expect("route");
+    let first = d.route(&prompt, 4, None, &[]).expect("route");
     assert_eq!(first.decode.cached_blocks, 0);
-    let again = d.route(&prompt, 4, None, None).expect("route");
+    let again = d.route(&prompt, 4, None, &[]).expect("route");
     assert_eq!(
         again.decode.cached_blocks, 10,
         "estimated from the first routing"

@@ -42,6 +42,12 @@ fn build(
     if f.n.is_some_and(|n| n != 1) {
         return Err(ApiError::invalid("only n=1 is supported", Some("n")));
     }
+    if let Some(field) = f.unsupported.first_used() {
+        return Err(ApiError::invalid(
+            format!("{field} is not supported by this server"),
+            Some(field),
+        ));
+    }
     // Refused, not clamped: 0 would mean "off" on the gRPC wire, and a client asking for it
     // over HTTP expects something else.
     if let Some(p) = f.top_p

@@ -303,6 +303,93 @@ async fn bad_requests_get_openai_errors() {
             assert_eq!(v["error"]["code"], "context_length_exceeded");
         }
     }
+    // OpenAI fields the server does not serve: refused by name when they ask for something,
+    // accepted when they ask for nothing.
+    let refused = [
+        (
+            "/v1/completions",
+            json!({"prompt": "hi", "logprobs": 2}),
+            "logprobs",
+        ),
+        (
+            "/v1/completions",
+            json!({"prompt": "hi", "echo": true}),
+            "echo",
+        ),
+        (
+            "/v1/completions",
+            json!({"prompt": "hi", "best_of": 3}),
+            "best_of",
+        ),
+        (
+            "/v1/completions",
+            json!({"prompt": "hi", "suffix": "end"}),
+            "suffix",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"logprobs": true}),
+            "logprobs",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"top_logprobs": 3}),
+            "top_logprobs",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"tools": [{"type": "function"}]}),
+            "tools",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"tool_choice": "auto"}),
+            "tool_choice",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"response_format": {"type": "json_object"}}),
+            "response_format",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"logit_bias": {"42": 10}}),
+            "logit_bias",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"presence_penalty": 0.5}),
+            "presence_penalty",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"frequency_penalty": -1}),
+            "frequency_penalty",
+        ),
+    ];
+    let chat = |extra: &serde_json::Value| {
+        let mut req = json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1});
+        for (k, v) in extra.as_object().expect("object") {
+            req[k] = v.clone();
+        }
+        req
+    };
+    for (path, req, field) in refused {
+        let req = if path.contains("chat") {
+            chat(&req)
+        } else {
+            req
+        };
+        let (status, _, body) = post(a, path, req.clone()).await;
+        let v = assert_error(status, &body, StatusCode::BAD_REQUEST);
+        assert_eq!(v["error"]["param"], field, "{req}: {v}");
+        assert!(
+            v["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains(field)),
+            "{v}"
+        );
+    }
     let (status, _, body) = call(a, Method::POST, "/v1/completions", "{not json").await;
     assert_eq!(
         assert_error(status, &body, StatusCode::BAD_REQUEST)["error"]["type"],
@@ -328,6 +415,13 @@ async fn bad_requests_get_openai_errors() {
         fake.state.calls.lock().is_empty(),
         "no bad request reached the worker"
     );
+    for extra in [
+        json!({"logprobs": false, "tools": [], "tool_choice": "none", "frequency_penalty": 0}),
+        json!({"response_format": {"type": "text"}, "parallel_tool_calls": true, "user": "u1"}),
+    ] {
+        let (status, _, body) = post(a, "/v1/chat/completions", chat(&extra)).await;
+        assert_eq!(status, StatusCode::OK, "{extra}: {body}");
+    }
 }
 
 #[tokio::test]

@@ -72,6 +72,82 @@ pub struct SamplingFields {
     /// On a model group: the token-level handoff algorithm, `{"algorithm": "entropy",
     /// "threshold": 2.5}` (a Dolphin extension; absent: the decode worker's default).
     pub handoff: Option<HandoffField>,
+    /// OpenAI fields this server does not serve: refused when they ask for something.
+    #[serde(flatten)]
+    pub unsupported: UnsupportedFields,
+}
+
+/// OpenAI request fields the server does not implement. Each is accepted only with a value
+/// that asks for nothing (absent, null, false, 0, empty, or the default), so a client is never
+/// silently served something other than what it asked for.
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct UnsupportedFields {
+    logprobs: Option<serde_json::Value>,
+    top_logprobs: Option<serde_json::Value>,
+    tools: Option<serde_json::Value>,
+    tool_choice: Option<serde_json::Value>,
+    parallel_tool_calls: Option<serde_json::Value>,
+    functions: Option<serde_json::Value>,
+    function_call: Option<serde_json::Value>,
+    response_format: Option<serde_json::Value>,
+    logit_bias: Option<serde_json::Value>,
+    presence_penalty: Option<serde_json::Value>,
+    frequency_penalty: Option<serde_json::Value>,
+    best_of: Option<serde_json::Value>,
+    echo: Option<serde_json::Value>,
+    suffix: Option<serde_json::Value>,
+    audio: Option<serde_json::Value>,
+    prediction: Option<serde_json::Value>,
+}
+
+/// A field's name, its value, and which values ask for something the server still serves.
+type UnsupportedField<'a> = (
+    &'static str,
+    &'a Option<serde_json::Value>,
+    fn(&serde_json::Value) -> bool,
+);
+
+impl UnsupportedFields {
+    /// The first field that asks for something the server does not do.
+    pub fn first_used(&self) -> Option<&'static str> {
+        use serde_json::Value;
+        // A value that asks for nothing: what the field's absence means.
+        let inert = |v: &Value| match v {
+            Value::Null => true,
+            Value::Bool(b) => !b,
+            Value::Number(n) => n.as_f64() == Some(0.0),
+            Value::String(s) => s.is_empty(),
+            Value::Array(a) => a.is_empty(),
+            Value::Object(o) => o.is_empty(),
+        };
+        let fields: [UnsupportedField<'_>; 16] = [
+            ("logprobs", &self.logprobs, |_| false),
+            ("top_logprobs", &self.top_logprobs, |_| false),
+            ("tools", &self.tools, |_| false),
+            // "none" (no tool may be called) is what no tools means.
+            ("tool_choice", &self.tool_choice, |v| v == "none"),
+            // Whether tools may run in parallel says nothing without tools.
+            ("parallel_tool_calls", &self.parallel_tool_calls, |_| true),
+            ("functions", &self.functions, |_| false),
+            ("function_call", &self.function_call, |v| v == "none"),
+            // Plain text is what the server writes.
+            ("response_format", &self.response_format, |v| {
+                v["type"] == "text"
+            }),
+            ("logit_bias", &self.logit_bias, |_| false),
+            ("presence_penalty", &self.presence_penalty, |_| false),
+            ("frequency_penalty", &self.frequency_penalty, |_| false),
+            ("best_of", &self.best_of, |v| v == 1),
+            ("echo", &self.echo, |_| false),
+            ("suffix", &self.suffix, |_| false),
+            ("audio", &self.audio, |_| false),
+            ("prediction", &self.prediction, |_| false),
+        ];
+        fields.into_iter().find_map(|(name, value, accepted)| {
+            let v = value.as_ref()?;
+            (!inert(v) && !accepted(v)).then_some(name)
+        })
+    }
 }
 
 /// The `handoff` extension field.
