@@ -12,7 +12,9 @@
 # dolphinctl up, 1p1d and 2p2d, about 3 minutes); handoff_sim (token-level handoff runtimes on
 # the Qwen3 sim profiles: lockstep, dispatcher, async, Markov-chain B, B sweep; about 3 minutes);
 # handoff_real (handoff algorithms on SmolLM2 and its early exit: agreement curve, random
-# control, quiz, throughput, handoff cost, depth sweep; needs the model, about 20 minutes).
+# control, quiz, throughput, handoff cost, depth sweep; needs the model, about 20 minutes);
+# load_faults (10,000 concurrent streams through the router, decode workers SIGKILLed under
+# load, etcd down for 30 s; needs etcd from scripts/install-deps.sh, about 3 minutes).
 # A benchmark that fails does not stop the others; the script then exits 1.
 set -euo pipefail
 cd "$(dirname "$0")/.."

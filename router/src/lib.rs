@@ -34,6 +34,8 @@ pub mod worker_handle;
 pub mod workers;
 
 #[cfg(test)]
+mod fuzz_tests;
+#[cfg(test)]
 mod testutil;
 
 pub use config::RouterConfig;

@@ -268,9 +268,11 @@ impl WorkerRegistry {
         exclude: &[WorkerId],
         counts: &mut Vec<u32>,
     ) -> Option<Routed> {
-        self.route_among(role, hashes, overlap_weight, counts, |w| {
-            !exclude.contains(&w.id)
-        })
+        // Workers a call recently found unreachable are passed over, unless nothing else is
+        // left: then they are tried anyway (a burst of failures must not become "no workers").
+        let keep = |w: &WorkerHandle| !exclude.contains(&w.id);
+        self.route_among(role, hashes, overlap_weight, counts, true, keep)
+            .or_else(|| self.route_among(role, hashes, overlap_weight, counts, false, keep))
     }
 
     /// Picks the best prefill worker whose KV may go to `decode` (same build, model, block size
@@ -286,18 +288,24 @@ impl WorkerRegistry {
     ) -> Option<Routed> {
         let mut refused: Option<(WorkerId, KvMismatch)> = None;
         let mut refusals = 0u32;
-        let routed = self.route_among(Role::Prefill, hashes, overlap_weight, counts, |p| {
-            match p.pairs_with(decode) {
-                Ok(()) => true,
-                Err(mismatch) => {
-                    metrics::counter!(m::PAIRS_REFUSED_TOTAL, "reason" => mismatch.as_str())
-                        .increment(1);
-                    refusals += 1;
-                    refused.get_or_insert_with(|| (p.id.clone(), mismatch));
-                    false
-                }
-            }
-        });
+        let routed =
+            self.route_among(
+                Role::Prefill,
+                hashes,
+                overlap_weight,
+                counts,
+                false,
+                |p| match p.pairs_with(decode) {
+                    Ok(()) => true,
+                    Err(mismatch) => {
+                        metrics::counter!(m::PAIRS_REFUSED_TOTAL, "reason" => mismatch.as_str())
+                            .increment(1);
+                        refusals += 1;
+                        refused.get_or_insert_with(|| (p.id.clone(), mismatch));
+                        false
+                    }
+                },
+            );
         if let Some((prefill, mismatch)) = refused {
             tracing::warn!(
                 decode = %decode.id,
@@ -318,6 +326,7 @@ impl WorkerRegistry {
         hashes: &[BlockHash],
         overlap_weight: f64,
         counts: &mut Vec<u32>,
+        skip_unreachable: bool,
         mut keep: impl FnMut(&WorkerHandle) -> bool,
     ) -> Option<Routed> {
         let pool = self.pool(role).read();
@@ -340,7 +349,7 @@ impl WorkerRegistry {
                 cached_blocks,
                 load: w.load_cost(),
                 // Passed over like a draining worker: it may be dead but still listed.
-                draining: w.draining() || w.unreachable(),
+                draining: w.draining() || (skip_unreachable && w.unreachable()),
             })
         });
         let choice = selection::with_rng(|rng| {
