@@ -145,7 +145,12 @@ impl DecodeService {
     /// Validates the request and hands it to the engine. Errors here are the call's status. If
     /// the client goes away meanwhile, this future is dropped, and with it the engine call
     /// (which cancels the request there).
-    async fn accept(&self, req: v1::DecodeRequest, arrived: Instant) -> Result<Accepted, Status> {
+    async fn accept(
+        &self,
+        req: v1::DecodeRequest,
+        arrived: Instant,
+        deadline: Option<Duration>,
+    ) -> Result<Accepted, Status> {
         let engine = self.ctx.state.engine();
         let v1::DecodeRequest {
             request_id,
@@ -159,10 +164,16 @@ impl DecodeService {
             return Ok(Accepted::Local(output));
         };
         let client = self.ctx.clients.client(&remote.prefill_addr)?;
-        let timeout = if remote.timeout_ms == 0 {
+        let asked = if remote.timeout_ms == 0 {
             self.ctx.default_prefill_timeout
         } else {
             Duration::from_millis(u64::from(remote.timeout_ms))
+        };
+        // Never longer than what remains of the request's own deadline (the caller's
+        // `grpc-timeout`): the prefill worker gets that as its `grpc-timeout` in turn.
+        let timeout = match deadline {
+            Some(d) => asked.min(d.saturating_sub(arrived.elapsed())),
+            None => asked,
         };
         let request = v1::PrefillRequest {
             request_id: request_id.clone(),
@@ -199,6 +210,7 @@ impl DecodeWorker for DecodeService {
             .state
             .admit()
             .inspect_err(|_| count(outcome::REJECTED))?;
+        let deadline = dolphin_proto::deadline::of(request.metadata());
         let req = request.into_inner();
         let mode = if req.remote.is_some() {
             "remote"
@@ -213,7 +225,7 @@ impl DecodeWorker for DecodeService {
         );
         let request_id = req.request_id.clone();
         let accepted = self
-            .accept(req, arrived)
+            .accept(req, arrived, deadline)
             .instrument(span.clone())
             .await
             .inspect_err(|status| {

@@ -126,6 +126,11 @@ pub struct RouterConfig {
     /// its connection breaks (0: never; the client gets the error).
     #[arg(long, env = "DOLPHIN_MAX_MIGRATIONS", default_value_t = 3)]
     pub max_migrations: u32,
+    /// Longest a request may run, arrival to last token, unless the client's own `grpc-timeout`
+    /// is shorter (0: no limit). Past it the client gets 504 / DEADLINE_EXCEEDED and the
+    /// worker's request is cancelled.
+    #[arg(long, env = "DOLPHIN_REQUEST_TIMEOUT_SECS", default_value_t = 600)]
+    pub request_timeout_secs: u64,
     /// Load report interval asked of workers, in milliseconds.
     #[arg(long, env = "DOLPHIN_LOAD_INTERVAL_MS", default_value_t = 100)]
     pub load_interval_ms: u32,

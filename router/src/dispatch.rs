@@ -9,10 +9,10 @@
 use std::cell::RefCell;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use dolphin_cluster::{Role, WorkerId};
-use dolphin_proto::v1;
+use dolphin_proto::{deadline, v1};
 use http::{HeaderName, HeaderValue};
 use parking_lot::RwLock;
 
@@ -44,6 +44,9 @@ pub struct DispatchConfig {
     pub max_inflight: u32,
     /// Moves of one request to another decode worker after its worker failed mid-stream.
     pub max_migrations: u32,
+    /// Longest a request may run, first token to last, when the client sets no shorter limit
+    /// (`None`: no limit).
+    pub request_timeout: Option<Duration>,
 }
 
 /// The prompt of a request, in whichever form the client sent it.
@@ -91,6 +94,9 @@ pub struct GenerateParams {
     pub slo: Option<v1::SloClass>,
     /// Which front end it came through.
     pub api: Api,
+    /// The client's own time limit (gRPC `grpc-timeout`); the router's default applies too,
+    /// whichever ends first.
+    pub timeout: Option<Duration>,
 }
 
 /// The outcome of routing one prompt.
@@ -386,6 +392,11 @@ impl Dispatcher {
         }
         let permit = self.admit()?;
         self.validate(&p)?;
+        let deadline = [p.timeout, self.cfg.request_timeout]
+            .into_iter()
+            .flatten()
+            .min()
+            .map(|t| tokio::time::Instant::from_std(arrived) + t);
         let tokens = if p.prompt.text_bytes() > INLINE_TOKENIZE_BYTES {
             let (d, prompt) = (
                 Arc::clone(self),
@@ -402,7 +413,7 @@ impl Dispatcher {
         let mut failed: Option<DispatchError> = None;
         let attempt = loop {
             match self
-                .dispatch_once(&tokens, &p.sampling, p.force, &exclude)
+                .dispatch_once(&tokens, &p.sampling, p.force, &exclude, deadline)
                 .await
             {
                 Ok(a) => break a,
@@ -439,6 +450,7 @@ impl Dispatcher {
             p.force,
             self.cfg.max_migrations,
             exclude,
+            deadline,
         );
         Ok(ResponseStream::new(
             meta,
@@ -447,18 +459,21 @@ impl Dispatcher {
             self.log.clone(),
             permit,
             migration,
+            deadline,
         ))
     }
 
     /// Routes `tokens` to a decode worker outside `exclude`, calls it and waits for its first
-    /// message. Each call gets a fresh engine key from the router, so a client's request id
-    /// never meets another request's on a worker (nor an earlier attempt of its own).
+    /// message, until `deadline` at most (the worker gets what remains as its `grpc-timeout`).
+    /// Each call gets a fresh engine key from the router, so a client's request id never meets
+    /// another request's on a worker (nor an earlier attempt of its own).
     pub(crate) async fn dispatch_once(
         &self,
         tokens: &[u32],
         sampling: &v1::SamplingParams,
         force: Option<Decision>,
         exclude: &[WorkerId],
+        deadline: Option<tokio::time::Instant>,
     ) -> Result<Attempt, DispatchError> {
         let started = Instant::now();
         let route = self.route(tokens, sampling.max_tokens, force, exclude)?;
@@ -466,14 +481,19 @@ impl Dispatcher {
         // Count the request against the worker from now on, so a burst spreads out.
         let guard = route.decode.worker.begin_request(tokens.len() as u32);
         let engine_id = new_request_id();
-        let (stream, first) = self
-            .call(&engine_id, tokens, sampling, &route)
-            .await
-            .inspect_err(|e| {
-                if e.worker_unreachable() {
-                    route.decode.worker.mark_unreachable();
-                }
-            })?;
+        let call = self.call(&engine_id, tokens, sampling, &route, deadline);
+        let answered = match deadline {
+            // The deadline bounds the wait for the worker's first message as well.
+            Some(at) => tokio::time::timeout_at(at, call)
+                .await
+                .unwrap_or(Err(DispatchError::DeadlineExceeded)),
+            None => call.await,
+        };
+        let (stream, first) = answered.inspect_err(|e| {
+            if e.worker_unreachable() {
+                route.decode.worker.mark_unreachable();
+            }
+        })?;
         Ok(Attempt {
             route,
             guard,
@@ -489,6 +509,7 @@ impl Dispatcher {
         tokens: &[u32],
         sampling: &v1::SamplingParams,
         route: &RouteDecision,
+        deadline: Option<tokio::time::Instant>,
     ) -> Result<(GrpcStream<v1::DecodeResponse>, v1::DecodeResponse), DispatchError> {
         let worker = &route.decode.worker;
         let remote = match (route.decision, &route.prefill) {
@@ -511,17 +532,25 @@ impl Dispatcher {
             v.set_sensitive(true);
             v
         });
-        let metadata: &[(HeaderName, HeaderValue)] = match request_id {
-            Some(v) => &[(HeaderName::from_static("x-request-id"), v)],
-            None => &[],
-        };
+        let mut metadata: Vec<(HeaderName, HeaderValue)> = Vec::with_capacity(2);
+        if let Some(v) = request_id {
+            metadata.push((HeaderName::from_static("x-request-id"), v));
+        }
+        // What remains of the request's time: the worker bounds its own work (and its call to
+        // a prefill worker) by it.
+        if let Some(at) = deadline {
+            let left = at.saturating_duration_since(tokio::time::Instant::now());
+            if let Ok(v) = HeaderValue::from_str(&deadline::format(left)) {
+                metadata.push((HeaderName::from_static(deadline::GRPC_TIMEOUT), v));
+            }
+        }
         let fail = |status| DispatchError::Worker {
             worker: worker.id.0.clone(),
             status,
         };
         let mut stream = worker
             .channel()
-            .decode_call(&req, metadata)
+            .decode_call(&req, &metadata)
             .await
             .map_err(fail)?;
         match stream.message().await {

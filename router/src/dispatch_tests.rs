@@ -27,6 +27,7 @@ fn params(prompt: &str, max_tokens: u32) -> GenerateParams {
         force: None,
         slo: None,
         api: Api::Grpc,
+        timeout: None,
     }
 }
 
@@ -519,5 +520,36 @@ async fn long_prompts_are_tokenized_off_the_runtime_thread() {
     assert_ne!(
         threads[1], here,
         "a long prompt is tokenized on the blocking pool"
+    );
+}
+
+#[tokio::test]
+async fn a_request_past_its_deadline_ends_and_is_cancelled_on_the_worker() {
+    let fake = FakeWorker::start("d1", Role::Decode, Behavior::Hang).await;
+    let d = dispatcher(threshold(), RequestLog::disabled());
+    d.registry().add(fake.record()).expect("add");
+    let mut p = params("hi", 10);
+    p.timeout = Some(std::time::Duration::from_millis(300));
+    let started = std::time::Instant::now();
+    let mut s = d.generate(p).await.expect("generate");
+    assert!(s.next().await.expect("first").is_ok());
+    let err = s.next().await.expect("the deadline").expect_err("ends");
+    assert!(matches!(err, DispatchError::DeadlineExceeded), "{err}");
+    assert_eq!(tonic::Status::from(err).code(), Code::DeadlineExceeded);
+    assert!(started.elapsed() >= std::time::Duration::from_millis(300));
+    assert!(s.next().await.is_none());
+    drop(s);
+    eventually("worker saw the cancel", || {
+        fake.state.cancelled.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    // The worker was told how long it had: what remained of the 300 ms.
+    let sent = fake.state.timeouts.lock()[0]
+        .clone()
+        .expect("grpc-timeout sent");
+    let left = dolphin_proto::deadline::parse(&sent).expect("valid");
+    assert!(
+        left <= std::time::Duration::from_millis(300) && !left.is_zero(),
+        "{sent}"
     );
 }

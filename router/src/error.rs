@@ -22,6 +22,10 @@ pub enum DispatchError {
     /// The router has too many requests in flight.
     #[error("the router is at capacity ({0} requests in flight); retry later")]
     RouterBusy(u32),
+    /// The request ran past its deadline (the client's `grpc-timeout` or the router's
+    /// `--request-timeout-secs`).
+    #[error("the request ran past its deadline")]
+    DeadlineExceeded,
     /// The router failed on its own (a bug; the message says where).
     #[error("internal error: {0}")]
     Internal(String),
@@ -90,6 +94,8 @@ pub enum ErrorKind {
     Unavailable,
     /// 500 / INTERNAL.
     Internal,
+    /// 504 / DEADLINE_EXCEEDED.
+    DeadlineExceeded,
 }
 
 impl DispatchError {
@@ -102,6 +108,7 @@ impl DispatchError {
             DispatchError::ModelNotFound(_) => ErrorKind::NotFound,
             DispatchError::RouterBusy(_) => ErrorKind::Overloaded,
             DispatchError::Internal(_) => ErrorKind::Internal,
+            DispatchError::DeadlineExceeded => ErrorKind::DeadlineExceeded,
             DispatchError::NoDecodeWorkers
             | DispatchError::NoPrefillWorkers
             | DispatchError::Disconnected { .. }
@@ -126,6 +133,7 @@ impl DispatchError {
             ErrorKind::Overloaded => "error_overloaded",
             ErrorKind::Unavailable => "error_unavailable",
             ErrorKind::Internal => "error_internal",
+            ErrorKind::DeadlineExceeded => "error_deadline",
         }
     }
 
@@ -199,6 +207,7 @@ impl From<DispatchError> for tonic::Status {
             ErrorKind::Overloaded => Code::ResourceExhausted,
             ErrorKind::Unavailable => Code::Unavailable,
             ErrorKind::Internal => Code::Internal,
+            ErrorKind::DeadlineExceeded => Code::DeadlineExceeded,
         };
         tonic::Status::new(code, e.to_string())
     }

@@ -72,6 +72,7 @@ fn params(r: v1::GenerateRequest) -> Result<GenerateParams, Status> {
         force,
         slo: r.slo,
         api: Api::Grpc,
+        timeout: None,
     })
 }
 
@@ -112,7 +113,10 @@ impl Inference for InferenceService {
         &self,
         req: Request<v1::GenerateRequest>,
     ) -> Result<Response<GenerateStream>, Status> {
-        let p = params(req.into_inner())?;
+        // The client's deadline, as gRPC carries it.
+        let timeout = dolphin_proto::deadline::of(req.metadata());
+        let mut p = params(req.into_inner())?;
+        p.timeout = timeout;
         let stream = self.dispatcher.generate(p).await?;
         Ok(Response::new(responses(stream)))
     }

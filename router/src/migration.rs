@@ -34,6 +34,8 @@ pub(crate) struct Migration {
     migrations: u32,
     /// Workers that failed this request; a move never goes back to one.
     failed: Vec<WorkerId>,
+    /// The request's deadline: a move has no more time than the request.
+    deadline: Option<tokio::time::Instant>,
     /// The move in progress and the failure that started it.
     running: Option<(
         BoxFuture<'static, Result<Attempt, DispatchError>>,
@@ -63,6 +65,7 @@ impl Migration {
         force: Option<Decision>,
         limit: u32,
         failed: Vec<WorkerId>,
+        deadline: Option<tokio::time::Instant>,
     ) -> Self {
         Self {
             dispatcher,
@@ -73,6 +76,7 @@ impl Migration {
             limit,
             migrations: 0,
             failed,
+            deadline,
             running: None,
         }
     }
@@ -132,9 +136,10 @@ impl Migration {
         sampling.max_tokens = self.sampling.max_tokens.saturating_sub(self.streamed());
         let dispatcher = Arc::clone(&self.dispatcher);
         let (tokens, force, exclude) = (self.tokens.clone(), self.force, self.failed.clone());
+        let deadline = self.deadline;
         let call = async move {
             dispatcher
-                .dispatch_once(&tokens, &sampling, force, &exclude)
+                .dispatch_once(&tokens, &sampling, force, &exclude, deadline)
                 .await
         };
         self.running = Some((call.boxed(), err));

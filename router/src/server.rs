@@ -138,6 +138,8 @@ pub async fn start(
             block_size: cfg.block_size,
             max_inflight: cfg.max_inflight,
             max_migrations: cfg.max_migrations,
+            request_timeout: (cfg.request_timeout_secs > 0)
+                .then(|| std::time::Duration::from_secs(cfg.request_timeout_secs)),
         },
         log,
     ));

@@ -5,6 +5,7 @@
 //! the request on the worker, and logs the request as cancelled. When the worker fails
 //! mid-stream, the stream moves the request to another worker ([`crate::migration`]) and goes on.
 
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -98,6 +99,9 @@ pub struct ResponseStream {
     /// The request's load on the current decode worker.
     _guard: InflightGuard,
     migration: Migration,
+    /// Fires at the request's deadline: the stream then ends with DEADLINE_EXCEEDED (and the
+    /// worker's request is cancelled with its stream).
+    deadline: Option<Pin<Box<tokio::time::Sleep>>>,
     first_token_at: Option<Instant>,
     last_token_at: Option<Instant>,
     completion_tokens: u32,
@@ -115,6 +119,7 @@ impl ResponseStream {
         log: RequestLog,
         permit: InflightPermit,
         migration: Migration,
+        deadline: Option<tokio::time::Instant>,
     ) -> Self {
         Self {
             meta,
@@ -128,6 +133,7 @@ impl ResponseStream {
             _permit: permit,
             _guard: attempt.guard,
             migration,
+            deadline: deadline.map(|at| Box::pin(tokio::time::sleep_until(at))),
             first_token_at: None,
             last_token_at: None,
             completion_tokens: 0,
@@ -205,6 +211,13 @@ impl ResponseStream {
             return Poll::Ready(Some(Err(self.fail(e))));
         }
         let mut out: Option<Delta> = None;
+        if !self.done
+            && let Some(sleep) = self.deadline.as_mut()
+            && sleep.as_mut().poll(cx).is_ready()
+        {
+            self.deadline = None;
+            return self.end_with(DispatchError::DeadlineExceeded, out);
+        }
         while !self.done {
             if self.migration.running() {
                 match self.migration.poll(cx) {

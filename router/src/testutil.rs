@@ -61,6 +61,8 @@ pub struct FakeState {
     pub role: Role,
     pub behavior: Mutex<Behavior>,
     pub calls: Mutex<Vec<v1::DecodeRequest>>,
+    /// The `grpc-timeout` header of each call, as sent.
+    pub timeouts: Mutex<Vec<Option<String>>>,
     /// Decode streams the router dropped before they ended.
     pub cancelled: AtomicU32,
     events: broadcast::Sender<Event>,
@@ -155,6 +157,12 @@ impl DecodeWorker for Svc {
         &self,
         req: Request<v1::DecodeRequest>,
     ) -> Result<Response<Self::DecodeStream>, Status> {
+        let timeout = req
+            .metadata()
+            .get(dolphin_proto::deadline::GRPC_TIMEOUT)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        self.0.timeouts.lock().push(timeout);
         let req = req.into_inner();
         let max = req.sampling.as_ref().map_or(1, |s| s.max_tokens);
         let prompt_tokens = req.token_ids.len() as u32;
@@ -279,6 +287,7 @@ impl FakeWorker {
             role,
             behavior: Mutex::new(behavior),
             calls: Mutex::new(Vec::new()),
+            timeouts: Mutex::new(Vec::new()),
             cancelled: AtomicU32::new(0),
             events,
             snapshot: Mutex::new(Vec::new()),
@@ -371,6 +380,7 @@ pub fn dispatcher_with(
             block_size: BS,
             max_inflight: 16,
             max_migrations: 3,
+            request_timeout: None,
         },
         log,
     ))

@@ -199,6 +199,7 @@ fn main() -> anyhow::Result<()> {
             block_size: bs,
             max_inflight: 4096,
             max_migrations: 3,
+            request_timeout: None,
         },
         RequestLog::disabled(),
     );

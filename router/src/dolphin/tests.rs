@@ -33,6 +33,7 @@ fn params(prompt: &str, max_tokens: u32) -> GenerateParams {
         force: None,
         slo: None,
         api: Api::Grpc,
+        timeout: None,
     }
 }
 

@@ -100,6 +100,7 @@ fn build(
         force,
         slo: None,
         api: Api::Http,
+        timeout: None,
     })
 }
 

@@ -88,6 +88,7 @@ impl From<DispatchError> for ApiError {
                 (StatusCode::SERVICE_UNAVAILABLE, "service_unavailable_error")
             }
             ErrorKind::Internal => (StatusCode::INTERNAL_SERVER_ERROR, "server_error"),
+            ErrorKind::DeadlineExceeded => (StatusCode::GATEWAY_TIMEOUT, "timeout_error"),
         };
         let param = match &e {
             DispatchError::ModelNotFound(_) => Some("model"),
