@@ -13,6 +13,7 @@ pub mod discovery;
 pub mod etcd;
 pub mod hash_map;
 pub mod keys;
+pub mod otel;
 pub mod prefetch;
 pub mod static_discovery;
 pub mod telemetry;

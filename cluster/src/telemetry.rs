@@ -52,23 +52,43 @@ const COUNT_BUCKETS: &[f64] = &[
 /// How often histogram buffers are folded so memory stays bounded between scrapes.
 const UPKEEP_INTERVAL: Duration = Duration::from_secs(5);
 
-/// tracing-subscriber fmt (RUST_LOG / default "info"), json when `json` is true. Idempotent.
+/// Logs to stderr with tracing-subscriber's fmt (RUST_LOG / default "info"; JSON lines when
+/// `json`), and, when an OTLP endpoint is configured (`OTEL_EXPORTER_OTLP_ENDPOINT`), exports
+/// the trace spans ([`crate::otel`]) as `service`. Call inside the tokio runtime and keep the
+/// guard until the process ends (dropping it flushes the last spans). Idempotent: later calls
+/// return an empty guard.
 ///
 /// Logs go to stderr: stdout carries the `DOLPHIN_READY` line that tests and dolphinctl parse.
-pub fn init_tracing(json: bool) {
+pub fn init_tracing(json: bool, service: &str) -> crate::otel::TraceGuard {
+    use tracing_subscriber::Layer as _;
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
     static ONCE: OnceLock<()> = OnceLock::new();
+    let mut guard = None;
     ONCE.get_or_init(|| {
         let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-        let builder = tracing_subscriber::fmt()
-            .with_env_filter(filter)
-            .with_writer(std::io::stderr);
-        // Another subscriber (a test harness, an embedding program) may already be set; keep it.
-        let _ = if json {
-            builder.json().try_init()
+        let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+        let fmt = if json {
+            fmt.json().with_filter(filter).boxed()
         } else {
-            builder.try_init()
+            fmt.with_filter(filter).boxed()
         };
+        let provider = match crate::otel::provider(service) {
+            Ok(p) => p,
+            Err(e) => {
+                eprintln!("{service}: traces are not exported: {e}");
+                None
+            }
+        };
+        let otel = provider.as_ref().map(crate::otel::layer);
+        // Another subscriber (a test harness, an embedding program) may already be set; keep it.
+        let _ = tracing_subscriber::registry()
+            .with(fmt)
+            .with(otel)
+            .try_init();
+        guard = provider;
     });
+    crate::otel::guard(guard)
 }
 
 /// Installs the Prometheus recorder (metrics-exporter-prometheus, no HTTP listener) and returns a
@@ -191,8 +211,8 @@ mod tests {
 
     #[test]
     fn init_is_idempotent() {
-        init_tracing(false);
-        init_tracing(true);
+        drop(init_tracing(false, "test"));
+        drop(init_tracing(true, "test"));
         let a = init_metrics();
         metrics::counter!("dolphin_cluster_test_idempotent_total").increment(1);
         let b = init_metrics();

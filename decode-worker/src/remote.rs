@@ -190,6 +190,12 @@ async fn attempt(
     let mut request = tonic::Request::new(request);
     // The prefill worker stops working on it when we stop waiting.
     request.set_timeout(call.timeout);
+    // Its spans go under this worker's remote-prefill span.
+    for (k, v) in dolphin_cluster::otel::headers(&tracing::Span::current()) {
+        if let Ok(v) = v.parse() {
+            request.metadata_mut().insert(k, v);
+        }
+    }
     let mut client = call.client;
     let prefill_addr = call.prefill_addr;
     #[cfg(feature = "nccl")]

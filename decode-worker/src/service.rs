@@ -6,6 +6,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+use dolphin_cluster::otel;
 use dolphin_engine::FinishReason;
 use dolphin_kv_transfer::KvReceiver;
 use dolphin_proto::v1::{self, decode_worker_server::DecodeWorker};
@@ -211,6 +212,12 @@ impl DecodeWorker for DecodeService {
             .admit()
             .inspect_err(|_| count(outcome::REJECTED))?;
         let deadline = dolphin_proto::deadline::of(request.metadata());
+        // The request's trace span on this worker, under the router's dispatch span: admit
+        // (queue and reservation), then the remote prefill wait, then decode.
+        let trace = tracing::trace_span!(target: otel::TARGET, "decode.request");
+        otel::set_parent(&trace, &|k| {
+            request.metadata().get(k)?.to_str().ok().map(str::to_owned)
+        });
         let req = request.into_inner();
         let mode = if req.remote.is_some() {
             "remote"
@@ -224,8 +231,10 @@ impl DecodeWorker for DecodeService {
             prompt_tokens = req.token_ids.len(),
         );
         let request_id = req.request_id.clone();
+        let admit = tracing::trace_span!(target: otel::TARGET, parent: &trace, "decode.admit");
         let accepted = self
             .accept(req, arrived, deadline)
+            .instrument(admit)
             .instrument(span.clone())
             .await
             .inspect_err(|status| {
@@ -240,7 +249,9 @@ impl DecodeWorker for DecodeService {
         let (tx, rx) = mpsc::channel(RESPONSE_BUFFER);
         let ctx = Arc::clone(&self.ctx);
         tokio::spawn(
-            stream_request(ctx, accepted, tx, guard, cancel, arrived, mode).instrument(span),
+            stream_request(ctx, accepted, tx, guard, cancel, arrived, mode)
+                .instrument(trace)
+                .instrument(span),
         );
         Ok(Response::new(ReceiverStream::new(rx)))
     }
@@ -270,7 +281,12 @@ async fn stream_request(
                 reservation,
                 call,
                 queued,
-            } => remote::prefill(&ctx, reservation, *call, queued, &abort).await?,
+            } => {
+                let wait = tracing::trace_span!(target: otel::TARGET, "decode.remote_prefill");
+                remote::prefill(&ctx, reservation, *call, queued, &abort)
+                    .instrument(wait)
+                    .await?
+            }
         };
         let forwarder = Forwarder {
             tx: &tx,
@@ -280,7 +296,10 @@ async fn stream_request(
             prefill,
             mode,
         };
-        forwarder.run(&mut output, &abort).await
+        forwarder
+            .run(&mut output, &abort)
+            .instrument(tracing::trace_span!(target: otel::TARGET, "decode.generate"))
+            .await
     };
     let result = tokio::select! {
         result = work => result,

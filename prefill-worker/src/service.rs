@@ -94,9 +94,17 @@ impl PrefillService {
         let (blocks_tx, blocks_rx) = tokio::sync::mpsc::unbounded_channel();
         let (result_tx, result_rx) = tokio::sync::oneshot::channel();
         let started = Instant::now();
+        let compute =
+            tracing::trace_span!(target: dolphin_cluster::otel::TARGET, "prefill.compute");
+        let transfer = tracing::trace_span!(
+            target: dolphin_cluster::otel::TARGET,
+            "prefill.kv_transfer",
+            blocks = n_blocks,
+        );
         let prefill = async {
             let out = engine
                 .prefill_streaming(seq, skip_blocks, blocks_tx)
+                .instrument(compute)
                 .await
                 .map_err(|e| engine_status(&e))?;
             // The result goes with the last block; a prefill that failed drops `result_tx`,
@@ -113,6 +121,7 @@ impl PrefillService {
         let push = async {
             self.sender
                 .send_stream(&target, transfer_id, n_blocks, blocks_rx, result_rx)
+                .instrument(transfer)
                 .await
                 .map_err(|e| transfer_status(&e))
         };
@@ -164,6 +173,12 @@ impl PrefillWorker for PrefillService {
                 return Err(status);
             }
         };
+        // The trace continues under the decode worker's remote-prefill span: compute and the
+        // KV transfer, which overlap.
+        let trace = tracing::trace_span!(target: dolphin_cluster::otel::TARGET, "prefill.request");
+        dolphin_cluster::otel::set_parent(&trace, &|k| {
+            request.metadata().get(k)?.to_str().ok().map(str::to_owned)
+        });
         let req = request.into_inner();
         let span = tracing::info_span!(
             "prefill",
@@ -174,7 +189,7 @@ impl PrefillWorker for PrefillService {
         );
         let abort = guard.abort_token();
         let result = tokio::select! {
-            result = self.prefill_and_push(req).instrument(span.clone()) => result,
+            result = self.prefill_and_push(req).instrument(trace).instrument(span.clone()) => result,
             // The drain grace period is over: give up (dropping the work cancels it).
             () = abort.cancelled() => Err(Status::unavailable("the prefill worker is stopping")),
         };

@@ -11,16 +11,17 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use dolphin_cluster::{Role, WorkerId};
+use dolphin_cluster::{Role, WorkerId, otel};
 use dolphin_proto::{deadline, v1};
 use http::{HeaderName, HeaderValue};
 use parking_lot::RwLock;
+use tracing::Instrument;
 
 use crate::dolphin::{Admission, DolphinRouting, MemoryStore, TableStore};
 use crate::error::DispatchError;
 use crate::grpc_call::GrpcStream;
 use crate::metrics as m;
-use crate::migration::Migration;
+use crate::migration::{Migration, RequestScope};
 use crate::policy::{Decision, Features, Policy, PrefillState};
 use crate::request_log::RequestLog;
 use crate::stream::{Api, RequestMeta, ResponseStream};
@@ -97,6 +98,35 @@ pub struct GenerateParams {
     /// The client's own time limit (gRPC `grpc-timeout`); the router's default applies too,
     /// whichever ends first.
     pub timeout: Option<Duration>,
+    /// The W3C trace context the client sent: the request's trace continues it.
+    pub trace: TraceHeaders,
+}
+
+/// The W3C trace context headers of a request (`traceparent`, `tracestate`).
+#[derive(Clone, Debug, Default)]
+pub struct TraceHeaders {
+    /// `traceparent`.
+    pub traceparent: Option<String>,
+    /// `tracestate`.
+    pub tracestate: Option<String>,
+}
+
+impl TraceHeaders {
+    /// Reads both from `get` (a header or metadata lookup).
+    pub fn read(get: impl Fn(&str) -> Option<String>) -> Self {
+        Self {
+            traceparent: get("traceparent"),
+            tracestate: get("tracestate"),
+        }
+    }
+
+    fn get(&self, key: &str) -> Option<String> {
+        match key {
+            "traceparent" => self.traceparent.clone(),
+            "tracestate" => self.tracestate.clone(),
+            _ => None,
+        }
+    }
 }
 
 /// The outcome of routing one prompt.
@@ -372,7 +402,16 @@ impl Dispatcher {
         p: GenerateParams,
     ) -> Result<ResponseStream, DispatchError> {
         let api = p.api;
-        let result = self.start(p).await;
+        // The request's trace span: its children are tokenize, route and dispatch (one per
+        // decode call, migrations included); it ends with the response stream.
+        let span = tracing::trace_span!(
+            target: otel::TARGET,
+            "router.request",
+            api = api.as_str(),
+            request_id = tracing::field::Empty,
+        );
+        otel::set_parent(&span, &|k| p.trace.get(k));
+        let result = self.start(p, span.clone()).instrument(span).await;
         if let Err(e) = &result {
             // Requests that never streamed; the stream records the others when it ends.
             metrics::counter!(m::REQUESTS_TOTAL, "api" => api.as_str(), "outcome" => e.outcome())
@@ -384,12 +423,14 @@ impl Dispatcher {
     async fn start(
         self: &Arc<Self>,
         mut p: GenerateParams,
+        span: tracing::Span,
     ) -> Result<ResponseStream, DispatchError> {
         let arrived = Instant::now();
         let ts_ms = crate::request_log::unix_ms();
         if p.request_id.is_empty() {
             p.request_id = new_request_id();
         }
+        span.record("request_id", p.request_id.as_str());
         let permit = self.admit()?;
         self.validate(&p)?;
         let deadline = [p.timeout, self.cfg.request_timeout]
@@ -397,16 +438,19 @@ impl Dispatcher {
             .flatten()
             .min()
             .map(|t| tokio::time::Instant::from_std(arrived) + t);
+        let tokenize = tracing::trace_span!(target: otel::TARGET, "router.tokenize");
         let tokens = if p.prompt.text_bytes() > INLINE_TOKENIZE_BYTES {
             let (d, prompt) = (
                 Arc::clone(self),
                 std::mem::replace(&mut p.prompt, Prompt::Tokens(Vec::new())),
             );
-            tokio::task::spawn_blocking(move || d.tokenize(&prompt))
+            tokio::task::spawn_blocking(move || tokenize.in_scope(|| d.tokenize(&prompt)))
                 .await
                 .map_err(|e| DispatchError::Internal(format!("tokenizing failed: {e}")))??
         } else {
-            self.tokenize(&p.prompt)?
+            let tokens = tokenize.in_scope(|| self.tokenize(&p.prompt));
+            drop(tokenize);
+            tokens?
         };
         metrics::counter!(m::PROMPT_TOKENS_TOTAL).increment(tokens.len() as u64);
         let mut exclude: Vec<WorkerId> = Vec::new();
@@ -447,10 +491,13 @@ impl Dispatcher {
             Arc::clone(self),
             tokens,
             p.sampling,
-            p.force,
             self.cfg.max_migrations,
             exclude,
-            deadline,
+            RequestScope {
+                force: p.force,
+                deadline,
+                span,
+            },
         );
         Ok(ResponseStream::new(
             meta,
@@ -476,12 +523,21 @@ impl Dispatcher {
         deadline: Option<tokio::time::Instant>,
     ) -> Result<Attempt, DispatchError> {
         let started = Instant::now();
-        let route = self.route(tokens, sampling.max_tokens, force, exclude)?;
+        let route = tracing::trace_span!(target: otel::TARGET, "router.route")
+            .in_scope(|| self.route(tokens, sampling.max_tokens, force, exclude))?;
         metrics::histogram!(m::ROUTE_SECONDS).record(started.elapsed().as_secs_f64());
         // Count the request against the worker from now on, so a burst spreads out.
         let guard = route.decode.worker.begin_request(tokens.len() as u32);
         let engine_id = new_request_id();
-        let call = self.call(&engine_id, tokens, sampling, &route, deadline);
+        let dispatch = tracing::trace_span!(
+            target: otel::TARGET,
+            "router.dispatch",
+            decode_worker = %route.decode.worker.id,
+            mode = route.decision.as_str(),
+        );
+        let call = self
+            .call(&engine_id, tokens, sampling, &route, deadline)
+            .instrument(dispatch);
         let answered = match deadline {
             // The deadline bounds the wait for the worker's first message as well.
             Some(at) => tokio::time::timeout_at(at, call)
@@ -533,6 +589,12 @@ impl Dispatcher {
             v
         });
         let mut metadata: Vec<(HeaderName, HeaderValue)> = Vec::with_capacity(2);
+        // The trace continues on the worker under this call's span.
+        for (k, v) in otel::headers(&tracing::Span::current()) {
+            if let Ok(v) = HeaderValue::from_str(&v) {
+                metadata.push((HeaderName::from_static(k), v));
+            }
+        }
         if let Some(v) = request_id {
             metadata.push((HeaderName::from_static("x-request-id"), v));
         }

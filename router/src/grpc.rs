@@ -73,6 +73,7 @@ fn params(r: v1::GenerateRequest) -> Result<GenerateParams, Status> {
         slo: r.slo,
         api: Api::Grpc,
         timeout: None,
+        trace: Default::default(),
     })
 }
 
@@ -115,8 +116,12 @@ impl Inference for InferenceService {
     ) -> Result<Response<GenerateStream>, Status> {
         // The client's deadline, as gRPC carries it.
         let timeout = dolphin_proto::deadline::of(req.metadata());
+        let trace = crate::dispatch::TraceHeaders::read(|k| {
+            req.metadata().get(k)?.to_str().ok().map(str::to_owned)
+        });
         let mut p = params(req.into_inner())?;
         p.timeout = timeout;
+        p.trace = trace;
         let stream = self.dispatcher.generate(p).await?;
         Ok(Response::new(responses(stream)))
     }

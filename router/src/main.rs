@@ -56,7 +56,7 @@ fn main() -> ExitCode {
 }
 
 async fn run(cfg: RouterConfig) -> anyhow::Result<()> {
-    dolphin_cluster::init_tracing(cfg.log_json);
+    let _traces = dolphin_cluster::init_tracing(cfg.log_json, "dolphin-router");
     let handle = dolphin_cluster::init_metrics();
     dolphin_router::metrics::describe();
     // Install the signal handlers before announcing readiness: a SIGTERM sent right after the

@@ -16,6 +16,7 @@ use dolphin_cluster::WorkerId;
 use dolphin_proto::v1;
 use futures::FutureExt;
 use futures::future::BoxFuture;
+use tracing::Instrument;
 
 use crate::dispatch::{Attempt, Dispatcher};
 use crate::error::DispatchError;
@@ -36,6 +37,8 @@ pub(crate) struct Migration {
     failed: Vec<WorkerId>,
     /// The request's deadline: a move has no more time than the request.
     deadline: Option<tokio::time::Instant>,
+    /// The request's trace span: a move's route and dispatch spans go under it.
+    span: tracing::Span,
     /// The move in progress and the failure that started it.
     running: Option<(
         BoxFuture<'static, Result<Attempt, DispatchError>>,
@@ -56,17 +59,30 @@ impl fmt::Debug for Migration {
     }
 }
 
+/// What bounds a request wherever it runs: its forced path, its deadline and its trace span.
+#[derive(Debug)]
+pub(crate) struct RequestScope {
+    pub(crate) force: Option<Decision>,
+    pub(crate) deadline: Option<tokio::time::Instant>,
+    pub(crate) span: tracing::Span,
+}
+
 impl Migration {
-    /// For a request with `prompt` whose earlier attempts failed on `failed`.
+    /// For a request with `prompt` whose earlier attempts failed on `failed`, moving at most
+    /// `limit` times.
     pub(crate) fn new(
         dispatcher: Arc<Dispatcher>,
         prompt: Vec<u32>,
         sampling: v1::SamplingParams,
-        force: Option<Decision>,
         limit: u32,
         failed: Vec<WorkerId>,
-        deadline: Option<tokio::time::Instant>,
+        scope: RequestScope,
     ) -> Self {
+        let RequestScope {
+            force,
+            deadline,
+            span,
+        } = scope;
         Self {
             dispatcher,
             prompt_len: prompt.len(),
@@ -77,6 +93,7 @@ impl Migration {
             migrations: 0,
             failed,
             deadline,
+            span,
             running: None,
         }
     }
@@ -142,7 +159,7 @@ impl Migration {
                 .dispatch_once(&tokens, &sampling, force, &exclude, deadline)
                 .await
         };
-        self.running = Some((call.boxed(), err));
+        self.running = Some((call.instrument(self.span.clone()).boxed(), err));
         Ok(())
     }
 

@@ -57,6 +57,8 @@ pub struct ClusterConfig {
     pub api_key: Option<String>,
     /// The router's admin key (`--admin-key-file` with this one key); the harness uses it.
     pub admin_key: Option<String>,
+    /// Environment variables of every process (e.g. the OTLP endpoint).
+    pub env: Vec<(String, String)>,
 }
 
 impl Default for ClusterConfig {
@@ -77,6 +79,7 @@ impl Default for ClusterConfig {
             tls: None,
             api_key: None,
             admin_key: None,
+            env: Vec::new(),
         }
     }
 }
@@ -175,7 +178,7 @@ impl TestCluster {
             args.extend(tls_flags(&format!("prefill-{i}")));
             started.push((
                 format!("prefill-{i}"),
-                spawn(&format!("prefill-{i}"), &prefill_bin, args)?,
+                spawn_with_env(&format!("prefill-{i}"), &prefill_bin, args, &cfg.env)?,
             ));
         }
         for i in 0..cfg.decode {
@@ -183,7 +186,7 @@ impl TestCluster {
             args.extend(tls_flags(&format!("decode-{i}")));
             started.push((
                 format!("decode-{i}"),
-                spawn(&format!("decode-{i}"), &decode_bin, args)?,
+                spawn_with_env(&format!("decode-{i}"), &decode_bin, args, &cfg.env)?,
             ));
         }
         let mut prefill = Vec::new();
@@ -247,7 +250,7 @@ impl TestCluster {
                 args.extend([flag.to_owned(), path.display().to_string()]);
             }
         }
-        let mut router = spawn("router", &router_bin, args)?;
+        let mut router = spawn_with_env("router", &router_bin, args, &cfg.env)?;
         let ready = router.wait_ready(READY_TIMEOUT).await;
         let router = Node {
             process: router,
@@ -418,7 +421,19 @@ pub fn spawn(
     program: &std::path::Path,
     args: Vec<String>,
 ) -> anyhow::Result<ManagedProcess> {
+    spawn_with_env(name, program, args, &[])
+}
+
+/// [`spawn`] with `env` added to the process's environment.
+pub fn spawn_with_env(
+    name: &str,
+    program: &std::path::Path,
+    args: Vec<String>,
+    env: &[(String, String)],
+) -> anyhow::Result<ManagedProcess> {
     let mut spec = ProcessSpec::new(name, program).args(args);
+    spec.envs
+        .extend(env.iter().map(|(k, v)| (k.into(), v.into())));
     spec.tail_lines = 5000;
     Ok(ManagedProcess::spawn(spec)?)
 }

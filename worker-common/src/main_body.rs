@@ -52,8 +52,12 @@ where
             return ExitCode::FAILURE;
         }
     };
-    dolphin_cluster::init_tracing(cfg.common().log_json);
-    runtime.block_on(async move {
+    // Inside the runtime: the OTLP exporter's channel lives on it.
+    let traces = {
+        let _rt = runtime.enter();
+        dolphin_cluster::init_tracing(cfg.common().log_json, name)
+    };
+    let code = runtime.block_on(async move {
         match run(cfg).await {
             Ok(()) => ExitCode::SUCCESS,
             Err(err) => {
@@ -61,5 +65,11 @@ where
                 ExitCode::from(err.exit_code())
             }
         }
-    })
+    });
+    // The last spans leave while the runtime still runs the exporter's channel.
+    {
+        let _rt = runtime.enter();
+        drop(traces);
+    }
+    code
 }

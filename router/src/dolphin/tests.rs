@@ -34,6 +34,7 @@ fn params(prompt: &str, max_tokens: u32) -> GenerateParams {
         slo: None,
         api: Api::Grpc,
         timeout: None,
+        trace: Default::default(),
     }
 }
 

@@ -101,6 +101,9 @@ fn build(
         slo: None,
         api: Api::Http,
         timeout: None,
+        trace: crate::dispatch::TraceHeaders::read(|k| {
+            headers.get(k)?.to_str().ok().map(str::to_owned)
+        }),
     })
 }
 
