@@ -136,7 +136,8 @@ impl Migration {
         worker: &WorkerId,
         err: DispatchError,
     ) -> Result<(), DispatchError> {
-        if !err.retryable() {
+        // Not the worker's failure but the request's, or migration is off: the error as is.
+        if !err.retryable() || self.limit == 0 {
             return Err(err);
         }
         if self.migrations >= self.limit {
