@@ -15,6 +15,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let out = PathBuf::from(env::var("OUT_DIR")?);
     tonic_prost_build::configure()
         .file_descriptor_set_path(out.join("dolphin_descriptor.bin"))
+        // prost with a small per-RPC buffer (src/codec.rs).
+        .codec_path("crate::codec::DolphinCodec")
         .compile_protos(PROTOS, &["proto"])?;
     for proto in PROTOS {
         println!("cargo:rerun-if-changed={proto}");

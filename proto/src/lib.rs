@@ -14,6 +14,7 @@ pub mod v1 {
 /// Encoded descriptors of every `dolphin.v1` file, for server reflection.
 pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("dolphin_descriptor");
 
+pub mod codec;
 pub mod deadline;
 
 pub use prost;

@@ -70,6 +70,9 @@ impl Drop for Live {
 
 /// Reset streams one worker connection remembers (h2 ignores late frames for them).
 const MAX_RESET_STREAMS: usize = 1 << 15;
+/// Framing overhead of small DATA frames one worker connection may hold unread: about 250,000
+/// token messages (h2 counts up to 256 bytes per frame).
+const DATA_FRAME_BUDGET: usize = 64 << 20;
 
 impl GrpcConn {
     /// A connection to `authority` (`host:port`); nothing connects until the first call.
@@ -111,17 +114,17 @@ impl GrpcConn {
             // tonic's defaults: a window large enough that a worker's stream never waits on it.
             .initial_window_size(1 << 20)
             .initial_connection_window_size(1 << 20)
-            // A stream is dropped (reset) as soon as its last message arrived, just before the
-            // worker's trailers. h2 remembers 10 reset streams by default; past that, frames
-            // still in flight for the others count as protocol errors, and at 1,024 of those h2
-            // tears the whole connection down (ENHANCE_YOUR_CALM). Measured with 10,000
-            // concurrent streams (bench load_faults): connections to both decode workers died
-            // mid-burst. Remember as many resets as streams can be in flight.
+            // Thousands of streams share one connection to a worker (measured with 10,000
+            // concurrent streams, bench load_faults), and h2's abuse limits, sized for one
+            // client's few streams, tore it down with ENHANCE_YOUR_CALM, failing every stream
+            // on it. The peer is our own worker; the limits are sized for the router's load:
+            // - each token is a small DATA frame, buffered until its stream is read; h2 caps
+            //   their framing overhead at half the connection window (about 2,400 frames);
+            .data_frame_budget(DATA_FRAME_BUDGET)
+            // - a stream is reset when dropped on its last message, just before the worker's
+            //   trailers; h2 remembers 10 resets and counts late frames on the others as
+            //   protocol errors, closing the connection at 1,024 of them.
             .max_concurrent_reset_streams(MAX_RESET_STREAMS)
-            // That limit guards a server against hostile clients; here the peer is our own
-            // worker, and late frames on streams we dropped must never cost the connection
-            // with every other request on it (measured: still 2% of 10,000 streams failed with
-            // the reset memory raised alone).
             .max_local_error_reset_streams(None)
             .handshake::<_, Bytes>(stream)
             .await
