@@ -6,8 +6,8 @@ use dolphin_proto::v1::generate_request::Input;
 use dolphin_proto::v1::inference_client::InferenceClient;
 use dolphin_proto::v1::router_admin_client::RouterAdminClient;
 use dolphin_proto::v1::{
-    FinishReason, GenerateRequest, ListWorkersRequest, PrefillMode, RoutingInfo, SamplingParams,
-    Timings, Usage, WorkerStatus,
+    FinishReason, GenerateRequest, GenerateResponse, ListWorkersRequest, PrefillMode, RoutingInfo,
+    SamplingParams, Timings, Usage, WorkerStatus,
 };
 use tonic::transport::Channel;
 
@@ -72,26 +72,33 @@ pub async fn generate(
     let mut stream = client.generate(req).await?.into_inner();
     let mut out = Generated::default();
     while let Some(msg) = stream.message().await? {
-        out.messages += 1;
-        out.tokens.extend_from_slice(&msg.token_ids);
-        out.text.push_str(&msg.text);
-        if msg.finish_reason != FinishReason::Unspecified as i32 {
-            out.finish_reason = FinishReason::try_from(msg.finish_reason).ok();
-        }
-        if msg.usage.is_some() {
-            out.usage = msg.usage;
-        }
-        if msg.timings.is_some() {
-            out.timings = msg.timings;
-        }
-        if let Some(routing) = msg.routing {
-            if out.first_routing.is_none() {
-                out.first_routing = Some(routing.clone());
-            }
-            out.last_routing = Some(routing);
-        }
+        out.push(msg);
     }
     Ok(out)
+}
+
+impl Generated {
+    /// Adds one message of a Generate stream.
+    pub fn push(&mut self, msg: GenerateResponse) {
+        self.messages += 1;
+        self.tokens.extend_from_slice(&msg.token_ids);
+        self.text.push_str(&msg.text);
+        if msg.finish_reason != FinishReason::Unspecified as i32 {
+            self.finish_reason = FinishReason::try_from(msg.finish_reason).ok();
+        }
+        if msg.usage.is_some() {
+            self.usage = msg.usage;
+        }
+        if msg.timings.is_some() {
+            self.timings = msg.timings;
+        }
+        if let Some(routing) = msg.routing {
+            if self.first_routing.is_none() {
+                self.first_routing = Some(routing.clone());
+            }
+            self.last_routing = Some(routing);
+        }
+    }
 }
 
 /// The router's current worker list.

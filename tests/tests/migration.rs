@@ -45,19 +45,7 @@ async fn stream_and_kill(
                 return Ok((Err(status), victim, out));
             }
         };
-        out.messages += 1;
-        out.tokens.extend_from_slice(&msg.token_ids);
-        out.text.push_str(&msg.text);
-        if msg.finish_reason != FinishReason::Unspecified as i32 {
-            out.finish_reason = FinishReason::try_from(msg.finish_reason).ok();
-        }
-        if msg.usage.is_some() {
-            out.usage = msg.usage;
-        }
-        if let Some(routing) = msg.routing {
-            out.first_routing.get_or_insert_with(|| routing.clone());
-            out.last_routing = Some(routing);
-        }
+        out.push(msg);
         if killed.is_none() && out.tokens.len() >= kill_after {
             let serving = out
                 .first_routing

@@ -248,6 +248,30 @@ struct Outcome {
     error: Option<String>,
 }
 
+impl Outcome {
+    /// Counts one message of the stream: its tokens, and whether it finished the request.
+    fn message(&mut self, started: Instant, tokens: usize, finish_reason: i32, max_tokens: u32) {
+        if tokens > 0 {
+            self.ttft.get_or_insert_with(|| started.elapsed());
+            self.tokens += tokens;
+        }
+        if finish_reason == FinishReason::Length as i32 {
+            self.complete = self.tokens == max_tokens as usize;
+        }
+    }
+
+    /// Closes the outcome: the stream's end (`result`) and the time it took.
+    fn end(mut self, started: Instant, result: Result<(), tonic::Status>) -> Self {
+        if let Err(s) = result {
+            self.error = Some(format!("{:?}: {}", s.code(), s.message()));
+        } else if !self.complete {
+            self.error = Some(format!("incomplete: {} tokens", self.tokens));
+        }
+        self.e2e = started.elapsed();
+        self
+    }
+}
+
 async fn through_router(ch: Channel, i: usize, args: &Args) -> Outcome {
     let started = Instant::now();
     let mut out = Outcome::default();
@@ -262,27 +286,20 @@ async fn through_router(ch: Channel, i: usize, args: &Args) -> Outcome {
     let result = async {
         let mut stream = InferenceClient::new(ch).generate(req).await?.into_inner();
         while let Some(msg) = stream.message().await? {
-            if !msg.token_ids.is_empty() {
-                out.ttft.get_or_insert_with(|| started.elapsed());
-                out.tokens += msg.token_ids.len();
-            }
+            out.message(
+                started,
+                msg.token_ids.len(),
+                msg.finish_reason,
+                args.max_tokens,
+            );
             if let Some(r) = &msg.routing {
                 out.migrations = r.migrations;
-            }
-            if msg.finish_reason == FinishReason::Length as i32 {
-                out.complete = out.tokens == args.max_tokens as usize;
             }
         }
         Ok::<_, tonic::Status>(())
     }
     .await;
-    if let Err(s) = result {
-        out.error = Some(format!("{:?}: {}", s.code(), s.message()));
-    } else if !out.complete {
-        out.error = Some(format!("incomplete: {} tokens", out.tokens));
-    }
-    out.e2e = started.elapsed();
-    out
+    out.end(started, result)
 }
 
 async fn direct(ch: Channel, i: usize, args: &Args) -> Outcome {
@@ -297,24 +314,17 @@ async fn direct(ch: Channel, i: usize, args: &Args) -> Outcome {
     let result = async {
         let mut stream = DecodeWorkerClient::new(ch).decode(req).await?.into_inner();
         while let Some(msg) = stream.message().await? {
-            if !msg.token_ids.is_empty() {
-                out.ttft.get_or_insert_with(|| started.elapsed());
-                out.tokens += msg.token_ids.len();
-            }
-            if msg.finish_reason == FinishReason::Length as i32 {
-                out.complete = out.tokens == args.max_tokens as usize;
-            }
+            out.message(
+                started,
+                msg.token_ids.len(),
+                msg.finish_reason,
+                args.max_tokens,
+            );
         }
         Ok::<_, tonic::Status>(())
     }
     .await;
-    if let Err(s) = result {
-        out.error = Some(format!("{:?}: {}", s.code(), s.message()));
-    } else if !out.complete {
-        out.error = Some(format!("incomplete: {} tokens", out.tokens));
-    }
-    out.e2e = started.elapsed();
-    out
+    out.end(started, result)
 }
 
 #[derive(Debug, Serialize)]
