@@ -24,7 +24,7 @@ const ENDPOINT_VARS: [&str; 2] = [
 
 /// Flushes and shuts the exporter down when dropped (at process exit), so the last spans leave.
 #[derive(Debug, Default)]
-pub struct TraceGuard(Option<SdkTracerProvider>);
+pub struct TraceGuard(pub(crate) Option<SdkTracerProvider>);
 
 impl Drop for TraceGuard {
     fn drop(&mut self) {
@@ -77,10 +77,6 @@ where
     tracing_opentelemetry::layer()
         .with_tracer(provider.tracer("dolphin"))
         .with_filter(filter)
-}
-
-pub(crate) fn guard(provider: Option<SdkTracerProvider>) -> TraceGuard {
-    TraceGuard(provider)
 }
 
 /// The trace context a request carries (`get` reads one header or metadata value).

@@ -88,7 +88,7 @@ pub fn init_tracing(json: bool, service: &str) -> crate::otel::TraceGuard {
             .try_init();
         guard = provider;
     });
-    crate::otel::guard(guard)
+    crate::otel::TraceGuard(guard)
 }
 
 /// Installs the Prometheus recorder (metrics-exporter-prometheus, no HTTP listener) and returns a

@@ -11,7 +11,8 @@ use crate::error::ErrorKind;
 use crate::policy::ThresholdConfig;
 use crate::stream::{Api, Finish};
 use crate::testutil::{
-    Behavior, FakeWorker, dispatcher, dispatcher_with, eventually, positional_token, wait_indexed,
+    Behavior, FakeWorker, dispatcher, dispatcher_with, eventually, first_log_record,
+    positional_token, wait_indexed,
 };
 use crate::tokenizer::SimTokenizer;
 
@@ -244,13 +245,7 @@ async fn dropping_the_stream_cancels_the_worker_request_and_logs_it() {
         fake.state.cancelled.load(Ordering::SeqCst) == 1
     })
     .await;
-    let mut line = String::new();
-    eventually("log line", || {
-        line = std::fs::read_to_string(&path).unwrap_or_default();
-        !line.is_empty()
-    })
-    .await;
-    let v: serde_json::Value = serde_json::from_str(line.trim()).expect("json");
+    let v = first_log_record(&path).await;
     assert_eq!(v["outcome"], "cancelled");
     assert_eq!(v["decode_worker"], "d1");
     assert_eq!(v["completion_tokens"], 1);
@@ -369,13 +364,7 @@ async fn a_request_moves_to_another_worker_when_its_worker_fails_mid_stream() {
     assert_ne!(first.request_id, moved.request_id);
     assert_eq!(s.request_id(), "client-chosen");
     drop(s);
-    let mut line = String::new();
-    eventually("log line", || {
-        line = std::fs::read_to_string(&path).unwrap_or_default();
-        !line.is_empty()
-    })
-    .await;
-    let v: serde_json::Value = serde_json::from_str(line.trim()).expect("json");
+    let v = first_log_record(&path).await;
     assert_eq!(
         (&v["outcome"], &v["migrations"], &v["decode_worker"]),
         (&"ok".into(), &1.into(), &"d2".into())

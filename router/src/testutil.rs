@@ -397,6 +397,19 @@ pub async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
     panic!("timed out waiting for {what}");
 }
 
+/// The request log's first record, once the writer has written it (the log is one JSON line per
+/// finished request).
+pub async fn first_log_record(path: &std::path::Path) -> serde_json::Value {
+    let mut text = String::new();
+    eventually("a request-log line", || {
+        text = std::fs::read_to_string(path).unwrap_or_default();
+        !text.is_empty()
+    })
+    .await;
+    let line = text.lines().next().unwrap_or_default();
+    serde_json::from_str(line).expect("a JSON record")
+}
+
 /// Waits until the registry's index holds `n` blocks for worker `id`.
 pub async fn wait_indexed(d: &Dispatcher, id: &str, n: u64) {
     eventually(&format!("{n} indexed blocks on {id}"), || {

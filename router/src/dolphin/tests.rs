@@ -12,7 +12,7 @@ use crate::dispatch::{Dispatcher, GenerateParams, Prompt};
 use crate::policy::{Decision, DolphinConfig, FallbackKind, Policy};
 use crate::request_log::RequestLog;
 use crate::stream::Api;
-use crate::testutil::{Behavior, FakeWorker, dispatcher, eventually};
+use crate::testutil::{Behavior, FakeWorker, dispatcher, first_log_record};
 
 fn dolphin_policy() -> Policy {
     Policy::Dolphin(DolphinConfig {
@@ -247,13 +247,7 @@ async fn request_log_and_routing_info_carry_cluster_and_version() {
         }
     }
     drop(stream);
-    let mut line = String::new();
-    eventually("the log line", || {
-        line = std::fs::read_to_string(&path).unwrap_or_default();
-        !line.is_empty()
-    })
-    .await;
-    let v: serde_json::Value = serde_json::from_str(line.trim()).expect("json");
+    let v = first_log_record(&path).await;
     assert_eq!(v["cluster"], 0);
     assert_eq!(v["table_version"], "v7");
     assert_eq!(v["policy"], "dolphin");
