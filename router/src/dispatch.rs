@@ -8,7 +8,6 @@
 
 use std::cell::RefCell;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use dolphin_cluster::{Role, WorkerId, otel};
@@ -41,8 +40,6 @@ pub struct DispatchConfig {
     pub overlap_weight: f64,
     /// Tokens per block.
     pub block_size: u32,
-    /// Requests in flight before new ones are refused.
-    pub max_inflight: u32,
     /// Moves of one request to another decode worker after its worker failed mid-stream.
     pub max_migrations: u32,
     /// Longest a request may run, first token to last, when the client sets no shorter limit
@@ -166,21 +163,9 @@ pub struct Dispatcher {
     policy: RwLock<Policy>,
     cfg: DispatchConfig,
     log: RequestLog,
-    inflight: Arc<AtomicU32>,
     dolphin: Arc<DolphinRouting>,
     /// Where the admin API keeps tables: the router's memory until an etcd store is set.
     table_store: RwLock<Arc<dyn TableStore>>,
-}
-
-/// Holds one of the router's in-flight request slots.
-#[derive(Debug)]
-pub(crate) struct InflightPermit(Arc<AtomicU32>);
-
-impl Drop for InflightPermit {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
-        metrics::gauge!(m::INFLIGHT_REQUESTS).decrement(1.0);
-    }
 }
 
 impl Dispatcher {
@@ -199,7 +184,6 @@ impl Dispatcher {
             policy: RwLock::new(policy),
             cfg,
             log,
-            inflight: Arc::default(),
             table_store: RwLock::new(Arc::new(MemoryStore::new(dolphin.clone()))),
             dolphin,
         }
@@ -244,16 +228,6 @@ impl Dispatcher {
     pub fn set_policy(&self, p: Policy) {
         tracing::info!(policy = p.name(), params = %p.params_json(), "policy changed");
         *self.policy.write() = p;
-    }
-
-    fn admit(&self) -> Result<InflightPermit, DispatchError> {
-        let prev = self.inflight.fetch_add(1, Ordering::Relaxed);
-        let permit = InflightPermit(self.inflight.clone());
-        metrics::gauge!(m::INFLIGHT_REQUESTS).increment(1.0);
-        if prev >= self.cfg.max_inflight {
-            return Err(DispatchError::RouterBusy(prev));
-        }
-        Ok(permit)
     }
 
     /// Checks the model name and sampling parameters.
@@ -431,7 +405,6 @@ impl Dispatcher {
             p.request_id = new_request_id();
         }
         span.record("request_id", p.request_id.as_str());
-        let permit = self.admit()?;
         self.validate(&p)?;
         let deadline = [p.timeout, self.cfg.request_timeout]
             .into_iter()
@@ -504,7 +477,6 @@ impl Dispatcher {
             attempt,
             self.tokenizer.clone(),
             self.log.clone(),
-            permit,
             migration,
             deadline,
         ))

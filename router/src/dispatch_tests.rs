@@ -287,27 +287,6 @@ async fn a_mid_stream_failure_ends_the_stream_with_an_error() {
     assert!(s.next().await.is_none());
 }
 
-#[tokio::test]
-async fn the_router_refuses_past_its_inflight_limit() {
-    let fake = FakeWorker::start("d1", Role::Decode, Behavior::Hang).await;
-    let d = dispatcher(threshold(), RequestLog::disabled());
-    d.registry().add(fake.record()).expect("add");
-    let mut held = Vec::new();
-    for _ in 0..16 {
-        held.push(d.generate(params("hi", 10)).await.expect("generate"));
-    }
-    assert!(matches!(
-        d.generate(params("hi", 10)).await,
-        Err(DispatchError::RouterBusy(16))
-    ));
-    held.pop();
-    let s = d
-        .generate(params("hi", 10))
-        .await
-        .expect("a slot is free again");
-    drop(s);
-}
-
 /// The text a positional fake writes for `n` tokens after a prompt of `prompt_len` tokens.
 fn positional_text(prompt_len: usize, n: usize) -> String {
     let ids: Vec<u32> = (prompt_len..prompt_len + n).map(positional_token).collect();

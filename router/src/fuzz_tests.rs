@@ -169,6 +169,7 @@ fn arbitrary_http_bodies_get_an_answer() {
         dispatcher: d,
         metrics: None,
         api_keys: None,
+        limit: crate::admission::InflightLimit::new(1024),
     });
     let mut runner = TestRunner::new(Config::with_cases(CASES));
     let paths = prop_oneof![Just("/v1/completions"), Just("/v1/chat/completions")];

@@ -12,6 +12,10 @@ use futures::{Stream, StreamExt};
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 
+use tonic::service::interceptor::InterceptedService;
+use tower::Layer;
+
+use crate::admission::InflightLimit;
 use crate::auth::{self, KeySet};
 use crate::dispatch::{Dispatcher, GenerateParams, Prompt};
 use crate::dolphin::admin;
@@ -274,11 +278,43 @@ async fn health_and_reflection<S: tonic::server::NamedService>() -> tonic::servi
         .add_service(reflection_v1alpha)
 }
 
-/// Serves `Inference` on `listener` until `shutdown` fires; calls need one of `api_keys`.
+/// `Inference` behind its layers, outermost first: the API key (a caller without one learns
+/// nothing, not even that the router is full), then a slot of the router's in-flight limit
+/// (RESOURCE_EXHAUSTED before the message is decoded when none is free; listing models takes
+/// none).
+pub(crate) fn inference_service(
+    dispatcher: Arc<Dispatcher>,
+    api_keys: Option<KeySet>,
+    limit: &InflightLimit,
+) -> impl tower::Service<
+    http::Request<tonic::body::Body>,
+    Response = http::Response<impl http_body::Body<Data = bytes::Bytes, Error = Status> + use<>>,
+    Error = std::convert::Infallible,
+    Future: Send,
+> + tonic::server::NamedService
++ Clone
++ Send
++ Sync
++ 'static {
+    let limited = limit
+        .layer(
+            Api::Grpc,
+            |e| Status::from(e).into_http(),
+            &["/dolphin.v1.Inference/ListModels"],
+        )
+        .layer(v1::inference_server::InferenceServer::new(
+            InferenceService::new(dispatcher),
+        ));
+    InterceptedService::new(limited, auth::interceptor(api_keys, "API"))
+}
+
+/// Serves `Inference` on `listener` until `shutdown` fires; calls need one of `api_keys` and
+/// a slot of `limit`.
 pub(crate) async fn serve(
     listener: ShardListener,
     dispatcher: Arc<Dispatcher>,
     api_keys: Option<KeySet>,
+    limit: InflightLimit,
     shutdown: CancellationToken,
 ) -> Result<(), tonic::transport::Error> {
     let incoming = futures::stream::unfold(listener, |mut listener| async move {
@@ -290,10 +326,7 @@ pub(crate) async fn serve(
     tonic::transport::Server::builder()
         .tcp_nodelay(true)
         .add_routes(common)
-        .add_service(v1::inference_server::InferenceServer::with_interceptor(
-            InferenceService::new(dispatcher),
-            auth::interceptor(api_keys, "API"),
-        ))
+        .add_service(inference_service(dispatcher, api_keys, &limit))
         .serve_with_incoming_shutdown(incoming, shutdown.cancelled_owned())
         .await
 }

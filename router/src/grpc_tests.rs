@@ -8,6 +8,7 @@ use tonic::Code;
 use tonic::transport::Channel;
 
 use super::*;
+use crate::admission::InflightLimit;
 use crate::auth::KeySet;
 use crate::request_log::RequestLog;
 use crate::testutil::{Behavior, FakeWorker, dispatcher};
@@ -15,6 +16,14 @@ use crate::testutil::{Behavior, FakeWorker, dispatcher};
 async fn start(d: Arc<Dispatcher>) -> (Channel, CancellationToken) {
     let (public, _admin, stop) = start_with_keys(d, None, None).await;
     (public, stop)
+}
+
+async fn start_with_keys(
+    d: Arc<Dispatcher>,
+    api_keys: Option<KeySet>,
+    admin_keys: Option<KeySet>,
+) -> (Channel, Channel, CancellationToken) {
+    start_with(d, api_keys, admin_keys, InflightLimit::new(16)).await
 }
 
 async fn channel(addr: std::net::SocketAddr) -> Channel {
@@ -25,11 +34,13 @@ async fn channel(addr: std::net::SocketAddr) -> Channel {
         .expect("connect")
 }
 
-/// The public listener (on a shard) and the admin listener, each with its keys.
-async fn start_with_keys(
+/// The public listener (on a shard, limited to `limit`) and the admin listener, each with its
+/// keys.
+async fn start_with(
     d: Arc<Dispatcher>,
     api_keys: Option<KeySet>,
     admin_keys: Option<KeySet>,
+    limit: InflightLimit,
 ) -> (Channel, Channel, CancellationToken) {
     let bind = || async {
         tokio::net::TcpListener::bind("127.0.0.1:0")
@@ -43,7 +54,13 @@ async fn start_with_keys(
     );
     let stop = CancellationToken::new();
     let mut shards = crate::shard::deal(listener, 1, None, stop.clone()).expect("deal");
-    tokio::spawn(serve(shards.remove(0), d.clone(), api_keys, stop.clone()));
+    tokio::spawn(serve(
+        shards.remove(0),
+        d.clone(),
+        api_keys,
+        limit,
+        stop.clone(),
+    ));
     let incoming = dolphin_tls::accept_incoming(admin_listener, None, stop.clone());
     tokio::spawn(serve_admin(incoming, d, admin_keys, stop.clone()));
     (channel(addr).await, channel(admin_addr).await, stop)
@@ -209,6 +226,50 @@ async fn errors_carry_clear_status_codes() {
         code(client.generate(text_request("hi", 2)).await),
         Code::ResourceExhausted
     );
+}
+
+#[tokio::test]
+async fn a_full_router_sheds_with_resource_exhausted_and_streams_hold_their_slot() {
+    let fake = FakeWorker::start("d1", Role::Decode, Behavior::Hang).await;
+    let d = dispatcher(Policy::AlwaysLocal, RequestLog::disabled());
+    d.registry().add(fake.record()).expect("add");
+    let limit = InflightLimit::new(2);
+    let (ch, _admin, _stop) = start_with(d, None, None, limit.clone()).await;
+    let mut client = InferenceClient::new(ch);
+    // Two streams with their first token in (the worker then hangs): both slots taken.
+    let mut open = Vec::new();
+    for _ in 0..2 {
+        let mut s = client
+            .generate(text_request("hi", 5))
+            .await
+            .expect("generate")
+            .into_inner();
+        s.message().await.expect("first").expect("a message");
+        open.push(s);
+    }
+    assert_eq!(limit.in_flight(), 2);
+    let err = client
+        .generate(text_request("hi", 5))
+        .await
+        .expect_err("shed");
+    assert_eq!(err.code(), Code::ResourceExhausted, "{err:?}");
+    assert!(err.message().contains("capacity"), "{}", err.message());
+    // Listing models takes no slot.
+    client
+        .list_models(v1::ListModelsRequest {})
+        .await
+        .expect("models at capacity");
+    // A cancelled stream frees its slot.
+    drop(open.pop());
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    while limit.in_flight() != 1 {
+        assert!(tokio::time::Instant::now() < deadline, "slot not freed");
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    client
+        .generate(text_request("hi", 5))
+        .await
+        .expect("a slot is free again");
 }
 
 #[tokio::test]

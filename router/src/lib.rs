@@ -8,6 +8,7 @@
 //! ([`stream`]). Workers come and go through [`workers`] (fed by [`discovery`]); their cache
 //! events arrive through a subscriber task per worker.
 
+pub mod admission;
 pub mod auth;
 pub mod config;
 pub mod discovery;

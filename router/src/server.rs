@@ -136,7 +136,6 @@ pub async fn start(
             max_output_tokens: cfg.max_output_tokens,
             overlap_weight: cfg.overlap_weight,
             block_size: cfg.block_size,
-            max_inflight: cfg.max_inflight,
             max_migrations: cfg.max_migrations,
             request_timeout: (cfg.request_timeout_secs > 0)
                 .then(|| std::time::Duration::from_secs(cfg.request_timeout_secs)),
@@ -214,8 +213,10 @@ pub async fn start(
         dispatcher: dispatcher.clone(),
         metrics,
         api_keys: api_keys.clone(),
+        limit: crate::admission::InflightLimit::new(cfg.max_inflight),
     };
     let app = crate::http::router(state.clone());
+    let limit = state.limit.clone();
     // Operators' listeners, on the control runtime: plain HTTP for Prometheus and probes, and
     // the admin gRPC (TLS like the public one, its own keys).
     let mut stopped = Vec::new();
@@ -259,11 +260,11 @@ pub async fn start(
     for (i, (http_l, grpc_l)) in http_shards.into_iter().zip(grpc_shards).enumerate() {
         let (done, stopped_rx) = oneshot::channel();
         let (app, dispatcher, shutdown) = (app.clone(), dispatcher.clone(), shutdown.clone());
-        let api_keys = api_keys.clone();
+        let (api_keys, limit) = (api_keys.clone(), limit.clone());
         crate::shard::spawn(i + 1, move || async move {
             let (http, grpc) = tokio::join!(
                 crate::http::serve(http_l, app, shutdown.clone()),
-                crate::grpc::serve(grpc_l, dispatcher, api_keys, shutdown),
+                crate::grpc::serve(grpc_l, dispatcher, api_keys, limit, shutdown),
             );
             let result = http
                 .map_err(ServerError::Http)

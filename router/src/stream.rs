@@ -14,7 +14,7 @@ use std::time::Instant;
 use dolphin_proto::v1::{self, FinishReason};
 use futures::Stream;
 
-use crate::dispatch::{Attempt, InflightPermit, RouteDecision};
+use crate::dispatch::{Attempt, RouteDecision};
 use crate::error::DispatchError;
 use crate::grpc_call::GrpcStream;
 use crate::metrics as m;
@@ -95,7 +95,6 @@ pub struct ResponseStream {
     detok: IncrementalDetokenizer,
     stop: StopMatcher,
     log: RequestLog,
-    _permit: InflightPermit,
     /// The request's load on the current decode worker.
     _guard: InflightGuard,
     migration: Migration,
@@ -117,7 +116,6 @@ impl ResponseStream {
         attempt: Attempt,
         tokenizer: Arc<dyn Tokenizer>,
         log: RequestLog,
-        permit: InflightPermit,
         migration: Migration,
         deadline: Option<tokio::time::Instant>,
     ) -> Self {
@@ -130,7 +128,6 @@ impl ResponseStream {
             detok: IncrementalDetokenizer::new(),
             stop: StopMatcher::new(migration.stop_strings()),
             log,
-            _permit: permit,
             _guard: attempt.guard,
             migration,
             deadline: deadline.map(|at| Box::pin(tokio::time::sleep_until(at))),

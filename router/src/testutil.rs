@@ -378,7 +378,6 @@ pub fn dispatcher_with(
             max_output_tokens: 64,
             overlap_weight: 1.0,
             block_size: BS,
-            max_inflight: 16,
             max_migrations: 3,
             request_timeout: None,
         },

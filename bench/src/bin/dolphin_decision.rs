@@ -141,7 +141,6 @@ fn main() -> anyhow::Result<()> {
             max_output_tokens: 1 << 16,
             overlap_weight: 1.0,
             block_size: bs,
-            max_inflight: 4096,
             max_migrations: 3,
             request_timeout: None,
         },

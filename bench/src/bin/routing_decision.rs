@@ -197,7 +197,6 @@ fn main() -> anyhow::Result<()> {
             max_output_tokens: 1 << 16,
             overlap_weight: OVERLAP_WEIGHT,
             block_size: bs,
-            max_inflight: 4096,
             max_migrations: 3,
             request_timeout: None,
         },

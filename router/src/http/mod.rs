@@ -15,9 +15,11 @@ use axum::routing::{get, post};
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio_util::sync::CancellationToken;
 
+use crate::admission::InflightLimit;
 use crate::auth::{KeySet, Verdict};
 use crate::dispatch::Dispatcher;
 use crate::shard::ShardListener;
+use crate::stream::Api;
 use error::ApiError;
 
 /// Largest request body: a 128k-token prompt as JSON token ids is under 1 MiB; leave room.
@@ -32,6 +34,8 @@ pub struct AppState {
     pub metrics: Option<PrometheusHandle>,
     /// API keys the public routes require (`None`: none required).
     pub api_keys: Option<KeySet>,
+    /// The router's in-flight limit (shared with the gRPC listeners).
+    pub limit: InflightLimit,
 }
 
 /// The public HTTP routes.
@@ -39,6 +43,13 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/v1/completions", post(completions::completions))
         .route("/v1/chat/completions", post(completions::chat))
+        // The inference routes only: a slot of the router's in-flight limit, held until the
+        // response body ends (a whole SSE stream), or 429 before the body is read.
+        .route_layer(
+            state
+                .limit
+                .layer(Api::Http, |e| ApiError::from(e).into_response(), &[]),
+        )
         .route("/v1/models", get(models))
         // First thing on every route (unknown paths too): no key, no answer beyond 401.
         .layer(axum::middleware::from_fn_with_state(

@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 use tonic::Code;
 
 use super::{AppState, ops_router, router, serve};
+use crate::admission::InflightLimit;
 use crate::dispatch::Dispatcher;
 use crate::policy::Policy;
 use crate::request_log::RequestLog;
@@ -36,6 +37,14 @@ async fn start(d: Arc<Dispatcher>) -> Server {
 }
 
 async fn start_with_keys(d: Arc<Dispatcher>, api_keys: Option<crate::auth::KeySet>) -> Server {
+    start_with(d, api_keys, InflightLimit::new(16)).await
+}
+
+async fn start_with(
+    d: Arc<Dispatcher>,
+    api_keys: Option<crate::auth::KeySet>,
+    limit: InflightLimit,
+) -> Server {
     let bind = || async {
         tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
@@ -49,6 +58,7 @@ async fn start_with_keys(d: Arc<Dispatcher>, api_keys: Option<crate::auth::KeySe
         dispatcher: d,
         metrics: Some(dolphin_cluster::init_metrics()),
         api_keys,
+        limit,
     };
     let mut shards = crate::shard::deal(listener, 1, None, stop.clone()).expect("deal");
     tokio::spawn(serve(shards.remove(0), router(state.clone()), stop.clone()));
@@ -441,6 +451,59 @@ async fn worker_and_capacity_failures_map_to_429_and_503() {
     )
     .await;
     assert_error(status, &body, StatusCode::SERVICE_UNAVAILABLE);
+}
+
+/// Waits until `limit` counts `n` requests in flight.
+async fn until_in_flight(limit: &InflightLimit, n: u32) {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    while limit.in_flight() != n {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{} in flight",
+            limit.in_flight()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_full_router_sheds_with_429_and_streams_hold_their_slot_to_the_end() {
+    let fake = FakeWorker::start("d1", Role::Decode, Behavior::Hang).await;
+    let d = dispatcher(Policy::AlwaysLocal, RequestLog::disabled());
+    d.registry().add(fake.record()).expect("add");
+    let limit = InflightLimit::new(2);
+    let s = start_with(d, None, limit.clone()).await;
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build_http::<Full<Bytes>>();
+    let stream = || {
+        let body = json!({"prompt": "hi", "max_tokens": 5, "stream": true}).to_string();
+        hyper::Request::post(format!("http://{}/v1/completions", s.addr))
+            .header("content-type", "application/json")
+            .body(Full::new(Bytes::from(body)))
+            .expect("request")
+    };
+    // Two streams past their headers (the worker sent one token and hangs): both slots taken.
+    let mut open = Vec::new();
+    for _ in 0..2 {
+        let resp = client.request(stream()).await.expect("response");
+        assert_eq!(resp.status(), StatusCode::OK);
+        open.push(resp);
+    }
+    assert_eq!(limit.in_flight(), 2);
+    let (status, _, body) = post(s.addr, "/v1/completions", json!({"prompt": "hi"})).await;
+    let v = assert_error(status, &body, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(v["error"]["code"], "rate_limit_exceeded", "{body}");
+    assert_eq!(v["error"]["type"], "rate_limit_error", "{body}");
+    // Listing models takes no slot.
+    let (status, _, _) = call(s.addr, Method::GET, "/v1/models", "").await;
+    assert_eq!(status, StatusCode::OK);
+    // A client that goes away frees its slot.
+    drop(open.pop());
+    until_in_flight(&limit, 1).await;
+    let resp = client.request(stream()).await.expect("response");
+    assert_eq!(resp.status(), StatusCode::OK);
+    drop((open, resp));
+    until_in_flight(&limit, 0).await;
 }
 
 #[tokio::test]
