@@ -14,7 +14,8 @@
 # handoff_real (handoff algorithms on SmolLM2 and its early exit: agreement curve, random
 # control, quiz, throughput, handoff cost, depth sweep; needs the model, about 20 minutes);
 # load_faults (10,000 concurrent streams through the router, decode workers SIGKILLed under
-# load, etcd down for 30 s; needs etcd from scripts/install-deps.sh, about 3 minutes).
+# load, etcd down for 30 s; needs etcd from scripts/install-deps.sh, about 3 minutes);
+# tokenizer (SmolLM2's tokenizer on 1k- and 32k-token prompts; needs the model, seconds).
 # A benchmark that fails does not stop the others; the script then exits 1.
 set -euo pipefail
 cd "$(dirname "$0")/.."

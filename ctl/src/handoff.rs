@@ -19,7 +19,7 @@ use dolphin_handoff::algorithms::calibrate_threshold;
 use dolphin_handoff::plan::{ChainSpec, StepProfile, plan};
 use dolphin_handoff::probe::step_stats;
 use dolphin_handoff::samples::PROMPTS;
-use dolphin_tokenizer::GgufTokenizer;
+use dolphin_tokenizer::ModelTokenizer;
 
 use crate::error::CtlError;
 
@@ -202,7 +202,7 @@ fn plan_cmd(a: &PlanArgs, out: &mut impl Write) -> Result<(), HandoffError> {
 }
 
 async fn calibrate(a: &CalibrateArgs, out: &mut impl Write) -> Result<(), HandoffError> {
-    let tok = GgufTokenizer::from_file(&a.model_path)
+    let tok = ModelTokenizer::from_file(&a.model_path)
         .map_err(|e| HandoffError::Input(format!("{}: {e}", a.model_path.display())))?;
     let prompts: Vec<String> = match &a.prompts {
         Some(path) => std::fs::read_to_string(path)
@@ -224,7 +224,9 @@ async fn calibrate(a: &CalibrateArgs, out: &mut impl Write) -> Result<(), Handof
     let engine: Arc<dyn dolphin_engine::Engine> = engine;
     let mut confidences = Vec::new();
     for (i, p) in prompts.iter().enumerate() {
-        let ids = tok.encode(p);
+        let ids = tok
+            .encode(p)
+            .map_err(|e| HandoffError::Input(format!("prompt {i}: {e}")))?;
         if ids.is_empty() {
             continue;
         }

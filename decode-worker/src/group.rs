@@ -113,7 +113,7 @@ pub fn build_group(engine: &EngineArgs, args: &GroupArgs) -> Result<Arc<dyn Engi
                 e.model_path = Some(PathBuf::from(&s.source));
                 let mut cfg = candle_config(&e)?;
                 cfg.layers = s.layers;
-                let tok = dolphin_tokenizer::GgufTokenizer::from_file(&cfg.model_path)
+                let tok = dolphin_tokenizer::ModelTokenizer::from_file(&cfg.model_path)
                     .map_err(|err| ConfigError::invalid("subserver", err.to_string()))?;
                 for &t in tok.stop_token_ids() {
                     if !stops.contains(&t) {

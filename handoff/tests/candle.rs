@@ -61,8 +61,8 @@ fn pair_with(path: &PathBuf, options: GroupOptions) -> Arc<ModelGroup> {
 
 /// "The capital of France is" and friends, as SmolLM2 token ids (no chat template: raw text).
 fn prompt(path: &PathBuf, text: &str) -> Vec<u32> {
-    let tok = dolphin_tokenizer::GgufTokenizer::from_file(path).expect("tokenizer");
-    tok.encode(text)
+    let tok = dolphin_tokenizer::ModelTokenizer::from_file(path).expect("tokenizer");
+    tok.encode(text).expect("encodes")
 }
 
 fn request(id: &str, prompt: &[u32], max_tokens: u32) -> SeqRequest {

@@ -97,11 +97,13 @@ pub struct RouterConfig {
     /// Tokenizer (must match the workers').
     #[arg(long, env = "DOLPHIN_TOKENIZER", value_enum, default_value = "sim")]
     pub tokenizer: TokenizerKind,
-    /// The GGUF model file the workers serve (`--tokenizer gguf` reads its tokenizer).
+    /// The GGUF model file the workers serve (`--tokenizer gguf` reads its tokenizer), or the
+    /// Hugging Face model directory or `tokenizer.json` (`--tokenizer hf`).
     #[arg(long, env = "DOLPHIN_MODEL_PATH")]
     pub model_path: Option<PathBuf>,
     /// Served model name; requests naming another get 404 / NOT_FOUND. Default: the model
-    /// file's name without extension with `--tokenizer gguf`, else `sim-model`.
+    /// file's name without extension with `--tokenizer gguf`, the model directory's name with
+    /// `--tokenizer hf`, else `sim-model`.
     #[arg(long, env = "DOLPHIN_MODEL")]
     pub model: Option<String>,
     /// Longest prompt accepted, in tokens.
@@ -191,8 +193,8 @@ impl RouterConfig {
         if self.served_model().trim().is_empty() {
             return bad("--model must not be empty".into());
         }
-        if self.tokenizer == TokenizerKind::Gguf && self.model_path.is_none() {
-            return bad("--tokenizer gguf needs --model-path".into());
+        if self.tokenizer != TokenizerKind::Sim && self.model_path.is_none() {
+            return bad("--tokenizer gguf and hf need --model-path".into());
         }
         if self.block_size == 0 {
             return bad("--block-size must be at least 1".into());
@@ -243,6 +245,7 @@ impl RouterConfig {
         match (&self.model, self.tokenizer, &self.model_path) {
             (Some(m), _, _) => m.clone(),
             (None, TokenizerKind::Gguf, Some(path)) => crate::tokenizer::model_name_for_path(path),
+            (None, TokenizerKind::Hf, Some(path)) => crate::tokenizer::model_name_for_hf_path(path),
             _ => "sim-model".into(),
         }
     }

@@ -258,7 +258,7 @@ impl Dispatcher {
     /// The prompt's token ids, checked against the vocabulary and the length limit.
     pub fn tokenize(&self, prompt: &Prompt) -> Result<Vec<u32>, DispatchError> {
         let tokens = match prompt {
-            Prompt::Text(t) => self.tokenizer.encode(t),
+            Prompt::Text(t) => self.tokenizer.encode(t).map_err(internal)?,
             Prompt::Chat(msgs) => {
                 if msgs.is_empty() {
                     return Err(DispatchError::InvalidRequest(
@@ -269,7 +269,7 @@ impl Dispatcher {
                     .tokenizer
                     .render_chat(msgs)
                     .map_err(|e| DispatchError::InvalidRequest(e.to_string()))?;
-                self.tokenizer.encode(&text)
+                self.tokenizer.encode(&text).map_err(internal)?
             }
             Prompt::Tokens(ids) => {
                 let vocab = self.tokenizer.vocab_size();
@@ -608,6 +608,11 @@ pub(crate) struct Attempt {
 }
 
 /// Per-cluster and fallback counters of the `dolphin` policy.
+/// A failure of the router's own machinery (here: the model's tokenizer), as a request error.
+fn internal(e: impl std::fmt::Display) -> DispatchError {
+    DispatchError::Internal(e.to_string())
+}
+
 fn count_dolphin_decision(route: &RouteDecision) {
     if route.policy == crate::dolphin::routing::POLICY_NAME {
         metrics::counter!(m::DOLPHIN_DECISIONS_TOTAL,

@@ -2,16 +2,16 @@
 //!
 //! The router tokenizes prompts with the same tokenizer as the workers (prefix-cache hashes are
 //! computed over token ids, so both sides must agree). [`SimTokenizer`] is the deterministic
-//! byte-level tokenizer the simulated engine speaks; [`GgufModelTokenizer`] is a real model's,
+//! byte-level tokenizer the simulated engine speaks; [`HfModelTokenizer`] is a real model's,
 //! read from its GGUF file, behind the same [`Tokenizer`] trait.
 
-mod gguf;
+mod model;
 
 use std::fmt::Debug;
 use std::path::Path;
 use std::sync::Arc;
 
-pub use gguf::{GgufModelTokenizer, TokenizerLoadError};
+pub use model::{HfModelTokenizer, TokenizerLoadError};
 
 /// One chat message to render into a prompt.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -25,7 +25,7 @@ pub struct ChatMessage {
 /// Text <-> token ids for one model.
 pub trait Tokenizer: Send + Sync + Debug {
     /// Token ids of `text` (no special tokens added).
-    fn encode(&self, text: &str) -> Vec<u32>;
+    fn encode(&self, text: &str) -> Result<Vec<u32>, EncodeError>;
     /// Text of `ids`; special tokens are skipped, ids the vocabulary lacks give U+FFFD.
     fn decode(&self, ids: &[u32]) -> String;
     /// The prompt text for a conversation, ending where the assistant's answer begins. A
@@ -37,6 +37,11 @@ pub trait Tokenizer: Send + Sync + Debug {
     /// End-of-sequence token id, if the model has one.
     fn eos(&self) -> Option<u32>;
 }
+
+/// The tokenizer failed on a text (a model whose tokenizer is broken); the message says why.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("tokenizing failed: {0}")]
+pub struct EncodeError(pub String);
 
 /// The chat template could not render a conversation; the message says why.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -64,6 +69,11 @@ pub const SIM_VOCAB_SIZE: u32 = RAW_BASE + 256;
 pub const SIM_EOS: u32 = 2;
 
 impl SimTokenizer {
+    /// Token ids of `text`: one per byte; never fails.
+    pub fn encode(&self, text: &str) -> Vec<u32> {
+        text.bytes().map(Self::byte_to_id).collect()
+    }
+
     fn byte_to_id(b: u8) -> u32 {
         match b {
             32..=126 => PRINTABLE_BASE + u32::from(b - 32),
@@ -91,8 +101,8 @@ enum IdKind {
 }
 
 impl Tokenizer for SimTokenizer {
-    fn encode(&self, text: &str) -> Vec<u32> {
-        text.bytes().map(Self::byte_to_id).collect()
+    fn encode(&self, text: &str) -> Result<Vec<u32>, EncodeError> {
+        Ok(SimTokenizer::encode(self, text))
     }
 
     fn decode(&self, ids: &[u32]) -> String {
@@ -196,16 +206,19 @@ impl IncrementalDetokenizer {
 pub enum TokenizerKind {
     /// [`SimTokenizer`], for the simulated engine.
     Sim,
-    /// [`GgufModelTokenizer`]: the tokenizer and chat template of the GGUF model file the
+    /// [`HfModelTokenizer`]: the tokenizer and chat template of the GGUF model file the
     /// workers serve (`--model-path`).
     Gguf,
+    /// [`HfModelTokenizer`]: a Hugging Face `tokenizer.json` (`--model-path` names the file or
+    /// the model directory holding it), with its `tokenizer_config.json` when present.
+    Hf,
 }
 
 /// A tokenizer that cannot be built from the configuration.
 #[derive(Debug, thiserror::Error)]
 pub enum BuildTokenizerError {
-    /// `gguf` needs the model file.
-    #[error("--tokenizer gguf needs --model-path")]
+    /// `gguf` and `hf` need the model file.
+    #[error("--tokenizer gguf and hf need --model-path")]
     MissingModelPath,
     /// The model file's tokenizer could not be read.
     #[error(transparent)]
@@ -213,7 +226,8 @@ pub enum BuildTokenizerError {
 }
 
 impl TokenizerKind {
-    /// Builds the tokenizer; `gguf` reads it from `model_path` (the file's header only).
+    /// Builds the tokenizer; `gguf` reads it from `model_path` (the file's header only), `hf`
+    /// from the `tokenizer.json` at (or in) `model_path`.
     pub fn build(
         self,
         model_path: Option<&Path>,
@@ -222,10 +236,27 @@ impl TokenizerKind {
             TokenizerKind::Sim => Ok(Arc::new(SimTokenizer)),
             TokenizerKind::Gguf => {
                 let path = model_path.ok_or(BuildTokenizerError::MissingModelPath)?;
-                Ok(Arc::new(GgufModelTokenizer::from_file(path)?))
+                Ok(Arc::new(HfModelTokenizer::from_file(path)?))
+            }
+            TokenizerKind::Hf => {
+                let path = model_path.ok_or(BuildTokenizerError::MissingModelPath)?;
+                Ok(Arc::new(HfModelTokenizer::from_tokenizer_json(path)?))
             }
         }
     }
+}
+
+/// The model name served for a Hugging Face model when `--model` is not given: the model
+/// directory's name (`path` is the directory or its `tokenizer.json`).
+pub fn model_name_for_hf_path(path: &Path) -> String {
+    let dir = if path.is_dir() {
+        Some(path)
+    } else {
+        path.parent()
+    };
+    dir.and_then(Path::file_name)
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "model".into())
 }
 
 /// The model name served for a GGUF file when `--model` is not given: the file name without

@@ -19,7 +19,7 @@ use dolphin_engine::{Engine, Sampling, SeqOutput, SeqRequest};
 use dolphin_proto::v1::generate_request::Input;
 use dolphin_proto::v1::{FinishReason, GenerateRequest, PrefillMode, SamplingParams, TokenIds};
 use dolphin_tests::{ClusterConfig, TestCluster, grpc, http};
-use dolphin_tokenizer::{ChatMessage, GgufTokenizer, SMOLLM2_FILE, find_model};
+use dolphin_tokenizer::{ChatMessage, ModelTokenizer, SMOLLM2_FILE, find_model};
 
 /// The served model name every process is given.
 const MODEL: &str = "smollm2";
@@ -48,9 +48,9 @@ fn model_path() -> Option<PathBuf> {
     found
 }
 
-fn chat_tokens(tok: &GgufTokenizer, user: &str) -> anyhow::Result<Vec<u32>> {
+fn chat_tokens(tok: &ModelTokenizer, user: &str) -> anyhow::Result<Vec<u32>> {
     let text = tok.render_chat(&[ChatMessage::new("user", user)])?;
-    Ok(tok.encode(&text))
+    Ok(tok.encode(&text)?)
 }
 
 /// Forty numbered facts: a prompt body of several hundred tokens.
@@ -61,7 +61,7 @@ fn facts() -> String {
 }
 
 /// The prompts compared, in the order they are sent (the order sets up the cache reuse).
-fn prompts(tok: &GgufTokenizer) -> anyhow::Result<Vec<(&'static str, Vec<u32>)>> {
+fn prompts(tok: &ModelTokenizer) -> anyhow::Result<Vec<(&'static str, Vec<u32>)>> {
     let long = chat_tokens(tok, &format!("{}\nWhat is the number 7 squared?", facts()))?;
     anyhow::ensure!(
         long.len() > 512,
@@ -76,7 +76,7 @@ fn prompts(tok: &GgufTokenizer) -> anyhow::Result<Vec<(&'static str, Vec<u32>)>>
             "capital",
             chat_tokens(tok, "What is the capital of France?")?,
         ),
-        ("code", tok.encode("def fibonacci(n):\n    ")),
+        ("code", tok.encode("def fibonacci(n):\n    ")?),
         ("long", long),
         ("shared-prefix", shared),
     ])
@@ -157,7 +157,7 @@ async fn smollm2_remote_equals_local_equals_single_process_and_chat_answers() ->
     let Some(path) = model_path() else {
         return Ok(());
     };
-    let tok = GgufTokenizer::from_file(&path)?;
+    let tok = ModelTokenizer::from_file(&path)?;
     let stops = tok.stop_token_ids().to_vec();
     let prompts = prompts(&tok)?;
 

@@ -5,13 +5,13 @@
 
 use std::time::Instant;
 
-use dolphin_tokenizer::{GgufTokenizer, SMOLLM2_FILE, find_model};
+use dolphin_tokenizer::{ModelTokenizer, SMOLLM2_FILE, find_model};
 
 fn main() -> anyhow::Result<()> {
     let path = find_model(SMOLLM2_FILE)
         .ok_or_else(|| anyhow::anyhow!("{SMOLLM2_FILE} not found: run scripts/fetch-model.sh"))?;
     let t0 = Instant::now();
-    let tok = GgufTokenizer::from_file(&path)?;
+    let tok = ModelTokenizer::from_file(&path)?;
     eprintln!("loaded {} in {:?}", path.display(), t0.elapsed());
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.as_slice() {
@@ -22,7 +22,7 @@ fn main() -> anyhow::Result<()> {
             let mut rounds = 0u32;
             // Repeat for at least a second so the figure is not dominated by timer noise.
             while t.elapsed().as_secs_f64() < 1.0 {
-                tokens += tok.encode(&text).len();
+                tokens += tok.encode(&text)?.len();
                 rounds += 1;
             }
             let secs = t.elapsed().as_secs_f64();
@@ -34,7 +34,7 @@ fn main() -> anyhow::Result<()> {
                 text.len() as f64 * f64::from(rounds) / secs / 1e6
             );
         }
-        _ => println!("{:?}", tok.encode(&args.join(" "))),
+        _ => println!("{:?}", tok.encode(&args.join(" "))?),
     }
     Ok(())
 }

@@ -11,12 +11,24 @@ pub enum TokenizerError {
     /// `tokenizer.ggml.model` names a tokenizer other than byte-level BPE ("gpt2").
     #[error("unsupported tokenizer model {0:?} (only \"gpt2\" byte-level BPE is implemented)")]
     UnsupportedModel(String),
-    /// `tokenizer.ggml.pre` names a pre-tokenizer this crate does not implement.
+    /// `tokenizer.ggml.pre` names a pre-tokenizer this crate does not build.
     #[error("unsupported pre-tokenizer {0:?}")]
     UnsupportedPreTokenizer(String),
     /// The vocabulary is inconsistent (lengths differ, an id or a token type is out of range).
     #[error("invalid vocabulary: {0}")]
     InvalidVocab(String),
+    /// A `tokenizer.json` or its `tokenizer_config.json` could not be read or parsed.
+    #[error("{path}: {message}")]
+    TokenizerJson {
+        /// The file.
+        path: std::path::PathBuf,
+        /// What went wrong.
+        message: String,
+    },
+    /// The tokenizer failed on an input (only a model whose unknown token is missing from its
+    /// vocabulary does).
+    #[error("tokenizing failed: {0}")]
+    Encode(String),
     /// The chat template does not parse, or failed while rendering (e.g. `raise_exception`).
     #[error("chat template")]
     ChatTemplate(#[source] minijinja::Error),

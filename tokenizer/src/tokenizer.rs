@@ -1,51 +1,60 @@
-//! The tokenizer of a GGUF model: special-token splitting, pre-tokenization, byte-level BPE,
-//! decoding, and the chat template, all built from the file's metadata.
+//! A real model's tokenizer: Hugging Face `tokenizers` built from a GGUF file's metadata or read
+//! from a `tokenizer.json`, with the model's special ids, stop tokens and chat template.
 
 use std::path::Path;
 
-use crate::bpe::Scratch;
+use tokenizers::{Model, OffsetReferential, OffsetType, PreTokenizer, Tokenizer};
+
 use crate::chat::{ChatMessage, ChatTemplate};
 use crate::error::TokenizerError;
 use crate::gguf::{GgufFile, optional};
-use crate::pretokenize::{PreTokenizer, PreTokenizerKind};
-use crate::special::{Fragment, SpecialMatcher};
-use crate::vocab::{SpecialIds, TokenType, Vocab, keys};
+use crate::hf::{self, PreTokenizerKind};
+use crate::json::HfConfig;
+use crate::vocab::{GgufVocab, SpecialIds, TokenType, keys, stop_ids};
 
-/// A byte-level BPE tokenizer (`tokenizer.ggml.model = "gpt2"`) whose ids match llama.cpp's.
+/// A model's tokenizer. For GGUF byte-level BPE (`tokenizer.ggml.model = "gpt2"`) its ids match
+/// llama.cpp's and the model's own `tokenizer.json`.
 ///
 /// Immutable after construction and `Send + Sync`: share one behind an `Arc`.
-pub struct GgufTokenizer {
-    vocab: Vocab,
-    pre_name: String,
-    pre: PreTokenizer,
-    /// Control, user-defined and unknown tokens: matched when special tokens are parsed.
-    specials: SpecialMatcher,
-    /// User-defined tokens only: matched even when special tokens are not parsed (llama.cpp).
-    user_defined: SpecialMatcher,
+pub struct ModelTokenizer {
+    /// Special tokens written in the text are parsed as such.
+    hf: Tokenizer,
+    /// The same pipeline with special tokens encoded as plain text.
+    hf_text: Tokenizer,
+    /// Whether long texts may be encoded in pieces cut before a newline (see [`chunks`]):
+    /// true for the pipelines built from GGUF metadata, whose pre-tokenizers are known.
+    chunked: bool,
+    /// Each id's type (llama.cpp's classes; from the added tokens for a `tokenizer.json`).
+    types: Vec<TokenType>,
+    /// The `tokenizer.ggml.pre` name, or "tokenizer.json".
+    source: String,
+    merges: usize,
+    special: SpecialIds,
+    add_bos: bool,
     chat: ChatTemplate,
     stop_ids: Vec<u32>,
 }
 
-impl std::fmt::Debug for GgufTokenizer {
+impl std::fmt::Debug for ModelTokenizer {
     /// A summary: the derived form would print all 49k tokens into a log line.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("GgufTokenizer")
+        f.debug_struct("ModelTokenizer")
             .field("vocab_size", &self.vocab_size())
-            .field("merges", &self.merge_count())
-            .field("pre", &self.pre_name)
-            .field("special", &self.vocab.special)
+            .field("merges", &self.merges)
+            .field("source", &self.source)
+            .field("special", &self.special)
             .finish_non_exhaustive()
     }
 }
 
-impl GgufTokenizer {
+impl ModelTokenizer {
     /// Reads the tokenizer of the GGUF file at `path` (only the header is read).
-    pub fn from_file(path: impl AsRef<Path>) -> Result<GgufTokenizer, TokenizerError> {
+    pub fn from_file(path: impl AsRef<Path>) -> Result<ModelTokenizer, TokenizerError> {
         Self::from_gguf(&GgufFile::open(path)?)
     }
 
     /// Builds the tokenizer from a parsed GGUF header.
-    pub fn from_gguf(g: &GgufFile) -> Result<GgufTokenizer, TokenizerError> {
+    pub fn from_gguf(g: &GgufFile) -> Result<ModelTokenizer, TokenizerError> {
         let model = g.get_str(keys::MODEL)?;
         if model != "gpt2" {
             return Err(TokenizerError::UnsupportedModel(model.to_string()));
@@ -53,69 +62,137 @@ impl GgufTokenizer {
         let pre_name = g.get_str(keys::PRE)?;
         let kind = PreTokenizerKind::from_gguf_name(pre_name)
             .ok_or_else(|| TokenizerError::UnsupportedPreTokenizer(pre_name.to_string()))?;
-        let vocab = Vocab::from_gguf(g)?;
-        let matcher = |pick: fn(TokenType) -> bool| {
-            SpecialMatcher::new(
-                vocab
-                    .tokens
-                    .iter()
-                    .zip(&vocab.types)
-                    .enumerate()
-                    .filter(|(_, (_, ty))| pick(**ty))
-                    .map(|(i, (t, _))| (t.clone(), i as u32)),
-            )
-        };
-        let specials = matcher(TokenType::matched_in_text);
-        let user_defined = matcher(|t| t == TokenType::UserDefined);
-        let text_of = |id: Option<u32>| id.map(|i| vocab.tokens[i as usize].as_str()).unwrap_or("");
+        let v = GgufVocab::from_gguf(g)?;
+        let hf = hf::from_gguf(&v, kind)?;
+        let text_of = |id: Option<u32>| id.map(|i| v.tokens[i as usize].as_str()).unwrap_or("");
         let chat = match optional(g.get_str(keys::CHAT_TEMPLATE))? {
-            Some(src) => {
-                ChatTemplate::new(src, text_of(vocab.special.bos), text_of(vocab.special.eos))?
-            }
+            Some(src) => ChatTemplate::new(src, text_of(v.special.bos), text_of(v.special.eos))?,
             None => ChatTemplate::chatml(),
         };
-        let stop_ids = vocab.stop_ids();
-        Ok(GgufTokenizer {
-            vocab,
-            pre_name: pre_name.to_string(),
-            pre: PreTokenizer::new(kind),
-            specials,
-            user_defined,
+        Ok(Self::assemble(
+            hf,
+            true,
+            v.types,
+            pre_name.to_string(),
+            v.merges.len(),
+            v.special,
+            v.add_bos,
+            chat,
+        ))
+    }
+
+    /// Reads a Hugging Face `tokenizer.json`, and the special tokens, BOS flag and chat template
+    /// from the `tokenizer_config.json` beside it when there is one (ChatML and no special ids
+    /// otherwise).
+    pub fn from_tokenizer_json(path: impl AsRef<Path>) -> Result<ModelTokenizer, TokenizerError> {
+        let path = path.as_ref();
+        let hf = Tokenizer::from_file(path).map_err(|e| TokenizerError::TokenizerJson {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        })?;
+        let config = HfConfig::beside(path)?;
+        let n = hf.get_vocab_size(true);
+        let mut types = vec![TokenType::Normal; n];
+        for (id, t) in hf.get_added_tokens_decoder() {
+            if let Some(ty) = types.get_mut(id as usize) {
+                *ty = if t.special {
+                    TokenType::Control
+                } else {
+                    TokenType::UserDefined
+                };
+            }
+        }
+        let id = |t: &Option<String>| t.as_deref().and_then(|t| hf.token_to_id(t));
+        let special = SpecialIds {
+            bos: id(&config.bos_token),
+            eos: id(&config.eos_token),
+            unk: id(&config.unk_token),
+            pad: id(&config.pad_token),
+            eot: None,
+        };
+        let chat = match &config.chat_template {
+            Some(src) => ChatTemplate::new(
+                src,
+                config.bos_token.as_deref().unwrap_or(""),
+                config.eos_token.as_deref().unwrap_or(""),
+            )?,
+            None => ChatTemplate::chatml(),
+        };
+        Ok(Self::assemble(
+            hf,
+            false,
+            types,
+            "tokenizer.json".into(),
+            0,
+            special,
+            config.add_bos_token,
+            chat,
+        ))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn assemble(
+        hf: Tokenizer,
+        chunked: bool,
+        types: Vec<TokenType>,
+        source: String,
+        merges: usize,
+        special: SpecialIds,
+        add_bos: bool,
+        chat: ChatTemplate,
+    ) -> ModelTokenizer {
+        let mut hf_text = hf.clone();
+        hf_text.set_encode_special_tokens(true);
+        // A token with a newline in it could straddle a cut.
+        let chunked = chunked
+            && hf
+                .get_added_tokens_decoder()
+                .values()
+                .all(|t| !t.content.contains('\n') && !t.lstrip && !t.rstrip);
+        let stop_ids = stop_ids(
+            special,
+            |t| hf.token_to_id(t),
+            |id| types.get(id as usize).copied(),
+        );
+        ModelTokenizer {
+            hf,
+            hf_text,
+            chunked,
+            types,
+            source,
+            merges,
+            special,
+            add_bos,
             chat,
             stop_ids,
-        })
+        }
     }
 
     /// Token ids of `text`, with special tokens written in the text (`<|im_start|>`) parsed as
     /// such; nothing is added (no BOS, no leading space).
-    pub fn encode(&self, text: &str) -> Vec<u32> {
+    pub fn encode(&self, text: &str) -> Result<Vec<u32>, TokenizerError> {
         self.encode_with(text, true)
     }
 
     /// Token ids of `text`; with `parse_special` false, control tokens in the text are encoded
     /// as plain text (user-defined tokens still match, as in llama.cpp).
-    pub fn encode_with(&self, text: &str, parse_special: bool) -> Vec<u32> {
-        let mut fragments = Vec::new();
-        let matcher = if parse_special {
-            &self.specials
+    pub fn encode_with(&self, text: &str, parse_special: bool) -> Result<Vec<u32>, TokenizerError> {
+        let tok = if parse_special {
+            &self.hf
         } else {
-            &self.user_defined
+            &self.hf_text
         };
-        matcher.split(text, &mut fragments);
-        // About 4 bytes a token for English text.
-        let mut out = Vec::with_capacity(text.len() / 3 + 1);
-        let mut scratch = Scratch::default();
-        for f in fragments {
-            match f {
-                Fragment::Special(id) => out.push(id),
-                Fragment::Text(t) => self.pre.split(t, |word| {
-                    self.vocab
-                        .bpe
-                        .encode_word(word.as_bytes(), &mut scratch, &mut out)
-                }),
-            }
+        // The pipeline can fail only for a model with an unknown token missing from its
+        // vocabulary (a broken tokenizer.json); GGUF BPE drops bytes it lacks, as llama.cpp.
+        let encode = |t: &str| ids_of(tok, t).map_err(|e| TokenizerError::Encode(e.to_string()));
+        if !self.chunked || text.len() <= CHUNK_BYTES {
+            return encode(text);
         }
-        out
+        let mut ids = Vec::with_capacity(text.len() / 3);
+        for piece in chunks(text, CHUNK_BYTES) {
+            ids.extend(encode(piece)?);
+        }
+        Ok(ids)
     }
 
     /// Text of `ids`: special tokens are skipped; ids outside the vocabulary give U+FFFD;
@@ -126,28 +203,19 @@ impl GgufTokenizer {
 
     /// Text of `ids`, with the text of special tokens kept unless `skip_special`.
     pub fn decode_with(&self, ids: &[u32], skip_special: bool) -> String {
-        let mut bytes = Vec::with_capacity(ids.len() * 4);
-        for &id in ids {
-            self.append_token_bytes(id, skip_special, &mut bytes);
-        }
-        match String::from_utf8(bytes) {
-            Ok(s) => s,
-            Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
-        }
-    }
-
-    /// Appends the bytes token `id` stands for (nothing for a skipped special token, U+FFFD for
-    /// an id outside the vocabulary).
-    pub fn append_token_bytes(&self, id: u32, skip_special: bool, out: &mut Vec<u8>) {
-        match self.vocab.piece(id) {
-            None => out.extend_from_slice("\u{FFFD}".as_bytes()),
-            Some((bytes, ty)) => {
-                let shown = matches!(ty, TokenType::Normal | TokenType::UserDefined);
-                if shown || !skip_special {
-                    out.extend_from_slice(bytes);
-                }
+        let n = self.vocab_size();
+        let mut out = String::new();
+        // tokenizers leaves out ids it does not know; they show as U+FFFD here instead.
+        for (i, run) in ids.split(|&id| id >= n).enumerate() {
+            if i > 0 {
+                out.push('\u{FFFD}');
+            }
+            if !run.is_empty() {
+                // Decoding known ids through the byte-level decoder cannot fail.
+                out.push_str(&self.hf.decode(run, skip_special).unwrap_or_default());
             }
         }
+        out
     }
 
     /// The prompt for a conversation, ending where the assistant's answer begins.
@@ -172,13 +240,13 @@ impl GgufTokenizer {
 
     /// Number of token ids (valid ids are `0..vocab_size`).
     pub fn vocab_size(&self) -> u32 {
-        // Vocab::from_gguf rejects vocabularies of u32::MAX tokens or more.
-        self.vocab.tokens.len() as u32
+        // Vocabularies of u32::MAX tokens or more are refused at load.
+        self.types.len() as u32
     }
 
     /// End-of-sequence id, if the model names one (SmolLM2: 2, `<|im_end|>`).
     pub fn eos(&self) -> Option<u32> {
-        self.vocab.special.eos
+        self.special.eos
     }
 
     /// Tokens that end generation: eos, and every control token llama.cpp treats as end of
@@ -189,38 +257,102 @@ impl GgufTokenizer {
 
     /// The special ids named in the metadata.
     pub fn special_ids(&self) -> SpecialIds {
-        self.vocab.special
+        self.special
     }
 
     /// Whether the model asks for BOS to be prepended to prompts (SmolLM2: no).
     pub fn add_bos(&self) -> bool {
-        self.vocab.add_bos
+        self.add_bos
     }
 
-    /// The `tokenizer.ggml.pre` name the pre-tokenizer was chosen by.
-    pub fn pre_tokenizer(&self) -> &str {
-        &self.pre_name
+    /// Where the pipeline came from: the `tokenizer.ggml.pre` name it was built for, or
+    /// "tokenizer.json".
+    pub fn source(&self) -> &str {
+        &self.source
     }
 
     /// The vocabulary string of `id` (byte-level form, e.g. "Ġworld").
-    pub fn id_to_token(&self, id: u32) -> Option<&str> {
-        self.vocab.tokens.get(id as usize).map(String::as_str)
+    pub fn id_to_token(&self, id: u32) -> Option<String> {
+        self.hf.id_to_token(id)
     }
 
     /// The id of a vocabulary string.
     pub fn token_to_id(&self, token: &str) -> Option<u32> {
-        self.vocab.ids.get(token).copied()
+        self.hf.token_to_id(token)
     }
 
     /// The type of token `id`.
     pub fn token_type(&self, id: u32) -> Option<TokenType> {
-        self.vocab.types.get(id as usize).copied()
+        self.types.get(id as usize).copied()
     }
 
-    /// Number of merges in the BPE table.
+    /// Number of merges in the GGUF file (0 for a `tokenizer.json`).
     pub fn merge_count(&self) -> usize {
-        self.vocab.bpe.merge_count()
+        self.merges
     }
+
+    /// The Hugging Face tokenizer itself (special tokens parsed), e.g. to save it as a
+    /// `tokenizer.json` or to decode a stream with its `decode_stream`.
+    pub fn hf(&self) -> &Tokenizer {
+        &self.hf
+    }
+}
+
+/// The ids of `text`: `tokenizers`' own pipeline (added tokens, normalizer, pre-tokenizer,
+/// model) without building an `Encoding`, whose per-token strings, offsets and word ids a server
+/// never reads. No post-processor, truncation or padding applies: nothing is added to a prompt,
+/// and the router refuses a long one rather than cutting it.
+fn ids_of(tok: &Tokenizer, text: &str) -> tokenizers::Result<Vec<u32>> {
+    let mut pre = tok
+        .get_added_vocabulary()
+        .extract_and_normalize(tok.get_normalizer(), text);
+    if let Some(p) = tok.get_pre_tokenizer() {
+        p.pre_tokenize(&mut pre)?;
+    }
+    let model = tok.get_model();
+    pre.tokenize(|n| model.tokenize(n.get()))?;
+    Ok(pre
+        .get_splits(OffsetReferential::Original, OffsetType::None)
+        .into_iter()
+        .flat_map(|(_, _, tokens)| tokens.iter().flatten().map(|t| t.id))
+        .collect())
+}
+
+/// Texts longer than this are encoded in pieces of about this size (see [`chunks`]).
+const CHUNK_BYTES: usize = 4096;
+
+/// Cuts `text` into pieces of at least `size` bytes (the last may be shorter), each cut just
+/// before a newline that follows a non-space character.
+///
+/// `tokenizers` spends time superlinear in the length of one input (its normalized strings keep
+/// an alignment per byte and are sliced and copied at every split): on the 32k-token prompt of
+/// the `tokenizer` bench, encoding in 4 KiB pieces is measurably faster than in one go (see
+/// docs/architecture.md). The ids are the same: for the GGUF pipelines (GPT-2 pattern, digits
+/// split, byte-level BPE within each word, no normalizer) a word never runs from a non-space
+/// character into the whitespace after it, so such a newline always starts a word, and every
+/// pattern looks only forward; no added token holds a newline or strips whitespace (checked at
+/// load).
+fn chunks(text: &str, size: usize) -> impl Iterator<Item = &str> {
+    let mut rest = text;
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
+        // Newlines are ASCII, so a byte search finds only real ones.
+        let b = rest.as_bytes();
+        let cut = (size.min(b.len())..b.len())
+            .find(|&at| {
+                b[at] == b'\n'
+                    && rest[..at]
+                        .chars()
+                        .next_back()
+                        .is_some_and(|c| !c.is_whitespace())
+            })
+            .unwrap_or(b.len());
+        let (piece, tail) = rest.split_at(cut);
+        rest = tail;
+        Some(piece)
+    })
 }
 
 #[cfg(test)]

@@ -1,10 +1,6 @@
-//! The vocabulary read from GGUF metadata: token strings and types, special ids, merges, and each
-//! token's decoded bytes.
+//! The vocabulary read from GGUF metadata: token strings and types, merges, special ids; and the
+//! end-of-generation tokens of any vocabulary.
 
-use std::collections::HashMap;
-
-use crate::bpe::Bpe;
-use crate::bytelevel::ByteLevel;
 use crate::error::TokenizerError;
 use crate::gguf::{Array, GgufFile, optional};
 
@@ -56,15 +52,6 @@ impl TokenType {
             _ => return None,
         })
     }
-
-    /// Whether input text is searched for this token before pre-tokenization (when special
-    /// tokens are parsed); user-defined tokens are always searched, as in llama.cpp.
-    pub(crate) fn matched_in_text(self) -> bool {
-        matches!(
-            self,
-            TokenType::Control | TokenType::UserDefined | TokenType::Unknown
-        )
-    }
 }
 
 /// Ids of the special tokens named in the metadata.
@@ -94,26 +81,21 @@ const EOG_TEXTS: &[&str] = &[
     "<|end_of_text|>",
 ];
 
-/// Everything the tokenizer needs from the metadata.
+/// The tokenizer metadata of a GGUF file.
 #[derive(Debug)]
-pub(crate) struct Vocab {
+pub(crate) struct GgufVocab {
     pub(crate) tokens: Vec<String>,
     pub(crate) types: Vec<TokenType>,
-    pub(crate) ids: HashMap<String, u32>,
-    /// Decoded bytes of every token, concatenated; token i is `pieces[ends[i-1]..ends[i]]`.
-    pub(crate) pieces: Vec<u8>,
-    pub(crate) ends: Vec<u32>,
+    pub(crate) merges: Vec<String>,
     pub(crate) special: SpecialIds,
-    pub(crate) bpe: Bpe,
     pub(crate) add_bos: bool,
 }
 
-impl Vocab {
-    pub(crate) fn from_gguf(g: &GgufFile) -> Result<Vocab, TokenizerError> {
+impl GgufVocab {
+    pub(crate) fn from_gguf(g: &GgufFile) -> Result<GgufVocab, TokenizerError> {
         let tokens = g.get_str_array(keys::TOKENS)?.to_vec();
         let n = tokens.len();
-        // Ids u32::MAX - 1 and up are markers in the BPE.
-        if n == 0 || n >= (u32::MAX - 1) as usize {
+        if n == 0 || n >= u32::MAX as usize {
             return Err(TokenizerError::InvalidVocab(format!("{n} tokens")));
         }
         let types = match optional(g.get_array(keys::TOKEN_TYPE))? {
@@ -121,43 +103,7 @@ impl Vocab {
             None => vec![TokenType::Normal; n],
             Some(arr) => read_types(arr, n)?,
         };
-        let mut ids = HashMap::with_capacity(n);
-        for (i, t) in tokens.iter().enumerate() {
-            // A duplicated string keeps its first id, like llama.cpp's token_to_id map.
-            ids.entry(t.clone()).or_insert(i as u32);
-        }
-
-        let bl = ByteLevel::new();
-        let mut pieces = Vec::with_capacity(n * 8);
-        let mut ends = Vec::with_capacity(n);
-        for (t, ty) in tokens.iter().zip(&types) {
-            match ty {
-                TokenType::Normal => bl.decode_into(t, &mut pieces),
-                _ => pieces.extend_from_slice(t.as_bytes()),
-            }
-            let end = u32::try_from(pieces.len())
-                .map_err(|_| TokenizerError::InvalidVocab("token text exceeds 4 GiB".into()))?;
-            ends.push(end);
-        }
-
-        let byte_ids: [Option<u32>; 256] = std::array::from_fn(|b| {
-            let c = bl.char_of(b as u8);
-            ids.get(c.encode_utf8(&mut [0; 4]) as &str).copied()
-        });
-        let merges = g.get_str_array(keys::MERGES)?;
-        let bpe = Bpe::new(
-            merges.iter().filter_map(|m| {
-                // As llama.cpp: split at the first space after the first byte; a merge naming
-                // strings outside the vocabulary can never apply and is dropped.
-                let first = m.chars().next()?.len_utf8();
-                let pos = m[first..].find(' ')? + first;
-                let (l, r) = (&m[..pos], &m[pos + 1..]);
-                let merged = format!("{l}{r}");
-                Some((*ids.get(l)?, *ids.get(r)?, *ids.get(&merged)?))
-            }),
-            byte_ids,
-        );
-
+        let merges = g.get_str_array(keys::MERGES)?.to_vec();
         let id = |key: &str| -> Result<Option<u32>, TokenizerError> {
             match optional(g.get_u32(key))? {
                 Some(i) if i as usize >= n => Err(TokenizerError::InvalidVocab(format!(
@@ -174,42 +120,32 @@ impl Vocab {
             eot: id(keys::EOT)?,
         };
         let add_bos = optional(g.get_bool(keys::ADD_BOS))?.unwrap_or(false);
-        Ok(Vocab {
+        Ok(GgufVocab {
             tokens,
             types,
-            ids,
-            pieces,
-            ends,
+            merges,
             special,
-            bpe,
             add_bos,
         })
     }
+}
 
-    /// The decoded bytes and type of token `id`.
-    pub(crate) fn piece(&self, id: u32) -> Option<(&[u8], TokenType)> {
-        let i = id as usize;
-        let end = *self.ends.get(i)? as usize;
-        let start = if i == 0 { 0 } else { self.ends[i - 1] as usize };
-        Some((&self.pieces[start..end], self.types[i]))
-    }
-
-    /// eos, eot, then every control token llama.cpp counts as end of generation.
-    pub(crate) fn stop_ids(&self) -> Vec<u32> {
-        let mut out: Vec<u32> = [self.special.eos, self.special.eot]
-            .into_iter()
-            .flatten()
-            .collect();
-        for text in EOG_TEXTS {
-            if let Some(&id) = self.ids.get(*text)
-                && self.types[id as usize] == TokenType::Control
-                && !out.contains(&id)
-            {
-                out.push(id);
-            }
+/// eos, eot, then every control token llama.cpp counts as end of generation.
+pub(crate) fn stop_ids(
+    special: SpecialIds,
+    id_of: impl Fn(&str) -> Option<u32>,
+    type_of: impl Fn(u32) -> Option<TokenType>,
+) -> Vec<u32> {
+    let mut out: Vec<u32> = [special.eos, special.eot].into_iter().flatten().collect();
+    for text in EOG_TEXTS {
+        if let Some(id) = id_of(text)
+            && type_of(id) == Some(TokenType::Control)
+            && !out.contains(&id)
+        {
+            out.push(id);
         }
-        out
     }
+    out
 }
 
 fn read_types(arr: &Array, n: usize) -> Result<Vec<TokenType>, TokenizerError> {

@@ -9,9 +9,7 @@
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
-use dolphin_tokenizer::{
-    ChatMessage, GgufTokenizer, SMOLLM2_FILE, StreamDecoder, find_model, model_dir,
-};
+use dolphin_tokenizer::{ChatMessage, ModelTokenizer, SMOLLM2_FILE, find_model, model_dir};
 use serde::Deserialize;
 
 #[derive(Deserialize)]
@@ -26,7 +24,11 @@ struct Case {
     name: String,
     text: String,
     parse_special: bool,
+    /// llama.cpp's ids.
     ids: Vec<u32>,
+    /// Hugging Face's ids, where they differ from llama.cpp's.
+    #[serde(default)]
+    hf_ids: Option<Vec<u32>>,
     decoded: String,
 }
 
@@ -69,8 +71,8 @@ fn model() -> Option<PathBuf> {
 }
 
 /// One tokenizer for all tests of this binary (loading takes a moment in debug builds).
-fn tokenizer() -> Option<&'static GgufTokenizer> {
-    static TOK: OnceLock<Option<GgufTokenizer>> = OnceLock::new();
+fn tokenizer() -> Option<&'static ModelTokenizer> {
+    static TOK: OnceLock<Option<ModelTokenizer>> = OnceLock::new();
     TOK.get_or_init(|| {
         let path = model()?;
         let len = std::fs::metadata(&path).expect("model metadata").len();
@@ -80,7 +82,7 @@ fn tokenizer() -> Option<&'static GgufTokenizer> {
             "{} is not the file the vectors were made from",
             path.display()
         );
-        Some(GgufTokenizer::from_file(&path).expect("SmolLM2 tokenizer loads"))
+        Some(ModelTokenizer::from_file(&path).expect("SmolLM2 tokenizer loads"))
     })
     .as_ref()
 }
@@ -93,22 +95,45 @@ fn metadata_matches_smollm2() {
     assert_eq!(t.special_ids().bos, Some(1));
     assert_eq!(t.stop_token_ids(), [2, 0]);
     assert!(!t.add_bos());
-    assert_eq!(t.pre_tokenizer(), "smollm");
+    assert_eq!(t.source(), "smollm");
     assert_eq!(t.merge_count(), 48900);
-    assert_eq!(t.id_to_token(1), Some("<|im_start|>"));
+    assert_eq!(t.id_to_token(1).as_deref(), Some("<|im_start|>"));
+}
+
+/// The ids the model should see: llama.cpp's, except where Hugging Face's differ. SmolLM2 was
+/// trained on its `tokenizer.json` (Hugging Face `tokenizers`), so those are the right ones for
+/// it. One case differs (`fuzz_193`): llama.cpp's GPT-2 splitter leaves a control character such
+/// as U+0004 out of ` ?[^\s\p{L}\p{N}]+` (it has no Unicode flags there), so " \x04/>" becomes
+/// "Ġ" + "\x04/>", where the regex itself, in `tokenizers` and in Python, keeps the space with
+/// the symbols: one token.
+fn model_ids(c: &Case) -> &[u32] {
+    c.hf_ids.as_deref().unwrap_or(&c.ids)
 }
 
 #[test]
-fn encode_matches_llama_cpp_on_every_vector() {
+fn encode_matches_the_reference_on_every_vector() {
     let Some(t) = tokenizer() else { return };
     let v = vectors();
+    let differing: Vec<&str> = v
+        .cases
+        .iter()
+        .filter(|c| c.hf_ids.is_some())
+        .map(|c| c.name.as_str())
+        .collect();
+    assert_eq!(
+        differing,
+        ["fuzz_193"],
+        "cases where llama.cpp and tokenizers differ"
+    );
     let mut failures = Vec::new();
     for c in &v.cases {
-        let got = t.encode_with(&c.text, c.parse_special);
-        if got != c.ids {
+        let got = t.encode_with(&c.text, c.parse_special).expect("encodes");
+        if got != model_ids(c) {
             failures.push(format!(
                 "{}: text {:?}\n  got  {got:?}\n  want {:?}",
-                c.name, c.text, c.ids
+                c.name,
+                c.text,
+                model_ids(c)
             ));
         }
     }
@@ -123,15 +148,35 @@ fn encode_matches_llama_cpp_on_every_vector() {
 }
 
 #[test]
+fn a_long_prompt_encoded_in_pieces_equals_tokenizers_in_one_go() {
+    let Some(t) = tokenizer() else { return };
+    let v = vectors();
+    // Every vector's text, one per line: long enough to be cut into pieces many times.
+    let text: String = v.cases.iter().map(|c| format!("{}\n", c.text)).collect();
+    assert!(text.len() > 16 * 1024, "{} bytes", text.len());
+    let one_go = t.hf().encode(text.as_str(), false).expect("encodes");
+    assert_eq!(t.encode(&text).expect("encodes"), one_go.get_ids());
+}
+
+#[test]
 fn decode_matches_llama_cpp_on_every_vector() {
     let Some(t) = tokenizer() else { return };
     for c in vectors().cases {
         assert_eq!(t.decode(&c.ids), c.decoded, "{}", c.name);
-        // Streaming one token at a time gives the same text.
-        let mut d = StreamDecoder::new();
-        let mut streamed: String = c.ids.iter().map(|&id| d.push(t, &[id])).collect();
-        streamed.push_str(&d.finish());
-        assert_eq!(streamed, c.decoded, "{} (streamed)", c.name);
+        // Streaming one token at a time gives the same text, but for an incomplete character
+        // at the very end, which a stream holds back.
+        let mut d = t.hf().decode_stream(true);
+        let streamed: String = c
+            .ids
+            .iter()
+            .filter_map(|&id| d.step(id).expect("step"))
+            .collect();
+        let rest = c.decoded.strip_prefix(&streamed);
+        assert!(
+            rest.is_some_and(|r| r.chars().all(|ch| ch == '\u{FFFD}')),
+            "{} (streamed): {streamed:?}",
+            c.name
+        );
     }
 }
 
@@ -151,6 +196,6 @@ fn chat_template_matches_transformers_and_ids_match_llama_cpp() {
         if c.add_generation_prompt {
             assert_eq!(t.render_chat(&msgs).unwrap(), c.rendered, "{}", c.name);
         }
-        assert_eq!(t.encode(&rendered), c.ids, "{}", c.name);
+        assert_eq!(t.encode(&rendered).expect("encodes"), c.ids, "{}", c.name);
     }
 }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use dolphin_engine::candle::{CandleConfig, candle_engine};
 use dolphin_engine::{Engine, SimConfig, SimProfile, sim_engine};
-use dolphin_tokenizer::{GgufTokenizer, SMOLLM2_FILE, find_model, model_dir};
+use dolphin_tokenizer::{ModelTokenizer, SMOLLM2_FILE, find_model, model_dir};
 
 use crate::{
     args::{EngineArgs, EngineKind},
@@ -22,7 +22,7 @@ pub fn build_engine(args: &EngineArgs) -> Result<Arc<dyn Engine>, WorkerError> {
             let cfg = candle_config(args)?;
             // The model's end-of-generation tokens (the wire cannot carry them; see
             // stop_tokens.rs), read from the same file's tokenizer metadata.
-            let stops = GgufTokenizer::from_file(&cfg.model_path)
+            let stops = ModelTokenizer::from_file(&cfg.model_path)
                 .map_err(|e| {
                     ConfigError::invalid(
                         "model-path",

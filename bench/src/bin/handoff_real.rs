@@ -27,7 +27,7 @@ use dolphin_handoff::dispatcher::Dispatcher;
 use dolphin_handoff::probe::agreement;
 use dolphin_handoff::samples::{PROMPTS, QUIZ};
 use dolphin_handoff::{AlgorithmSpec, GroupOptions, ModelGroup, Subserver};
-use dolphin_tokenizer::{GgufTokenizer, SMOLLM2_FILE, find_model};
+use dolphin_tokenizer::{ModelTokenizer, SMOLLM2_FILE, find_model};
 use serde::Serialize;
 use tokio::sync::Semaphore;
 
@@ -307,12 +307,12 @@ async fn main() -> anyhow::Result<()> {
         .clone()
         .or_else(|| find_model(SMOLLM2_FILE))
         .context("SmolLM2 not found: run scripts/fetch-model.sh or pass --model-path")?;
-    let tok = GgufTokenizer::from_file(&path)?;
+    let tok = ModelTokenizer::from_file(&path)?;
     let prompts: Vec<Vec<u32>> = PROMPTS
         .iter()
         .take(args.prompts)
         .map(|p| tok.encode(p))
-        .collect();
+        .collect::<Result<_, _>>()?;
     let small = engine(&path, Some(args.layers))?;
     let large = engine(&path, None)?;
     let pair = vec![
@@ -422,7 +422,10 @@ async fn main() -> anyhow::Result<()> {
     }
 
     // The quiz.
-    let quiz_prompts: Vec<Vec<u32>> = QUIZ.iter().map(|q| tok.encode(q.prompt)).collect();
+    let quiz_prompts: Vec<Vec<u32>> = QUIZ
+        .iter()
+        .map(|q| tok.encode(q.prompt))
+        .collect::<Result<_, _>>()?;
     let mut quiz = Vec::new();
     for spec in [
         "always-small",

@@ -33,7 +33,7 @@ use dolphin_bench::overhead_cluster::{self, RouterLaunch};
 use dolphin_bench::peers::{self, Peer, PeerBins, SmgMode};
 use dolphin_bench::proc_stat::CpuClock;
 use dolphin_bench::stats::Summary;
-use dolphin_router::tokenizer::{SimTokenizer, Tokenizer};
+use dolphin_router::tokenizer::SimTokenizer;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;

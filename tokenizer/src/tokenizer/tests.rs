@@ -3,9 +3,18 @@
 use proptest::prelude::*;
 
 use super::*;
-use crate::bytelevel::ByteLevel;
-use crate::decoder::StreamDecoder;
 use crate::gguf::{Array, GgufWriter, Limits, Value};
+
+/// GPT-2's byte-level alphabet: the character each byte is written as in the vocabulary
+/// (printable Latin-1 as itself, the other bytes from U+0100 on, in byte order).
+fn byte_char(b: u8) -> char {
+    let printable = |b: u8| matches!(b, b'!'..=b'~' | 0xA1..=0xAC | 0xAE..=0xFF);
+    if printable(b) {
+        return char::from(b);
+    }
+    let rank = (0..b).filter(|&x| !printable(x)).count() as u32;
+    char::from_u32(256 + rank).expect("a valid char")
+}
 
 const SPECIALS: [(&str, i32); 4] = [
     ("<|endoftext|>", 3),
@@ -20,12 +29,11 @@ const MERGES: [&str; 9] = [
 /// Specials at 0..4, the 256 byte characters at 4..260, then one token per merge.
 fn tiny(
     edit: impl FnOnce(&mut Vec<String>, &mut Vec<i32>, &mut GgufWriter),
-) -> Result<GgufTokenizer, TokenizerError> {
-    let bl = ByteLevel::new();
+) -> Result<ModelTokenizer, TokenizerError> {
     let mut tokens: Vec<String> = SPECIALS.iter().map(|s| s.0.to_string()).collect();
     let mut types: Vec<i32> = SPECIALS.iter().map(|s| s.1).collect();
     for b in 0..=255u8 {
-        tokens.push(bl.char_of(b).to_string());
+        tokens.push(byte_char(b).to_string());
         types.push(1);
     }
     for m in MERGES {
@@ -53,14 +61,18 @@ fn tiny(
         Some(bytes.len() as u64),
         Limits::default(),
     )?;
-    GgufTokenizer::from_gguf(&g)
+    ModelTokenizer::from_gguf(&g)
 }
 
-fn tok() -> GgufTokenizer {
+fn tok() -> ModelTokenizer {
     tiny(|_, _, _| {}).unwrap()
 }
 
-fn id(t: &GgufTokenizer, s: &str) -> u32 {
+fn enc(t: &ModelTokenizer, text: &str) -> Vec<u32> {
+    t.encode(text).expect("encodes")
+}
+
+fn id(t: &ModelTokenizer, s: &str) -> u32 {
     t.token_to_id(s)
         .unwrap_or_else(|| panic!("{s:?} not in vocab"))
 }
@@ -68,35 +80,35 @@ fn id(t: &GgufTokenizer, s: &str) -> u32 {
 #[test]
 fn merges_words_and_keeps_bytes() {
     let t = tok();
-    assert_eq!(t.encode("hello world"), [id(&t, "hello"), id(&t, "Ġworld")]);
-    assert_eq!(t.encode("hex"), [id(&t, "he"), id(&t, "x")]);
+    assert_eq!(enc(&t, "hello world"), [id(&t, "hello"), id(&t, "Ġworld")]);
+    assert_eq!(enc(&t, "hex"), [id(&t, "he"), id(&t, "x")]);
     // Digits one by one; the space before them stays alone.
     assert_eq!(
-        t.encode("a 12"),
+        enc(&t, "a 12"),
         [id(&t, "a"), id(&t, "Ġ"), id(&t, "1"), id(&t, "2")]
     );
-    let e_acute = t.encode("é");
+    let e_acute = enc(&t, "é");
     assert_eq!(e_acute, [id(&t, "Ã"), id(&t, "©")]);
-    assert_eq!(t.encode(""), Vec::<u32>::new());
+    assert_eq!(enc(&t, ""), Vec::<u32>::new());
 }
 
 #[test]
 fn bytes_the_vocabulary_lacks_are_dropped_like_llama_cpp() {
     let t = tiny(|tokens, _, _| tokens[4 + 4] = "unused-byte-4".into()).unwrap();
-    assert_eq!(t.encode("a\u{4}b"), [id(&t, "a"), id(&t, "b")]);
-    assert_eq!(t.encode("\u{4}"), Vec::<u32>::new());
+    assert_eq!(enc(&t, "a\u{4}b"), [id(&t, "a"), id(&t, "b")]);
+    assert_eq!(enc(&t, "\u{4}"), Vec::<u32>::new());
 }
 
 #[test]
 fn special_tokens_are_matched_in_text() {
     let t = tok();
-    let ids = t.encode("<|im_start|>user\nhello<|im_end|>");
+    let ids = enc(&t, "<|im_start|>user\nhello<|im_end|>");
     let mut want = vec![1];
-    want.extend(t.encode("user\n"));
+    want.extend(enc(&t, "user\n"));
     want.extend([id(&t, "hello"), 2]);
     assert_eq!(ids, want);
     // Not parsed: the control token is plain text, the user-defined one still matches.
-    let plain = t.encode_with("<|im_start|><tool>", false);
+    let plain = t.encode_with("<|im_start|><tool>", false).unwrap();
     assert!(!plain.contains(&1));
     assert_eq!(plain.last(), Some(&3));
     assert_eq!(t.decode(&plain), "<|im_start|><tool>");
@@ -105,7 +117,7 @@ fn special_tokens_are_matched_in_text() {
 #[test]
 fn decode_skips_control_tokens_unless_asked() {
     let t = tok();
-    let ids = t.encode("<|im_start|>hello<tool><|im_end|>");
+    let ids = enc(&t, "<|im_start|>hello<tool><|im_end|>");
     assert_eq!(t.decode(&ids), "hello<tool>");
     assert_eq!(
         t.decode_with(&ids, false),
@@ -128,11 +140,11 @@ fn metadata_accessors() {
     assert_eq!(t.stop_token_ids(), [2, 0]);
     assert_eq!(t.special_ids().bos, Some(1));
     assert!(!t.add_bos());
-    assert_eq!(t.pre_tokenizer(), "smollm");
+    assert_eq!(t.source(), "smollm");
     assert_eq!(t.merge_count(), 9);
     assert_eq!(t.token_type(0), Some(TokenType::Control));
     assert_eq!(t.token_type(3), Some(TokenType::UserDefined));
-    assert_eq!(t.id_to_token(4 + 32), Some("Ġ"));
+    assert_eq!(t.id_to_token(4 + 32).as_deref(), Some("Ġ"));
 }
 
 #[test]
@@ -157,17 +169,60 @@ fn chat_template_from_the_file_or_chatml() {
 }
 
 #[test]
-fn stream_decoder_emits_whole_characters() {
+fn stream_decoding_emits_whole_characters() {
     let t = tok();
-    let ids = t.encode("a🐬");
+    let ids = enc(&t, "a🐬");
     assert_eq!(ids.len(), 5);
-    let mut d = StreamDecoder::new();
-    assert_eq!(d.push(&t, &ids[..2]), "a");
-    assert_eq!(d.push(&t, &ids[2..4]), "");
-    assert_eq!(d.push(&t, &ids[4..]), "🐬");
-    let mut d = StreamDecoder::keeping_special();
-    assert_eq!(d.push(&t, &[2]), "<|im_end|>");
-    assert_eq!(StreamDecoder::new().push(&t, &[2]), "");
+    let mut d = t.hf().decode_stream(true);
+    let mut out = Vec::new();
+    for &id in &ids {
+        out.push(d.step(id).expect("step"));
+    }
+    assert_eq!(out, [Some("a".into()), None, None, None, Some("🐬".into())]);
+}
+
+#[test]
+fn a_saved_tokenizer_json_loads_with_its_config() {
+    let t = tok();
+    let dir = tempfile::tempdir().expect("dir");
+    let json = dir.path().join("tokenizer.json");
+    t.hf().save(&json, false).expect("save");
+    // Without tokenizer_config.json: the same ids, ChatML, no special ids.
+    let j = ModelTokenizer::from_tokenizer_json(&json).expect("load");
+    let text = "<|im_start|>hello world<tool> 42<|im_end|>";
+    assert_eq!(enc(&j, text), enc(&t, text));
+    assert_eq!(
+        j.encode_with(text, false).unwrap(),
+        t.encode_with(text, false).unwrap()
+    );
+    assert_eq!(j.vocab_size(), t.vocab_size());
+    assert_eq!((j.eos(), j.source()), (None, "tokenizer.json"));
+    assert_eq!(j.token_type(1), Some(TokenType::Control));
+    assert_eq!(j.token_type(3), Some(TokenType::UserDefined));
+    assert_eq!(j.decode(&enc(&j, text)), "hello world<tool> 42");
+    // With one: special ids, BOS flag and the template from it.
+    let config = serde_json::json!({
+        "bos_token": {"content": "<|im_start|>", "special": true},
+        "eos_token": "<|im_end|>",
+        "add_bos_token": true,
+        "chat_template": [{"name": "default", "template": "{{ eos_token }}{{ messages[0].content }}"}],
+    });
+    std::fs::write(dir.path().join("tokenizer_config.json"), config.to_string()).expect("write");
+    let j = ModelTokenizer::from_tokenizer_json(&json).expect("load");
+    assert_eq!(
+        (j.special_ids().bos, j.eos(), j.add_bos()),
+        (Some(1), Some(2), true)
+    );
+    assert_eq!(j.stop_token_ids(), [2, 0]);
+    let msgs = [ChatMessage::new("user", "hi")];
+    assert_eq!(j.render_chat(&msgs).unwrap(), "<|im_end|>hi");
+    // Broken files are errors that name the file.
+    std::fs::write(dir.path().join("tokenizer_config.json"), "{").expect("write");
+    let e = ModelTokenizer::from_tokenizer_json(&json).unwrap_err();
+    assert!(e.to_string().contains("tokenizer_config.json"), "{e}");
+    std::fs::write(&json, "not json").expect("write");
+    let e = ModelTokenizer::from_tokenizer_json(&json).unwrap_err();
+    assert!(matches!(e, TokenizerError::TokenizerJson { .. }), "{e}");
 }
 
 #[test]
@@ -183,9 +238,8 @@ fn inconsistent_vocabularies_are_rejected() {
 }
 
 /// Builds a tokenizer from metadata written without the defaults of `tiny`.
-fn with_keys(model: &str, pre: &str, eos: u32) -> Result<GgufTokenizer, TokenizerError> {
-    let bl = ByteLevel::new();
-    let tokens: Vec<String> = (0..=255u8).map(|b| bl.char_of(b).to_string()).collect();
+fn with_keys(model: &str, pre: &str, eos: u32) -> Result<ModelTokenizer, TokenizerError> {
+    let tokens: Vec<String> = (0..=255u8).map(|b| byte_char(b).to_string()).collect();
     let mut w = GgufWriter::new();
     w.add(keys::MODEL, Value::String(model.into()))
         .add(keys::PRE, Value::String(pre.into()))
@@ -193,7 +247,7 @@ fn with_keys(model: &str, pre: &str, eos: u32) -> Result<GgufTokenizer, Tokenize
         .add(keys::MERGES, Value::Array(Array::String(vec![])))
         .add(keys::EOS, Value::U32(eos));
     let bytes = w.to_bytes();
-    GgufTokenizer::from_gguf(&GgufFile::read(
+    ModelTokenizer::from_gguf(&GgufFile::read(
         std::io::Cursor::new(&bytes),
         None,
         Limits::default(),
@@ -217,14 +271,59 @@ fn unsupported_models_and_bad_ids_are_typed_errors() {
     // No types array: every token is normal.
     let t = with_keys("gpt2", "gpt-2", 5).unwrap();
     assert_eq!(t.token_type(0), Some(TokenType::Normal));
-    assert_eq!(t.encode("ab 12"), t.encode_with("ab 12", false));
+    assert_eq!(enc(&t, "ab 12"), t.encode_with("ab 12", false).unwrap());
 }
 
 proptest! {
     #[test]
     fn decode_inverts_encode(s in "\\PC{0,40}|[<|>a-z_ \n]{0,40}") {
         let t = tok();
-        prop_assert_eq!(t.decode(&t.encode_with(&s, false)), s.clone());
-        prop_assert_eq!(t.decode_with(&t.encode(&s), false), s);
+        prop_assert_eq!(t.decode(&t.encode_with(&s, false).unwrap()), s.clone());
+        prop_assert_eq!(t.decode_with(&enc(&t, &s), false), s);
     }
+}
+
+proptest! {
+    #[test]
+    fn encoding_in_pieces_gives_the_ids_of_one_go(
+        lines in proptest::collection::vec("\\PC{0,12}|[ \t\r\n]{0,3}|<\\|im_end\\|>|[0-9 ]{0,6}", 0..40),
+        size in 1usize..24,
+    ) {
+        let t = tok();
+        let text = lines.join("\n");
+        let whole = ids_of(&t.hf, &text).unwrap();
+        let mut pieces = Vec::new();
+        let mut joined = String::new();
+        for piece in chunks(&text, size) {
+            prop_assert!(!piece.is_empty());
+            joined.push_str(piece);
+            pieces.extend(ids_of(&t.hf, piece).unwrap());
+        }
+        prop_assert_eq!(&joined, &text);
+        prop_assert_eq!(pieces, whole);
+    }
+}
+
+#[test]
+fn the_fast_path_gives_the_ids_of_tokenizers_encode() {
+    let t = tok();
+    for text in [
+        "hello world",
+        "<|im_start|>a 12\n\n b<tool>",
+        "é  \n\tx",
+        "",
+    ] {
+        let reference = t.hf().encode(text, false).unwrap().get_ids().to_vec();
+        assert_eq!(enc(&t, text), reference, "{text:?}");
+    }
+    // Long enough to be cut into pieces.
+    let long = "hello world 42\n".repeat(1000);
+    assert!(long.len() > CHUNK_BYTES);
+    let reference = t
+        .hf()
+        .encode(long.as_str(), false)
+        .unwrap()
+        .get_ids()
+        .to_vec();
+    assert_eq!(enc(&t, &long), reference);
 }

@@ -8,7 +8,8 @@ Two independent references are run on every text:
 * Hugging Face `tokenizers`, built from the GGUF's vocabulary and merges with the pre-tokenizer of
   SmolLM2's upstream tokenizer.json (Digits(individual_digits) then ByteLevel, no prefix space) and
   the 17 control tokens as special added tokens. A difference from llama.cpp is recorded in the
-  case as `hf_ids` (none today).
+  case as `hf_ids` (one: fuzz_193, a control character after a space; the Rust tests take
+  `hf_ids` where present, as the model was trained on its tokenizer.json).
 
 Chat prompts are rendered with transformers' own `render_jinja_template` (Jinja2) from the
 template stored in the GGUF.

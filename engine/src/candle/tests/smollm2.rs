@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use dolphin_tokenizer::{ChatMessage, GgufTokenizer, SMOLLM2_FILE, find_model};
+use dolphin_tokenizer::{ChatMessage, ModelTokenizer, SMOLLM2_FILE, find_model};
 
 use super::engine_tests::{collect, remote};
 use crate::candle::{CandleConfig, WeightFormat, candle_scheduler};
@@ -23,14 +23,14 @@ fn model() -> Option<PathBuf> {
     found
 }
 
-fn chat(tok: &GgufTokenizer, user: &str) -> Vec<u32> {
+fn chat(tok: &ModelTokenizer, user: &str) -> Vec<u32> {
     let text = tok
         .render_chat(&[ChatMessage {
             role: "user".into(),
             content: user.into(),
         }])
         .expect("chat template");
-    tok.encode(&text)
+    tok.encode(&text).expect("encodes")
 }
 
 fn request(id: &str, prompt: Vec<u32>, max_tokens: u32, stops: &[u32]) -> SeqRequest {
@@ -48,7 +48,7 @@ fn request(id: &str, prompt: Vec<u32>, max_tokens: u32, stops: &[u32]) -> SeqReq
 #[tokio::test]
 async fn smollm2_answers_remote_equals_local_and_long_prompts_work() {
     let Some(path) = model() else { return };
-    let tok = GgufTokenizer::from_file(&path).expect("tokenizer");
+    let tok = ModelTokenizer::from_file(&path).expect("tokenizer");
     let cfg = CandleConfig::new(&path);
     let (pre, dec, local) = (
         candle_scheduler(cfg.clone()).expect("engine"),

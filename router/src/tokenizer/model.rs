@@ -1,19 +1,20 @@
-//! [`GgufModelTokenizer`]: a real model's tokenizer, read from its GGUF file's metadata
-//! (`dolphin_tokenizer`), behind the router's [`Tokenizer`] trait.
+//! [`HfModelTokenizer`]: a real model's tokenizer (Hugging Face `tokenizers`, through
+//! `dolphin_tokenizer`), read from its GGUF file's metadata or a `tokenizer.json`, behind the
+//! router's [`Tokenizer`] trait.
 
 use std::path::{Path, PathBuf};
 
-use dolphin_tokenizer::GgufTokenizer;
+use dolphin_tokenizer::ModelTokenizer;
 
-use super::{ChatMessage, ChatTemplateError, Tokenizer};
+use super::{ChatMessage, ChatTemplateError, EncodeError, Tokenizer};
 
-/// A model's byte-level BPE tokenizer and chat template, as the workers serving it use them.
+/// A model's tokenizer and chat template, as the workers serving it use them.
 #[derive(Debug)]
-pub struct GgufModelTokenizer {
-    inner: GgufTokenizer,
+pub struct HfModelTokenizer {
+    inner: ModelTokenizer,
 }
 
-/// A GGUF file whose tokenizer could not be loaded.
+/// A model file whose tokenizer could not be loaded.
 #[derive(Debug, thiserror::Error)]
 #[error("cannot load the tokenizer of {path}")]
 pub struct TokenizerLoadError {
@@ -24,27 +25,43 @@ pub struct TokenizerLoadError {
     pub source: dolphin_tokenizer::TokenizerError,
 }
 
-impl GgufModelTokenizer {
+impl HfModelTokenizer {
     /// Reads the tokenizer from the header of the GGUF file at `path` (not the weights).
     pub fn from_file(path: &Path) -> Result<Self, TokenizerLoadError> {
-        let inner = GgufTokenizer::from_file(path).map_err(|source| TokenizerLoadError {
+        let inner = ModelTokenizer::from_file(path).map_err(|source| TokenizerLoadError {
             path: path.to_path_buf(),
             source,
         })?;
         Ok(Self { inner })
     }
 
+    /// Reads a Hugging Face `tokenizer.json`: `path` is the file or the model directory that
+    /// holds it (with its `tokenizer_config.json`, when present, for the special tokens and
+    /// the chat template).
+    pub fn from_tokenizer_json(path: &Path) -> Result<Self, TokenizerLoadError> {
+        let file = if path.is_dir() {
+            path.join("tokenizer.json")
+        } else {
+            path.to_path_buf()
+        };
+        let inner = ModelTokenizer::from_tokenizer_json(&file)
+            .map_err(|source| TokenizerLoadError { path: file, source })?;
+        Ok(Self { inner })
+    }
+
     /// The underlying tokenizer.
-    pub fn inner(&self) -> &GgufTokenizer {
+    pub fn inner(&self) -> &ModelTokenizer {
         &self.inner
     }
 }
 
-impl Tokenizer for GgufModelTokenizer {
-    fn encode(&self, text: &str) -> Vec<u32> {
+impl Tokenizer for HfModelTokenizer {
+    fn encode(&self, text: &str) -> Result<Vec<u32>, EncodeError> {
         // Special tokens written in the text are parsed, as llama.cpp's server does: chat
         // prompts rendered by the template carry `<|im_start|>` and friends as text.
-        self.inner.encode(text)
+        self.inner
+            .encode(text)
+            .map_err(|e| EncodeError(error_chain(&e)))
     }
 
     fn decode(&self, ids: &[u32]) -> String {
@@ -122,11 +139,11 @@ mod tests {
     #[test]
     fn encodes_decodes_and_renders_from_the_file() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let t = GgufModelTokenizer::from_file(&tiny_gguf(dir.path(), CHATML)).expect("loads");
+        let t = HfModelTokenizer::from_file(&tiny_gguf(dir.path(), CHATML)).expect("loads");
         assert_eq!(t.vocab_size(), 6);
         assert_eq!(t.eos(), Some(4));
-        assert_eq!(t.encode("ab"), vec![2]);
-        assert_eq!(t.encode("<|im_start|>ab"), vec![3, 2]);
+        assert_eq!(t.encode("ab"), Ok(vec![2]));
+        assert_eq!(t.encode("<|im_start|>ab"), Ok(vec![3, 2]));
         assert_eq!(t.decode(&[3, 2, 0, 4]), "aba");
         let text = t
             .render_chat(&[ChatMessage {
@@ -144,7 +161,7 @@ mod tests {
     fn template_errors_are_reported_not_panicked() {
         let dir = tempfile::tempdir().expect("tempdir");
         let template = "{{ raise_exception('only user messages') }}";
-        let t = GgufModelTokenizer::from_file(&tiny_gguf(dir.path(), template)).expect("loads");
+        let t = HfModelTokenizer::from_file(&tiny_gguf(dir.path(), template)).expect("loads");
         let err = t
             .render_chat(&[ChatMessage {
                 role: "system".into(),
@@ -155,8 +172,44 @@ mod tests {
     }
 
     #[test]
+    fn a_model_directory_with_tokenizer_json_serves_like_its_gguf() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let gguf = HfModelTokenizer::from_file(&tiny_gguf(dir.path(), CHATML)).expect("loads");
+        let model = dir.path().join("Tiny-Model");
+        std::fs::create_dir(&model).expect("mkdir");
+        gguf.inner()
+            .hf()
+            .save(model.join("tokenizer.json"), false)
+            .expect("save");
+        let config = serde_json::json!({ "eos_token": "<|im_end|>", "chat_template": CHATML });
+        std::fs::write(model.join("tokenizer_config.json"), config.to_string()).expect("write");
+        let built = super::super::TokenizerKind::Hf
+            .build(Some(&model))
+            .expect("the directory loads");
+        for text in ["ab", "<|im_start|>ab", "abab a"] {
+            assert_eq!(built.encode(text), gguf.encode(text), "{text}");
+        }
+        assert_eq!(
+            (built.eos(), built.vocab_size()),
+            (gguf.eos(), gguf.vocab_size())
+        );
+        let msgs = [ChatMessage {
+            role: "user".into(),
+            content: "ab".into(),
+        }];
+        assert_eq!(built.render_chat(&msgs), gguf.render_chat(&msgs));
+        assert_eq!(super::super::model_name_for_hf_path(&model), "Tiny-Model");
+        assert_eq!(
+            super::super::model_name_for_hf_path(&model.join("tokenizer.json")),
+            "Tiny-Model"
+        );
+        let err = HfModelTokenizer::from_tokenizer_json(dir.path()).expect_err("no tokenizer.json");
+        assert!(err.to_string().contains("tokenizer.json"), "{err}");
+    }
+
+    #[test]
     fn a_missing_file_names_its_path() {
-        let err = GgufModelTokenizer::from_file(Path::new("/nonexistent/m.gguf"))
+        let err = HfModelTokenizer::from_file(Path::new("/nonexistent/m.gguf"))
             .expect_err("no such file");
         assert!(err.to_string().contains("/nonexistent/m.gguf"), "{err}");
     }
