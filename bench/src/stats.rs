@@ -1,5 +1,6 @@
 //! Latency summaries: percentiles and mean of a set of samples, in microseconds.
 
+use dolphin_workload::stats::nearest_rank;
 use serde::Serialize;
 
 /// Summary of latency samples, all in microseconds.
@@ -35,10 +36,10 @@ impl Summary {
         Summary {
             n: samples.len(),
             mean_us: sum as f64 / samples.len() as f64 / 1_000.0,
-            p50_us: us(percentile(samples, 50.0)),
-            p90_us: us(percentile(samples, 90.0)),
-            p99_us: us(percentile(samples, 99.0)),
-            p999_us: us(percentile(samples, 99.9)),
+            p50_us: us(nearest_rank(samples, 0.5)),
+            p90_us: us(nearest_rank(samples, 0.9)),
+            p99_us: us(nearest_rank(samples, 0.99)),
+            p999_us: us(nearest_rank(samples, 0.999)),
             min_us: us(samples[0]),
             max_us: us(samples[samples.len() - 1]),
         }
@@ -51,14 +52,6 @@ impl Summary {
             self.p50_us, self.p99_us, self.mean_us, self.n
         )
     }
-}
-
-/// Nearest-rank percentile of sorted, non-empty `sorted`: the smallest sample with at least
-/// `pct` percent of the samples at or below it.
-pub fn percentile(sorted: &[u64], pct: f64) -> u64 {
-    let n = sorted.len();
-    let rank = ((pct / 100.0) * n as f64).ceil() as usize;
-    sorted[rank.clamp(1, n) - 1]
 }
 
 /// Median of `values` (the mean of the two middle ones for an even count; 0 when empty).
@@ -82,16 +75,6 @@ mod tests {
         assert_eq!(median([3.0, 1.0, 2.0]), 2.0);
         assert_eq!(median([4.0, 1.0, 2.0, 3.0]), 2.5);
         assert_eq!(median([]), 0.0);
-    }
-
-    #[test]
-    fn nearest_rank_percentiles() {
-        let v: Vec<u64> = (1..=100).collect();
-        assert_eq!(percentile(&v, 50.0), 50);
-        assert_eq!(percentile(&v, 99.0), 99);
-        assert_eq!(percentile(&v, 100.0), 100);
-        assert_eq!(percentile(&v, 0.0), 1);
-        assert_eq!(percentile(&[7], 99.9), 7);
     }
 
     #[test]

@@ -15,6 +15,7 @@ pub mod hash_map;
 pub mod keys;
 pub mod otel;
 pub mod prefetch;
+pub mod signal;
 pub mod static_discovery;
 pub mod telemetry;
 #[cfg(feature = "test-util")]

@@ -19,7 +19,6 @@ pub mod process;
 pub mod ready;
 pub mod replay;
 pub mod request;
-pub mod signals;
 pub mod summary;
 pub mod supervise;
 pub mod table_diff;

@@ -13,7 +13,7 @@ use tokio::task::JoinSet;
 use crate::error::CtlError;
 use crate::process::{ManagedProcess, ProcessSpec};
 use crate::ready::ReadyInfo;
-use crate::signals::StopSignals;
+use dolphin_cluster::signal::{StopSignal, StopSignals};
 
 /// The first restart waits this long; each further one twice as long as the one before.
 const BACKOFF_MIN: Duration = Duration::from_secs(1);
@@ -118,14 +118,14 @@ fn set_flag(args: &mut Vec<OsString>, flag: &str, value: &str) {
 
 type Restarted = (usize, Result<(ManagedProcess, ReadyInfo), CtlError>);
 
-/// Supervises `members` until a stop signal, whose name it returns. Each unexpected exit is
+/// Supervises `members` until a stop signal, which it returns. Each unexpected exit is
 /// reported with the child's last output and followed by a restart after a backoff; a restart
 /// that fails (exits before READY, times out) is retried the same way.
 pub async fn supervise(
     members: &mut [Supervised],
     signals: &mut StopSignals,
     ready_timeout: Duration,
-) -> &'static str {
+) -> StopSignal {
     let (died_tx, mut died_rx) = mpsc::unbounded_channel::<(usize, u64, ExitStatus)>();
     let watch = |i: usize, m: &Supervised| {
         let exited = m.process.exited();

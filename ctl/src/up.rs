@@ -23,10 +23,10 @@ use crate::launch::{
 };
 use crate::process::{ManagedProcess, ProcessSpec};
 use crate::ready::ReadyInfo;
-use crate::signals::StopSignals;
 use crate::summary::{ClusterSummary, MemberSummary};
 use crate::supervise::{Supervised, supervise};
 use crate::workers;
+use dolphin_cluster::signal::StopSignals;
 
 /// The directory holding dolphinctl itself, where `cargo build` puts the other binaries too.
 pub fn default_bin_dir() -> Result<PathBuf, CtlError> {
@@ -80,7 +80,7 @@ pub async fn up(mut args: UpArgs) -> Result<(), CtlError> {
         source,
     })?;
     // Installed before the first child starts, so Ctrl-C during startup still cleans up.
-    let mut signals = StopSignals::install()?;
+    let mut signals = StopSignals::install_with_hangup().map_err(CtlError::Signal)?;
     let grace = Duration::from_secs(args.grace_secs);
 
     let mut members = Vec::new();

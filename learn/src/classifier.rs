@@ -132,8 +132,8 @@ pub fn train(records: &[LogRecord], cfg: &TrainConfig) -> Result<TrainReport, Le
 
     let mut outs: Vec<u32> = trainset.iter().map(|(_, o)| *o).collect();
     outs.sort_unstable();
-    let b0 = stats::quantile(&outs, 1.0 / 3.0).max(1);
-    let b1 = stats::quantile(&outs, 2.0 / 3.0).max(b0 + 1);
+    let b0 = stats::nearest_rank(&outs, 1.0 / 3.0).max(1);
+    let b1 = stats::nearest_rank(&outs, 2.0 / 3.0).max(b0 + 1);
     let mut c = OutputClassifier {
         schema_version: CLASSIFIER_SCHEMA_VERSION,
         boundaries: [b0, b1],

@@ -1,6 +1,7 @@
 //! Small statistics helpers: means, quantiles, the feature standardizer, dates.
 
 use dolphin_router::dolphin::table::{N_FEATURES, Standardizer, Transform};
+pub use dolphin_workload::stats::nearest_rank;
 
 /// Mean and standard deviation (population); a zero deviation is reported as 1 so that
 /// standardizing a constant feature gives 0 instead of dividing by zero.
@@ -19,20 +20,13 @@ pub fn mean_std(values: impl Iterator<Item = f64> + Clone) -> (f64, f64) {
     (mean, if std > 1e-9 { std } else { 1.0 })
 }
 
-/// Nearest-rank quantile of sorted, non-empty values (`q` in [0, 1]).
-pub fn quantile(sorted: &[u32], q: f64) -> u32 {
-    let n = sorted.len();
-    let rank = ((q * n as f64).ceil() as usize).clamp(1, n);
-    sorted[rank - 1]
-}
-
 /// Median of unsorted values (`None` when empty).
 pub fn median(values: &mut [u32]) -> Option<u32> {
     if values.is_empty() {
         return None;
     }
     values.sort_unstable();
-    Some(quantile(values, 0.5))
+    Some(nearest_rank(values, 0.5))
 }
 
 /// Standardizer scale of a disabled feature. The router's table format has no "off" switch and
@@ -110,7 +104,7 @@ mod tests {
         assert_eq!((m, s), (2.0, 1.0));
         assert_eq!(mean_std([5.0, 5.0].into_iter()), (5.0, 1.0));
         let v: Vec<u32> = (1..=9).collect();
-        assert_eq!(quantile(&v, 1.0 / 3.0), 3);
+        assert_eq!(nearest_rank(&v, 1.0 / 3.0), 3);
         assert_eq!(median(&mut [5, 1, 3]), Some(3));
         assert_eq!(median(&mut []), None);
         assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");

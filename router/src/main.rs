@@ -61,39 +61,20 @@ async fn run(cfg: RouterConfig) -> anyhow::Result<()> {
     dolphin_router::metrics::describe();
     // Install the signal handlers before announcing readiness: a SIGTERM sent right after the
     // READY line must drain the router, not kill it.
-    let signals = Signals::install()?;
+    let mut signals = dolphin_cluster::signal::StopSignals::install()?;
     let shutdown = CancellationToken::new();
     let running = dolphin_router::start(&cfg, Some(handle), shutdown.clone()).await?;
     println!("{}", running.ready_line());
-    signals.wait().await;
-    tracing::info!(grace_secs = cfg.shutdown_grace_secs, "shutting down");
+    let signal = signals.recv().await;
+    tracing::info!(
+        signal = signal.as_str(),
+        grace_secs = cfg.shutdown_grace_secs,
+        "shutting down"
+    );
     shutdown.cancel();
     match tokio::time::timeout(Duration::from_secs(cfg.shutdown_grace_secs), running.wait()).await {
         Ok(result) => result?,
         Err(_) => tracing::warn!("grace period over; closing open requests"),
     }
     Ok(())
-}
-
-/// SIGTERM and SIGINT listeners.
-struct Signals {
-    term: tokio::signal::unix::Signal,
-    int: tokio::signal::unix::Signal,
-}
-
-impl Signals {
-    fn install() -> std::io::Result<Self> {
-        use tokio::signal::unix::{SignalKind, signal};
-        Ok(Self {
-            term: signal(SignalKind::terminate())?,
-            int: signal(SignalKind::interrupt())?,
-        })
-    }
-
-    async fn wait(mut self) {
-        tokio::select! {
-            _ = self.term.recv() => {}
-            _ = self.int.recv() => {}
-        }
-    }
 }

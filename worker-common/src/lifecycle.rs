@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use dolphin_cluster::{DiscoveryError, EtcdConfig, Registration, WorkerRecord};
 
-use crate::{error::WorkerError, ready::print_ready, server::RunningWorker, signal::StopSignals};
+use crate::{StopSignals, error::WorkerError, ready::print_ready, server::RunningWorker};
 
 /// How the process joins and leaves the cluster.
 #[derive(Debug, Clone)]

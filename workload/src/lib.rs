@@ -20,6 +20,7 @@ mod expand;
 mod outcome;
 mod request;
 mod spec;
+pub mod stats;
 mod summary;
 pub mod synthetic;
 pub mod trace;

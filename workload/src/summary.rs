@@ -28,10 +28,7 @@ impl Percentiles {
             return Percentiles::default();
         }
         values.sort_by(f64::total_cmp);
-        let rank = |q: f64| {
-            let i = (q * values.len() as f64).ceil() as usize;
-            values[i.clamp(1, values.len()) - 1]
-        };
+        let rank = |q: f64| crate::stats::nearest_rank(values, q);
         Percentiles {
             mean: values.iter().sum::<f64>() / values.len() as f64,
             p50: rank(0.5),

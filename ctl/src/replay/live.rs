@@ -149,7 +149,7 @@ pub async fn replay_live(
         total: n,
         ..Stats::default()
     };
-    let mut progress = Progress::new(cfg.progress);
+    let mut progress = Progress::new(cfg.progress, n);
     let mut tick = tokio::time::interval(progress.period());
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let mut next = 0;
