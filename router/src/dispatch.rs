@@ -21,7 +21,7 @@ use crate::error::DispatchError;
 use crate::grpc_call::GrpcStream;
 use crate::metrics as m;
 use crate::migration::{Migration, RequestScope};
-use crate::policy::{Decision, Features, Policy, PrefillState};
+use crate::policy::{DecidedBy, Decision, Features, Policy, PrefillState};
 use crate::request_log::RequestLog;
 use crate::stream::{Api, RequestMeta, ResponseStream};
 use crate::tokenizer::{ChatMessage, Tokenizer};
@@ -137,11 +137,10 @@ pub struct RouteDecision {
     pub features: Features,
     /// Local or remote.
     pub decision: Decision,
-    /// Name of the policy that decided ("forced" for a client-forced path; for `dolphin`,
-    /// "dolphin" from a table or "dolphin-fallback/<policy>" without one).
-    pub policy: &'static str,
-    /// Routing-table cluster of the request (-1: no table decided).
-    pub cluster: i32,
+    /// Who decided the path.
+    pub decided_by: DecidedBy,
+    /// Routing-table cluster of the request (`None`: no table decided).
+    pub cluster: Option<u32>,
     /// Version of the routing table that decided.
     pub table_version: Option<Arc<str>>,
     /// What was known about the request at admission (the classifier's input).
@@ -325,12 +324,12 @@ impl Dispatcher {
                 eff_isl_decode: uncached(&decode),
                 output_len_hint: predicted.length,
             };
-            let (mut cluster, mut table_version) = (-1, None);
-            let (decision, policy) = match force {
+            let (mut cluster, mut table_version) = (None, None);
+            let (decision, decided_by) = match force {
                 Some(Decision::Remote) if prefill.is_none() => {
                     return Err(DispatchError::NoPrefillWorkers);
                 }
-                Some(d) => (d, "forced"),
+                Some(d) => (d, DecidedBy::Forced),
                 None => {
                     let state = PrefillState {
                         available: prefill.is_some(),
@@ -339,13 +338,12 @@ impl Dispatcher {
                     match self.policy() {
                         Policy::Dolphin(cfg) => {
                             let split = self.registry.split();
-                            let fallback = cfg.fallback_policy();
-                            let o = self.dolphin.decide(&features, state, split, &fallback);
+                            let o = self.dolphin.decide(&features, state, split, &cfg);
                             cluster = o.cluster;
                             table_version = o.table_version;
-                            (o.decision, o.policy)
+                            (o.decision, o.decided_by)
                         }
-                        p => (p.decide(&features, state), p.name()),
+                        p => (p.decide(&features, state), DecidedBy::Policy(p.kind())),
                     }
                 }
             };
@@ -360,7 +358,7 @@ impl Dispatcher {
                 prefill,
                 features,
                 decision,
-                policy,
+                decided_by,
                 cluster,
                 table_version,
                 admission,
@@ -607,20 +605,22 @@ pub(crate) struct Attempt {
     pub(crate) first: v1::DecodeResponse,
 }
 
-/// Per-cluster and fallback counters of the `dolphin` policy.
 /// A failure of the router's own machinery (here: the model's tokenizer), as a request error.
 fn internal(e: impl std::fmt::Display) -> DispatchError {
     DispatchError::Internal(e.to_string())
 }
 
+/// Per-cluster and fallback counters of the `dolphin` policy.
 fn count_dolphin_decision(route: &RouteDecision) {
-    if route.policy == crate::dolphin::routing::POLICY_NAME {
-        metrics::counter!(m::DOLPHIN_DECISIONS_TOTAL,
+    match route.decided_by {
+        DecidedBy::Table => metrics::counter!(m::DOLPHIN_DECISIONS_TOTAL,
             "cluster" => m::cluster_label(route.cluster),
             "decision" => route.decision.as_str())
-        .increment(1);
-    } else if let Some(fallback) = route.policy.strip_prefix("dolphin-fallback/") {
-        metrics::counter!(m::DOLPHIN_FALLBACK_TOTAL, "fallback" => fallback).increment(1);
+        .increment(1),
+        DecidedBy::Fallback(f) => {
+            metrics::counter!(m::DOLPHIN_FALLBACK_TOTAL, "fallback" => f.as_str()).increment(1);
+        }
+        DecidedBy::Forced | DecidedBy::Policy(_) => {}
     }
 }
 

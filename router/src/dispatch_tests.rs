@@ -63,7 +63,7 @@ async fn local_request_streams_detokenized_text() {
         Decision::Local,
         "no prefill workers: local"
     );
-    assert_eq!(s.route().policy, "threshold");
+    assert_eq!(s.route().decided_by.label(), "threshold");
     assert!(s.request_id().starts_with("req-"));
     let (text, fin) = collect(s).await.expect("ok");
     assert_eq!(text, "abcab");
@@ -106,7 +106,7 @@ async fn remote_request_names_the_prefill_worker() {
     p.force = Some(Decision::Local);
     let s = d.generate(p).await.expect("generate");
     assert_eq!(
-        (s.route().decision, s.route().policy),
+        (s.route().decision, s.route().decided_by.label()),
         (Decision::Local, "forced")
     );
 }

@@ -74,11 +74,10 @@ pub const CLUSTER_LABELS: [&str; 64] = [
     "49", "50", "51", "52", "53", "54", "55", "56", "57", "58", "59", "60", "61", "62", "63",
 ];
 
-/// The label of a cluster id ("none" outside the table range).
-pub fn cluster_label(cluster: i32) -> &'static str {
-    usize::try_from(cluster)
-        .ok()
-        .and_then(|c| CLUSTER_LABELS.get(c).copied())
+/// The label of a cluster id ("none" without one or outside the table range).
+pub fn cluster_label(cluster: Option<u32>) -> &'static str {
+    cluster
+        .and_then(|c| CLUSTER_LABELS.get(c as usize).copied())
         .unwrap_or("none")
 }
 

@@ -135,6 +135,48 @@ pub enum FallbackKind {
     Threshold,
 }
 
+impl FallbackKind {
+    /// The fallback's policy name ("always-local", "always-remote", "threshold").
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FallbackKind::AlwaysLocal => "always-local",
+            FallbackKind::AlwaysRemote => "always-remote",
+            FallbackKind::Threshold => "threshold",
+        }
+    }
+}
+
+/// Who decided a request's path: a client's force, a plain policy, the `dolphin` policy's
+/// table, or its fallback while the live split has none.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DecidedBy {
+    /// The client forced the path.
+    Forced,
+    /// The active policy (never `dolphin`: that is `Table` or `Fallback`).
+    Policy(PolicyKind),
+    /// The `dolphin` policy's routing table.
+    Table,
+    /// The `dolphin` policy's fallback: the live split has no table.
+    Fallback(FallbackKind),
+}
+
+impl DecidedBy {
+    /// The label clients and logs see (`RoutingInfo.policy`, `x-dolphin-policy`, the request
+    /// log): "forced", a policy's name, "dolphin", or "dolphin-fallback/<policy>".
+    pub fn label(self) -> &'static str {
+        match self {
+            DecidedBy::Forced => "forced",
+            DecidedBy::Policy(PolicyKind::AlwaysLocal) => "always-local",
+            DecidedBy::Policy(PolicyKind::AlwaysRemote) => "always-remote",
+            DecidedBy::Policy(PolicyKind::Threshold) => "threshold",
+            DecidedBy::Policy(PolicyKind::Dolphin) | DecidedBy::Table => "dolphin",
+            DecidedBy::Fallback(FallbackKind::AlwaysLocal) => "dolphin-fallback/always-local",
+            DecidedBy::Fallback(FallbackKind::AlwaysRemote) => "dolphin-fallback/always-remote",
+            DecidedBy::Fallback(FallbackKind::Threshold) => "dolphin-fallback/threshold",
+        }
+    }
+}
+
 /// Parameters of the `dolphin` policy.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -202,6 +244,16 @@ impl Policy {
             Policy::AlwaysRemote => "always-remote",
             Policy::Threshold(_) => "threshold",
             Policy::Dolphin(_) => "dolphin",
+        }
+    }
+
+    /// The policy's kind.
+    pub fn kind(&self) -> PolicyKind {
+        match self {
+            Policy::AlwaysLocal => PolicyKind::AlwaysLocal,
+            Policy::AlwaysRemote => PolicyKind::AlwaysRemote,
+            Policy::Threshold(_) => PolicyKind::Threshold,
+            Policy::Dolphin(_) => PolicyKind::Dolphin,
         }
     }
 

@@ -174,8 +174,8 @@ impl ResponseStream {
             } else {
                 v1::PrefillMode::Local as i32
             },
-            cluster: r.cluster,
-            policy: r.policy.to_string(),
+            cluster: crate::dolphin::routing::wire_cluster(r.cluster),
+            policy: r.decided_by.label().to_string(),
             fell_back: self.fell_back,
             features: Some(v1::RoutingFeatures {
                 isl: r.features.isl,
@@ -441,10 +441,10 @@ impl ResponseStream {
             ts_ms: self.meta.ts_ms,
             request_id: self.meta.request_id.clone(),
             api: self.meta.api.as_str(),
-            policy: r.policy,
+            policy: r.decided_by.label(),
             features: r.features,
             decision: r.decision,
-            cluster: r.cluster,
+            cluster: crate::dolphin::routing::wire_cluster(r.cluster),
             table_version: r.table_version.as_deref().map(str::to_owned),
             output_class: crate::dolphin::classifier::CLASS_NAMES
                 .get(r.output_class)

@@ -30,7 +30,7 @@ use dolphin_router::dolphin::table::{
 };
 use dolphin_router::dolphin::{Admission, OutputClassifier};
 use dolphin_router::policy::{
-    Decision, DolphinConfig, Features, Policy, PrefillState, ThresholdConfig,
+    Decision, DolphinConfig, FallbackKind, Features, Policy, PrefillState, ThresholdConfig,
 };
 use dolphin_router::request_log::RequestLog;
 use dolphin_router::tokenizer::SimTokenizer;
@@ -174,7 +174,10 @@ fn main() -> anyhow::Result<()> {
         dispatcher
             .dolphin()
             .install(split, name, &t.to_json_pretty())?;
-        let fallback = Policy::AlwaysLocal;
+        let fallback = DolphinConfig {
+            fallback: FallbackKind::AlwaysLocal,
+            ..DolphinConfig::default()
+        };
         let state = PrefillState {
             available: true,
             queue: 0,

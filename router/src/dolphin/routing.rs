@@ -22,10 +22,7 @@ use super::split::Split;
 use super::store::StoreSnapshot;
 use super::table::TableError;
 use crate::metrics as m;
-use crate::policy::{Decision, Features, Policy, PrefillState};
-
-/// Policy name in routing info and the request log for decisions read from a table.
-pub const POLICY_NAME: &str = "dolphin";
+use crate::policy::{DecidedBy, Decision, DolphinConfig, Features, PrefillState};
 
 /// A table loaded for one split.
 #[derive(Debug)]
@@ -40,17 +37,23 @@ pub struct LoadedTable {
     source: String,
 }
 
+/// A cluster as the wire and the request log carry it: proto3 has no optional int32 here, so
+/// "no table decided" is -1.
+pub fn wire_cluster(cluster: Option<u32>) -> i32 {
+    cluster.and_then(|c| i32::try_from(c).ok()).unwrap_or(-1)
+}
+
 /// The decision of the `dolphin` policy for one request.
 #[derive(Clone, Debug, PartialEq)]
 pub struct DolphinOutcome {
     /// Local or remote.
     pub decision: Decision,
-    /// The request's cluster (-1: no table, the fallback decided).
-    pub cluster: i32,
+    /// The request's cluster in the table (`None`: no table, the fallback decided).
+    pub cluster: Option<u32>,
     /// Version of the table used.
     pub table_version: Option<Arc<str>>,
-    /// "dolphin", or the fallback's name prefixed with "dolphin-fallback/".
-    pub policy: &'static str,
+    /// The table, or the fallback.
+    pub decided_by: DecidedBy,
 }
 
 /// What this router has loaded for one split (for `RouterAdmin.ListTables`).
@@ -86,16 +89,6 @@ impl Default for DolphinRouting {
     }
 }
 
-/// The name a fallback decision is reported under.
-fn fallback_name(p: &Policy) -> &'static str {
-    match p {
-        Policy::AlwaysLocal => "dolphin-fallback/always-local",
-        Policy::AlwaysRemote => "dolphin-fallback/always-remote",
-        Policy::Threshold(_) => "dolphin-fallback/threshold",
-        Policy::Dolphin(_) => "dolphin-fallback",
-    }
-}
-
 impl DolphinRouting {
     /// No tables, the prior classifier.
     pub fn new() -> Self {
@@ -126,7 +119,7 @@ impl DolphinRouting {
         f: &Features,
         prefill: PrefillState,
         split: Split,
-        fallback: &Policy,
+        fallback: &DolphinConfig,
     ) -> DolphinOutcome {
         let generation = self.generation.load(Ordering::Acquire);
         {
@@ -143,7 +136,7 @@ impl DolphinRouting {
         table: Option<&LoadedTable>,
         f: &Features,
         prefill: PrefillState,
-        fallback: &Policy,
+        fallback: &DolphinConfig,
     ) -> DolphinOutcome {
         match table {
             Some(t) => {
@@ -154,16 +147,16 @@ impl DolphinRouting {
                     } else {
                         Decision::Local
                     },
-                    cluster: cluster as i32,
+                    cluster: u32::try_from(cluster).ok(),
                     table_version: Some(t.version.clone()),
-                    policy: POLICY_NAME,
+                    decided_by: DecidedBy::Table,
                 }
             }
             None => DolphinOutcome {
-                decision: fallback.decide(f, prefill),
-                cluster: -1,
+                decision: fallback.fallback_policy().decide(f, prefill),
+                cluster: None,
                 table_version: None,
-                policy: fallback_name(fallback),
+                decided_by: DecidedBy::Fallback(fallback.fallback),
             },
         }
     }

@@ -3,7 +3,7 @@
 use super::*;
 use crate::dolphin::store::{ActivePointer, SplitEntry};
 use crate::dolphin::table::tests::kmeans_table;
-use crate::policy::ThresholdConfig;
+use crate::policy::FallbackKind;
 
 const IDLE: PrefillState = PrefillState {
     available: true,
@@ -47,34 +47,34 @@ fn snapshot(entries: &[(Split, &str, &str, bool)]) -> StoreSnapshot {
 #[test]
 fn table_of_the_live_split_decides_else_the_fallback() {
     let r = DolphinRouting::new();
-    let fallback = Policy::Threshold(ThresholdConfig::default());
+    let fallback = DolphinConfig::default();
     let s31 = Split::new(3, 1);
     let o = r.decide(&big(), IDLE, s31, &fallback);
     assert_eq!(
-        (o.cluster, o.policy, o.table_version),
-        (-1, "dolphin-fallback/threshold", None)
+        (o.cluster, o.decided_by.label(), o.table_version),
+        (None, "dolphin-fallback/threshold", None)
     );
     assert_eq!(o.decision, Decision::Remote, "threshold: nothing cached");
     // Cluster 0 (small requests) remote, cluster 1 (large) local: the opposite of the rule.
     r.install(s31, "v1", &json(s31, [1, 0])).expect("install");
     let o = r.decide(&big(), IDLE, s31, &fallback);
     assert_eq!(
-        (o.decision, o.cluster, o.policy),
-        (Decision::Local, 1, "dolphin")
+        (o.decision, o.cluster, o.decided_by),
+        (Decision::Local, Some(1), DecidedBy::Table)
     );
     assert_eq!(o.table_version.as_deref(), Some("v1"));
     let o = r.decide(&small(), IDLE, s31, &fallback);
-    assert_eq!((o.decision, o.cluster), (Decision::Remote, 0));
+    assert_eq!((o.decision, o.cluster), (Decision::Remote, Some(0)));
     // No prefill worker: local, the cluster is still reported.
     let none = PrefillState {
         available: false,
         queue: 0,
     };
     let o = r.decide(&small(), none, s31, &fallback);
-    assert_eq!((o.decision, o.cluster), (Decision::Local, 0));
+    assert_eq!((o.decision, o.cluster), (Decision::Local, Some(0)));
     // Another split has no table.
     let o = r.decide(&small(), IDLE, Split::new(2, 1), &fallback);
-    assert_eq!(o.cluster, -1);
+    assert_eq!(o.cluster, None);
     // A new version replaces the old for the next decision.
     r.install(s31, "v2", &json(s31, [0, 0])).expect("install");
     let o = r.decide(&small(), IDLE, s31, &fallback);
@@ -88,7 +88,10 @@ fn table_of_the_live_split_decides_else_the_fallback() {
 fn invalid_tables_are_refused_and_the_old_one_stays() {
     let r = DolphinRouting::new();
     let s = Split::new(1, 1);
-    let fb = Policy::AlwaysLocal;
+    let fb = DolphinConfig {
+        fallback: FallbackKind::AlwaysLocal,
+        ..DolphinConfig::default()
+    };
     r.install(s, "v1", &json(s, [1, 1])).expect("install");
     let bad = json(s, [1, 1]).replace("\"bits\": [", "\"bits\": [7, ");
     assert!(r.install(s, "v2", &bad).is_err());
@@ -118,7 +121,7 @@ fn invalid_tables_are_refused_and_the_old_one_stays() {
     // Dropping the pointer drops the table.
     r.apply_snapshot(&StoreSnapshot::default());
     assert!(r.table(s).is_none());
-    assert_eq!(r.decide(&small(), IDLE, s, &fb).cluster, -1);
+    assert_eq!(r.decide(&small(), IDLE, s, &fb).cluster, None);
 }
 
 #[test]

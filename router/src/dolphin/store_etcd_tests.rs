@@ -27,8 +27,11 @@ fn decide(r: &DolphinRouting, split: Split) -> Decision {
         eff_isl_decode: 100,
         output_len_hint: 10,
     };
-    r.decide(&f, IDLE, split, &crate::policy::Policy::AlwaysLocal)
-        .decision
+    let fallback = crate::policy::DolphinConfig {
+        fallback: crate::policy::FallbackKind::AlwaysLocal,
+        ..Default::default()
+    };
+    r.decide(&f, IDLE, split, &fallback).decision
 }
 
 #[tokio::test]

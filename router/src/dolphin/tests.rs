@@ -163,8 +163,8 @@ async fn adding_a_worker_that_changes_the_split_switches_tables() {
     d.registry().remove(&WorkerId::from("p0"));
     let r = d.route(&[5; 40], 4, None, &[]).expect("route");
     assert_eq!(
-        (r.policy, r.cluster, r.decision),
-        ("dolphin-fallback/always-local", -1, Decision::Local)
+        (r.decided_by.label(), r.cluster, r.decision),
+        ("dolphin-fallback/always-local", None, Decision::Local)
     );
 }
 

@@ -240,7 +240,7 @@ fn routing_headers(rs: &ResponseStream) -> HeaderMap {
     put("x-request-id", rs.request_id());
     put("x-dolphin-decode-worker", r.decode.worker.id.as_str());
     put("x-dolphin-prefill-mode", r.decision.as_str());
-    put("x-dolphin-policy", r.policy);
+    put("x-dolphin-policy", r.decided_by.label());
     if r.decision == Decision::Remote
         && let Some(p) = &r.prefill
     {
