@@ -1,5 +1,6 @@
 //! Plain data exchanged between the engine and its callers (the workers).
 
+use std::num::NonZeroU32;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -17,10 +18,11 @@ pub type BlockId = u32;
 pub struct Sampling {
     /// 0 means greedy.
     pub temperature: f32,
-    /// 0 means disabled.
-    pub top_k: u32,
-    /// 1.0 (or 0) means disabled.
-    pub top_p: f32,
+    /// Keep only the k most likely tokens (`None`: all).
+    pub top_k: Option<NonZeroU32>,
+    /// Keep the most likely tokens whose probabilities add up to this share, in (0, 1)
+    /// (`None`: all).
+    pub top_p: Option<f32>,
     /// Seed for reproducible sampling; `None` means the engine picks one.
     pub seed: Option<u64>,
     /// Generate at most this many tokens (at least 1).
@@ -49,8 +51,8 @@ impl Default for Sampling {
     fn default() -> Self {
         Self {
             temperature: 0.0,
-            top_k: 0,
-            top_p: 1.0,
+            top_k: None,
+            top_p: None,
             seed: None,
             max_tokens: 16,
             ignore_eos: false,

@@ -275,6 +275,11 @@ impl RouterConfig {
         }
     }
 
+    /// The router's limit on a request's life (`None`: `--request-timeout-secs 0`, no limit).
+    pub fn request_timeout(&self) -> Option<Duration> {
+        (self.request_timeout_secs > 0).then(|| Duration::from_secs(self.request_timeout_secs))
+    }
+
     /// Worker connect timeout.
     pub fn connect_timeout(&self) -> Duration {
         Duration::from_millis(self.connect_timeout_ms)

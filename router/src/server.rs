@@ -137,8 +137,7 @@ pub async fn start(
             overlap_weight: cfg.overlap_weight,
             block_size: cfg.block_size,
             max_migrations: cfg.max_migrations,
-            request_timeout: (cfg.request_timeout_secs > 0)
-                .then(|| std::time::Duration::from_secs(cfg.request_timeout_secs)),
+            request_timeout: cfg.request_timeout(),
         },
         log,
     ));

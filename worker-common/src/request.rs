@@ -61,21 +61,20 @@ pub fn sampling_from(params: &v1::SamplingParams) -> Result<Sampling, BadRequest
             params.temperature
         )));
     }
-    // The wire says 0 means disabled, like 1.0.
-    let top_p = if params.top_p == 0.0 {
-        1.0
-    } else {
-        params.top_p
+    // The wire (proto3) says 0 means unset; 1.0 keeps every token too: both are off.
+    let top_p = match params.top_p {
+        p if p == 0.0 || p == 1.0 => None,
+        p if p > 0.0 && p < 1.0 => Some(p),
+        p => {
+            return Err(BadRequest(format!(
+                "sampling.top_p must be in (0, 1], got {p}"
+            )));
+        }
     };
-    if !(top_p > 0.0 && top_p <= 1.0) {
-        return Err(BadRequest(format!(
-            "sampling.top_p must be in (0, 1], got {}",
-            params.top_p
-        )));
-    }
     Ok(Sampling {
         temperature: params.temperature,
-        top_k: params.top_k,
+        // 0 on the wire: unset.
+        top_k: std::num::NonZeroU32::new(params.top_k),
         top_p,
         seed: params.seed,
         max_tokens: params.max_tokens,
@@ -124,9 +123,15 @@ mod tests {
         assert_eq!(req.prompt, vec![3, 4, 99]);
         assert_eq!(req.sampling.max_tokens, 8);
         assert_eq!(req.sampling.seed, Some(42));
-        assert_eq!(req.sampling.top_k, 5);
-        assert_eq!(req.sampling.top_p, 1.0, "0 means disabled");
+        assert_eq!(req.sampling.top_k, std::num::NonZeroU32::new(5));
+        assert_eq!(req.sampling.top_p, None, "0 means unset");
         assert!(req.sampling.ignore_eos);
+        let unset = seq_request("r2".into(), vec![3], Some(params(1)), &info()).expect("valid");
+        assert_eq!((unset.sampling.top_k, unset.sampling.top_p), (None, None));
+        let mut p = params(1);
+        p.top_p = 0.9;
+        let req = seq_request("r3".into(), vec![3], Some(p), &info()).expect("valid");
+        assert_eq!(req.sampling.top_p, Some(0.9));
     }
 
     #[test]

@@ -14,8 +14,8 @@ use crate::types::{Sampling, TokenStats};
 #[derive(Debug)]
 pub(crate) struct Sampler {
     temperature: f32,
-    top_k: usize,
-    top_p: f32,
+    top_k: Option<usize>,
+    top_p: Option<f32>,
     seed: u64,
     /// (scaled logit, token) candidates, reused between draws.
     scratch: Vec<(f32, u32)>,
@@ -26,8 +26,8 @@ impl Sampler {
     pub fn new(s: &Sampling, fallback_seed: u64) -> Sampler {
         Sampler {
             temperature: s.temperature,
-            top_k: s.top_k as usize,
-            top_p: s.top_p,
+            top_k: s.top_k.map(|k| k.get() as usize),
+            top_p: s.top_p.filter(|&p| p > 0.0 && p < 1.0),
             seed: s.seed.unwrap_or(fallback_seed),
             scratch: Vec::new(),
         }
@@ -36,7 +36,7 @@ impl Sampler {
     /// Whether this sampler always takes the most likely token.
     pub fn is_greedy(&self) -> bool {
         // NaN or non-positive temperatures are greedy too.
-        self.temperature.is_nan() || self.temperature <= 0.0 || self.top_k == 1
+        self.temperature.is_nan() || self.temperature <= 0.0 || self.top_k == Some(1)
     }
 
     /// Picks the token at `position` from `logits`.
@@ -53,12 +53,13 @@ impl Sampler {
         c.extend(logits.iter().enumerate().map(|(i, &l)| (l / t, i as u32)));
         // Highest first; ties by lower id, so the order is total and reproducible.
         let desc = |a: &(f32, u32), b: &(f32, u32)| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1));
-        let truncate_p = self.top_p > 0.0 && self.top_p < 1.0;
-        if self.top_k > 0 && self.top_k < c.len() {
-            c.select_nth_unstable_by(self.top_k - 1, desc);
-            c.truncate(self.top_k);
+        if let Some(k) = self.top_k
+            && k < c.len()
+        {
+            c.select_nth_unstable_by(k - 1, desc);
+            c.truncate(k);
         }
-        if truncate_p || self.top_k > 0 {
+        if self.top_p.is_some() || self.top_k.is_some() {
             c.sort_unstable_by(desc);
         }
         let max = c.iter().fold(f32::NEG_INFINITY, |m, x| m.max(x.0));
@@ -67,8 +68,8 @@ impl Sampler {
         }
         let total: f64 = c.iter().map(|x| f64::from(x.0)).sum();
         let mut keep = c.len();
-        if truncate_p {
-            let target = f64::from(self.top_p) * total;
+        if let Some(p) = self.top_p {
+            let target = f64::from(p) * total;
             let mut acc = 0.0;
             for (i, x) in c.iter().enumerate() {
                 acc += f64::from(x.0);
@@ -152,11 +153,12 @@ fn draw_seed(seed: u64, position: u32) -> u64 {
 mod tests {
     use super::*;
 
+    /// Test shorthand: `top_k` 0 and `top_p` 1.0 mean off.
     fn sampling(temperature: f32, top_k: u32, top_p: f32, seed: Option<u64>) -> Sampling {
         Sampling {
             temperature,
-            top_k,
-            top_p,
+            top_k: std::num::NonZeroU32::new(top_k),
+            top_p: (top_p < 1.0).then_some(top_p),
             seed,
             ..Sampling::default()
         }

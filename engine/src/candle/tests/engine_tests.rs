@@ -78,8 +78,8 @@ async fn remote_prefill_equals_local_generation() {
     let prompt = tokens(37, 101, 21, 1);
     let seeded = Sampling {
         temperature: 0.9,
-        top_k: 20,
-        top_p: 0.95,
+        top_k: std::num::NonZeroU32::new(20),
+        top_p: Some(0.95),
         seed: Some(5),
         ..greedy(12)
     };
