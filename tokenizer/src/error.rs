@@ -6,7 +6,7 @@ use crate::gguf::GgufError;
 #[derive(Debug, thiserror::Error)]
 pub enum TokenizerError {
     /// The GGUF file could not be read, or a tokenizer key is missing or mistyped.
-    #[error("model file")]
+    #[error(transparent)]
     Gguf(#[from] GgufError),
     /// `tokenizer.ggml.model` names a tokenizer other than byte-level BPE ("gpt2").
     #[error("unsupported tokenizer model {0:?} (only \"gpt2\" byte-level BPE is implemented)")]

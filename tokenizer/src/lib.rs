@@ -5,8 +5,8 @@
 //!   special tokens matched in the text, digits split one by one for `tokenizer.ggml.pre =
 //!   "smollm"`, no leading space) or read from a `tokenizer.json` (any Hugging Face model), with
 //!   the model's chat template.
-//! - [`gguf`]: a small, bounded GGUF header reader (metadata and tensor descriptions), and a
-//!   writer for tests.
+//! - [`gguf`]: the tokenizer metadata of a GGUF file through candle's GGUF reader (the one the
+//!   engine loads weights with), and a metadata-only writer for tests.
 //!
 //! Equality with llama.cpp is checked against stored reference ids (`tests/vectors/`).
 

@@ -7,7 +7,7 @@ use tokenizers::{Model, OffsetReferential, OffsetType, PreTokenizer, Tokenizer};
 
 use crate::chat::{ChatMessage, ChatTemplate};
 use crate::error::TokenizerError;
-use crate::gguf::{GgufFile, optional};
+use crate::gguf::{GgufMetadata, optional};
 use crate::hf::{self, PreTokenizerKind};
 use crate::json::HfConfig;
 use crate::vocab::{GgufVocab, SpecialIds, TokenType, keys, stop_ids};
@@ -50,11 +50,11 @@ impl std::fmt::Debug for ModelTokenizer {
 impl ModelTokenizer {
     /// Reads the tokenizer of the GGUF file at `path` (only the header is read).
     pub fn from_file(path: impl AsRef<Path>) -> Result<ModelTokenizer, TokenizerError> {
-        Self::from_gguf(&GgufFile::open(path)?)
+        Self::from_gguf(&GgufMetadata::open(path)?)
     }
 
     /// Builds the tokenizer from a parsed GGUF header.
-    pub fn from_gguf(g: &GgufFile) -> Result<ModelTokenizer, TokenizerError> {
+    pub fn from_gguf(g: &GgufMetadata) -> Result<ModelTokenizer, TokenizerError> {
         let model = g.get_str(keys::MODEL)?;
         if model != "gpt2" {
             return Err(TokenizerError::UnsupportedModel(model.to_string()));

@@ -2,7 +2,7 @@
 //! end-of-generation tokens of any vocabulary.
 
 use crate::error::TokenizerError;
-use crate::gguf::{Array, GgufFile, optional};
+use crate::gguf::{GgufMetadata, optional};
 
 /// Metadata keys read.
 pub(crate) mod keys {
@@ -92,18 +92,18 @@ pub(crate) struct GgufVocab {
 }
 
 impl GgufVocab {
-    pub(crate) fn from_gguf(g: &GgufFile) -> Result<GgufVocab, TokenizerError> {
-        let tokens = g.get_str_array(keys::TOKENS)?.to_vec();
+    pub(crate) fn from_gguf(g: &GgufMetadata) -> Result<GgufVocab, TokenizerError> {
+        let tokens = g.get_str_array(keys::TOKENS)?;
         let n = tokens.len();
         if n == 0 || n >= u32::MAX as usize {
             return Err(TokenizerError::InvalidVocab(format!("{n} tokens")));
         }
-        let types = match optional(g.get_array(keys::TOKEN_TYPE))? {
+        let types = match optional(g.get_int_array(keys::TOKEN_TYPE))? {
             // llama.cpp's default when a converter wrote no types.
             None => vec![TokenType::Normal; n],
-            Some(arr) => read_types(arr, n)?,
+            Some(raw) => read_types(&raw, n)?,
         };
-        let merges = g.get_str_array(keys::MERGES)?.to_vec();
+        let merges = g.get_str_array(keys::MERGES)?;
         let id = |key: &str| -> Result<Option<u32>, TokenizerError> {
             match optional(g.get_u32(key))? {
                 Some(i) if i as usize >= n => Err(TokenizerError::InvalidVocab(format!(
@@ -148,23 +148,18 @@ pub(crate) fn stop_ids(
     out
 }
 
-fn read_types(arr: &Array, n: usize) -> Result<Vec<TokenType>, TokenizerError> {
-    if arr.len() != n {
+fn read_types(raw: &[i64], n: usize) -> Result<Vec<TokenType>, TokenizerError> {
+    if raw.len() != n {
         return Err(TokenizerError::InvalidVocab(format!(
             "{} token types for {n} tokens",
-            arr.len()
+            raw.len()
         )));
     }
-    (0..n)
-        .map(|i| {
-            let raw = arr.integer_at(i).ok_or_else(|| {
-                TokenizerError::InvalidVocab(format!(
-                    "token types are {} values",
-                    arr.element_type()
-                ))
-            })?;
-            TokenType::from_id(raw)
-                .ok_or_else(|| TokenizerError::InvalidVocab(format!("token {i} has type {raw}")))
+    raw.iter()
+        .enumerate()
+        .map(|(i, &t)| {
+            TokenType::from_id(t.into())
+                .ok_or_else(|| TokenizerError::InvalidVocab(format!("token {i} has type {t}")))
         })
         .collect()
 }

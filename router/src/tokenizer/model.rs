@@ -102,35 +102,32 @@ fn error_chain(e: &dyn std::error::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use dolphin_tokenizer::gguf::{Array, GgufWriter, Value};
+    use dolphin_tokenizer::gguf::{Value, write_metadata};
 
     /// A tiny GGUF holding only tokenizer metadata: bytes `a`, `b`, the merge `a b`, and two
     /// control tokens; `template` is its chat template.
     fn tiny_gguf(dir: &Path, template: &str) -> PathBuf {
         let tokens = ["a", "b", "ab", "<|im_start|>", "<|im_end|>", "\u{10a}"];
         let types = [1i32, 1, 1, 3, 3, 1];
-        let mut w = GgufWriter::new();
-        w.add("general.architecture", Value::String("llama".into()))
-            .add("tokenizer.ggml.model", Value::String("gpt2".into()))
-            .add("tokenizer.ggml.pre", Value::String("smollm".into()))
-            .add(
-                "tokenizer.ggml.tokens",
-                Value::Array(Array::String(
-                    tokens.iter().map(|s| s.to_string()).collect(),
-                )),
-            )
-            .add(
+        let strings = |items: &[&str]| {
+            Value::Array(items.iter().map(|s| Value::String(s.to_string())).collect())
+        };
+        let bytes = write_metadata(&[
+            ("general.architecture", Value::String("llama".into())),
+            ("tokenizer.ggml.model", Value::String("gpt2".into())),
+            ("tokenizer.ggml.pre", Value::String("smollm".into())),
+            ("tokenizer.ggml.tokens", strings(&tokens)),
+            (
                 "tokenizer.ggml.token_type",
-                Value::Array(Array::I32(types.to_vec())),
-            )
-            .add(
-                "tokenizer.ggml.merges",
-                Value::Array(Array::String(vec!["a b".into()])),
-            )
-            .add("tokenizer.ggml.eos_token_id", Value::U32(4))
-            .add("tokenizer.chat_template", Value::String(template.into()));
+                Value::Array(types.iter().map(|&t| Value::I32(t)).collect()),
+            ),
+            ("tokenizer.ggml.merges", strings(&["a b"])),
+            ("tokenizer.ggml.eos_token_id", Value::U32(4)),
+            ("tokenizer.chat_template", Value::String(template.into())),
+        ])
+        .expect("metadata");
         let path = dir.join("tiny.gguf");
-        std::fs::write(&path, w.to_bytes()).expect("write gguf");
+        std::fs::write(&path, bytes).expect("write gguf");
         path
     }
 

@@ -3,7 +3,27 @@
 use proptest::prelude::*;
 
 use super::*;
-use crate::gguf::{Array, GgufWriter, Limits, Value};
+use crate::gguf::{GgufMetadata, Value, write_metadata};
+
+/// GGUF metadata under construction (later keys win, as in candle's reader).
+#[derive(Default)]
+struct Meta(Vec<(&'static str, Value)>);
+
+impl Meta {
+    fn add(&mut self, key: &'static str, value: Value) -> &mut Self {
+        self.0.push((key, value));
+        self
+    }
+
+    fn read(&self) -> Result<GgufMetadata, crate::gguf::GgufError> {
+        let bytes = write_metadata(&self.0)?;
+        GgufMetadata::read(&mut std::io::Cursor::new(bytes))
+    }
+}
+
+fn strings(items: impl IntoIterator<Item = String>) -> Value {
+    Value::Array(items.into_iter().map(Value::String).collect())
+}
 
 /// GPT-2's byte-level alphabet: the character each byte is written as in the vocabulary
 /// (printable Latin-1 as itself, the other bytes from U+0100 on, in byte order).
@@ -28,7 +48,7 @@ const MERGES: [&str; 9] = [
 
 /// Specials at 0..4, the 256 byte characters at 4..260, then one token per merge.
 fn tiny(
-    edit: impl FnOnce(&mut Vec<String>, &mut Vec<i32>, &mut GgufWriter),
+    edit: impl FnOnce(&mut Vec<String>, &mut Vec<i32>, &mut Meta),
 ) -> Result<ModelTokenizer, TokenizerError> {
     let mut tokens: Vec<String> = SPECIALS.iter().map(|s| s.0.to_string()).collect();
     let mut types: Vec<i32> = SPECIALS.iter().map(|s| s.1).collect();
@@ -40,28 +60,19 @@ fn tiny(
         tokens.push(m.replace(' ', ""));
         types.push(1);
     }
-    let mut w = GgufWriter::new();
+    let mut w = Meta::default();
     w.add(keys::MODEL, Value::String("gpt2".into()))
         .add(keys::PRE, Value::String("smollm".into()))
-        .add(
-            keys::MERGES,
-            Value::Array(Array::String(
-                MERGES.iter().map(|m| m.to_string()).collect(),
-            )),
-        )
+        .add(keys::MERGES, strings(MERGES.iter().map(|m| m.to_string())))
         .add(keys::BOS, Value::U32(1))
         .add(keys::EOS, Value::U32(2))
         .add(keys::UNK, Value::U32(0));
     edit(&mut tokens, &mut types, &mut w);
-    w.add(keys::TOKENS, Value::Array(Array::String(tokens)))
-        .add(keys::TOKEN_TYPE, Value::Array(Array::I32(types)));
-    let bytes = w.to_bytes();
-    let g = GgufFile::read(
-        std::io::Cursor::new(&bytes),
-        Some(bytes.len() as u64),
-        Limits::default(),
-    )?;
-    ModelTokenizer::from_gguf(&g)
+    w.add(keys::TOKENS, strings(tokens)).add(
+        keys::TOKEN_TYPE,
+        Value::Array(types.into_iter().map(Value::I32).collect()),
+    );
+    ModelTokenizer::from_gguf(&w.read()?)
 }
 
 fn tok() -> ModelTokenizer {
@@ -240,18 +251,13 @@ fn inconsistent_vocabularies_are_rejected() {
 /// Builds a tokenizer from metadata written without the defaults of `tiny`.
 fn with_keys(model: &str, pre: &str, eos: u32) -> Result<ModelTokenizer, TokenizerError> {
     let tokens: Vec<String> = (0..=255u8).map(|b| byte_char(b).to_string()).collect();
-    let mut w = GgufWriter::new();
+    let mut w = Meta::default();
     w.add(keys::MODEL, Value::String(model.into()))
         .add(keys::PRE, Value::String(pre.into()))
-        .add(keys::TOKENS, Value::Array(Array::String(tokens)))
-        .add(keys::MERGES, Value::Array(Array::String(vec![])))
+        .add(keys::TOKENS, strings(tokens))
+        .add(keys::MERGES, strings(Vec::new()))
         .add(keys::EOS, Value::U32(eos));
-    let bytes = w.to_bytes();
-    ModelTokenizer::from_gguf(&GgufFile::read(
-        std::io::Cursor::new(&bytes),
-        None,
-        Limits::default(),
-    )?)
+    ModelTokenizer::from_gguf(&w.read()?)
 }
 
 #[test]

@@ -4,7 +4,9 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-use dolphin_tokenizer::gguf::{GgmlType, GgufWriter, Value};
+use candle_core::quantized::gguf_file::{self, Value};
+use candle_core::quantized::{GgmlDType, QTensor};
+use candle_core::{Device, Tensor};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -60,19 +62,17 @@ pub struct TinyModel {
     w: HashMap<String, Vec<f32>>,
 }
 
-/// `[rows, cols]` f32 weights as Q4_1: the GGUF type, the bytes, and the dequantized values.
-fn q4_1(data: &[f32], rows: usize, cols: usize) -> (GgmlType, Vec<u8>, Vec<f32>) {
-    use candle_core::quantized::{GgmlDType, QTensor};
-    let t = candle_core::Tensor::from_slice(data, (rows, cols), &candle_core::Device::Cpu)
-        .expect("tensor");
-    let q = QTensor::quantize(&t, GgmlDType::Q4_1).expect("quantize");
-    let bytes = q.data().expect("bytes").to_vec();
+/// `shape` f32 weights as a GGUF tensor of `dtype`, and the values the file then holds (Q4_1
+/// rounds them).
+fn tensor(data: &[f32], shape: &[usize], dtype: GgmlDType) -> (QTensor, Vec<f32>) {
+    let t = Tensor::from_slice(data, shape, &Device::Cpu).expect("tensor");
+    let q = QTensor::quantize(&t, dtype).expect("quantize");
     let back = q
-        .dequantize(&candle_core::Device::Cpu)
+        .dequantize(&Device::Cpu)
         .and_then(|t| t.flatten_all())
         .and_then(|t| t.to_vec1::<f32>())
         .expect("dequantize");
-    (GgmlType(3), bytes, back)
+    (q, back)
 }
 
 impl TinyModel {
@@ -127,38 +127,40 @@ impl TinyModel {
             ));
         }
 
-        let mut g = GgufWriter::new();
         let u = |x: usize| Value::U32(x as u32);
-        g.add("general.architecture", Value::String("llama".into()))
-            .add("llama.block_count", u(s.n_layer))
-            .add("llama.context_length", u(s.context))
-            .add("llama.embedding_length", u(s.hidden))
-            .add("llama.feed_forward_length", u(s.ffn))
-            .add("llama.attention.head_count", u(s.n_head))
-            .add("llama.attention.head_count_kv", u(s.n_head_kv))
-            .add("llama.rope.freq_base", Value::F32(s.rope_theta))
-            .add("llama.attention.layer_norm_rms_epsilon", Value::F32(s.eps))
-            .add("llama.rope.dimension_count", u(hd))
-            .add("tokenizer.ggml.eos_token_id", Value::U32(s.eos));
+        let metadata = [
+            ("general.architecture", Value::String("llama".into())),
+            ("llama.block_count", u(s.n_layer)),
+            ("llama.context_length", u(s.context)),
+            ("llama.embedding_length", u(s.hidden)),
+            ("llama.feed_forward_length", u(s.ffn)),
+            ("llama.attention.head_count", u(s.n_head)),
+            ("llama.attention.head_count_kv", u(s.n_head_kv)),
+            ("llama.rope.freq_base", Value::F32(s.rope_theta)),
+            ("llama.attention.layer_norm_rms_epsilon", Value::F32(s.eps)),
+            ("llama.rope.dimension_count", u(hd)),
+            ("tokenizer.ggml.eos_token_id", Value::U32(s.eos)),
+        ];
         let mut w = HashMap::new();
+        let mut qtensors = Vec::new();
         for (name, rows, cols, data) in tensors {
-            let shape = if rows == 1 {
-                vec![cols as u64]
+            // candle writes a tensor's dims innermost first, as GGUF wants them.
+            let (q, data) = if rows == 1 {
+                tensor(&data, &[cols], GgmlDType::F32)
+            } else if s.q4_1 {
+                tensor(&data, &[rows, cols], GgmlDType::Q4_1)
             } else {
-                vec![cols as u64, rows as u64]
+                tensor(&data, &[rows, cols], GgmlDType::F32)
             };
-            let (ty, bytes, data) = if s.q4_1 && rows > 1 {
-                q4_1(&data, rows, cols)
-            } else {
-                let bytes = data.iter().flat_map(|x| x.to_le_bytes()).collect();
-                (GgmlType(0), bytes, data)
-            };
-            g.add_tensor(name.clone(), shape, ty, bytes);
+            qtensors.push((name.clone(), q));
             w.insert(name, data);
         }
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join("tiny-llama.gguf");
-        std::fs::write(&path, g.to_bytes()).expect("write tiny model");
+        let mut file = std::fs::File::create(&path).expect("create tiny model");
+        let md: Vec<(&str, &Value)> = metadata.iter().map(|(k, v)| (*k, v)).collect();
+        let ts: Vec<(&str, &QTensor)> = qtensors.iter().map(|(k, q)| (k.as_str(), q)).collect();
+        gguf_file::write(&mut file, &md, &ts).expect("write tiny model");
         TinyModel {
             spec,
             path,
