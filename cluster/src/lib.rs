@@ -25,6 +25,19 @@ pub mod worker;
 /// Hash of one full KV block, chained over every block before it (see [`block_hash`]).
 pub type BlockHash = u64;
 
+/// `err: cause: cause...` on one line, so a log line, a gRPC status or a CLI error keeps what
+/// `#[source]` chains carry.
+pub fn error_chain(err: &dyn std::error::Error) -> String {
+    let mut message = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        message.push_str(": ");
+        message.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    message
+}
+
 /// Tokens per KV block unless a worker is configured otherwise.
 pub const DEFAULT_BLOCK_SIZE: usize = 16;
 

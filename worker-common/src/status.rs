@@ -24,17 +24,7 @@ pub fn engine_status(err: &EngineError) -> Status {
     Status::new(engine_code(err), error_chain(err))
 }
 
-/// `err: cause: cause...`, so a status message keeps what `#[source]` chains carry.
-pub fn error_chain(err: &dyn std::error::Error) -> String {
-    let mut message = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        message.push_str(": ");
-        message.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    message
-}
+pub use dolphin_cluster::error_chain;
 
 #[cfg(test)]
 mod tests {

@@ -253,19 +253,7 @@ impl Evaluator for LiveEvaluator<'_> {
                 target.install(&table).await?;
                 target.period().await
             })
-            .map_err(|e| dolphin_learn::LearnError::Target(chain(&e)))?;
+            .map_err(|e| dolphin_learn::LearnError::Target(dolphin_cluster::error_chain(&e)))?;
         Ok(period_of(&outcomes, k))
     }
-}
-
-/// `e` and its causes, as `dolphinctl` prints errors ("a: b: c").
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cause = c.source();
-    }
-    s
 }

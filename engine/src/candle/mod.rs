@@ -65,7 +65,8 @@ pub fn candle_engine(cfg: CandleConfig) -> Result<Arc<dyn Engine>, EngineError> 
 /// Like [`candle_engine`], keeping the concrete type.
 pub fn candle_scheduler(cfg: CandleConfig) -> Result<Arc<Scheduler<CandleBackend>>, EngineError> {
     let threads = configure_threads(cfg.threads)?;
-    let backend = CandleBackend::load(&cfg).map_err(|e| EngineError::Config(chain(&e)))?;
+    let backend = CandleBackend::load(&cfg)
+        .map_err(|e| EngineError::Config(dolphin_cluster::error_chain(&e)))?;
     tracing::info!(threads, "candle engine starting");
     let sched = SchedulerConfig {
         max_batched_tokens: cfg.max_batched_tokens,
@@ -79,16 +80,4 @@ pub fn candle_scheduler(cfg: CandleConfig) -> Result<Arc<Scheduler<CandleBackend
             .join()
             .unwrap_or_else(|_| Err(EngineError::Config("scheduler start panicked".into())))
     })
-}
-
-/// An error and its causes on one line.
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cause = c.source();
-    }
-    s
 }

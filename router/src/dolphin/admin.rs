@@ -24,14 +24,7 @@ impl From<StoreError> for Status {
             StoreError::EtcdConfig(_) => Code::FailedPrecondition,
         };
         // The message carries the whole cause chain: operators read it in dolphinctl.
-        let mut msg = e.to_string();
-        let mut source = std::error::Error::source(&e);
-        while let Some(s) = source {
-            msg.push_str(": ");
-            msg.push_str(&s.to_string());
-            source = s.source();
-        }
-        Status::new(code, msg)
+        Status::new(code, dolphin_cluster::error_chain(&e))
     }
 }
 

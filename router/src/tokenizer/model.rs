@@ -61,7 +61,7 @@ impl Tokenizer for HfModelTokenizer {
         // prompts rendered by the template carry `<|im_start|>` and friends as text.
         self.inner
             .encode(text)
-            .map_err(|e| EncodeError(error_chain(&e)))
+            .map_err(|e| EncodeError(dolphin_cluster::error_chain(&e)))
     }
 
     fn decode(&self, ids: &[u32]) -> String {
@@ -75,7 +75,7 @@ impl Tokenizer for HfModelTokenizer {
             .collect();
         self.inner
             .render_chat(&messages)
-            .map_err(|e| ChatTemplateError(error_chain(&e)))
+            .map_err(|e| ChatTemplateError(dolphin_cluster::error_chain(&e)))
     }
 
     fn vocab_size(&self) -> u32 {
@@ -85,18 +85,6 @@ impl Tokenizer for HfModelTokenizer {
     fn eos(&self) -> Option<u32> {
         self.inner.eos()
     }
-}
-
-/// An error and its causes on one line (minijinja's detail sits in the source).
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cause = c.source();
-    }
-    s
 }
 
 #[cfg(test)]
