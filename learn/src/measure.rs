@@ -40,7 +40,7 @@ pub fn records_from_outcomes(outcomes: &[RequestOutcome]) -> Vec<LogRecord> {
 pub fn period_of(outcomes: &[RequestOutcome], k: usize) -> Period {
     let mut per_cluster = vec![(0u64, 0u64); k];
     for o in outcomes {
-        if let Some(c) = usize::try_from(o.cluster).ok().filter(|&c| c < k) {
+        if let Some(c) = o.cluster.map(|c| c as usize).filter(|&c| c < k) {
             per_cluster[c].0 += 1;
             per_cluster[c].1 += u64::from(o.met);
         }
@@ -94,7 +94,8 @@ mod tests {
             tpot_ms: 10.0,
             e2e_ms,
             features: [1000, 1000, 600, 64],
-            cluster,
+            // -1 in these tests: no table.
+            cluster: u32::try_from(cluster).ok(),
             remote: cluster == 1,
             fell_back: false,
             ok,

@@ -35,7 +35,7 @@ struct ReqState {
     decode: u32,
     prefill: Option<u32>,
     features: Features,
-    cluster: i32,
+    cluster: Option<u32>,
     remote: bool,
     /// Decode-side sequence of a remote request, and its cached blocks there.
     dseq: u32,
@@ -285,7 +285,7 @@ impl<'a> Run<'a> {
             decode: d,
             prefill: prefill.filter(|_| remote).map(|p| p.slot as u32),
             features,
-            cluster: looked_up.map_or(-1, |(c, _)| c as i32),
+            cluster: looked_up.and_then(|(c, _)| u32::try_from(c).ok()),
             remote,
             sent_ms: self.now,
             first_ms: f64::NAN,

@@ -23,8 +23,9 @@ pub struct RequestRecord {
     pub prefill_worker: Option<u32>,
     /// The four routing features.
     pub features: Features,
-    /// Routing-table cluster (-1 without a table).
-    pub cluster: i32,
+    /// Routing-table cluster (`None` without a table; -1 in JSON).
+    #[serde(with = "dolphin_workload::outcome_cluster_json")]
+    pub cluster: Option<u32>,
     /// The path taken.
     pub decision: Decision,
     /// Tokens generated.
@@ -81,7 +82,7 @@ impl SimReport {
         v.clear();
         v.extend(records.iter().map(|r| r.e2e_ms));
         let e2e = Percentiles::of(&mut v);
-        let mut clusters: BTreeMap<i32, ClusterAttainment> = BTreeMap::new();
+        let mut clusters: BTreeMap<Option<u32>, ClusterAttainment> = BTreeMap::new();
         for r in &records {
             let c = clusters.entry(r.cluster).or_insert(ClusterAttainment {
                 cluster: r.cluster,

@@ -28,7 +28,7 @@ pub mod trace;
 pub use arrival::Arrivals;
 pub use error::WorkloadError;
 pub use expand::expand_prompt;
-pub use outcome::{RequestOutcome, Slo};
+pub use outcome::{RequestOutcome, Slo, cluster_json as outcome_cluster_json};
 pub use request::{RequestKind, Workload, WorkloadRequest};
 pub use spec::{WorkloadSource, WorkloadSpec};
 pub use summary::{ClusterAttainment, KindSummary, Percentiles, Summary};

@@ -59,8 +59,9 @@ pub struct RequestOutcome {
     /// prefill worker, uncached length on the chosen decode worker, expected output length
     /// (all zero where the target did not report them).
     pub features: [u32; 4],
-    /// Routing-table cluster (-1 when the policy used no table).
-    pub cluster: i32,
+    /// Routing-table cluster (`None` when the policy used no table; -1 in JSON).
+    #[serde(with = "cluster_json")]
+    pub cluster: Option<u32>,
     /// Whether the prompt was prefilled on a prefill worker.
     pub remote: bool,
     /// Whether a remote prefill failed and the decode worker prefilled instead.
@@ -97,5 +98,41 @@ mod tests {
         // A slow first token can be made up by fast decoding under the e2e criterion only.
         assert!(slo.met_e2e(5500.0, 5));
         assert!(!slo.met_each(5500.0, 100.0));
+    }
+}
+
+/// A routing-table cluster in JSON as the request log and `RoutingInfo` write it: its number,
+/// or -1 when no table decided (any negative number reads as none).
+pub mod cluster_json {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    /// Writes `None` as -1.
+    pub fn serialize<S: Serializer>(c: &Option<u32>, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_i64(c.map_or(-1, i64::from))
+    }
+
+    /// Reads -1 (any negative number) as `None`.
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
+        Ok(u32::try_from(i64::deserialize(d)?).ok())
+    }
+
+    #[cfg(test)]
+    mod tests {
+        #[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+        struct Row {
+            #[serde(with = "super")]
+            cluster: Option<u32>,
+        }
+
+        #[test]
+        fn none_is_minus_one_in_json_both_ways() {
+            for (row, json) in [
+                (Row { cluster: None }, r#"{"cluster":-1}"#),
+                (Row { cluster: Some(3) }, r#"{"cluster":3}"#),
+            ] {
+                assert_eq!(serde_json::to_string(&row).unwrap(), json);
+                assert_eq!(serde_json::from_str::<Row>(json).unwrap(), row);
+            }
+        }
     }
 }

@@ -41,8 +41,9 @@ impl Percentiles {
 /// Attainment of one routing-table cluster.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ClusterAttainment {
-    /// The cluster (-1: requests decided without a table).
-    pub cluster: i32,
+    /// The cluster (`None`, -1 in JSON: requests decided without a table).
+    #[serde(with = "crate::outcome::cluster_json")]
+    pub cluster: Option<u32>,
     /// Requests in it.
     pub requests: u64,
     /// Of which met their end-to-end SLO.
@@ -110,7 +111,7 @@ impl Summary {
             let mut v: Vec<f64> = rows.iter().map(|o| f(o)).collect();
             Percentiles::of(&mut v)
         };
-        let mut clusters: BTreeMap<i32, ClusterAttainment> = BTreeMap::new();
+        let mut clusters: BTreeMap<Option<u32>, ClusterAttainment> = BTreeMap::new();
         for o in outcomes {
             let c = clusters.entry(o.cluster).or_insert(ClusterAttainment {
                 cluster: o.cluster,
@@ -204,7 +205,8 @@ mod tests {
             tpot_ms: e2e_ms / 20.0,
             e2e_ms,
             features: [100, 100, 100, 11],
-            cluster,
+            // -1 in these tests: no table.
+            cluster: u32::try_from(cluster).ok(),
             remote: cluster == 1,
             fell_back: false,
             ok,

@@ -161,7 +161,7 @@ mod tests {
             tpot_ms: 2.0,
             e2e_ms: 18.0 + f64::from(index),
             features: [100, 100, 100, 5],
-            cluster: i32::from(remote),
+            cluster: Some(u32::from(remote)),
             remote,
             fell_back: false,
             ok,

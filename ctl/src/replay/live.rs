@@ -98,7 +98,7 @@ impl Measured {
             tpot_ms: tpot,
             e2e_ms: e2e,
             features,
-            cluster: routing.map_or(-1, |r| r.cluster),
+            cluster: routing.and_then(|r| u32::try_from(r.cluster).ok()),
             remote: routing.is_some_and(|r| r.mode == PrefillMode::Remote as i32),
             fell_back: routing.is_some_and(|r| r.fell_back),
             ok: self.error.is_none(),

@@ -41,7 +41,7 @@ fn latencies_come_from_the_first_and_last_token() {
     assert_eq!((o.ttft_ms, o.tpot_ms, o.e2e_ms), (400.0, 50.0, 900.0));
     assert_eq!(o.features, [700, 200, 700, 64]);
     assert!(o.remote && !o.fell_back && o.ok);
-    assert_eq!(o.cluster, 2);
+    assert_eq!(o.cluster, Some(2));
     // Budget 500 + 10 x 60 = 1100 ms: met; TTFT and TPOT each within target too.
     assert!(o.met && o.met_each);
     let strict = m.outcome(&request(), &Slo::new(300.0, 60.0));
@@ -57,7 +57,7 @@ fn a_failure_is_an_unmet_outcome_without_routing() {
     };
     let o = m.outcome(&request(), &Slo::new(5000.0, 250.0));
     assert!(!o.ok && !o.met && !o.met_each);
-    assert_eq!((o.cluster, o.features, o.output_tokens), (-1, [0; 4], 0));
+    assert_eq!((o.cluster, o.features, o.output_tokens), (None, [0; 4], 0));
     let one = Measured {
         first_ms: Some(10.0),
         last_ms: Some(10.0),

@@ -39,12 +39,8 @@ pub fn write_json(path: &Path, report: &JsonReport<'_>) -> Result<(), ReplayErro
 }
 
 /// A cluster's name in reports: "c3", or "none" for requests no table decided.
-pub fn cluster_label(cluster: i32) -> String {
-    if cluster < 0 {
-        "none".to_owned()
-    } else {
-        format!("c{cluster}")
-    }
+pub fn cluster_label(cluster: Option<u32>) -> String {
+    cluster.map_or_else(|| "none".to_owned(), |c| format!("c{c}"))
 }
 
 fn pct(x: f64) -> String {
@@ -174,7 +170,8 @@ mod tests {
             tpot_ms: 20.0,
             e2e_ms: 280.0,
             features: [200, 200, 200, 64],
-            cluster,
+            // -1 in these tests: no table.
+            cluster: u32::try_from(cluster).ok(),
             remote: cluster == 1,
             fell_back: false,
             ok,
@@ -257,7 +254,7 @@ mod tests {
         assert_eq!(v["summary"]["requests"], 1);
         let back: Vec<RequestOutcome> = serde_json::from_value(v["outcomes"].clone()).unwrap();
         assert_eq!(back, rows);
-        assert_eq!(cluster_label(-1), "none");
+        assert_eq!(cluster_label(None), "none");
         let err = write_json(
             &dir.path().join("no/such/dir/r.json"),
             &JsonReport {

@@ -246,8 +246,8 @@ fn sim_replay_reports_every_request_with_its_cluster() {
             .all(|o| o.ok && o.features[0] == o.prompt_tokens)
     );
     let s = Summary::of(&run.outcomes);
-    let clusters: Vec<i32> = s.per_cluster.iter().map(|c| c.cluster).collect();
-    assert_eq!(clusters, [0, 1], "{s:?}");
+    let clusters: Vec<Option<u32>> = s.per_cluster.iter().map(|c| c.cluster).collect();
+    assert_eq!(clusters, [Some(0), Some(1)], "{s:?}");
     // Bit 1 sends cluster 1 remote, bit 0 keeps cluster 0 local.
     assert_eq!(s.per_cluster[0].remote, 0);
     assert_eq!(s.per_cluster[1].remote, s.per_cluster[1].requests);

@@ -266,7 +266,7 @@ pub(crate) mod tests {
             tpot_ms: tpot,
             e2e_ms: ttft + 10.0 * tpot,
             features: [100, 100, eff_decode, 64],
-            cluster: -1,
+            cluster: None,
             remote,
             fell_back: false,
             ok: true,
