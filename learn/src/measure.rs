@@ -84,23 +84,16 @@ mod tests {
     use super::*;
 
     fn outcome(cluster: i32, e2e_ms: f64, ok: bool) -> RequestOutcome {
+        // -1 in these tests: no table.
+        let cluster = u32::try_from(cluster).ok();
         RequestOutcome {
-            index: 0,
             kind: RequestKind::Arxiv,
             sent_ms: 0.0,
             prompt_tokens: 1000,
-            output_tokens: 11,
             ttft_ms: 100.0,
             tpot_ms: 10.0,
-            e2e_ms,
             features: [1000, 1000, 600, 64],
-            // -1 in these tests: no table.
-            cluster: u32::try_from(cluster).ok(),
-            remote: cluster == 1,
-            fell_back: false,
-            ok,
-            met: false,
-            met_each: false,
+            ..dolphin_workload::testing::outcome(0, cluster, e2e_ms, ok)
         }
         .judge(&Slo::new(500.0, 50.0))
     }

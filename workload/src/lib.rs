@@ -23,6 +23,8 @@ mod spec;
 pub mod stats;
 mod summary;
 pub mod synthetic;
+#[cfg(any(test, feature = "test-util"))]
+pub mod testing;
 pub mod trace;
 
 pub use arrival::Arrivals;

@@ -195,23 +195,11 @@ mod tests {
         e2e_ms: f64,
         ok: bool,
     ) -> RequestOutcome {
+        // -1 in these tests: no table.
+        let cluster = u32::try_from(cluster).ok();
         RequestOutcome {
-            index,
             kind,
-            sent_ms: f64::from(index) * 100.0,
-            prompt_tokens: 100,
-            output_tokens: 11,
-            ttft_ms: e2e_ms / 2.0,
-            tpot_ms: e2e_ms / 20.0,
-            e2e_ms,
-            features: [100, 100, 100, 11],
-            // -1 in these tests: no table.
-            cluster: u32::try_from(cluster).ok(),
-            remote: cluster == 1,
-            fell_back: false,
-            ok,
-            met: false,
-            met_each: false,
+            ..crate::testing::outcome(index, cluster, e2e_ms, ok)
         }
         .judge(&Slo::new(500.0, 50.0))
     }

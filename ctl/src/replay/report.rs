@@ -154,29 +154,22 @@ pub fn render(
 
 #[cfg(test)]
 mod tests {
-    use dolphin_workload::{RequestKind, Slo};
+    use dolphin_workload::Slo;
 
     use super::*;
     use crate::replay::args::Target;
 
     fn outcome(index: u32, cluster: i32, ok: bool) -> RequestOutcome {
+        // -1 in these tests: no table.
+        let cluster = u32::try_from(cluster).ok();
         RequestOutcome {
-            index,
-            kind: RequestKind::Humaneval,
             sent_ms: 0.0,
             prompt_tokens: 200,
             output_tokens: 10,
             ttft_ms: 100.0,
             tpot_ms: 20.0,
-            e2e_ms: 280.0,
             features: [200, 200, 200, 64],
-            // -1 in these tests: no table.
-            cluster: u32::try_from(cluster).ok(),
-            remote: cluster == 1,
-            fell_back: false,
-            ok,
-            met: false,
-            met_each: false,
+            ..dolphin_workload::testing::outcome(index, cluster, 280.0, ok)
         }
         .judge(&Slo::new(5000.0, 250.0))
     }
