@@ -11,7 +11,7 @@ use super::*;
 use crate::admission::InflightLimit;
 use crate::auth::KeySet;
 use crate::request_log::RequestLog;
-use crate::testutil::{Behavior, FakeWorker, dispatcher};
+use crate::testutil::{Behavior, FakeWorker, dispatcher, until_in_flight};
 
 async fn start(d: Arc<Dispatcher>) -> (Channel, CancellationToken) {
     let (public, _admin, stop) = start_with_keys(d, None, None).await;
@@ -261,11 +261,7 @@ async fn a_full_router_sheds_with_resource_exhausted_and_streams_hold_their_slot
         .expect("models at capacity");
     // A cancelled stream frees its slot.
     drop(open.pop());
-    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
-    while limit.in_flight() != 1 {
-        assert!(tokio::time::Instant::now() < deadline, "slot not freed");
-        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-    }
+    until_in_flight(&limit, 1).await;
     client
         .generate(text_request("hi", 5))
         .await

@@ -48,6 +48,19 @@ pub enum Behavior {
     },
 }
 
+/// Waits (at most 10 s, else fails) until `limit` counts `n` requests in flight.
+pub async fn until_in_flight(limit: &crate::admission::InflightLimit, n: u32) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while limit.in_flight() != n {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{} in flight, waiting for {n}",
+            limit.in_flight()
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 /// The token a [`Behavior::Positional`] fake writes at sequence position `pos`.
 pub fn positional_token(pos: usize) -> u32 {
     // Lowercase letters, so the text is readable.

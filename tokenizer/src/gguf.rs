@@ -100,32 +100,33 @@ impl GgufMetadata {
 
     /// The string-array value of `key`.
     pub fn get_str_array(&self, key: &str) -> Result<Vec<String>, GgufError> {
-        let v = self.require(key)?;
-        let Value::Array(items) = v else {
-            return Err(wrong_type(key, "a string array", v));
-        };
-        items
-            .iter()
-            .map(|i| match i {
-                Value::String(s) => Ok(s.clone()),
-                other => Err(wrong_type(key, "a string array", other)),
-            })
-            .collect()
+        self.array(key, "a string array", |i| match i {
+            Value::String(s) => Some(s.clone()),
+            _ => None,
+        })
     }
 
     /// The integer-array value of `key` (elements of any integer type).
     pub fn get_int_array(&self, key: &str) -> Result<Vec<i64>, GgufError> {
+        self.array(key, "an integer array", |i| {
+            integer(i).and_then(|x| i64::try_from(x).ok())
+        })
+    }
+
+    /// The array value of `key`, each element converted by `element` (`None`: wrong type).
+    fn array<T>(
+        &self,
+        key: &str,
+        expected: &'static str,
+        element: impl Fn(&Value) -> Option<T>,
+    ) -> Result<Vec<T>, GgufError> {
         let v = self.require(key)?;
         let Value::Array(items) = v else {
-            return Err(wrong_type(key, "an integer array", v));
+            return Err(wrong_type(key, expected, v));
         };
         items
             .iter()
-            .map(|i| {
-                integer(i)
-                    .and_then(|x| i64::try_from(x).ok())
-                    .ok_or_else(|| wrong_type(key, "an integer array", i))
-            })
+            .map(|i| element(i).ok_or_else(|| wrong_type(key, expected, i)))
             .collect()
     }
 }

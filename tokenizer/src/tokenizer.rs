@@ -35,6 +35,20 @@ pub struct ModelTokenizer {
     stop_ids: Vec<u32>,
 }
 
+/// What each source (GGUF metadata, `tokenizer.json`) provides; [`ModelTokenizer::assemble`]
+/// derives the rest.
+struct Parts {
+    hf: Tokenizer,
+    /// Whether the pre-tokenizer is one of the GGUF pipelines `chunks` is proved safe for.
+    chunked: bool,
+    types: Vec<TokenType>,
+    source: String,
+    merges: usize,
+    special: SpecialIds,
+    add_bos: bool,
+    chat: ChatTemplate,
+}
+
 impl std::fmt::Debug for ModelTokenizer {
     /// A summary: the derived form would print all 49k tokens into a log line.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -69,16 +83,16 @@ impl ModelTokenizer {
             Some(src) => ChatTemplate::new(src, text_of(v.special.bos), text_of(v.special.eos))?,
             None => ChatTemplate::chatml(),
         };
-        Ok(Self::assemble(
+        Ok(Self::assemble(Parts {
             hf,
-            true,
-            v.types,
-            pre_name.to_string(),
-            v.merges.len(),
-            v.special,
-            v.add_bos,
+            chunked: true,
+            types: v.types,
+            source: pre_name.to_string(),
+            merges: v.merges.len(),
+            special: v.special,
+            add_bos: v.add_bos,
             chat,
-        ))
+        }))
     }
 
     /// Reads a Hugging Face `tokenizer.json`, and the special tokens, BOS flag and chat template
@@ -118,29 +132,31 @@ impl ModelTokenizer {
             )?,
             None => ChatTemplate::chatml(),
         };
-        Ok(Self::assemble(
+        Ok(Self::assemble(Parts {
             hf,
-            false,
+            chunked: false,
             types,
-            "tokenizer.json".into(),
-            0,
+            source: "tokenizer.json".into(),
+            merges: 0,
             special,
-            config.add_bos_token,
+            add_bos: config.add_bos_token,
             chat,
-        ))
+        }))
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn assemble(
-        hf: Tokenizer,
-        chunked: bool,
-        types: Vec<TokenType>,
-        source: String,
-        merges: usize,
-        special: SpecialIds,
-        add_bos: bool,
-        chat: ChatTemplate,
-    ) -> ModelTokenizer {
+    /// The tokenizer of `parts`, with what follows from them: the text-only pipeline, whether
+    /// cutting is safe, the stop tokens.
+    fn assemble(parts: Parts) -> ModelTokenizer {
+        let Parts {
+            hf,
+            chunked,
+            types,
+            source,
+            merges,
+            special,
+            add_bos,
+            chat,
+        } = parts;
         let mut hf_text = hf.clone();
         hf_text.set_encode_special_tokens(true);
         // A token with a newline in it could straddle a cut.

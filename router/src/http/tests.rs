@@ -16,7 +16,7 @@ use crate::admission::InflightLimit;
 use crate::dispatch::Dispatcher;
 use crate::policy::Policy;
 use crate::request_log::RequestLog;
-use crate::testutil::{Behavior, FakeWorker, dispatcher};
+use crate::testutil::{Behavior, FakeWorker, dispatcher, until_in_flight};
 use crate::tokenizer::{ChatMessage, SimTokenizer, Tokenizer};
 
 struct Server {
@@ -451,19 +451,6 @@ async fn worker_and_capacity_failures_map_to_429_and_503() {
     )
     .await;
     assert_error(status, &body, StatusCode::SERVICE_UNAVAILABLE);
-}
-
-/// Waits until `limit` counts `n` requests in flight.
-async fn until_in_flight(limit: &InflightLimit, n: u32) {
-    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
-    while limit.in_flight() != n {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{} in flight",
-            limit.in_flight()
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-    }
 }
 
 #[tokio::test]
