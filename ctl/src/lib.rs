@@ -5,6 +5,7 @@
 //! The process supervision pieces ([`process`], [`ready`]) are also what the end-to-end tests
 //! use to run the real binaries.
 
+pub mod chart;
 pub mod classifier;
 pub mod cli;
 pub mod client;
@@ -14,7 +15,6 @@ pub mod handoff;
 pub mod launch;
 pub mod learn;
 pub mod pdeathsig;
-pub mod plot;
 pub mod process;
 pub mod ready;
 pub mod replay;

@@ -7,7 +7,7 @@ use std::path::Path;
 use dolphin_learn::search::SearchConfig;
 use dolphin_router::dolphin::table::ClusterMethod;
 use dolphin_workload::Workload;
-use dolphinctl::plot::{self, Series};
+use dolphinctl::chart::{self, Series};
 use serde::Serialize;
 
 use super::*;
@@ -120,7 +120,7 @@ pub fn ablations(
             curves.push(Series::new(name.clone(), first.curve.clone()));
         }
     }
-    plot::line_chart(
+    chart::line_chart(
         &out.join("learning_curves.png"),
         "Best training attainment by round (seed 1)",
         "round",

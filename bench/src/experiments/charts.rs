@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use dolphinctl::plot::{self, Series};
+use dolphinctl::chart::{self, Series};
 
 use super::*;
 use crate::BenchError;
@@ -25,7 +25,7 @@ pub fn cdfs(out: &Path, name: &str, rows: &[Measured]) -> Result<(), BenchError>
                 )
             })
             .collect();
-        plot::cdf_chart(
+        chart::cdf_chart(
             &out.join(format!("{name}_{metric}_cdf.png")),
             &format!("{} on {name}", metric.to_uppercase()),
             &format!("{} (ms)", metric.to_uppercase()),
@@ -69,7 +69,7 @@ pub fn attainment_bars(out: &Path, comparisons: &[Comparison]) -> Result<(), Ben
             )
         })
         .collect();
-    plot::bar_chart(
+    chart::bar_chart(
         &out.join("attainment.png"),
         "SLO attainment (e2e): Hybrid (Hyb) and Mooncake (Moon), by split and concurrency (c)",
         "attainment",

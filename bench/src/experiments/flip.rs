@@ -6,7 +6,7 @@ use std::path::Path;
 use dolphin_engine::SimProfile;
 use dolphin_router::dolphin::Split;
 use dolphin_workload::{Arrivals, Slo, Summary, synthetic};
-use dolphinctl::plot::{self, Series};
+use dolphinctl::chart::{self, Series};
 use serde::Serialize;
 
 use super::*;
@@ -96,7 +96,7 @@ pub fn flip(
             });
         }
     }
-    plot::bar_chart(
+    chart::bar_chart(
         &out.join("taichi_flip.png"),
         &format!("TaiChi's flip: ArXiv-like at {rate}/s on {split} (TTFT and TPOT each met)"),
         "SLO attainment",

@@ -7,7 +7,7 @@ use dolphin_workload::{RequestKind, RequestOutcome, Summary};
 
 use super::ReplayError;
 use super::report::cluster_label;
-use crate::plot::{self, PlotError, Series};
+use crate::chart::{self, PlotError, Series};
 
 /// File names, in the order they are written.
 pub const CHARTS: [&str; 4] = [
@@ -110,7 +110,7 @@ pub fn write_charts(
         let series = latency_series(outcomes, cdf.value);
         keep(
             cdf.file,
-            plot::cdf_chart(&dir.join(cdf.file), &title, cdf.x_label, &series, cdf.log_x),
+            chart::cdf_chart(&dir.join(cdf.file), &title, cdf.x_label, &series, cdf.log_x),
         )?;
     }
     let categories: Vec<String> = summary
@@ -132,7 +132,7 @@ pub fn write_charts(
     );
     keep(
         CHARTS[3],
-        plot::bar_chart(
+        chart::bar_chart(
             &dir.join(CHARTS[3]),
             "SLO attainment per routing-table cluster (requests)",
             "share of requests",

@@ -4,8 +4,8 @@ use std::path::PathBuf;
 
 use dolphin_workload::WorkloadError;
 
+use crate::chart::PlotError;
 use crate::error::CtlError;
-use crate::plot::PlotError;
 
 /// Everything `dolphinctl replay` (and the library drivers) can fail with.
 #[derive(Debug, thiserror::Error)]

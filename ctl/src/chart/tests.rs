@@ -2,6 +2,8 @@
 
 use std::path::{Path, PathBuf};
 
+use plotters::style::RGBColor;
+
 use super::page::series_color;
 use super::{HEIGHT, PlotError, Series, WIDTH, bar_chart, cdf_chart, line_chart};
 
@@ -17,8 +19,8 @@ fn decode(path: &Path) -> (u32, u32, Vec<u8>) {
 }
 
 /// How many pixels have exactly `color`.
-fn count(rgb: &[u8], color: [u8; 3]) -> usize {
-    rgb.chunks_exact(3).filter(|p| *p == color).count()
+fn count(rgb: &[u8], RGBColor(r, g, b): RGBColor) -> usize {
+    rgb.chunks_exact(3).filter(|p| *p == [r, g, b]).count()
 }
 
 fn latencies(scale: f64, n: usize) -> Vec<f64> {
@@ -161,7 +163,7 @@ fn unwritable_path_is_an_io_error_naming_it() {
 }
 
 /// Renders one chart of each kind into `$PLOT_EXAMPLES` (default /tmp/plot-examples) for a
-/// person to look at: `cargo test -p dolphinctl plot::tests::render_examples -- --ignored`.
+/// person to look at: `cargo test -p dolphinctl chart::tests::render_examples -- --ignored`.
 #[test]
 #[ignore = "writes example charts for manual inspection"]
 fn render_examples() {
