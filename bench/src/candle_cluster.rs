@@ -65,7 +65,7 @@ impl CandleLaunch {
 /// cores), then the router pointed at them; logs go to `log_dir`. Call from the thread that
 /// lives longest (the main thread): the children's PDEATHSIG follows the thread that started
 /// them.
-pub fn start(log_dir: &Path, launch: &CandleLaunch) -> Result<CandleCluster, BenchError> {
+pub async fn start(log_dir: &Path, launch: &CandleLaunch) -> Result<CandleCluster, BenchError> {
     let mut decode_args = launch.worker_args();
     // A remote prefill must not fall back to local because the prefill worker is busy.
     decode_args.extend(strings(&["--kv-addr", "127.0.0.1:0"]));
@@ -77,7 +77,8 @@ pub fn start(log_dir: &Path, launch: &CandleLaunch) -> Result<CandleCluster, Ben
         &[],
         log_dir,
         READY_TIMEOUT,
-    )?;
+    )
+    .await?;
     let prefill = spawn_ready(
         "prefill",
         &sibling_binary("dolphin-prefill-worker")?,
@@ -85,11 +86,12 @@ pub fn start(log_dir: &Path, launch: &CandleLaunch) -> Result<CandleCluster, Ben
         &[],
         log_dir,
         READY_TIMEOUT,
-    )?;
+    )
+    .await?;
     let path = launch.model_path.display().to_string();
     let mut router_args = router_listener_args();
-    router_args.extend(strings(&["--decode", decode.ready_field("grpc_addr")?]));
-    router_args.extend(strings(&["--prefill", prefill.ready_field("grpc_addr")?]));
+    router_args.extend(strings(&["--decode", decode.grpc_addr()?]));
+    router_args.extend(strings(&["--prefill", prefill.grpc_addr()?]));
     router_args.extend(strings(&[
         "--policy",
         "always-local",
@@ -104,7 +106,8 @@ pub fn start(log_dir: &Path, launch: &CandleLaunch) -> Result<CandleCluster, Ben
         &[],
         log_dir,
         READY_TIMEOUT,
-    )?;
+    )
+    .await?;
     Ok(CandleCluster {
         router,
         decode,
@@ -115,24 +118,24 @@ pub fn start(log_dir: &Path, launch: &CandleLaunch) -> Result<CandleCluster, Ben
 impl CandleCluster {
     /// The router's gRPC address.
     pub fn grpc_addr(&self) -> Result<&str, BenchError> {
-        self.router.ready_field("grpc_addr")
+        self.router.grpc_addr()
     }
 
     /// Waits until the router lists both workers with their event streams up.
     pub async fn wait_for_workers(&self) -> Result<(), BenchError> {
-        wait_for_workers(self.router.ready_field("admin_addr")?, 2).await
+        wait_for_workers(self.router.admin_addr()?, 2).await
     }
 
     /// Stops the router, then the workers, gently (SIGTERM; SIGKILL after `grace`).
-    pub fn stop(self, grace: Duration) {
+    pub async fn stop(self, grace: Duration) {
         let CandleCluster {
             router,
             decode,
             prefill,
         } = self;
-        router.stop(grace);
-        decode.stop(grace);
-        prefill.stop(grace);
+        router.stop(grace).await;
+        decode.stop(grace).await;
+        prefill.stop(grace).await;
     }
 }
 

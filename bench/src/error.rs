@@ -45,6 +45,9 @@ pub enum BenchError {
     /// An HTTP exchange failed.
     #[error("HTTP: {0}")]
     Http(String),
+    /// Starting, supervising or stopping a child process failed (dolphinctl's supervisor).
+    #[error(transparent)]
+    Process(#[from] dolphinctl::CtlError),
     /// A gRPC call failed (boxed: a status is large).
     #[error("gRPC {}: {}", .0.code(), .0.message())]
     Rpc(Box<tonic::Status>),

@@ -36,7 +36,7 @@ pub struct OverheadCluster {
 /// Starts the workers, then the router pointed at them; logs go to `log_dir`. Call from the
 /// thread that lives longest (the main thread): the children's PDEATHSIG follows the thread
 /// that started them.
-pub fn start(
+pub async fn start(
     log_dir: &Path,
     model: &str,
     launch: &RouterLaunch,
@@ -56,7 +56,8 @@ pub fn start(
         &[],
         log_dir,
         READY_TIMEOUT,
-    )?;
+    )
+    .await?;
     let prefill_bin = sibling_binary("dolphin-prefill-worker")?;
     let prefill = spawn_ready(
         "prefill",
@@ -65,18 +66,17 @@ pub fn start(
         &[],
         log_dir,
         READY_TIMEOUT,
-    )?;
+    )
+    .await?;
     let router = start_router(
         log_dir,
         "router",
         model,
-        (
-            decode.ready_field("grpc_addr")?,
-            prefill.ready_field("grpc_addr")?,
-        ),
+        (decode.grpc_addr()?, prefill.grpc_addr()?),
         "always-local",
         launch,
-    )?;
+    )
+    .await?;
     Ok(OverheadCluster {
         router,
         decode,
@@ -86,7 +86,7 @@ pub fn start(
 
 /// Starts a router (named `name` in the logs) over one decode and one prefill worker (`workers`:
 /// their gRPC addresses) with static discovery and `policy` (`always-local`, `always-remote`).
-pub fn start_router(
+pub async fn start_router(
     log_dir: &Path,
     name: &str,
     model: &str,
@@ -112,24 +112,24 @@ pub fn start_router(
         }
         None => (router_bin, router_args),
     };
-    spawn_ready(name, &program, &router_args, &env, log_dir, READY_TIMEOUT)
+    spawn_ready(name, &program, &router_args, &env, log_dir, READY_TIMEOUT).await
 }
 
 impl OverheadCluster {
     /// Waits until the router lists both workers with their event streams up.
     pub async fn wait_for_workers(&self) -> Result<(), BenchError> {
-        wait_for_workers(self.router.ready_field("admin_addr")?, 2).await
+        wait_for_workers(self.router.admin_addr()?, 2).await
     }
 
     /// Stops the router with SIGTERM (so a profiler wrapping it can write its output; SIGKILL
     /// after `grace`), then kills the workers. Returns whether the router exited on its own.
-    pub fn stop(self, grace: Duration) -> bool {
+    pub async fn stop(self, grace: Duration) -> bool {
         let OverheadCluster {
             router,
             decode,
             prefill,
         } = self;
-        let clean = router.stop(grace);
+        let clean = router.stop(grace).await;
         drop((decode, prefill));
         clean
     }

@@ -88,11 +88,11 @@ pub fn free_port() -> Result<u16, BenchError> {
 }
 
 /// Starts a mock worker (`mock_http_worker`, built beside this benchmark).
-pub fn start_mock(log_dir: &Path, name: &str, model: &str) -> Result<Peer, BenchError> {
+pub async fn start_mock(log_dir: &Path, name: &str, model: &str) -> Result<Peer, BenchError> {
     let bin = sibling_binary("mock_http_worker")?;
     let args = ["--addr", "127.0.0.1:0", "--model", model].map(String::from);
-    let process = spawn_ready(name, &bin, &args, &[], log_dir, READY_TIMEOUT)?;
-    let http_addr = process.ready_field("http_addr")?.to_string();
+    let process = spawn_ready(name, &bin, &args, &[], log_dir, READY_TIMEOUT).await?;
+    let http_addr = process.http_addr()?.to_string();
     Ok(Peer { process, http_addr })
 }
 
@@ -130,8 +130,8 @@ pub async fn start_nginx(bin: &Path, log_dir: &Path, upstream: &str) -> Result<P
         "-c".to_string(),
         conf.display().to_string(),
     ];
-    let mut process = spawn_plain("nginx", bin, &args, log_dir)?;
-    wait_ready(&mut process, &http_addr, "/health", |_| true).await?;
+    let process = spawn_plain("nginx", bin, &args, log_dir)?;
+    wait_ready(&process, &http_addr, "/health", |_| true).await?;
     Ok(Peer { process, http_addr })
 }
 
@@ -199,8 +199,8 @@ pub async fn start_smg(
             prefill.len() + decode.len()
         }
     };
-    let mut process = spawn_plain(name, bin, &args, log_dir)?;
-    wait_ready(&mut process, &http_addr, "/readiness", |body| {
+    let process = spawn_plain(name, bin, &args, log_dir)?;
+    wait_ready(&process, &http_addr, "/readiness", |body| {
         serde_json::from_slice::<serde_json::Value>(body)
             .ok()
             .and_then(|v| v["healthy_workers"].as_u64())
@@ -212,7 +212,7 @@ pub async fn start_smg(
 
 /// Polls `GET path` until it answers 200 with a body `ok` accepts.
 async fn wait_ready(
-    process: &mut ChildProcess,
+    process: &ChildProcess,
     addr: &str,
     path: &str,
     ok: impl Fn(&[u8]) -> bool,

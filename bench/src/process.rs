@@ -1,23 +1,23 @@
-//! Starting the release binaries for a benchmark and killing them again.
+//! Starting the release binaries for a benchmark and stopping them again, through dolphinctl's
+//! supervisor ([`ManagedProcess`]): the one that `dolphinctl up` and the end-to-end tests use.
 //!
 //! Every Dolphin process prints one `DOLPHIN_READY {json}` line on stdout once its ports are
 //! bound (docs/dev/contracts.md). [`spawn_ready`] starts a binary, waits for that line, and
-//! returns a [`ChildProcess`] that SIGKILLs the process when dropped, so a benchmark that fails
-//! or panics leaves nothing running. Where `setpriv` exists the child also gets
-//! `PDEATHSIG=KILL`, which covers the benchmark itself being killed.
+//! returns a [`ChildProcess`]: the supervised process (its own process group, `PDEATHSIG=KILL`
+//! where `setpriv` exists, output drained into `log_dir/<name>.log`, the group SIGKILLed on
+//! drop, so a benchmark that fails or panics leaves nothing running) with what it announced.
+//! Call these inside a multi-threaded Tokio runtime: the output is drained by tasks, and a
+//! child whose pipe is not drained stops at its next log line.
 
-use std::io::{BufRead, BufReader};
+use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use rustix::process::{Pid, Signal};
+use dolphinctl::process::{ManagedProcess, ProcessSpec};
+use dolphinctl::ready::ReadyInfo;
+use rustix::process::Signal;
 
 use crate::BenchError;
-
-const READY_PREFIX: &str = "DOLPHIN_READY ";
-const SETPRIV: &str = "/usr/bin/setpriv";
 
 /// Owned copies of `args`, for a command line.
 pub fn strings(args: &[&str]) -> Vec<String> {
@@ -52,83 +52,101 @@ pub fn sibling_binary(name: &str) -> Result<PathBuf, BenchError> {
     }
 }
 
-/// A started process; SIGKILLed and reaped on drop.
+/// A supervised process and the ready line it printed.
 #[derive(Debug)]
 pub struct ChildProcess {
-    name: String,
-    child: std::process::Child,
-    ready: serde_json::Value,
-    log: PathBuf,
+    process: ManagedProcess,
+    ready: ReadyInfo,
 }
 
 impl ChildProcess {
     /// Its process id.
     pub fn pid(&self) -> u32 {
-        self.child.id()
+        self.process.pid()
     }
 
-    /// The JSON object of its `DOLPHIN_READY` line.
-    pub fn ready(&self) -> &serde_json::Value {
+    /// What its `DOLPHIN_READY` line announced (empty for [`spawn_plain`]).
+    pub fn ready(&self) -> &ReadyInfo {
         &self.ready
     }
 
-    /// A string field of the ready line (e.g. `grpc_addr`).
-    pub fn ready_field(&self, key: &str) -> Result<&str, BenchError> {
-        self.ready[key].as_str().ok_or_else(|| BenchError::Parse {
-            what: format!("{} ready line", self.name),
-            detail: format!("no string field {key:?} in {}", self.ready),
+    /// Its public gRPC address.
+    pub fn grpc_addr(&self) -> Result<&str, BenchError> {
+        self.announced("grpc_addr", &self.ready.grpc_addr)
+    }
+
+    /// Its OpenAI-compatible HTTP address (routers).
+    pub fn http_addr(&self) -> Result<&str, BenchError> {
+        self.announced("http_addr", &self.ready.http_addr)
+    }
+
+    /// Its `RouterAdmin` address (routers).
+    pub fn admin_addr(&self) -> Result<&str, BenchError> {
+        self.announced("admin_addr", &self.ready.admin_addr)
+    }
+
+    /// Its Prometheus address.
+    pub fn metrics_addr(&self) -> Result<&str, BenchError> {
+        self.announced("metrics_addr", &self.ready.metrics_addr)
+    }
+
+    fn announced<'a>(&self, key: &str, value: &'a Option<String>) -> Result<&'a str, BenchError> {
+        value.as_deref().ok_or_else(|| BenchError::Parse {
+            what: format!("{} ready line", self.process.name()),
+            detail: format!("no {key} in {:?}", self.ready),
         })
     }
 
-    /// Where its stderr goes.
-    pub fn log(&self) -> &Path {
-        &self.log
+    /// Where its stdout and stderr go.
+    pub fn log(&self) -> Option<&Path> {
+        self.process.log_path().map(PathBuf::as_path)
     }
 
-    /// Stops the process gently: SIGTERM (Dolphin processes drain and exit), SIGKILL if it is
-    /// still running after `grace`. Returns whether it exited on its own.
-    pub fn stop(mut self, grace: Duration) -> bool {
-        let Some(pid) = i32::try_from(self.pid()).ok().and_then(Pid::from_raw) else {
-            return false;
-        };
-        if rustix::process::kill_process(pid, Signal::TERM).is_err() {
-            return false;
-        }
-        let deadline = Instant::now() + grace;
-        while Instant::now() < deadline {
-            match self.child.try_wait() {
-                Ok(Some(_)) => return true,
-                Ok(None) => std::thread::sleep(Duration::from_millis(20)),
-                Err(_) => return false,
-            }
-        }
-        false // the drop kills it
+    /// Stops the process gently: SIGTERM to its group (Dolphin processes drain and exit),
+    /// SIGKILL if it is still running after `grace`. Returns whether it exited before the
+    /// SIGKILL.
+    pub async fn stop(mut self, grace: Duration) -> bool {
+        let status = self.process.stop(grace).await;
+        status.signal() != Some(Signal::KILL.as_raw())
     }
-}
 
-impl Drop for ChildProcess {
-    fn drop(&mut self) {
-        // Already gone is fine; anything else has no one to report to during a drop.
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+    /// Whether the process has exited: then the reason, with its output's tail.
+    pub fn exited(&self) -> Option<BenchError> {
+        let status = self.process.exit_status()?;
+        Some(BenchError::NotReady {
+            name: self.process.name().to_owned(),
+            detail: format!(
+                "exited ({status}); last output:\n{}",
+                self.process.output_tail(5)
+            ),
+        })
     }
 }
 
-/// `bin` as a command that dies with the benchmark (`PDEATHSIG=KILL` through `setpriv`, where
-/// it exists).
-fn command(bin: &Path) -> Command {
-    if Path::new(SETPRIV).is_file() {
-        let mut c = Command::new(SETPRIV);
-        c.arg("--pdeathsig").arg("KILL").arg("--").arg(bin);
-        c
-    } else {
-        Command::new(bin)
-    }
+/// The supervisor's spec for `bin args...` with `envs` added, logging to `log_dir/<name>.log`
+/// (a fresh file).
+fn spec(
+    name: &str,
+    bin: &Path,
+    args: &[String],
+    envs: &[(String, String)],
+    log_dir: &Path,
+) -> Result<ProcessSpec, BenchError> {
+    std::fs::create_dir_all(log_dir)
+        .map_err(BenchError::io(format!("create {}", log_dir.display())))?;
+    let log = log_dir.join(format!("{name}.log"));
+    // The supervisor appends (for restarts); a benchmark's log starts empty.
+    std::fs::File::create(&log).map_err(BenchError::io(format!("create {}", log.display())))?;
+    let mut spec = ProcessSpec::new(name, bin).args(args);
+    spec.envs
+        .extend(envs.iter().map(|(k, v)| (k.into(), v.into())));
+    spec.log_path = Some(log);
+    Ok(spec)
 }
 
-/// Starts `bin args...` (with `envs` added to the environment) with stderr to
-/// `log_dir/<name>.log` and waits up to `timeout` for its `DOLPHIN_READY` line.
-pub fn spawn_ready(
+/// Starts `bin args...` (with `envs` added to the environment), output to
+/// `log_dir/<name>.log`, and waits up to `timeout` for its `DOLPHIN_READY` line.
+pub async fn spawn_ready(
     name: &str,
     bin: &Path,
     args: &[String],
@@ -136,188 +154,131 @@ pub fn spawn_ready(
     log_dir: &Path,
     timeout: Duration,
 ) -> Result<ChildProcess, BenchError> {
-    std::fs::create_dir_all(log_dir)
-        .map_err(BenchError::io(format!("create {}", log_dir.display())))?;
-    let log = log_dir.join(format!("{name}.log"));
-    let stderr =
-        std::fs::File::create(&log).map_err(BenchError::io(format!("create {}", log.display())))?;
-    let mut cmd = command(bin);
-    cmd.args(args)
-        .envs(envs.iter().map(|(k, v)| (k, v)))
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(stderr);
-    let mut child = cmd
-        .spawn()
-        .map_err(BenchError::io(format!("start {}", bin.display())))?;
-    let stdout = child.stdout.take();
-    // Own the child from here on so every early return below kills it.
-    let mut proc = ChildProcess {
-        name: name.to_string(),
-        child,
-        ready: serde_json::Value::Null,
-        log,
-    };
-    let stdout = stdout.ok_or_else(|| proc.not_ready("stdout was not captured"))?;
-    let (tx, rx) = mpsc::channel();
-    // The reader keeps draining stdout after the ready line so the child never blocks on it.
-    std::thread::spawn(move || {
-        let mut tx = Some(tx);
-        for line in BufReader::new(stdout).lines() {
-            let Ok(line) = line else { break };
-            if let Some(json) = line.strip_prefix(READY_PREFIX)
-                && let Some(tx) = tx.take()
-            {
-                let _ = tx.send(json.to_string());
-            }
-        }
-    });
-    let json = match rx.recv_timeout(timeout) {
-        Ok(json) => json,
-        Err(mpsc::RecvTimeoutError::Timeout) => {
-            return Err(proc.not_ready(&format!("no ready line within {timeout:?}")));
-        }
-        Err(mpsc::RecvTimeoutError::Disconnected) => {
-            let status = proc.child.wait().map(|s| s.to_string()).unwrap_or_default();
-            return Err(proc.not_ready(&format!("closed stdout ({status})")));
-        }
-    };
-    proc.ready = serde_json::from_str(&json).map_err(|e| BenchError::Parse {
-        what: format!("{name} ready line"),
-        detail: e.to_string(),
-    })?;
-    Ok(proc)
+    let mut process = ManagedProcess::spawn(spec(name, bin, args, envs, log_dir)?)?;
+    // On an error the process is dropped, which kills it.
+    let ready = process.wait_ready(timeout).await?;
+    Ok(ChildProcess { process, ready })
 }
 
-/// Starts a program that prints no ready line (a peer such as nginx or smg) with stdout and
-/// stderr to `log_dir/<name>.log`; the caller checks readiness itself (e.g. over HTTP).
+/// Starts a program that prints no ready line (a peer such as nginx or smg) with its output to
+/// `log_dir/<name>.log`; the caller checks readiness itself (e.g. over HTTP).
 pub fn spawn_plain(
     name: &str,
     bin: &Path,
     args: &[String],
     log_dir: &Path,
 ) -> Result<ChildProcess, BenchError> {
-    std::fs::create_dir_all(log_dir)
-        .map_err(BenchError::io(format!("create {}", log_dir.display())))?;
-    let log = log_dir.join(format!("{name}.log"));
-    let out =
-        std::fs::File::create(&log).map_err(BenchError::io(format!("create {}", log.display())))?;
-    let err = out
-        .try_clone()
-        .map_err(BenchError::io(format!("open {}", log.display())))?;
-    let mut cmd = command(bin);
-    cmd.args(args).stdin(Stdio::null()).stdout(out).stderr(err);
-    let child = cmd
-        .spawn()
-        .map_err(BenchError::io(format!("start {}", bin.display())))?;
+    let process = ManagedProcess::spawn(spec(name, bin, args, &[], log_dir)?)?;
     Ok(ChildProcess {
-        name: name.to_string(),
-        child,
-        ready: serde_json::Value::Null,
-        log,
+        process,
+        ready: ReadyInfo::default(),
     })
-}
-
-impl ChildProcess {
-    /// Whether the process has exited: then the reason, with its log's tail.
-    pub fn exited(&mut self) -> Option<BenchError> {
-        match self.child.try_wait() {
-            Ok(Some(status)) => Some(self.not_ready(&format!("exited ({status})"))),
-            _ => None,
-        }
-    }
-}
-
-impl ChildProcess {
-    fn not_ready(&self, what: &str) -> BenchError {
-        let tail = std::fs::read_to_string(&self.log)
-            .map(|t| {
-                let lines: Vec<&str> = t.lines().rev().take(5).collect();
-                lines.into_iter().rev().collect::<Vec<_>>().join("\n")
-            })
-            .unwrap_or_default();
-        BenchError::NotReady {
-            name: self.name.clone(),
-            detail: format!("{what}; log {}:\n{tail}", self.log.display()),
-        }
-    }
 }
 
 #[cfg(test)]
 mod tests {
+    //! The supervisor itself is tested in dolphinctl (`ctl/src/process.rs`); these cover what
+    //! the benchmarks add: the announced addresses, a fresh log, `stop`'s answer.
     use super::*;
 
-    fn tmp_dir(tag: &str) -> PathBuf {
-        std::env::temp_dir().join(format!("dolphin-bench-{tag}-{}", std::process::id()))
+    fn sh(script: &str) -> Vec<String> {
+        vec!["-c".to_string(), script.to_string()]
     }
 
-    #[test]
-    fn reads_the_ready_line_and_stops_on_sigterm() {
-        let dir = tmp_dir("proc-ok");
-        let script = "echo starting >&2; echo hello; \
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn reads_the_ready_line_and_stops_on_sigterm() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(dir.path().join("sh.log"), "an earlier run\n").expect("old log");
+        let script = "echo starting >&2; \
                       echo 'DOLPHIN_READY {\"role\":\"x\",\"grpc_addr\":\"127.0.0.1:1\"}'; \
                       exec sleep 600";
-        let args = vec!["-c".to_string(), script.to_string()];
+        let envs = [("DOLPHIN_BENCH_TEST".to_string(), "1".to_string())];
         let p = spawn_ready(
             "sh",
             Path::new("/bin/sh"),
-            &args,
-            &[],
-            &dir,
+            &sh(script),
+            &envs,
+            dir.path(),
             Duration::from_secs(20),
         )
+        .await
         .expect("ready");
-        assert_eq!(p.ready_field("grpc_addr").expect("field"), "127.0.0.1:1");
-        assert!(p.ready_field("missing").is_err());
+        assert_eq!(p.grpc_addr().expect("announced"), "127.0.0.1:1");
+        let err = p.http_addr().expect_err("not announced").to_string();
+        assert!(err.contains("http_addr"), "{err}");
+        assert!(p.exited().is_none());
         let pid = p.pid();
-        assert!(Path::new(&format!("/proc/{pid}")).exists());
-        assert!(p.stop(Duration::from_secs(20)), "sleep ends on SIGTERM");
-        // Reaped by stop: the pid no longer names our child (it may be reused, not as sh).
-        let still_sleeping = std::fs::read_to_string(format!("/proc/{pid}/cmdline"))
-            .is_ok_and(|c| c.contains("sleep"));
-        assert!(!still_sleeping);
-        std::fs::remove_dir_all(&dir).expect("cleanup");
+        let log = p.log().expect("log").to_path_buf();
+        assert!(
+            p.stop(Duration::from_secs(20)).await,
+            "sleep ends on SIGTERM"
+        );
+        // Reaped: the pid no longer names our child (it may be reused, not as sleep).
+        let cmdline = std::fs::read_to_string(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        assert!(!cmdline.contains("sleep"), "{cmdline}");
+        let text = std::fs::read_to_string(log).expect("log");
+        assert!(
+            text.contains("starting") && !text.contains("earlier"),
+            "{text}"
+        );
     }
 
-    #[test]
-    fn drop_kills_a_process_that_ignores_sigterm() {
-        let dir = tmp_dir("proc-kill");
-        let script = "trap '' TERM; echo 'DOLPHIN_READY {}'; while :; do sleep 1; done";
-        let args = vec!["-c".to_string(), script.to_string()];
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn a_process_that_ignores_sigterm_is_killed() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let script =
+            "trap '' TERM; echo 'DOLPHIN_READY {\"role\":\"x\"}'; while :; do sleep 1; done";
         let p = spawn_ready(
             "sh",
             Path::new("/bin/sh"),
-            &args,
+            &sh(script),
             &[],
-            &dir,
+            dir.path(),
             Duration::from_secs(20),
         )
+        .await
         .expect("ready");
-        let pid = p.pid();
-        assert!(!p.stop(Duration::from_millis(200)), "SIGTERM is ignored");
-        let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        assert!(!state.contains("(sh)"), "still running: {state}");
-        std::fs::remove_dir_all(&dir).expect("cleanup");
+        assert!(
+            !p.stop(Duration::from_millis(200)).await,
+            "SIGTERM is ignored"
+        );
     }
 
-    #[test]
-    fn exit_before_ready_is_an_error_with_the_log() {
-        let dir = tmp_dir("proc-fail");
-        let args = vec![
-            "-c".to_string(),
-            "echo broken flag >&2; exit 64".to_string(),
-        ];
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn exit_before_ready_is_an_error_with_the_output() {
+        let dir = tempfile::tempdir().expect("tempdir");
         let err = spawn_ready(
             "sh",
             Path::new("/bin/sh"),
-            &args,
+            &sh("echo broken flag >&2; exit 64"),
             &[],
-            &dir,
+            dir.path(),
             Duration::from_secs(20),
         )
+        .await
         .expect_err("not ready");
         let text = err.to_string();
         assert!(text.contains("broken flag"), "{text}");
-        std::fs::remove_dir_all(&dir).expect("cleanup");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn a_plain_process_reports_its_exit() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let p = spawn_plain(
+            "sh",
+            Path::new("/bin/sh"),
+            &sh("echo bye; exit 3"),
+            dir.path(),
+        )
+        .expect("started");
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        let err = loop {
+            if let Some(err) = p.exited() {
+                break err.to_string();
+            }
+            assert!(std::time::Instant::now() < deadline, "never exited");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        assert!(err.contains("exit status: 3"), "{err}");
     }
 }

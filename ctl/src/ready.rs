@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 pub const READY_PREFIX: &str = "DOLPHIN_READY";
 
 /// What a process announces when it is ready. Fields a role does not have are `None`; unknown
-/// fields are ignored so processes may announce more without breaking readers.
+/// fields are kept in `other`, so processes may announce more without breaking readers.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReadyInfo {
     /// "prefill", "decode", "router" (or "cluster" for `dolphinctl up` itself).
@@ -31,6 +31,9 @@ pub struct ReadyInfo {
     /// Prometheus listener, when the process serves one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metrics_addr: Option<String>,
+    /// Every other field, as announced (`dolphinctl up`'s `processes`, a future field).
+    #[serde(flatten)]
+    pub other: serde_json::Map<String, serde_json::Value>,
 }
 
 /// Why a line that starts with [`READY_PREFIX`] could not be read.
@@ -89,6 +92,7 @@ mod tests {
         let info = parse_ready_line(line).unwrap().unwrap();
         assert_eq!(info.role, "router");
         assert_eq!(info.http_addr.as_deref(), Some("127.0.0.1:8000"));
+        assert_eq!(info.other.get("future"), Some(&serde_json::json!(1)));
     }
 
     #[test]

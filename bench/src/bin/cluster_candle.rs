@@ -328,7 +328,7 @@ async fn main() -> anyhow::Result<()> {
     };
     let load_avg_before = load_avg();
     let started = Instant::now();
-    let cluster = candle_cluster::start(&log_dir, &launch)?;
+    let cluster = candle_cluster::start(&log_dir, &launch).await?;
     cluster.wait_for_workers().await?;
     eprintln!(
         "cluster up in {:.1} s (logs in {})",
@@ -393,7 +393,7 @@ async fn main() -> anyhow::Result<()> {
         }
     }
     let elapsed_s = started.elapsed().as_secs_f64();
-    cluster.stop(Duration::from_secs(10));
+    cluster.stop(Duration::from_secs(10)).await;
 
     let kv_bytes = median(remote.iter().map(|r| r.kv_bytes as f64)) as u64;
     let transfer_ms = median(remote.iter().map(|r| r.kv_transfer_ms));

@@ -112,14 +112,17 @@ impl Cluster {
         let mut decode = Vec::new();
         for i in 0..2 {
             let args = worker_args(&url, &["--kv-addr", "127.0.0.1:0"]);
-            decode.push(spawn_ready(
-                &format!("decode-{i}"),
-                &decode_bin,
-                &args,
-                &[],
-                log_dir,
-                READY,
-            )?);
+            decode.push(
+                spawn_ready(
+                    &format!("decode-{i}"),
+                    &decode_bin,
+                    &args,
+                    &[],
+                    log_dir,
+                    READY,
+                )
+                .await?,
+            );
         }
         let prefill_bin = sibling_binary("dolphin-prefill-worker")?;
         let prefill = spawn_ready(
@@ -129,7 +132,8 @@ impl Cluster {
             &[],
             log_dir,
             READY,
-        )?;
+        )
+        .await?;
         let mut args = router_listener_args();
         args.extend(strings(&["--etcd", &url, "--model", MODEL]));
         // The router's own limit above the phase's streams: this measures memory, not shedding.
@@ -141,8 +145,9 @@ impl Cluster {
             &[],
             log_dir,
             READY,
-        )?;
-        wait_for_workers(router.ready_field("admin_addr")?, 3).await?;
+        )
+        .await?;
+        wait_for_workers(router.admin_addr()?, 3).await?;
         Ok(Self {
             etcd,
             decode,
@@ -155,7 +160,7 @@ impl Cluster {
 
     /// SIGKILLs decode worker `i` and starts a new one in its place (a new id, registered in
     /// etcd, as a restarted pod would).
-    fn kill_and_restart(&mut self, i: usize) -> anyhow::Result<()> {
+    async fn kill_and_restart(&mut self, i: usize) -> anyhow::Result<()> {
         let url = self.etcd.endpoint();
         self.restarts += 1;
         let name = format!("decode-{i}-restart-{}", self.restarts);
@@ -164,14 +169,14 @@ impl Cluster {
         // Dropping the old process SIGKILLs it.
         let old = std::mem::replace(
             &mut self.decode[i],
-            spawn_ready(&name, &bin, &args, &[], &self.log_dir, READY)?,
+            spawn_ready(&name, &bin, &args, &[], &self.log_dir, READY).await?,
         );
         drop(old);
         Ok(())
     }
 
     fn grpc_addr(&self) -> anyhow::Result<String> {
-        Ok(self.router.ready_field("grpc_addr")?.to_owned())
+        Ok(self.router.grpc_addr()?.to_owned())
     }
 }
 
@@ -390,7 +395,7 @@ async fn phase_streams(cluster: &Cluster, args: &Arc<Args>) -> anyhow::Result<St
     // Direct baseline first: the same requests, split over both decode workers.
     let mut direct_channels = Vec::new();
     for d in &cluster.decode {
-        direct_channels.extend(channels(d.ready_field("grpc_addr")?, args.connections / 2).await?);
+        direct_channels.extend(channels(d.grpc_addr()?, args.connections / 2).await?);
     }
     let t = Instant::now();
     let tasks: Vec<_> = (0..args.streams)
@@ -417,7 +422,7 @@ async fn phase_streams(cluster: &Cluster, args: &Arc<Args>) -> anyhow::Result<St
     let peak_rss = Arc::new(AtomicU64::new(idle_rss));
     let peak_open = Arc::new(Mutex::new(0f64));
     let done = Arc::new(AtomicBool::new(false));
-    let metrics_addr = cluster.router.ready_field("metrics_addr")?.to_owned();
+    let metrics_addr = cluster.router.metrics_addr()?.to_owned();
     let sampler = {
         let (peak_rss, peak_open, done) = (peak_rss.clone(), peak_open.clone(), done.clone());
         tokio::spawn(async move {
@@ -550,9 +555,8 @@ async fn phase_kill(cluster: &mut Cluster, args: &Arc<Args>) -> anyhow::Result<K
     let mut kills = 0;
     while t.elapsed() < Duration::from_secs(args.kill_secs) {
         tokio::time::sleep(Duration::from_millis(args.kill_every_ms)).await;
-        // Spawning waits for the new worker's ready line: a blocking wait, off the runtime.
         let victim = kills % 2;
-        tokio::task::block_in_place(|| cluster.kill_and_restart(victim))?;
+        cluster.kill_and_restart(victim).await?;
         kills += 1;
         println!("killed and restarted decode worker {victim} ({kills})");
     }
@@ -584,7 +588,7 @@ async fn listed_workers(admin_addr: &str) -> anyhow::Result<usize> {
 }
 
 async fn phase_etcd(cluster: &mut Cluster, args: &Arc<Args>) -> anyhow::Result<EtcdResult> {
-    let admin = cluster.router.ready_field("admin_addr")?.to_owned();
+    let admin = cluster.router.admin_addr()?.to_owned();
     // Let restarted workers of the kill phase settle and old leases expire.
     tokio::time::sleep(Duration::from_secs(6)).await;
     let workers_before = listed_workers(&admin).await?;

@@ -265,10 +265,10 @@ async fn start_peers(
     if !wants_mock {
         return Ok((mocks, Vec::new()));
     }
-    mocks.push(peers::start_mock(log_dir, "mock", MODEL)?);
+    mocks.push(peers::start_mock(log_dir, "mock", MODEL).await?);
     // smg's P/D mode needs a prefill worker of its own.
     if wants(Target::SmgPd) {
-        mocks.push(peers::start_mock(log_dir, "mock-prefill", MODEL)?);
+        mocks.push(peers::start_mock(log_dir, "mock-prefill", MODEL).await?);
     }
     let mock = mocks[0].http_addr.clone();
     let bins = PeerBins::locate(args.nginx.clone(), args.smg.clone());
@@ -336,8 +336,12 @@ fn main() -> anyhow::Result<()> {
             .map(str::to_string)
             .collect(),
     };
-    let cluster =
-        overhead_cluster::start(&log_dir, MODEL, &launch).context("starting the cluster")?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let cluster = rt
+        .block_on(overhead_cluster::start(&log_dir, MODEL, &launch))
+        .context("starting the cluster")?;
     let wants_remote = args
         .modes
         .iter()
@@ -347,24 +351,18 @@ fn main() -> anyhow::Result<()> {
             worker_threads: args.router_worker_threads,
             wrapper: Vec::new(),
         };
-        let workers = (
-            cluster.decode.ready_field("grpc_addr")?,
-            cluster.prefill.ready_field("grpc_addr")?,
-        );
-        Some(overhead_cluster::start_router(
+        let workers = (cluster.decode.grpc_addr()?, cluster.prefill.grpc_addr()?);
+        Some(rt.block_on(overhead_cluster::start_router(
             &log_dir,
             "router-remote",
             MODEL,
             workers,
             "always-remote",
             &plain,
-        )?)
+        ))?)
     } else {
         None
     };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
     let mut missing = BTreeMap::new();
     let (mocks, peer_list) = rt.block_on(start_peers(&args, &log_dir, &mut missing))?;
     let mut running = Running {
@@ -376,9 +374,9 @@ fn main() -> anyhow::Result<()> {
     println!("processes started; logs in {}", log_dir.display());
 
     let mut addrs = Addrs {
-        decode_grpc: Some(running.cluster.decode.ready_field("grpc_addr")?.to_string()),
-        router_grpc: Some(running.cluster.router.ready_field("grpc_addr")?.to_string()),
-        router_http: Some(running.cluster.router.ready_field("http_addr")?.to_string()),
+        decode_grpc: Some(running.cluster.decode.grpc_addr()?.to_string()),
+        router_grpc: Some(running.cluster.router.grpc_addr()?.to_string()),
+        router_http: Some(running.cluster.router.http_addr()?.to_string()),
         mock_http: running.mocks.first().map(|m| m.http_addr.clone()),
         ..Addrs::default()
     };
@@ -388,8 +386,8 @@ fn main() -> anyhow::Result<()> {
         CpuClock::new(running.cluster.router.pid()),
     );
     if let Some(r) = &running.remote {
-        addrs.remote_grpc = Some(r.ready_field("grpc_addr")?.to_string());
-        addrs.remote_http = Some(r.ready_field("http_addr")?.to_string());
+        addrs.remote_grpc = Some(r.grpc_addr()?.to_string());
+        addrs.remote_http = Some(r.http_addr()?.to_string());
         routers.insert(Target::DolphinRemote, CpuClock::new(r.pid()));
     }
     for (t, p) in &running.peers {
@@ -413,10 +411,7 @@ fn main() -> anyhow::Result<()> {
     let prompts = Arc::new(make_prompts(&args));
     rt.block_on(running.cluster.wait_for_workers())?;
     if let Some(r) = &running.remote {
-        rt.block_on(overhead_cluster::wait_for_workers(
-            r.ready_field("admin_addr")?,
-            2,
-        ))?;
+        rt.block_on(overhead_cluster::wait_for_workers(r.admin_addr()?, 2))?;
     }
 
     // Baselines first (stable: the rest keep their order); modes whose router is missing go.
@@ -491,7 +486,7 @@ fn main() -> anyhow::Result<()> {
     fill_ratios(&mut phases);
     let targets = checks(&phases);
 
-    if !running.cluster.stop(Duration::from_secs(60)) {
+    if !rt.block_on(running.cluster.stop(Duration::from_secs(60))) {
         eprintln!("the router did not exit on SIGTERM; killed");
     }
     drop((running.remote.take(), std::mem::take(&mut running.peers)));

@@ -49,7 +49,7 @@ pub struct LiveCluster {
 impl LiveCluster {
     /// Starts `dolphinctl up` for `setup` with logs in `log_dir` and waits until the router
     /// sees every worker. Call from the main thread (see `process::spawn_ready`).
-    pub fn start(setup: &LiveSetup, log_dir: &Path) -> Result<Self, BenchError> {
+    pub async fn start(setup: &LiveSetup, log_dir: &Path) -> Result<Self, BenchError> {
         let ctl = sibling_binary("dolphinctl")?;
         let bin_dir = ctl
             .parent()
@@ -87,10 +87,13 @@ impl LiveCluster {
         ] {
             args.push(format!("--router-arg={flag}"));
         }
-        let up = spawn_ready("dolphinctl-up", &ctl, &args, &[], log_dir, READY_TIMEOUT)?;
-        let grpc_addr = up.ready_field("grpc_addr")?.to_string();
-        let members = up.ready()["processes"]
-            .as_array()
+        let up = spawn_ready("dolphinctl-up", &ctl, &args, &[], log_dir, READY_TIMEOUT).await?;
+        let grpc_addr = up.grpc_addr()?.to_string();
+        let members = up
+            .ready()
+            .other
+            .get("processes")
+            .and_then(|p| p.as_array())
             .map(|ps| {
                 ps.iter()
                     .filter_map(|p| Some((p["name"].as_str()?.to_string(), p["pid"].as_u64()?)))
@@ -118,8 +121,8 @@ impl LiveCluster {
 
     /// Stops the cluster: SIGTERM to `dolphinctl up`, which stops the router then the workers;
     /// SIGKILL after a grace period (the drop).
-    pub fn stop(self) {
-        if !self.up.stop(Duration::from_secs(20)) {
+    pub async fn stop(self) {
+        if !self.up.stop(Duration::from_secs(20)).await {
             eprintln!("sim_crosscheck: dolphinctl up did not stop in time; killed");
         }
     }

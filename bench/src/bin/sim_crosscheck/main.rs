@@ -332,7 +332,7 @@ async fn live(
     scale: f64,
     slo: Slo,
 ) -> anyhow::Result<(Vec<RequestOutcome>, f64, Vec<(String, Option<f64>)>)> {
-    let cluster = LiveCluster::start(setup, log_dir)?;
+    let cluster = LiveCluster::start(setup, log_dir).await?;
     let cfg = LiveConfig {
         router_grpc: cluster.grpc_addr.clone(),
         model: None,
@@ -346,7 +346,7 @@ async fn live(
     let run = replay_live(&cfg, w, Arrivals::Trace { time_scale: scale }, scaled_slo).await;
     let wall_s = started.elapsed().as_secs_f64();
     let after = cluster.cpu_seconds();
-    cluster.stop();
+    cluster.stop().await;
     let run = run?;
     let cpu = before
         .into_iter()
