@@ -25,6 +25,7 @@ pub use drive::{DriveStart, DrivenEnd, DrivenToken, SeqDriver, Steer};
 pub use engine::Engine;
 pub use error::{BackendError, BoxError, EngineError};
 pub use kv_pool::KvPool;
+pub use scheduler::policy;
 pub use scheduler::{BatchWait, Lockstep, Scheduler, SchedulerConfig, StepProfile};
 pub use sim::{SimConfig, SimProfile, sim_engine};
 pub use types::{

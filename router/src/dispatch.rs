@@ -21,8 +21,9 @@ use crate::error::DispatchError;
 use crate::grpc_call::GrpcStream;
 use crate::metrics as m;
 use crate::migration::{Migration, RequestScope};
-use crate::policy::{DecidedBy, Decision, Features, Policy, PrefillState};
+use crate::policy::{DecidedBy, Decision, Features, Policy};
 use crate::request_log::RequestLog;
+use crate::route::{PrefillChoice, Route, RouteError, RouteInput, route};
 use crate::stream::{Api, RequestMeta, ResponseStream};
 use crate::tokenizer::{ChatMessage, Tokenizer};
 use crate::workers::{InflightGuard, Routed, WorkerRegistry};
@@ -316,37 +317,30 @@ impl Dispatcher {
             let prefill = self
                 .registry
                 .route_prefill_for(&decode.worker, hashes, w, counts);
-            let isl = tokens.len() as u32;
-            let uncached = |r: &Routed| isl.saturating_sub(r.cached_blocks.saturating_mul(bs));
-            let features = Features {
-                isl,
-                eff_isl_prefill: prefill.as_ref().map_or(isl, uncached),
-                eff_isl_decode: uncached(&decode),
+            let input = RouteInput {
+                isl: tokens.len() as u32,
+                block_size: bs,
+                decode_cached_blocks: decode.cached_blocks,
+                prefill: prefill.as_ref().map(|p| PrefillChoice {
+                    cached_blocks: p.cached_blocks,
+                    queue: p.worker.waiting(),
+                }),
                 output_len_hint: predicted.length,
             };
-            let (mut cluster, mut table_version) = (None, None);
-            let (decision, decided_by) = match force {
-                Some(Decision::Remote) if prefill.is_none() => {
-                    return Err(DispatchError::NoPrefillWorkers);
-                }
-                Some(d) => (d, DecidedBy::Forced),
-                None => {
-                    let state = PrefillState {
-                        available: prefill.is_some(),
-                        queue: prefill.as_ref().map_or(0, |p| p.worker.waiting()),
-                    };
-                    match self.policy() {
-                        Policy::Dolphin(cfg) => {
-                            let split = self.registry.split();
-                            let o = self.dolphin.decide(&features, state, split, &cfg);
-                            cluster = o.cluster;
-                            table_version = o.table_version;
-                            (o.decision, o.decided_by)
-                        }
-                        p => (p.decide(&features, state), DecidedBy::Policy(p.kind())),
-                    }
-                }
+            let policy = self.policy();
+            let decided = match policy {
+                Policy::Dolphin(_) => self
+                    .dolphin
+                    .with_table(self.registry.split(), |t| route(&input, &policy, t, force)),
+                _ => route(&input, &policy, None, force),
             };
+            let Route {
+                features,
+                decision,
+                decided_by,
+                cluster,
+                table_version,
+            } = decided.map_err(|RouteError::NoPrefillWorker| DispatchError::NoPrefillWorkers)?;
             // Workers whose event stream is down remember what they were sent (approximate
             // index); a no-op for live ones.
             self.registry.note_routed(Role::Decode, &decode, hashes);

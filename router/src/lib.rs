@@ -23,6 +23,7 @@ mod migration;
 pub mod policy;
 pub mod prefix_index;
 pub mod request_log;
+pub mod route;
 pub mod selection;
 pub mod server;
 pub mod shard;

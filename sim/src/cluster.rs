@@ -1,13 +1,13 @@
 //! The simulated P/D cluster: the router's decision for every arrival, then the engines' steps
 //! and KV transfers as events, on one thread.
 //!
-//! Routing mirrors `dolphin_router::Dispatcher::route`: the prompt's block hashes are looked up
-//! in each pool's [`PrefixIndex`] (fed by the workers' cache events as they happen), each pool's
-//! worker is picked by [`selection::select`] (cache overlap against load, the load as the router
-//! knows it: each worker's latest periodic load report, and for decode workers the router's own
-//! count of prompts in flight there), the four
-//! [`Features`] are computed with the output classifier's length, and the policy (or the
-//! compiled table under `Policy::Dolphin`) decides local or remote.
+//! Routing is the router's own code: the prompt's block hashes are looked up in each pool's
+//! [`PrefixIndex`] (fed by the workers' cache events as they happen), each pool's worker is
+//! picked by [`selection::select`] (cache overlap against load, the load as the router knows it:
+//! each worker's latest periodic load report, and for decode workers the router's own count of
+//! prompts in flight there), and [`route`] (the function `Dispatcher::route` calls) computes the
+//! four [`Features`] with the output classifier's length and decides local or remote by the
+//! policy, or the compiled table under `Policy::Dolphin`.
 //!
 //! Remote path, as in DESIGN.md section 3: the decode worker reserves KV for the prompt (waiting
 //! for admission if its pool is full), then the prefill worker computes what it does not hold,
@@ -16,8 +16,9 @@
 //! token and decodes.
 
 use dolphin_router::dolphin::OutputClassifier;
-use dolphin_router::policy::{Decision, Features, Policy, PrefillState};
+use dolphin_router::policy::{Decision, Features, Policy};
 use dolphin_router::prefix_index::PrefixIndex;
+use dolphin_router::route::{PrefillChoice, Route, RouteInput, TableRef, route};
 use dolphin_router::selection::{self, Candidate, Choice};
 use rand::SeedableRng;
 use rand::rngs::SmallRng;
@@ -261,23 +262,29 @@ impl<'a> Run<'a> {
             (w, false),
             &mut self.rng,
         );
-        let isl = r.prompt_len;
-        let uncached = |c: &Choice| isl.saturating_sub(c.cached_blocks.saturating_mul(bs));
-        let features = Features {
-            isl,
-            eff_isl_prefill: prefill.as_ref().map_or(isl, uncached),
-            eff_isl_decode: uncached(&decode),
+        let input = RouteInput {
+            isl: r.prompt_len,
+            block_size: bs,
+            decode_cached_blocks: decode.cached_blocks,
+            prefill: prefill.map(|p| PrefillChoice {
+                cached_blocks: p.cached_blocks,
+                queue: self.prefill[p.slot].waiting(),
+            }),
             output_len_hint: cfg.classifier.predict(&r.admission).length,
         };
-        let state = PrefillState {
-            available: prefill.is_some(),
-            queue: prefill.map_or(0, |p| self.prefill[p.slot].waiting()),
-        };
-        let looked_up = cfg.table.as_ref().map(|t| t.lookup(&features));
-        let decision = match (&cfg.policy, looked_up) {
-            (Policy::Dolphin(_), Some((_, bit))) if state.available => bit,
-            (Policy::Dolphin(_), Some(_)) => Decision::Local,
-            (p, _) => p.decide(&features, state),
+        let table = cfg.table.as_ref().map(|table| TableRef {
+            table,
+            version: None,
+        });
+        // Nothing is forced here, and a remote decision always has its prefill worker.
+        let Ok(Route {
+            features,
+            decision,
+            cluster,
+            ..
+        }) = route(&input, &cfg.policy, table, None)
+        else {
+            return;
         };
         let d = decode.slot as u32;
         let remote = decision == Decision::Remote;
@@ -285,7 +292,7 @@ impl<'a> Run<'a> {
             decode: d,
             prefill: prefill.filter(|_| remote).map(|p| p.slot as u32),
             features,
-            cluster: looked_up.and_then(|(c, _)| u32::try_from(c).ok()),
+            cluster,
             remote,
             sent_ms: self.now,
             first_ms: f64::NAN,

@@ -1,10 +1,11 @@
 //! One simulated engine: the scheduling policy of `dolphin-engine`'s scheduler over its real
 //! [`KvPool`], with step times from the [`SimProfile`].
 //!
-//! Mirrors `engine/src/scheduler`: requests are admitted in arrival order only when the pool can
+//! Follows `engine/src/scheduler`: requests are admitted in arrival order only when the pool can
 //! hold prompt plus output (reserved at admission, so nothing is preempted), reusing cached
-//! prefix blocks; each step gives every decoding sequence one token, then fills the rest of
-//! `max_batched_tokens` with prefill chunks in admission order; a step costs
+//! prefix blocks up to the engine's [`max_cached_blocks`]; each step is composed by the engine's
+//! own [`compose_step`] (every decoding sequence's one token, then prefill chunks in admission
+//! order until `max_batched_tokens` is spent); a step costs
 //! `prefill_ms(chunk tokens) + decode_ms(decoding sequences, occupancy)`, so local prefill slows
 //! the decodes it shares a step with. A remote request is reserved first (all prompt blocks
 //! allocated), then waits for its KV and resumes with the first token. Full prompt blocks go into
@@ -16,6 +17,7 @@
 
 use std::collections::VecDeque;
 
+use dolphin_engine::policy::{StepBuilder, Want, compose_step, max_cached_blocks};
 use dolphin_engine::{BlockId, KvEvent, KvPool, SimProfile};
 use dolphin_router::prefix_index::PrefixIndex;
 use dolphin_router::selection::load_cost;
@@ -217,8 +219,7 @@ impl Worker {
         let bs = self.block_size;
         let s = &mut self.seqs[slot as usize];
         let hashes = &reqs[s.req as usize].hashes;
-        // At least one prompt token is always computed: it yields the first token.
-        let max_hits = (((s.prompt_len - 1) / bs) as usize).min(hashes.len());
+        let max_hits = max_cached_blocks(s.prompt_len, bs, hashes.len());
         let hits = self.pool.match_prefix(&hashes[..max_hits]);
         let new = s.blocks_needed - hits as u32;
         if !self.pool.admit(&hashes[..hits], new, &mut s.table) {
@@ -251,51 +252,22 @@ impl Worker {
         true
     }
 
-    /// Builds the next step's batch; returns its duration in ms, or `None` when there is nothing
-    /// to compute.
+    /// Builds the next step's batch by the engine's own policy ([`compose_step`]); returns its
+    /// duration in ms, or `None` when there is nothing to compute.
     pub fn build_batch(&mut self, profile: &SimProfile) -> Option<f64> {
         self.batch.clear();
-        let bs = self.block_size;
-        let mut budget = self.max_batched_tokens;
-        let mut decodes = 0u32;
-        for &slot in &self.running {
-            let s = &mut self.seqs[slot as usize];
-            if s.computed < s.prompt_len {
-                continue;
-            }
-            ensure_blocks(&mut self.pool, s, s.computed + 1, bs);
-            self.batch.push(Entry {
-                seq: slot,
-                tokens: 1,
-                sample: true,
-            });
-            decodes += 1;
-            budget = budget.saturating_sub(1);
-        }
-        let mut prefill_tokens = 0u32;
-        for &slot in &self.running {
-            if budget == 0 {
-                break;
-            }
-            let s = &mut self.seqs[slot as usize];
-            if s.computed >= s.prompt_len {
-                continue;
-            }
-            let n = (s.prompt_len - s.computed).min(budget);
-            ensure_blocks(&mut self.pool, s, s.computed + n, bs);
-            self.batch.push(Entry {
-                seq: slot,
-                tokens: n,
-                sample: s.computed + n == s.prompt_len,
-            });
-            prefill_tokens += n;
-            budget -= n;
-        }
+        let mut step = SimStep {
+            seqs: &mut self.seqs,
+            pool: &mut self.pool,
+            batch: &mut self.batch,
+            block_size: self.block_size,
+        };
+        let shape = compose_step(&self.running, self.max_batched_tokens, &mut step);
         if self.batch.is_empty() {
             return None;
         }
         let occupancy = f64::from(self.pool.referenced()) / f64::from(self.pool.total());
-        Some(profile.step_ms(prefill_tokens, decodes, occupancy))
+        Some(profile.step_ms(shape.chunk_tokens, shape.decodes, occupancy))
     }
 
     /// Applies the finished step: advances KV, caches full prompt blocks, emits tokens, ends
@@ -389,6 +361,41 @@ impl Worker {
 }
 
 /// Allocates reserved blocks until the table covers `tokens` positions.
+/// The simulated engine's side of [`compose_step`]: its slab, pool and batch.
+struct SimStep<'a> {
+    seqs: &'a mut [Seq],
+    pool: &'a mut KvPool,
+    batch: &'a mut Vec<Entry>,
+    block_size: u32,
+}
+
+impl StepBuilder<u32> for SimStep<'_> {
+    fn want(&self, slot: u32) -> Option<Want> {
+        let s = &self.seqs[slot as usize];
+        let decoding = s.computed >= s.prompt_len;
+        Some(Want {
+            decoding,
+            tokens: if decoding {
+                1
+            } else {
+                s.prompt_len - s.computed
+            },
+        })
+    }
+
+    fn take(&mut self, slot: u32, tokens: u32) -> bool {
+        let s = &mut self.seqs[slot as usize];
+        ensure_blocks(self.pool, s, s.computed + tokens, self.block_size);
+        self.batch.push(Entry {
+            seq: slot,
+            tokens,
+            // A decode, or the last chunk of the prompt.
+            sample: s.computed + tokens >= s.prompt_len,
+        });
+        true
+    }
+}
+
 fn ensure_blocks(pool: &mut KvPool, s: &mut Seq, tokens: u32, bs: u32) {
     let missing = tokens.div_ceil(bs).saturating_sub(s.table.len() as u32);
     s.reserved -= pool.allocate_many(missing.min(s.reserved), &mut s.table);

@@ -33,6 +33,7 @@ use dolphin_router::policy::{
     Decision, DolphinConfig, FallbackKind, Features, Policy, PrefillState, ThresholdConfig,
 };
 use dolphin_router::request_log::RequestLog;
+use dolphin_router::route;
 use dolphin_router::tokenizer::SimTokenizer;
 use dolphin_router::workers::{RegistryConfig, WorkerRegistry};
 use rand::rngs::SmallRng;
@@ -182,9 +183,15 @@ fn main() -> anyhow::Result<()> {
             available: true,
             queue: 0,
         };
+        let policy = Policy::Dolphin(fallback);
         stage_tables.push(time_stage(&args, |i| {
-            let f = &features[i % features.len()];
-            std::hint::black_box(dispatcher.dolphin().decide(f, state, split, &fallback));
+            let f = features[i % features.len()];
+            std::hint::black_box(
+                dispatcher
+                    .dolphin()
+                    .with_table(split, |t| route::decide(f, state, &policy, t, None)),
+            )
+            .ok();
         }));
     }
 

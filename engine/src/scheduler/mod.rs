@@ -21,6 +21,7 @@ mod driver;
 #[cfg(test)]
 mod gated;
 mod pace;
+pub mod policy;
 mod release;
 mod remote;
 mod seq;

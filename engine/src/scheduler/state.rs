@@ -10,6 +10,7 @@ use tokio::sync::{broadcast, mpsc};
 use tokio::time::Instant;
 
 use super::SchedulerConfig;
+use super::policy::max_cached_blocks;
 use super::seq::{Kind, Phase, Seq};
 use crate::backend::{Backend, BackendInfo};
 use crate::error::{BackendError, EngineError};
@@ -223,8 +224,7 @@ impl<B: Backend> Core<B> {
         let Some(seq) = self.seqs.get_mut(&id) else {
             return false;
         };
-        // At least one prompt token is always computed: it yields the first token.
-        let max_hits = (((seq.prompt_len - 1) / bs) as usize).min(seq.hashes.len());
+        let max_hits = max_cached_blocks(seq.prompt_len, bs, seq.hashes.len());
         let hits = self.pool.match_prefix(&seq.hashes[..max_hits]);
         let new = seq.blocks_needed - hits as u32;
         if !self.pool.admit(&seq.hashes[..hits], new, &mut seq.table) {

@@ -5,6 +5,9 @@
 
 use tokio::time::Instant;
 
+use std::collections::HashMap;
+
+use super::policy::{StepBuilder, Want, compose_step};
 use super::seq::{Kind, Seq};
 use super::state::{Core, commit_blocks};
 use crate::backend::{Backend, Batch, KvBlocks, SeqStart};
@@ -55,46 +58,24 @@ impl<B: Backend> Core<B> {
         self.tidy();
     }
 
-    /// Fills `batch` for the next step: every decoding sequence's one token, then multi-token
-    /// work (prefill chunks, handoff catch-ups) in admission order until `max_batched_tokens` is
-    /// spent. Allocates the blocks the new tokens land in (from the sequences' reservations).
+    /// Fills `batch` for the next step by the scheduling policy ([`compose_step`]: every
+    /// decoding sequence's one token, then multi-token work, prefill chunks and handoff
+    /// catch-ups, in admission order until `max_batched_tokens` is spent). Allocates the blocks
+    /// the new tokens land in (from the sequences' reservations).
     pub(super) fn build_batch(
         &mut self,
         batch: &mut Batch,
         failed: &mut Vec<(SeqId, BackendError)>,
     ) {
         batch.clear();
-        let bs = self.info.block_size;
-        let mut budget = self.cfg.max_batched_tokens;
-        for decodes in [true, false] {
-            for &id in &self.running {
-                // Every decode is in the step; multi-token work fills what is left.
-                if budget == 0 && !decodes {
-                    break;
-                }
-                let Some(seq) = self.seqs.get_mut(&id) else {
-                    continue;
-                };
-                if seq.decoding() != decodes {
-                    continue;
-                }
-                let work = seq.work();
-                if work.tokens == 0 {
-                    continue;
-                }
-                let pos = seq.computed;
-                let n = if decodes { 1 } else { work.tokens.min(budget) };
-                if let Err(e) = ensure_blocks(&mut self.pool, seq, pos + n, bs) {
-                    failed.push((id, e));
-                    continue;
-                }
-                let chunk = &seq.tokens[pos as usize..(pos + n) as usize];
-                let sample = work.sample && n == work.tokens;
-                batch.push(id, pos, seq.prompt_len, chunk, &seq.table, sample);
-                seq.in_step = true;
-                budget = budget.saturating_sub(n);
-            }
-        }
+        let mut step = BatchBuilder {
+            seqs: &mut self.seqs,
+            pool: &mut self.pool,
+            batch,
+            failed,
+            block_size: self.info.block_size,
+        };
+        compose_step(&self.running, self.cfg.max_batched_tokens, &mut step);
         batch.kv_blocks_active = self.pool.referenced();
         batch.kv_blocks_total = self.pool.total();
         for (id, e) in failed.drain(..) {
@@ -300,6 +281,43 @@ fn on_token(seq: &mut Seq, sampled: Sampled, eos: Option<u32>) -> Option<Done> {
 }
 
 /// Allocates blocks until the table covers `tokens` positions.
+/// The scheduler's side of [`compose_step`]: its sequences, pool and batch.
+struct BatchBuilder<'a> {
+    seqs: &'a mut HashMap<SeqId, Seq>,
+    pool: &'a mut KvPool,
+    batch: &'a mut Batch,
+    failed: &'a mut Vec<(SeqId, BackendError)>,
+    block_size: u32,
+}
+
+impl StepBuilder<SeqId> for BatchBuilder<'_> {
+    fn want(&self, id: SeqId) -> Option<Want> {
+        let seq = self.seqs.get(&id)?;
+        Some(Want {
+            decoding: seq.decoding(),
+            tokens: seq.work().tokens,
+        })
+    }
+
+    fn take(&mut self, id: SeqId, tokens: u32) -> bool {
+        let Some(seq) = self.seqs.get_mut(&id) else {
+            return false;
+        };
+        let pos = seq.computed;
+        if let Err(e) = ensure_blocks(self.pool, seq, pos + tokens, self.block_size) {
+            self.failed.push((id, e));
+            return false;
+        }
+        let work = seq.work();
+        let chunk = &seq.tokens[pos as usize..(pos + tokens) as usize];
+        let sample = work.sample && tokens == work.tokens;
+        self.batch
+            .push(id, pos, seq.prompt_len, chunk, &seq.table, sample);
+        seq.in_step = true;
+        true
+    }
+}
+
 fn ensure_blocks(
     pool: &mut KvPool,
     seq: &mut Seq,

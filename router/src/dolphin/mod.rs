@@ -23,7 +23,7 @@ pub mod table;
 pub use admission::Admission;
 pub use assign::CompiledTable;
 pub use classifier::{OutputClassifier, OutputPrediction};
-pub use routing::{DolphinOutcome, DolphinRouting};
+pub use routing::{DolphinRouting, LoadedTable};
 pub use split::Split;
 pub use store::{MemoryStore, StoreError, StoreSnapshot, TableStore};
 pub use store_etcd::EtcdStore;

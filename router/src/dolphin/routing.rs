@@ -22,7 +22,7 @@ use super::split::Split;
 use super::store::StoreSnapshot;
 use super::table::TableError;
 use crate::metrics as m;
-use crate::policy::{DecidedBy, Decision, DolphinConfig, Features, PrefillState};
+use crate::route::TableRef;
 
 /// A table loaded for one split.
 #[derive(Debug)]
@@ -37,23 +37,20 @@ pub struct LoadedTable {
     source: String,
 }
 
+impl LoadedTable {
+    /// The table and its version, as the routing decision takes them.
+    pub fn as_ref(&self) -> TableRef<'_> {
+        TableRef {
+            table: &self.table,
+            version: Some(&self.version),
+        }
+    }
+}
+
 /// A cluster as the wire and the request log carry it: proto3 has no optional int32 here, so
 /// "no table decided" is -1.
 pub fn wire_cluster(cluster: Option<u32>) -> i32 {
     cluster.and_then(|c| i32::try_from(c).ok()).unwrap_or(-1)
-}
-
-/// The decision of the `dolphin` policy for one request.
-#[derive(Clone, Debug, PartialEq)]
-pub struct DolphinOutcome {
-    /// Local or remote.
-    pub decision: Decision,
-    /// The request's cluster in the table (`None`: no table, the fallback decided).
-    pub cluster: Option<u32>,
-    /// Version of the table used.
-    pub table_version: Option<Arc<str>>,
-    /// The table, or the fallback.
-    pub decided_by: DecidedBy,
 }
 
 /// What this router has loaded for one split (for `RouterAdmin.ListTables`).
@@ -111,54 +108,18 @@ impl DolphinRouting {
         self.classifier.read().clone()
     }
 
-    /// Decides a request's path from the table of `split`, or with `fallback` when the split has
-    /// no table. With no prefill worker available the decision is local (the cluster is still
-    /// reported).
-    pub fn decide(
-        &self,
-        f: &Features,
-        prefill: PrefillState,
-        split: Split,
-        fallback: &DolphinConfig,
-    ) -> DolphinOutcome {
+    /// Runs `f` with the table of `split` (`None`: the split has none), from the request path's
+    /// cache of the live split's table; the decision itself is [`crate::route::route`].
+    pub fn with_table<R>(&self, split: Split, f: impl FnOnce(Option<TableRef<'_>>) -> R) -> R {
         let generation = self.generation.load(Ordering::Acquire);
         {
             let cur = self.current.read();
             if cur.generation == generation && cur.split == Some(split) {
-                return Self::outcome(cur.table.as_deref(), f, prefill, fallback);
+                return f(cur.table.as_deref().map(LoadedTable::as_ref));
             }
         }
         let table = self.refresh(split, generation);
-        Self::outcome(table.as_deref(), f, prefill, fallback)
-    }
-
-    fn outcome(
-        table: Option<&LoadedTable>,
-        f: &Features,
-        prefill: PrefillState,
-        fallback: &DolphinConfig,
-    ) -> DolphinOutcome {
-        match table {
-            Some(t) => {
-                let (cluster, bit) = t.table.lookup(f);
-                DolphinOutcome {
-                    decision: if prefill.available {
-                        bit
-                    } else {
-                        Decision::Local
-                    },
-                    cluster: u32::try_from(cluster).ok(),
-                    table_version: Some(t.version.clone()),
-                    decided_by: DecidedBy::Table,
-                }
-            }
-            None => DolphinOutcome {
-                decision: fallback.fallback_policy().decide(f, prefill),
-                cluster: None,
-                table_version: None,
-                decided_by: DecidedBy::Fallback(fallback.fallback),
-            },
-        }
+        f(table.as_deref().map(LoadedTable::as_ref))
     }
 
     /// Slow path: the tables were swapped or the split changed since the cached lookup.

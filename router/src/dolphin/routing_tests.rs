@@ -3,7 +3,10 @@
 use super::*;
 use crate::dolphin::store::{ActivePointer, SplitEntry};
 use crate::dolphin::table::tests::kmeans_table;
-use crate::policy::FallbackKind;
+use crate::policy::{
+    DecidedBy, Decision, DolphinConfig, FallbackKind, Features, Policy, PrefillState,
+};
+use crate::route::{self, Route};
 
 const IDLE: PrefillState = PrefillState {
     available: true,
@@ -28,6 +31,19 @@ fn small() -> Features {
     }
 }
 
+/// The `dolphin` policy's decision with `r`'s table of `split`, `fallback` without one.
+fn decide(
+    r: &DolphinRouting,
+    f: &Features,
+    prefill: PrefillState,
+    split: Split,
+    fallback: &DolphinConfig,
+) -> Route {
+    let policy = Policy::Dolphin(*fallback);
+    r.with_table(split, |t| route::decide(*f, prefill, &policy, t, None))
+        .expect("not forced")
+}
+
 fn json(split: Split, bits: [u8; 2]) -> String {
     kmeans_table(split, bits).to_json_pretty()
 }
@@ -49,7 +65,7 @@ fn table_of_the_live_split_decides_else_the_fallback() {
     let r = DolphinRouting::new();
     let fallback = DolphinConfig::default();
     let s31 = Split::new(3, 1);
-    let o = r.decide(&big(), IDLE, s31, &fallback);
+    let o = decide(&r, &big(), IDLE, s31, &fallback);
     assert_eq!(
         (o.cluster, o.decided_by.label(), o.table_version),
         (None, "dolphin-fallback/threshold", None)
@@ -57,27 +73,27 @@ fn table_of_the_live_split_decides_else_the_fallback() {
     assert_eq!(o.decision, Decision::Remote, "threshold: nothing cached");
     // Cluster 0 (small requests) remote, cluster 1 (large) local: the opposite of the rule.
     r.install(s31, "v1", &json(s31, [1, 0])).expect("install");
-    let o = r.decide(&big(), IDLE, s31, &fallback);
+    let o = decide(&r, &big(), IDLE, s31, &fallback);
     assert_eq!(
         (o.decision, o.cluster, o.decided_by),
         (Decision::Local, Some(1), DecidedBy::Table)
     );
     assert_eq!(o.table_version.as_deref(), Some("v1"));
-    let o = r.decide(&small(), IDLE, s31, &fallback);
+    let o = decide(&r, &small(), IDLE, s31, &fallback);
     assert_eq!((o.decision, o.cluster), (Decision::Remote, Some(0)));
     // No prefill worker: local, the cluster is still reported.
     let none = PrefillState {
         available: false,
         queue: 0,
     };
-    let o = r.decide(&small(), none, s31, &fallback);
+    let o = decide(&r, &small(), none, s31, &fallback);
     assert_eq!((o.decision, o.cluster), (Decision::Local, Some(0)));
     // Another split has no table.
-    let o = r.decide(&small(), IDLE, Split::new(2, 1), &fallback);
+    let o = decide(&r, &small(), IDLE, Split::new(2, 1), &fallback);
     assert_eq!(o.cluster, None);
     // A new version replaces the old for the next decision.
     r.install(s31, "v2", &json(s31, [0, 0])).expect("install");
-    let o = r.decide(&small(), IDLE, s31, &fallback);
+    let o = decide(&r, &small(), IDLE, s31, &fallback);
     assert_eq!(
         (o.decision, o.table_version.as_deref()),
         (Decision::Local, Some("v2"))
@@ -100,19 +116,19 @@ fn invalid_tables_are_refused_and_the_old_one_stays() {
         r.install(s, "v3", &wrong_split),
         Err(TableError::SplitMismatch { .. })
     ));
-    let o = r.decide(&small(), IDLE, s, &fb);
+    let o = decide(&r, &small(), IDLE, s, &fb);
     assert_eq!(o.table_version.as_deref(), Some("v1"));
     assert!(r.status()[&s].refused.contains("v3"));
     // The same through a snapshot: the pointer moves to a broken version.
     let v1 = json(s, [1, 1]);
     r.apply_snapshot(&snapshot(&[(s, "v1", &v1, true), (s, "v4", "{}", true)]));
-    let o = r.decide(&small(), IDLE, s, &fb);
+    let o = decide(&r, &small(), IDLE, s, &fb);
     assert_eq!(o.table_version.as_deref(), Some("v1"));
     assert!(r.status()[&s].refused.contains("v4"));
     // A valid version then loads and clears the refusal.
     let v5 = json(s, [0, 0]);
     r.apply_snapshot(&snapshot(&[(s, "v5", &v5, true)]));
-    let o = r.decide(&small(), IDLE, s, &fb);
+    let o = decide(&r, &small(), IDLE, s, &fb);
     assert_eq!(
         (o.table_version.as_deref(), o.decision),
         (Some("v5"), Decision::Local)
@@ -121,7 +137,7 @@ fn invalid_tables_are_refused_and_the_old_one_stays() {
     // Dropping the pointer drops the table.
     r.apply_snapshot(&StoreSnapshot::default());
     assert!(r.table(s).is_none());
-    assert_eq!(r.decide(&small(), IDLE, s, &fb).cluster, None);
+    assert_eq!(decide(&r, &small(), IDLE, s, &fb).cluster, None);
 }
 
 #[test]

@@ -31,7 +31,10 @@ fn decide(r: &DolphinRouting, split: Split) -> Decision {
         fallback: crate::policy::FallbackKind::AlwaysLocal,
         ..Default::default()
     };
-    r.decide(&f, IDLE, split, &fallback).decision
+    let policy = crate::policy::Policy::Dolphin(fallback);
+    r.with_table(split, |t| crate::route::decide(f, IDLE, &policy, t, None))
+        .expect("not forced")
+        .decision
 }
 
 #[tokio::test]

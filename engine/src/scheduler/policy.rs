@@ -1,0 +1,160 @@
+//! The scheduler's policy as pure functions, apart from its locks, backends and clocks: what
+//! enters the next step ([`compose_step`]) and how much of a prompt a prefix-cache hit may
+//! cover at admission ([`max_cached_blocks`]).
+//!
+//! The scheduler applies them to its sequences (`step.rs`, `state.rs`); the simulator
+//! (`dolphin-sim`) applies the same functions to its simulated sequences, in simulated time, so
+//! the two batch alike by construction.
+
+/// What a running sequence has left to compute before its next sampled token.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Want {
+    /// Whether it is decoding: one token per step.
+    pub decoding: bool,
+    /// Tokens it may compute now (a decode: 1; a prefill or catch-up: what is left of it).
+    pub tokens: u32,
+}
+
+/// A step being filled: the scheduler's batch, or the simulator's.
+pub trait StepBuilder<Id> {
+    /// What sequence `id` wants from the step; `None` (gone, or nothing to compute) leaves it
+    /// out.
+    fn want(&self, id: Id) -> Option<Want>;
+
+    /// Puts the next `tokens` of `id`'s work into the step. `false` when it cannot (no KV block
+    /// for them): then it stays out and costs no budget.
+    fn take(&mut self, id: Id, tokens: u32) -> bool;
+}
+
+/// What entered a step.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StepShape {
+    /// Decoding sequences (one token each).
+    pub decodes: u32,
+    /// Tokens of multi-token work (prefill chunks, catch-ups).
+    pub chunk_tokens: u32,
+}
+
+/// Composes one step (continuous batching with chunked prefill): every decoding sequence
+/// computes its one token, whatever the budget; then multi-token work fills what is left of
+/// `max_batched_tokens`, in admission order (`running`'s), the last one entering with a partial
+/// chunk. A prompt longer than the budget is therefore spread over steps, and several short
+/// ones share a step.
+pub fn compose_step<Id: Copy>(
+    running: &[Id],
+    max_batched_tokens: u32,
+    step: &mut impl StepBuilder<Id>,
+) -> StepShape {
+    let mut budget = max_batched_tokens;
+    let mut shape = StepShape::default();
+    for &id in running {
+        if step.want(id).is_some_and(|w| w.decoding && w.tokens > 0) && step.take(id, 1) {
+            shape.decodes += 1;
+            budget = budget.saturating_sub(1);
+        }
+    }
+    for &id in running {
+        if budget == 0 {
+            break;
+        }
+        let Some(want) = step.want(id).filter(|w| !w.decoding && w.tokens > 0) else {
+            continue;
+        };
+        let n = want.tokens.min(budget);
+        if step.take(id, n) {
+            shape.chunk_tokens += n;
+            budget -= n;
+        }
+    }
+    shape
+}
+
+/// The most prompt blocks a prefix-cache hit may cover at admission: the full blocks before the
+/// prompt's last token, and no more than the prompt's block hashes. At least one prompt token
+/// is always computed, because computing it yields the first output token.
+pub fn max_cached_blocks(prompt_len: u32, block_size: u32, hashed_blocks: usize) -> usize {
+    ((prompt_len.saturating_sub(1) / block_size.max(1)) as usize).min(hashed_blocks)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Sequences by index: `(decoding, tokens)`, and whether a take may fail.
+    struct Fake {
+        wants: Vec<Option<Want>>,
+        refuse: Vec<usize>,
+        taken: Vec<(usize, u32)>,
+    }
+
+    impl StepBuilder<usize> for Fake {
+        fn want(&self, id: usize) -> Option<Want> {
+            self.wants[id]
+        }
+
+        fn take(&mut self, id: usize, tokens: u32) -> bool {
+            if self.refuse.contains(&id) {
+                return false;
+            }
+            self.taken.push((id, tokens));
+            true
+        }
+    }
+
+    fn fake(wants: &[(bool, u32)]) -> Fake {
+        Fake {
+            wants: wants
+                .iter()
+                .map(|&(decoding, tokens)| Some(Want { decoding, tokens }))
+                .collect(),
+            refuse: Vec::new(),
+            taken: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn decodes_first_then_chunks_in_admission_order_within_the_budget() {
+        // Two prefills of 300 and 500 around two decodes, a 512-token budget.
+        let mut f = fake(&[(false, 300), (true, 1), (false, 500), (true, 1)]);
+        let shape = compose_step(&[0, 1, 2, 3], 512, &mut f);
+        assert_eq!(f.taken, vec![(1, 1), (3, 1), (0, 300), (2, 210)]);
+        assert_eq!(
+            shape,
+            StepShape {
+                decodes: 2,
+                chunk_tokens: 510
+            }
+        );
+    }
+
+    #[test]
+    fn decodes_enter_even_past_the_budget() {
+        let mut f = fake(&[(true, 1), (true, 1), (true, 1), (false, 100)]);
+        let shape = compose_step(&[0, 1, 2, 3], 2, &mut f);
+        assert_eq!(shape.decodes, 3);
+        assert_eq!(shape.chunk_tokens, 0, "no budget left for the prefill");
+    }
+
+    #[test]
+    fn refused_and_empty_work_costs_nothing() {
+        let mut f = fake(&[(false, 100), (false, 0), (false, 100)]);
+        f.wants.push(None);
+        f.refuse.push(0);
+        let shape = compose_step(&[0, 1, 2, 3], 150, &mut f);
+        assert_eq!(f.taken, vec![(2, 100)]);
+        assert_eq!(shape.chunk_tokens, 100);
+    }
+
+    #[test]
+    fn a_cache_hit_never_covers_the_last_prompt_token() {
+        assert_eq!(
+            max_cached_blocks(32, 16, 2),
+            1,
+            "two full blocks: the last is computed"
+        );
+        assert_eq!(max_cached_blocks(33, 16, 2), 2);
+        assert_eq!(max_cached_blocks(33, 16, 1), 1, "no more than the hashes");
+        assert_eq!(max_cached_blocks(1, 16, 0), 0);
+        assert_eq!(max_cached_blocks(0, 16, 0), 0);
+    }
+}

@@ -1,0 +1,169 @@
+//! The routing decision as one pure, synchronous function of what the router knows once it has
+//! chosen a worker of each pool: the prompt's length, what each chosen worker caches of it, the
+//! chosen prefill worker's queue, the classifier's output length, the policy and (under the
+//! `dolphin` policy) the table of the live split.
+//!
+//! The dispatcher calls [`route`] for every request (`Dispatcher::route`), and the simulator
+//! (`dolphin-sim`) calls it for every simulated arrival, so the two decide alike by
+//! construction. Choosing the workers is shared the same way: both score candidates with
+//! [`crate::selection::select`].
+
+use std::sync::Arc;
+
+use crate::dolphin::CompiledTable;
+use crate::policy::{DecidedBy, Decision, DolphinConfig, Features, Policy, PrefillState};
+
+/// The chosen prefill worker, as the decision sees it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PrefillChoice {
+    /// Prompt blocks it already caches.
+    pub cached_blocks: u32,
+    /// Requests waiting in its queue.
+    pub queue: u32,
+}
+
+/// Everything the decision depends on besides the policy and the table.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RouteInput {
+    /// Prompt tokens.
+    pub isl: u32,
+    /// Tokens per KV block.
+    pub block_size: u32,
+    /// Prompt blocks the chosen decode worker already caches.
+    pub decode_cached_blocks: u32,
+    /// The chosen prefill worker; `None` when no prefill worker can take the request.
+    pub prefill: Option<PrefillChoice>,
+    /// The output length the classifier expects (tokens).
+    pub output_len_hint: u32,
+}
+
+impl RouteInput {
+    /// The four features of DESIGN.md section 2: the prompt length, what is left of it after
+    /// each chosen worker's cached prefix (the whole prompt when there is no prefill worker),
+    /// and the expected output length.
+    pub fn features(&self) -> Features {
+        let uncached = |blocks: u32| {
+            self.isl
+                .saturating_sub(blocks.saturating_mul(self.block_size))
+        };
+        Features {
+            isl: self.isl,
+            eff_isl_prefill: self.prefill.map_or(self.isl, |p| uncached(p.cached_blocks)),
+            eff_isl_decode: uncached(self.decode_cached_blocks),
+            output_len_hint: self.output_len_hint,
+        }
+    }
+
+    /// Whether a prefill worker was chosen, and its queue.
+    pub fn prefill_state(&self) -> PrefillState {
+        PrefillState {
+            available: self.prefill.is_some(),
+            queue: self.prefill.map_or(0, |p| p.queue),
+        }
+    }
+}
+
+/// A routing table as the decision uses it.
+#[derive(Clone, Copy, Debug)]
+pub struct TableRef<'a> {
+    /// The compiled table.
+    pub table: &'a CompiledTable,
+    /// Its version, when it came from a store (the simulator's tables have none).
+    pub version: Option<&'a Arc<str>>,
+}
+
+/// The decision for one request.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Route {
+    /// The four features it was made on.
+    pub features: Features,
+    /// Local or remote.
+    pub decision: Decision,
+    /// What decided.
+    pub decided_by: DecidedBy,
+    /// The request's cluster in the table, whenever a table was given (also under another
+    /// policy: the simulator reports baselines per cluster of the table).
+    pub cluster: Option<u32>,
+    /// The version of the table that decided (`None` unless [`DecidedBy::Table`]).
+    pub table_version: Option<Arc<str>>,
+}
+
+/// Why no decision can be made.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RouteError {
+    /// Remote prefill was forced, but no prefill worker can take the request.
+    #[error("remote prefill was asked for, but no prefill worker is available")]
+    NoPrefillWorker,
+}
+
+/// Decides the request's path.
+///
+/// - `force` (a caller's explicit choice) wins; forcing remote with no prefill worker fails.
+/// - With no prefill worker the decision is local (the features and cluster are still reported).
+/// - Under [`Policy::Dolphin`], `table` (the live split's) decides; without one, the policy's
+///   fallback does ([`DecidedBy::Fallback`]).
+/// - Any other policy decides by its rule; `table`, if given, only names the cluster.
+pub fn route(
+    input: &RouteInput,
+    policy: &Policy,
+    table: Option<TableRef<'_>>,
+    force: Option<Decision>,
+) -> Result<Route, RouteError> {
+    decide(
+        input.features(),
+        input.prefill_state(),
+        policy,
+        table,
+        force,
+    )
+}
+
+/// [`route`] on features already computed.
+pub fn decide(
+    features: Features,
+    prefill: PrefillState,
+    policy: &Policy,
+    table: Option<TableRef<'_>>,
+    force: Option<Decision>,
+) -> Result<Route, RouteError> {
+    let looked_up = table.map(|t| (t, t.table.lookup(&features)));
+    let cluster = looked_up.and_then(|(_, (c, _))| u32::try_from(c).ok());
+    let mut table_version = None;
+    let (decision, decided_by) = match (force, policy) {
+        (Some(Decision::Remote), _) if !prefill.available => {
+            return Err(RouteError::NoPrefillWorker);
+        }
+        (Some(d), _) => (d, DecidedBy::Forced),
+        (None, Policy::Dolphin(cfg)) => match looked_up {
+            Some((t, (_, bit))) => {
+                table_version = t.version.cloned();
+                let decision = if prefill.available {
+                    bit
+                } else {
+                    Decision::Local
+                };
+                (decision, DecidedBy::Table)
+            }
+            None => fallback(cfg, &features, prefill),
+        },
+        (None, p) => (p.decide(&features, prefill), DecidedBy::Policy(p.kind())),
+    };
+    Ok(Route {
+        features,
+        decision,
+        decided_by,
+        cluster,
+        table_version,
+    })
+}
+
+fn fallback(cfg: &DolphinConfig, f: &Features, prefill: PrefillState) -> (Decision, DecidedBy) {
+    (
+        cfg.fallback_policy().decide(f, prefill),
+        DecidedBy::Fallback(cfg.fallback),
+    )
+}
+
+#[cfg(test)]
+#[path = "route_tests.rs"]
+mod tests;

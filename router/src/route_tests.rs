@@ -1,0 +1,150 @@
+//! The pure routing decision: features, forcing, the table under `dolphin`, its fallback, and
+//! the other policies.
+
+use super::*;
+use crate::dolphin::Split;
+use crate::dolphin::table::tests::kmeans_table;
+use crate::policy::{FallbackKind, PolicyKind, ThresholdConfig};
+
+/// Cluster 0 holds short requests (local in [`table`]), cluster 1 long ones (remote).
+fn table() -> CompiledTable {
+    CompiledTable::compile(kmeans_table(Split::new(1, 1), [0, 1])).expect("compiles")
+}
+
+fn input(isl: u32, prefill: Option<PrefillChoice>) -> RouteInput {
+    RouteInput {
+        isl,
+        block_size: 16,
+        decode_cached_blocks: 0,
+        prefill,
+        output_len_hint: isl,
+    }
+}
+
+const IDLE: Option<PrefillChoice> = Some(PrefillChoice {
+    cached_blocks: 0,
+    queue: 0,
+});
+
+#[test]
+fn features_subtract_each_workers_cached_prefix() {
+    let i = RouteInput {
+        isl: 100,
+        block_size: 16,
+        decode_cached_blocks: 2,
+        prefill: Some(PrefillChoice {
+            cached_blocks: 5,
+            queue: 3,
+        }),
+        output_len_hint: 7,
+    };
+    let f = i.features();
+    assert_eq!(
+        (
+            f.isl,
+            f.eff_isl_prefill,
+            f.eff_isl_decode,
+            f.output_len_hint
+        ),
+        (100, 20, 68, 7)
+    );
+    // More cached than the prompt (a full-prompt hit): nothing left, not an underflow.
+    let all = RouteInput {
+        decode_cached_blocks: 10,
+        prefill: None,
+        ..i
+    };
+    let f = all.features();
+    assert_eq!((f.eff_isl_prefill, f.eff_isl_decode), (100, 0));
+}
+
+#[test]
+fn the_table_decides_under_dolphin_with_its_version_and_cluster() {
+    let t = table();
+    let version: Arc<str> = Arc::from("v7");
+    let tref = Some(TableRef {
+        table: &t,
+        version: Some(&version),
+    });
+    let dolphin = Policy::Dolphin(DolphinConfig::default());
+    let long = route(&input(5000, IDLE), &dolphin, tref, None).expect("routes");
+    assert_eq!(long.decision, Decision::Remote);
+    assert_eq!(long.decided_by, DecidedBy::Table);
+    assert_eq!(long.cluster, Some(1));
+    assert_eq!(long.table_version.as_deref(), Some("v7"));
+    let short = route(&input(10, IDLE), &dolphin, tref, None).expect("routes");
+    assert_eq!((short.decision, short.cluster), (Decision::Local, Some(0)));
+    // No prefill worker: local, and the cluster is still reported.
+    let alone = route(&input(5000, None), &dolphin, tref, None).expect("routes");
+    assert_eq!(
+        (alone.decision, alone.decided_by, alone.cluster),
+        (Decision::Local, DecidedBy::Table, Some(1))
+    );
+}
+
+#[test]
+fn without_a_table_dolphin_falls_back() {
+    let cfg = DolphinConfig {
+        fallback: FallbackKind::AlwaysRemote,
+        ..DolphinConfig::default()
+    };
+    let r = route(&input(10, IDLE), &Policy::Dolphin(cfg), None, None).expect("routes");
+    assert_eq!(r.decision, Decision::Remote);
+    assert_eq!(
+        r.decided_by,
+        DecidedBy::Fallback(FallbackKind::AlwaysRemote)
+    );
+    assert_eq!((r.cluster, r.table_version), (None, None));
+}
+
+#[test]
+fn other_policies_decide_and_a_table_only_names_the_cluster() {
+    let t = table();
+    let tref = Some(TableRef {
+        table: &t,
+        version: None,
+    });
+    let threshold = Policy::Threshold(ThresholdConfig::default());
+    let r = route(&input(10, IDLE), &threshold, tref, None).expect("routes");
+    assert_eq!(r.decided_by, DecidedBy::Policy(PolicyKind::Threshold));
+    assert_eq!(r.decision, threshold.decide(&r.features, IDLE_STATE));
+    assert_eq!((r.cluster, r.table_version), (Some(0), None));
+    let remote = route(&input(10, IDLE), &Policy::AlwaysRemote, None, None).expect("routes");
+    assert_eq!((remote.decision, remote.cluster), (Decision::Remote, None));
+    let nowhere = route(&input(10, None), &Policy::AlwaysRemote, None, None).expect("routes");
+    assert_eq!(nowhere.decision, Decision::Local);
+}
+
+const IDLE_STATE: PrefillState = PrefillState {
+    available: true,
+    queue: 0,
+};
+
+#[test]
+fn force_wins_but_remote_needs_a_prefill_worker() {
+    let t = table();
+    let tref = Some(TableRef {
+        table: &t,
+        version: None,
+    });
+    let dolphin = Policy::Dolphin(DolphinConfig::default());
+    let r = route(&input(5000, IDLE), &dolphin, tref, Some(Decision::Local)).expect("routes");
+    assert_eq!(
+        (r.decision, r.decided_by),
+        (Decision::Local, DecidedBy::Forced)
+    );
+    assert_eq!(r.cluster, Some(1));
+    let err = route(&input(10, None), &dolphin, tref, Some(Decision::Remote)).unwrap_err();
+    assert_eq!(err, RouteError::NoPrefillWorker);
+    let r = route(
+        &input(10, IDLE),
+        &Policy::AlwaysLocal,
+        None,
+        Some(Decision::Remote),
+    )
+    .expect("routes");
+    assert_eq!(
+        (r.decision, r.decided_by),
+        (Decision::Remote, DecidedBy::Forced)
+    );
+}
