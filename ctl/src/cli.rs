@@ -204,6 +204,16 @@ pub struct RequestArgs {
     pub ignore_eos: bool,
 }
 
+/// `dolphinctl up EXTRA...` parsed, for tests.
+#[cfg(test)]
+pub(crate) fn up_args(extra: &[&str]) -> UpArgs {
+    let argv = ["dolphinctl", "up"].iter().chain(extra).copied();
+    match Cli::try_parse_from(argv).expect("parses").command {
+        Command::Up(up) => *up,
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -138,18 +138,8 @@ pub fn router_args(args: &UpArgs, prefill: &[String], decode: &[String]) -> Vec<
 
 #[cfg(test)]
 mod tests {
-    use clap::Parser;
-
     use super::*;
-    use crate::cli::{Cli, Command};
-
-    fn up_args(extra: &[&str]) -> UpArgs {
-        let argv = ["dolphinctl", "up"].iter().chain(extra).copied();
-        match Cli::try_parse_from(argv).unwrap().command {
-            Command::Up(up) => *up,
-            other => panic!("unexpected {other:?}"),
-        }
-    }
+    use crate::cli::up_args;
 
     #[test]
     fn static_router_gets_every_worker() {

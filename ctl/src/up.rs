@@ -309,18 +309,8 @@ async fn shutdown(mut members: Vec<Supervised>, grace: Duration) {
 
 #[cfg(test)]
 mod tests {
-    use clap::Parser;
-
     use super::*;
-    use crate::cli::{Cli, Command};
-
-    fn up_args(extra: &[&str]) -> UpArgs {
-        let argv = ["dolphinctl", "up"].iter().chain(extra).copied();
-        match Cli::try_parse_from(argv).unwrap().command {
-            Command::Up(up) => *up,
-            other => panic!("unexpected {other:?}"),
-        }
-    }
+    use crate::cli::up_args;
 
     #[tokio::test]
     async fn missing_binaries_are_reported_before_anything_starts() {

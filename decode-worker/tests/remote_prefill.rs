@@ -52,15 +52,11 @@ async fn decode_worker(time_scale: f64) -> Result<RunningWorker> {
 async fn prefill_worker(time_scale: f64) -> Result<RunningWorker> {
     let worker = dolphin_prefill_worker::start(
         engine(time_scale),
-        PrefillOptions {
-            worker_id: WorkerId("prefill-test".into()),
-            model: "sim-model".into(),
-            grpc_addr: "127.0.0.1:0".parse()?,
-            advertise: None,
-            transfer: TransferConfig::default(),
-            nccl_device: None,
-            tls: None,
-        },
+        PrefillOptions::new(
+            WorkerId("prefill-test".into()),
+            "sim-model",
+            "127.0.0.1:0".parse()?,
+        ),
     )
     .await?;
     Ok(worker)

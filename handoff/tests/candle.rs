@@ -12,20 +12,13 @@ use dolphin_engine::candle::{CandleConfig, candle_scheduler};
 use dolphin_engine::{Engine, SeqRequest};
 use dolphin_handoff::algorithms::{AlwaysLarge, AlwaysSmall, EntropyGate};
 use dolphin_handoff::{AlgorithmSpec, GroupOptions, HandoffAlgorithm, ModelGroup, Subserver};
-use dolphin_tokenizer::{SMOLLM2_FILE, find_model};
+use dolphin_tokenizer::{SMOLLM2_FILE, model_or_skip};
 
 /// Layers of the small model in these tests.
 const SMALL_LAYERS: u32 = 12;
 
 fn model() -> Option<PathBuf> {
-    let found = find_model(SMOLLM2_FILE);
-    if found.is_none() {
-        if std::env::var_os("DOLPHIN_REQUIRE_MODEL").is_some_and(|v| !v.is_empty()) {
-            panic!("DOLPHIN_REQUIRE_MODEL is set but {SMOLLM2_FILE} is missing");
-        }
-        eprintln!("skipped: {SMOLLM2_FILE} not found (run scripts/fetch-model.sh)");
-    }
-    found
+    model_or_skip(SMOLLM2_FILE)
 }
 
 fn engine(path: &PathBuf, layers: Option<u32>) -> Arc<dyn Engine> {

@@ -32,6 +32,22 @@ pub struct PrefillOptions {
     pub tls: Option<Tls>,
 }
 
+impl PrefillOptions {
+    /// Options for a worker `worker_id` serving `model` on `grpc_addr`: the bound address
+    /// published, default KV transport, TCP only, plaintext.
+    pub fn new(worker_id: WorkerId, model: impl Into<String>, grpc_addr: SocketAddr) -> Self {
+        Self {
+            worker_id,
+            model: model.into(),
+            grpc_addr,
+            advertise: None,
+            transfer: TransferConfig::default(),
+            nccl_device: None,
+            tls: None,
+        }
+    }
+}
+
 /// gRPC name of the prefill service, for health reporting.
 const SERVICE_NAME: &str = <PrefillWorkerServer<PrefillService> as NamedService>::NAME;
 

@@ -3,7 +3,6 @@
 use anyhow::Result;
 use dolphin_cluster::WorkerId;
 use dolphin_engine::{SimConfig, SimProfile, sim_engine};
-use dolphin_kv_transfer::TransferConfig;
 use dolphin_prefill_worker::PrefillOptions;
 use dolphin_proto::v1::{self, prefill_worker_client::PrefillWorkerClient};
 use dolphin_worker_common::RunningWorker;
@@ -14,15 +13,11 @@ async fn prefill_worker() -> Result<RunningWorker> {
     cfg.time_scale = 0.0;
     let worker = dolphin_prefill_worker::start(
         sim_engine(cfg)?,
-        PrefillOptions {
-            worker_id: WorkerId("prefill-test".into()),
-            model: "sim-model".into(),
-            grpc_addr: "127.0.0.1:0".parse()?,
-            advertise: None,
-            transfer: TransferConfig::default(),
-            nccl_device: None,
-            tls: None,
-        },
+        PrefillOptions::new(
+            WorkerId("prefill-test".into()),
+            "sim-model",
+            "127.0.0.1:0".parse()?,
+        ),
     )
     .await?;
     Ok(worker)
@@ -163,13 +158,12 @@ async fn nccl_where_it_cannot_run_is_refused_at_start() -> Result<()> {
     let started = dolphin_prefill_worker::start(
         sim_engine(cfg)?,
         PrefillOptions {
-            worker_id: WorkerId("prefill-nccl".into()),
-            model: "sim-model".into(),
-            grpc_addr: "127.0.0.1:0".parse()?,
-            advertise: None,
-            transfer: TransferConfig::default(),
             nccl_device: Some(0),
-            tls: None,
+            ..PrefillOptions::new(
+                WorkerId("prefill-nccl".into()),
+                "sim-model",
+                "127.0.0.1:0".parse()?,
+            )
         },
     )
     .await;

@@ -9,29 +9,12 @@ use tonic::Code;
 use super::*;
 use crate::error::ErrorKind;
 use crate::policy::ThresholdConfig;
-use crate::stream::{Api, Finish};
+use crate::stream::Finish;
 use crate::testutil::{
-    Behavior, FakeWorker, dispatcher, dispatcher_with, eventually, first_log_record,
+    Behavior, FakeWorker, dispatcher, dispatcher_with, eventually, first_log_record, params,
     positional_token, wait_indexed,
 };
 use crate::tokenizer::SimTokenizer;
-
-fn params(prompt: &str, max_tokens: u32) -> GenerateParams {
-    GenerateParams {
-        request_id: String::new(),
-        model: String::new(),
-        prompt: Prompt::Text(prompt.into()),
-        sampling: v1::SamplingParams {
-            max_tokens,
-            ..Default::default()
-        },
-        force: None,
-        slo: None,
-        api: Api::Grpc,
-        timeout: None,
-        trace: Default::default(),
-    }
-}
 
 async fn collect(mut s: ResponseStream) -> Result<(String, Finish), DispatchError> {
     let mut text = String::new();

@@ -19,11 +19,30 @@ use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 use tonic::{Code, Request, Response, Status};
 
-use crate::dispatch::{DispatchConfig, Dispatcher};
+use crate::dispatch::{DispatchConfig, Dispatcher, GenerateParams, Prompt};
 use crate::policy::Policy;
 use crate::request_log::RequestLog;
+use crate::stream::Api;
 use crate::tokenizer::{SimTokenizer, Tokenizer};
 use crate::workers::{RegistryConfig, WorkerRegistry};
+
+/// A gRPC request for `prompt` (text) with `max_tokens` and nothing else set.
+pub fn params(prompt: &str, max_tokens: u32) -> GenerateParams {
+    GenerateParams {
+        request_id: String::new(),
+        model: String::new(),
+        prompt: Prompt::Text(prompt.into()),
+        sampling: v1::SamplingParams {
+            max_tokens,
+            ..Default::default()
+        },
+        force: None,
+        slo: None,
+        api: Api::Grpc,
+        timeout: None,
+        trace: Default::default(),
+    }
+}
 
 /// How the fake answers `Decode`.
 #[derive(Clone, Debug)]

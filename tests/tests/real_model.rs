@@ -19,7 +19,7 @@ use dolphin_engine::{Engine, Sampling, SeqOutput, SeqRequest};
 use dolphin_proto::v1::generate_request::Input;
 use dolphin_proto::v1::{FinishReason, GenerateRequest, PrefillMode, SamplingParams, TokenIds};
 use dolphin_tests::{ClusterConfig, TestCluster, grpc, http};
-use dolphin_tokenizer::{ChatMessage, ModelTokenizer, SMOLLM2_FILE, find_model};
+use dolphin_tokenizer::{ChatMessage, ModelTokenizer, SMOLLM2_FILE, model_or_skip};
 
 /// The served model name every process is given.
 const MODEL: &str = "smollm2";
@@ -36,16 +36,7 @@ const STEP_TOKENS: &str = "64";
 
 /// The model file, or `None` (test skipped) when it is absent and not required.
 fn model_path() -> Option<PathBuf> {
-    let found = find_model(SMOLLM2_FILE);
-    if found.is_none() {
-        if std::env::var_os("DOLPHIN_REQUIRE_MODEL").is_some_and(|v| !v.is_empty()) {
-            panic!(
-                "DOLPHIN_REQUIRE_MODEL is set but {SMOLLM2_FILE} is missing: run scripts/fetch-model.sh"
-            );
-        }
-        eprintln!("skipped: {SMOLLM2_FILE} not found (run scripts/fetch-model.sh)");
-    }
-    found
+    model_or_skip(SMOLLM2_FILE)
 }
 
 fn chat_tokens(tok: &ModelTokenizer, user: &str) -> anyhow::Result<Vec<u32>> {

@@ -23,6 +23,9 @@ mod vocab;
 pub use chat::{CHATML_TEMPLATE, ChatMessage, ChatTemplate};
 pub use error::TokenizerError;
 pub use hf::PreTokenizerKind;
-pub use locate::{MODEL_DIR_ENV, SMOLLM2_FILE, SMOLLM2_SHA256, find_model, model_dir};
+pub use locate::{
+    MODEL_DIR_ENV, REQUIRE_MODEL_ENV, SMOLLM2_FILE, SMOLLM2_SHA256, find_model, model_dir,
+    model_or_skip,
+};
 pub use tokenizer::ModelTokenizer;
 pub use vocab::{SpecialIds, TokenType};

@@ -25,3 +25,27 @@ pub fn model_dir() -> Option<PathBuf> {
 pub fn find_model(file: &str) -> Option<PathBuf> {
     model_dir().map(|d| d.join(file)).filter(|p| p.is_file())
 }
+
+/// Environment variable that makes a missing model fail the tests that need it, instead of
+/// skipping them (CI sets it after fetching the model).
+pub const REQUIRE_MODEL_ENV: &str = "DOLPHIN_REQUIRE_MODEL";
+
+/// For tests that need a real model file: its path, or `None` after a notice on stderr when it
+/// is absent (the caller skips the test). Panics when it is absent and [`REQUIRE_MODEL_ENV`] is
+/// set, so CI cannot pass by skipping.
+pub fn model_or_skip(file: &str) -> Option<PathBuf> {
+    let found = find_model(file);
+    if found.is_none() {
+        let dir = model_dir()
+            .map(|d| d.display().to_string())
+            .unwrap_or_default();
+        let msg = format!(
+            "{file} not found in {dir:?} (set {MODEL_DIR_ENV} or run scripts/fetch-model.sh)"
+        );
+        if std::env::var_os(REQUIRE_MODEL_ENV).is_some_and(|v| !v.is_empty()) {
+            panic!("{REQUIRE_MODEL_ENV} is set but {msg}");
+        }
+        eprintln!("SKIPPED: {msg}");
+    }
+    found
+}

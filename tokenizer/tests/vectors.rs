@@ -9,7 +9,7 @@
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
-use dolphin_tokenizer::{ChatMessage, ModelTokenizer, SMOLLM2_FILE, find_model, model_dir};
+use dolphin_tokenizer::{ChatMessage, ModelTokenizer, SMOLLM2_FILE, model_or_skip};
 use serde::Deserialize;
 
 #[derive(Deserialize)]
@@ -54,20 +54,7 @@ fn vectors() -> Vectors {
 
 /// The real model's path, or `None` (after a notice) when it is absent and not required.
 fn model() -> Option<PathBuf> {
-    let found = find_model(SMOLLM2_FILE);
-    if found.is_none() {
-        let dir = model_dir()
-            .map(|d| d.display().to_string())
-            .unwrap_or_default();
-        let msg = format!(
-            "{SMOLLM2_FILE} not found in {dir:?} (set DOLPHIN_MODEL_DIR or run scripts/fetch-model.sh)"
-        );
-        if std::env::var_os("DOLPHIN_REQUIRE_MODEL").is_some_and(|v| !v.is_empty()) {
-            panic!("DOLPHIN_REQUIRE_MODEL is set but {msg}");
-        }
-        eprintln!("SKIPPED: {msg}");
-    }
-    found
+    model_or_skip(SMOLLM2_FILE)
 }
 
 /// One tokenizer for all tests of this binary (loading takes a moment in debug builds).

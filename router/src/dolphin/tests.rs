@@ -8,34 +8,16 @@ use dolphin_proto::v1;
 
 use super::split::Split;
 use super::table::tests::kmeans_table;
-use crate::dispatch::{Dispatcher, GenerateParams, Prompt};
+use crate::dispatch::Dispatcher;
 use crate::policy::{Decision, DolphinConfig, FallbackKind, Policy};
 use crate::request_log::RequestLog;
-use crate::stream::Api;
-use crate::testutil::{Behavior, FakeWorker, dispatcher, first_log_record};
+use crate::testutil::{Behavior, FakeWorker, dispatcher, first_log_record, params};
 
 fn dolphin_policy() -> Policy {
     Policy::Dolphin(DolphinConfig {
         fallback: FallbackKind::AlwaysLocal,
         ..Default::default()
     })
-}
-
-fn params(prompt: &str, max_tokens: u32) -> GenerateParams {
-    GenerateParams {
-        request_id: String::new(),
-        model: String::new(),
-        prompt: Prompt::Text(prompt.into()),
-        sampling: v1::SamplingParams {
-            max_tokens,
-            ..Default::default()
-        },
-        force: None,
-        slo: None,
-        api: Api::Grpc,
-        timeout: None,
-        trace: Default::default(),
-    }
 }
 
 /// A table for `split` sending every request the same way.

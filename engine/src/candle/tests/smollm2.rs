@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use dolphin_tokenizer::{ChatMessage, ModelTokenizer, SMOLLM2_FILE, find_model};
+use dolphin_tokenizer::{ChatMessage, ModelTokenizer, SMOLLM2_FILE, model_or_skip};
 
 use super::engine_tests::{collect, remote};
 use crate::candle::{CandleConfig, WeightFormat, candle_scheduler};
@@ -11,16 +11,7 @@ use crate::engine::Engine;
 use crate::types::{Sampling, SeqRequest};
 
 fn model() -> Option<PathBuf> {
-    let found = find_model(SMOLLM2_FILE);
-    if found.is_none() {
-        if std::env::var_os("DOLPHIN_REQUIRE_MODEL").is_some_and(|v| !v.is_empty()) {
-            panic!(
-                "DOLPHIN_REQUIRE_MODEL is set but {SMOLLM2_FILE} is missing: run scripts/fetch-model.sh"
-            );
-        }
-        eprintln!("skipped: {SMOLLM2_FILE} not found (run scripts/fetch-model.sh)");
-    }
-    found
+    model_or_skip(SMOLLM2_FILE)
 }
 
 fn chat(tok: &ModelTokenizer, user: &str) -> Vec<u32> {
