@@ -107,6 +107,7 @@ pub async fn start(
         total_blocks: TOTAL_BLOCKS,
         active_tokens: contents.load.active_tokens,
         queued_prefill_tokens: 0,
+        max_batched_tokens: 8192,
         draining: false,
     }));
     let info = v1::WorkerInfo {

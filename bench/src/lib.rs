@@ -12,6 +12,7 @@
 //! timing.
 
 pub mod candle_cluster;
+pub mod candle_measure;
 pub mod error;
 pub mod experiments;
 pub mod fake_worker;

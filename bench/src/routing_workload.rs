@@ -40,6 +40,43 @@ pub struct WorkloadConfig {
     pub seed: u64,
 }
 
+/// The command-line settings both decision benchmarks (`routing_decision`, `dolphin_decision`)
+/// take: how long to time, and the workload's size.
+#[derive(Clone, Copy, Debug, clap::Args)]
+pub struct DecisionArgs {
+    /// Timed decisions per policy (per stage, where stages are timed).
+    #[arg(long, default_value_t = 100_000)]
+    pub iterations: usize,
+    /// Untimed decisions before timing.
+    #[arg(long, default_value_t = 10_000)]
+    pub warmup: usize,
+    /// Tokens per prompt.
+    #[arg(long, default_value_t = 8192)]
+    pub prompt_tokens: usize,
+    /// Workers per pool.
+    #[arg(long, default_value_t = 16)]
+    pub workers: usize,
+    /// Distinct prompts cycled through.
+    #[arg(long, default_value_t = 64)]
+    pub prompts: usize,
+    /// Unrelated cached blocks per pool.
+    #[arg(long, default_value_t = 100_000)]
+    pub unrelated_blocks: usize,
+}
+
+impl DecisionArgs {
+    /// The workload these settings describe (the rest at its defaults).
+    pub fn workload(&self) -> WorkloadConfig {
+        WorkloadConfig {
+            prompt_tokens: self.prompt_tokens,
+            workers_per_pool: self.workers,
+            prompts: self.prompts,
+            unrelated_blocks_per_pool: self.unrelated_blocks,
+            ..WorkloadConfig::default()
+        }
+    }
+}
+
 impl Default for WorkloadConfig {
     fn default() -> Self {
         Self {

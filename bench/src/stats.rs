@@ -66,6 +66,11 @@ pub fn median(values: impl IntoIterator<Item = f64>) -> f64 {
     }
 }
 
+/// `d` in whole nanoseconds (saturating past 584 years).
+pub fn ns(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

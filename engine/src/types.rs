@@ -165,6 +165,8 @@ pub struct LoadSnapshot {
     pub active_tokens: u64,
     /// Prompt tokens queued or admitted and not yet prefilled.
     pub queued_prefill_tokens: u64,
+    /// Tokens one step computes at most (`max_batched_tokens`; 0: unknown).
+    pub max_batched_tokens: u32,
 }
 
 /// What the engine serves.

@@ -11,7 +11,7 @@ use dolphin_router::dolphin::table::{
     ClusterMethod, ClusterModel, FEATURE_NAMES, N_FEATURES, Provenance, RoutingTable,
     TABLE_SCHEMA_VERSION, TableSlo,
 };
-use dolphin_router::policy::{Decision, Policy, PrefillState, ThresholdConfig};
+use dolphin_router::policy::{Decision, Policy, PoolState, ThresholdConfig};
 
 use crate::error::LearnError;
 use crate::kmeans::{self, KMeansConfig, Point};
@@ -155,9 +155,10 @@ pub fn fit_table(records: &[LogRecord], cfg: &FitConfig) -> Result<FitReport, Le
         InitBits::Threshold(t) => Policy::Threshold(*t),
         _ => Policy::Threshold(ThresholdConfig::default()),
     };
-    let idle = PrefillState {
+    let idle = PoolState {
         available: true,
         queue: 0,
+        ..PoolState::IDLE
     };
     for r in &used {
         let (c, _) = compiled.lookup(&r.features);

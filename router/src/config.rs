@@ -62,29 +62,9 @@ pub struct RouterConfig {
     /// Prefill policy.
     #[arg(long, env = "DOLPHIN_POLICY", value_enum, default_value = "threshold")]
     pub policy: PolicyKind,
-    /// Which threshold rule (`--policy threshold`).
-    #[arg(
-        long,
-        env = "DOLPHIN_THRESHOLD_VARIANT",
-        value_enum,
-        default_value = "dynamo16"
-    )]
-    pub threshold_variant: ThresholdVariant,
-    /// Dynamo 1.6: local prefill only below this many uncached prompt tokens.
-    #[arg(long, env = "DOLPHIN_MAX_LOCAL_PREFILL", default_value_t = 2048)]
-    pub max_local_prefill: u32,
-    /// Dynamo 1.6: ... and only when the uncached share of the prompt is below this.
-    #[arg(long, env = "DOLPHIN_MAX_LOCAL_RATIO", default_value_t = 0.7)]
-    pub max_local_ratio: f64,
-    /// Legacy rule: remote prefill only above this many uncached prompt tokens.
-    #[arg(long, env = "DOLPHIN_LEGACY_MIN_REMOTE", default_value_t = 1000)]
-    pub legacy_min_remote: u32,
-    /// A prefill worker with this many queued requests counts as overloaded.
-    #[arg(long, env = "DOLPHIN_MAX_PREFILL_QUEUE", default_value_t = 2)]
-    pub max_prefill_queue: u32,
-    /// Dynamo 1.6: prefill locally when the chosen prefill worker is overloaded.
-    #[arg(long, env = "DOLPHIN_SKIP_OVERLOADED_PREFILL")]
-    pub skip_overloaded_prefill: bool,
+    /// The threshold rules' parameters (`--policy threshold`, and the `dolphin` fallback).
+    #[command(flatten)]
+    pub threshold_flags: ThresholdArgs,
     /// `--policy dolphin`: the policy deciding while the live split has no routing table (a
     /// threshold fallback takes the threshold flags).
     #[arg(
@@ -252,14 +232,7 @@ impl RouterConfig {
 
     /// The threshold parameters from the flags.
     pub fn threshold(&self) -> ThresholdConfig {
-        ThresholdConfig {
-            variant: self.threshold_variant,
-            max_local_prefill: self.max_local_prefill,
-            max_local_ratio: self.max_local_ratio,
-            legacy_min_remote: self.legacy_min_remote,
-            max_prefill_queue: self.max_prefill_queue,
-            skip_overloaded_prefill: self.skip_overloaded_prefill,
-        }
+        self.threshold_flags.config()
     }
 
     /// The policy the router starts with.
@@ -303,6 +276,62 @@ impl RouterConfig {
     }
 }
 
+/// The threshold rules' flags, shared by the router and `dolphinctl replay --target sim`.
+#[derive(Clone, Debug, clap::Args)]
+pub struct ThresholdArgs {
+    /// Which threshold rule (`--policy threshold`).
+    #[arg(
+        long,
+        env = "DOLPHIN_THRESHOLD_VARIANT",
+        value_enum,
+        default_value = "dynamo16"
+    )]
+    pub threshold_variant: ThresholdVariant,
+    /// Dynamo 1.6: local prefill only below this many uncached prompt tokens.
+    #[arg(long, env = "DOLPHIN_MAX_LOCAL_PREFILL", default_value_t = 2048)]
+    pub max_local_prefill: u32,
+    /// Dynamo 1.6: ... and only when the uncached share of the prompt is below this.
+    #[arg(long, env = "DOLPHIN_MAX_LOCAL_RATIO", default_value_t = 0.7)]
+    pub max_local_ratio: f64,
+    /// Legacy rule: remote prefill only above this many uncached prompt tokens.
+    #[arg(long, env = "DOLPHIN_LEGACY_MIN_REMOTE", default_value_t = 1000)]
+    pub legacy_min_remote: u32,
+    /// A prefill worker with this many queued requests counts as overloaded.
+    #[arg(long, env = "DOLPHIN_MAX_PREFILL_QUEUE", default_value_t = 2)]
+    pub max_prefill_queue: u32,
+    /// Dynamo 1.6: prefill locally when the chosen prefill worker is overloaded.
+    #[arg(long, env = "DOLPHIN_SKIP_OVERLOADED_PREFILL")]
+    pub skip_overloaded_prefill: bool,
+    /// `prefill-load`, `isl-or-load`: a prefill worker with more than this many steps of prefill
+    /// work pending (queued prefill tokens over its max batched tokens) is busy.
+    #[arg(long, env = "DOLPHIN_PREFILL_BUSY_THRESHOLD", default_value_t = 1.0)]
+    pub prefill_busy_threshold: f64,
+    /// Any threshold rule: never prefill locally when more than this share (0..=1) of the chosen
+    /// decode worker's KV pool is in use. Unset: no guard.
+    #[arg(long, env = "DOLPHIN_DECODE_BUSY_THRESHOLD")]
+    pub decode_busy_threshold: Option<f64>,
+    /// `llm-d`: prefill remotely from this many prompt tokens not cached on the decode worker.
+    #[arg(long, env = "DOLPHIN_NON_CACHED_TOKENS", default_value_t = 2048)]
+    pub non_cached_tokens: u32,
+}
+
+impl ThresholdArgs {
+    /// The parameters these flags set.
+    pub fn config(&self) -> ThresholdConfig {
+        ThresholdConfig {
+            variant: self.threshold_variant,
+            max_local_prefill: self.max_local_prefill,
+            max_local_ratio: self.max_local_ratio,
+            legacy_min_remote: self.legacy_min_remote,
+            max_prefill_queue: self.max_prefill_queue,
+            skip_overloaded_prefill: self.skip_overloaded_prefill,
+            prefill_busy_threshold: self.prefill_busy_threshold,
+            decode_busy_threshold: self.decode_busy_threshold,
+            non_cached_tokens: self.non_cached_tokens,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -340,6 +369,32 @@ mod tests {
         assert_eq!(c.initial_policy(), Policy::AlwaysRemote);
         assert_eq!(c.threshold().variant, ThresholdVariant::DynamoLegacy);
         assert!(c.threshold().skip_overloaded_prefill);
+        let load = parse(&[
+            "--decode",
+            "a:1",
+            "--threshold-variant",
+            "isl-or-load",
+            "--prefill-busy-threshold",
+            "2",
+            "--decode-busy-threshold",
+            "0.9",
+            "--non-cached-tokens",
+            "512",
+        ])
+        .expect("parse");
+        let t = load.threshold();
+        assert_eq!(t.variant, ThresholdVariant::IslOrLoad);
+        assert_eq!(
+            (
+                t.prefill_busy_threshold,
+                t.decode_busy_threshold,
+                t.non_cached_tokens
+            ),
+            (2.0, Some(0.9), 512)
+        );
+        for name in ["prefill-load", "llm-d", "dynamo16", "dynamo-legacy"] {
+            assert!(parse(&["--threshold-variant", name]).is_ok(), "{name}");
+        }
         assert!(parse(&["--policy", "sometimes"]).is_err());
         let d = parse(&["--decode", "a:1", "--policy", "dolphin"]).expect("parse");
         assert_eq!(
@@ -372,6 +427,19 @@ mod tests {
         assert!(invalid(&[]));
         assert!(invalid(&["--decode", "a:1", "--max-local-ratio", "0"]));
         assert!(invalid(&["--decode", "a:1", "--max-local-ratio", "1.5"]));
+        assert!(invalid(&["--decode", "a:1", "--prefill-busy-threshold=-1"]));
+        assert!(invalid(&[
+            "--decode",
+            "a:1",
+            "--decode-busy-threshold",
+            "1.5"
+        ]));
+        assert!(!invalid(&[
+            "--decode",
+            "a:1",
+            "--decode-busy-threshold",
+            "0.9"
+        ]));
         assert!(invalid(&["--decode", "a:1", "--overlap-weight=-1"]));
         assert!(invalid(&["--decode", "a:1", "--overlap-weight", "NaN"]));
         assert!(invalid(&["--decode", "a:1", "--block-size", "0"]));

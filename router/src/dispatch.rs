@@ -321,11 +321,17 @@ impl Dispatcher {
                 isl: tokens.len() as u32,
                 block_size: bs,
                 decode_cached_blocks: decode.cached_blocks,
-                prefill: prefill.as_ref().map(|p| PrefillChoice {
-                    cached_blocks: p.cached_blocks,
-                    queue: p.worker.waiting(),
+                prefill: prefill.as_ref().map(|p| {
+                    let (pending_tokens, max_batched_tokens) = p.worker.prefill_backlog();
+                    PrefillChoice {
+                        cached_blocks: p.cached_blocks,
+                        queue: p.worker.waiting(),
+                        pending_tokens,
+                        max_batched_tokens,
+                    }
                 }),
                 output_len_hint: predicted.length,
+                decode_kv_usage: decode.worker.kv_usage(),
             };
             let policy = self.policy();
             let decided = match policy {

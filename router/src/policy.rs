@@ -43,23 +43,59 @@ impl Decision {
     }
 }
 
-/// State of the prefill pool as the policy sees it.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct PrefillState {
+/// The chosen workers' load as the policy sees it (their latest load reports).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct PoolState {
     /// Whether a prefill worker was chosen at all (none live: every request is local).
     pub available: bool,
     /// Requests waiting in the chosen prefill worker's queue.
     pub queue: u32,
+    /// Prompt tokens the chosen prefill worker has queued or admitted and not yet prefilled.
+    pub pending_tokens: u64,
+    /// The most tokens one of its steps computes (0: not reported).
+    pub max_batched_tokens: u32,
+    /// Share of the chosen decode worker's KV pool in use (`None`: not reported).
+    pub decode_kv_usage: Option<f64>,
 }
 
-/// Which of Dynamo's two threshold rules to apply.
+impl PoolState {
+    /// A chosen prefill worker with nothing queued; nothing else reported.
+    pub const IDLE: PoolState = PoolState {
+        available: true,
+        queue: 0,
+        pending_tokens: 0,
+        max_batched_tokens: 0,
+        decode_kv_usage: None,
+    };
+
+    /// Whether the prefill worker's backlog exceeds `threshold` steps of work (Dynamo's
+    /// `prefill_load` signal: active prefill tokens above `threshold x max_batched_tokens`).
+    /// Never busy when its step size is not reported.
+    pub fn prefill_busy(&self, threshold: f64) -> bool {
+        self.max_batched_tokens > 0
+            && self.pending_tokens as f64 > threshold * f64::from(self.max_batched_tokens)
+    }
+}
+
+/// Which threshold rule to apply: Dynamo's conditional-disaggregation policies, its older rule,
+/// or llm-d's prefix decider.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
 pub enum ThresholdVariant {
-    /// Dynamo 1.6: remote unless `eff_isl < max_local_prefill && eff_isl / isl < max_local_ratio`.
+    /// Dynamo 1.6 `isl_bounding`: local iff `eff_isl < max_local_prefill && eff_isl / isl <
+    /// max_local_ratio` (or the prefill queue is at `max_prefill_queue` with
+    /// `skip_overloaded_prefill`).
     Dynamo16,
     /// Older Dynamo: remote iff `eff_isl > legacy_min_remote && prefill_queue < max_prefill_queue`.
     DynamoLegacy,
+    /// Dynamo `prefill_load`: local iff the chosen prefill worker is busy (pending prefill
+    /// tokens above `prefill_busy_threshold x` its `max_batched_tokens`).
+    PrefillLoad,
+    /// Dynamo `isl_or_load`: local iff the `dynamo16` condition or the `prefill-load` one holds.
+    IslOrLoad,
+    /// llm-d's prefix decider: remote iff the prompt minus the chosen decode worker's cached
+    /// prefix is at least `non_cached_tokens`.
+    LlmD,
 }
 
 /// Parameters of the threshold policy.
@@ -78,6 +114,14 @@ pub struct ThresholdConfig {
     pub max_prefill_queue: u32,
     /// Dynamo 1.6: prefill locally when the chosen prefill worker is overloaded.
     pub skip_overloaded_prefill: bool,
+    /// `prefill-load`, `isl-or-load`: a prefill worker with more than this many steps of
+    /// prefill work pending is busy.
+    pub prefill_busy_threshold: f64,
+    /// Every rule: never prefill locally when more than this share of the chosen decode
+    /// worker's KV pool is in use (Dynamo's decode-busy guard); `None`: no guard.
+    pub decode_busy_threshold: Option<f64>,
+    /// `llm-d`: prefill remotely from this many tokens not cached on the decode worker.
+    pub non_cached_tokens: u32,
 }
 
 impl Default for ThresholdConfig {
@@ -89,6 +133,9 @@ impl Default for ThresholdConfig {
             legacy_min_remote: 1000,
             max_prefill_queue: 2,
             skip_overloaded_prefill: false,
+            prefill_busy_threshold: 1.0,
+            decode_busy_threshold: None,
+            non_cached_tokens: 2048,
         }
     }
 }
@@ -103,6 +150,19 @@ impl ThresholdConfig {
             return Err(PolicyError::Invalid(format!(
                 "max_local_ratio must be in (0, 1], got {}",
                 self.max_local_ratio
+            )));
+        }
+        if !(self.prefill_busy_threshold.is_finite() && self.prefill_busy_threshold >= 0.0) {
+            return Err(PolicyError::Invalid(format!(
+                "prefill_busy_threshold must be a finite number >= 0, got {}",
+                self.prefill_busy_threshold
+            )));
+        }
+        if let Some(t) = self.decode_busy_threshold
+            && !(t.is_finite() && (0.0..=1.0).contains(&t))
+        {
+            return Err(PolicyError::Invalid(format!(
+                "decode_busy_threshold must be in [0, 1], got {t}"
             )));
         }
         Ok(())
@@ -258,15 +318,15 @@ impl Policy {
     }
 
     /// Decides the path of a request. With no prefill worker available it is always local.
-    pub fn decide(&self, f: &Features, prefill: PrefillState) -> Decision {
-        if !prefill.available {
+    pub fn decide(&self, f: &Features, pools: PoolState) -> Decision {
+        if !pools.available {
             return Decision::Local;
         }
         match self {
             Policy::AlwaysLocal => Decision::Local,
             Policy::AlwaysRemote => Decision::Remote,
-            Policy::Threshold(cfg) => threshold(cfg, f, prefill),
-            Policy::Dolphin(cfg) => cfg.fallback_policy().decide(f, prefill),
+            Policy::Threshold(cfg) => threshold(cfg, f, pools),
+            Policy::Dolphin(cfg) => cfg.fallback_policy().decide(f, pools),
         }
     }
 
@@ -306,33 +366,32 @@ impl Policy {
     }
 }
 
-fn threshold(cfg: &ThresholdConfig, f: &Features, prefill: PrefillState) -> Decision {
+fn threshold(cfg: &ThresholdConfig, f: &Features, pools: PoolState) -> Decision {
     let eff = f.eff_isl_decode;
-    let overloaded = prefill.queue >= cfg.max_prefill_queue;
-    match cfg.variant {
-        ThresholdVariant::Dynamo16 => {
-            if cfg.skip_overloaded_prefill && overloaded {
-                return Decision::Local;
-            }
-            // isl is never 0 for an admitted request; treat 0 as "nothing to prefill".
-            let ratio = if f.isl == 0 {
-                0.0
-            } else {
-                f64::from(eff) / f64::from(f.isl)
-            };
-            if eff < cfg.max_local_prefill && ratio < cfg.max_local_ratio {
-                Decision::Local
-            } else {
-                Decision::Remote
-            }
-        }
-        ThresholdVariant::DynamoLegacy => {
-            if eff > cfg.legacy_min_remote && !overloaded {
-                Decision::Remote
-            } else {
-                Decision::Local
-            }
-        }
+    let overloaded = pools.queue >= cfg.max_prefill_queue;
+    // isl is never 0 for an admitted request; treat 0 as "nothing to prefill".
+    let ratio = if f.isl == 0 {
+        0.0
+    } else {
+        f64::from(eff) / f64::from(f.isl)
+    };
+    let isl_bounded = eff < cfg.max_local_prefill && ratio < cfg.max_local_ratio;
+    let busy = || pools.prefill_busy(cfg.prefill_busy_threshold);
+    let local = match cfg.variant {
+        ThresholdVariant::Dynamo16 => (cfg.skip_overloaded_prefill && overloaded) || isl_bounded,
+        ThresholdVariant::DynamoLegacy => eff <= cfg.legacy_min_remote || overloaded,
+        ThresholdVariant::PrefillLoad => busy(),
+        ThresholdVariant::IslOrLoad => isl_bounded || busy(),
+        ThresholdVariant::LlmD => eff < cfg.non_cached_tokens,
+    };
+    let decode_busy = cfg
+        .decode_busy_threshold
+        .zip(pools.decode_kv_usage)
+        .is_some_and(|(limit, usage)| usage > limit);
+    if local && !decode_busy {
+        Decision::Local
+    } else {
+        Decision::Remote
     }
 }
 
@@ -349,17 +408,20 @@ mod tests {
         }
     }
 
-    const IDLE: PrefillState = PrefillState {
+    const IDLE: PoolState = PoolState {
         available: true,
         queue: 0,
+        ..PoolState::IDLE
     };
-    const BUSY: PrefillState = PrefillState {
+    const BUSY: PoolState = PoolState {
         available: true,
         queue: 5,
+        ..PoolState::IDLE
     };
-    const NONE: PrefillState = PrefillState {
+    const NONE: PoolState = PoolState {
         available: false,
         queue: 0,
+        ..PoolState::IDLE
     };
 
     #[test]
@@ -399,9 +461,10 @@ mod tests {
         assert_eq!(off.decide(&feats(9000, 9000), BUSY), Decision::Remote);
         assert_eq!(on.decide(&feats(9000, 9000), BUSY), Decision::Local);
         assert_eq!(on.decide(&feats(9000, 9000), IDLE), Decision::Remote);
-        let at_limit = PrefillState {
+        let at_limit = PoolState {
             available: true,
             queue: 2,
+            ..PoolState::IDLE
         };
         assert_eq!(on.decide(&feats(9000, 9000), at_limit), Decision::Local);
     }
@@ -415,11 +478,115 @@ mod tests {
         assert_eq!(p.decide(&feats(5000, 1001), IDLE), Decision::Remote);
         assert_eq!(p.decide(&feats(5000, 1000), IDLE), Decision::Local);
         assert_eq!(p.decide(&feats(5000, 5000), BUSY), Decision::Local);
-        let one = PrefillState {
+        let one = PoolState {
             available: true,
             queue: 1,
+            ..PoolState::IDLE
         };
         assert_eq!(p.decide(&feats(5000, 5000), one), Decision::Remote);
+    }
+
+    fn rule(variant: ThresholdVariant) -> ThresholdConfig {
+        ThresholdConfig {
+            variant,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn dynamo_load_rules_and_the_decode_guard() {
+        let backlog = |pending_tokens| PoolState {
+            pending_tokens,
+            max_batched_tokens: 8192,
+            ..IDLE
+        };
+        let (busy, calm) = (backlog(8193), backlog(8192));
+        let unreported = PoolState {
+            pending_tokens: 1 << 30,
+            ..IDLE
+        };
+        let load = Policy::Threshold(rule(ThresholdVariant::PrefillLoad));
+        assert_eq!(load.decide(&feats(9000, 9000), busy), Decision::Local);
+        assert_eq!(load.decide(&feats(9000, 9000), calm), Decision::Remote);
+        assert_eq!(
+            load.decide(&feats(8000, 10), calm),
+            Decision::Remote,
+            "ISL ignored"
+        );
+        assert_eq!(
+            load.decide(&feats(9000, 9000), unreported),
+            Decision::Remote
+        );
+        let either = Policy::Threshold(rule(ThresholdVariant::IslOrLoad));
+        assert_eq!(either.decide(&feats(8000, 1000), calm), Decision::Local);
+        assert_eq!(either.decide(&feats(9000, 9000), busy), Decision::Local);
+        assert_eq!(either.decide(&feats(9000, 9000), calm), Decision::Remote);
+        let guarded = Policy::Threshold(ThresholdConfig {
+            decode_busy_threshold: Some(0.8),
+            ..rule(ThresholdVariant::IslOrLoad)
+        });
+        let usage = |u| PoolState {
+            decode_kv_usage: u,
+            ..busy
+        };
+        assert_eq!(
+            guarded.decide(&feats(8000, 1000), usage(Some(0.81))),
+            Decision::Remote
+        );
+        assert_eq!(
+            guarded.decide(&feats(8000, 1000), usage(Some(0.8))),
+            Decision::Local
+        );
+        assert_eq!(
+            guarded.decide(&feats(8000, 1000), usage(None)),
+            Decision::Local
+        );
+        // Room on the decode worker lets the load arm stand; the guard never makes a remote
+        // decision local.
+        assert_eq!(
+            guarded.decide(&feats(9000, 9000), usage(Some(0.0))),
+            Decision::Local
+        );
+        assert_eq!(
+            guarded.decide(
+                &feats(9000, 9000),
+                PoolState {
+                    decode_kv_usage: Some(0.0),
+                    ..calm
+                }
+            ),
+            Decision::Remote
+        );
+    }
+
+    #[test]
+    fn llm_d_prefix_decider() {
+        let p = Policy::Threshold(rule(ThresholdVariant::LlmD));
+        assert_eq!(p.decide(&feats(9000, 2047), IDLE), Decision::Local);
+        assert_eq!(p.decide(&feats(9000, 2048), IDLE), Decision::Remote);
+        // No ratio condition: a short uncached prompt stays local.
+        assert_eq!(p.decide(&feats(100, 100), IDLE), Decision::Local);
+    }
+
+    #[test]
+    fn load_thresholds_out_of_range_are_refused() {
+        for cfg in [
+            ThresholdConfig {
+                prefill_busy_threshold: -1.0,
+                ..Default::default()
+            },
+            ThresholdConfig {
+                prefill_busy_threshold: f64::NAN,
+                ..Default::default()
+            },
+            ThresholdConfig {
+                decode_busy_threshold: Some(1.5),
+                ..Default::default()
+            },
+        ] {
+            assert!(cfg.validate().is_err(), "{cfg:?}");
+        }
+        assert!(ThresholdConfig::default().validate().is_ok());
     }
 
     #[test]

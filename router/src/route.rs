@@ -11,7 +11,7 @@
 use std::sync::Arc;
 
 use crate::dolphin::CompiledTable;
-use crate::policy::{DecidedBy, Decision, DolphinConfig, Features, Policy, PrefillState};
+use crate::policy::{DecidedBy, Decision, DolphinConfig, Features, Policy, PoolState};
 
 /// The chosen prefill worker, as the decision sees it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -20,10 +20,14 @@ pub struct PrefillChoice {
     pub cached_blocks: u32,
     /// Requests waiting in its queue.
     pub queue: u32,
+    /// Prompt tokens it has queued or admitted and not yet prefilled (its latest report).
+    pub pending_tokens: u64,
+    /// The most tokens one of its steps computes (0: not reported).
+    pub max_batched_tokens: u32,
 }
 
 /// Everything the decision depends on besides the policy and the table.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct RouteInput {
     /// Prompt tokens.
     pub isl: u32,
@@ -35,6 +39,8 @@ pub struct RouteInput {
     pub prefill: Option<PrefillChoice>,
     /// The output length the classifier expects (tokens).
     pub output_len_hint: u32,
+    /// Share of the chosen decode worker's KV pool in use (`None`: not reported).
+    pub decode_kv_usage: Option<f64>,
 }
 
 impl RouteInput {
@@ -54,11 +60,15 @@ impl RouteInput {
         }
     }
 
-    /// Whether a prefill worker was chosen, and its queue.
-    pub fn prefill_state(&self) -> PrefillState {
-        PrefillState {
+    /// The chosen workers' load as the policies see it.
+    pub fn pool_state(&self) -> PoolState {
+        let p = self.prefill.unwrap_or_default();
+        PoolState {
             available: self.prefill.is_some(),
-            queue: self.prefill.map_or(0, |p| p.queue),
+            queue: p.queue,
+            pending_tokens: p.pending_tokens,
+            max_batched_tokens: p.max_batched_tokens,
+            decode_kv_usage: self.decode_kv_usage,
         }
     }
 }
@@ -109,19 +119,13 @@ pub fn route(
     table: Option<TableRef<'_>>,
     force: Option<Decision>,
 ) -> Result<Route, RouteError> {
-    decide(
-        input.features(),
-        input.prefill_state(),
-        policy,
-        table,
-        force,
-    )
+    decide(input.features(), input.pool_state(), policy, table, force)
 }
 
 /// [`route`] on features already computed.
 pub fn decide(
     features: Features,
-    prefill: PrefillState,
+    prefill: PoolState,
     policy: &Policy,
     table: Option<TableRef<'_>>,
     force: Option<Decision>,
@@ -157,7 +161,7 @@ pub fn decide(
     })
 }
 
-fn fallback(cfg: &DolphinConfig, f: &Features, prefill: PrefillState) -> (Decision, DecidedBy) {
+fn fallback(cfg: &DolphinConfig, f: &Features, prefill: PoolState) -> (Decision, DecidedBy) {
     (
         cfg.fallback_policy().decide(f, prefill),
         DecidedBy::Fallback(cfg.fallback),

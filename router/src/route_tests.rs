@@ -18,12 +18,15 @@ fn input(isl: u32, prefill: Option<PrefillChoice>) -> RouteInput {
         decode_cached_blocks: 0,
         prefill,
         output_len_hint: isl,
+        decode_kv_usage: None,
     }
 }
 
 const IDLE: Option<PrefillChoice> = Some(PrefillChoice {
     cached_blocks: 0,
     queue: 0,
+    pending_tokens: 0,
+    max_batched_tokens: 0,
 });
 
 #[test]
@@ -35,8 +38,11 @@ fn features_subtract_each_workers_cached_prefix() {
         prefill: Some(PrefillChoice {
             cached_blocks: 5,
             queue: 3,
+            pending_tokens: 9000,
+            max_batched_tokens: 4096,
         }),
         output_len_hint: 7,
+        decode_kv_usage: Some(0.25),
     };
     let f = i.features();
     assert_eq!(
@@ -48,6 +54,17 @@ fn features_subtract_each_workers_cached_prefix() {
         ),
         (100, 20, 68, 7)
     );
+    let pools = i.pool_state();
+    assert_eq!(
+        (
+            pools.queue,
+            pools.pending_tokens,
+            pools.max_batched_tokens,
+            pools.decode_kv_usage
+        ),
+        (3, 9000, 4096, Some(0.25))
+    );
+    assert!(pools.prefill_busy(2.0) && !pools.prefill_busy(3.0));
     // More cached than the prompt (a full-prompt hit): nothing left, not an underflow.
     let all = RouteInput {
         decode_cached_blocks: 10,
@@ -115,9 +132,10 @@ fn other_policies_decide_and_a_table_only_names_the_cluster() {
     assert_eq!(nowhere.decision, Decision::Local);
 }
 
-const IDLE_STATE: PrefillState = PrefillState {
+const IDLE_STATE: PoolState = PoolState {
     available: true,
     queue: 0,
+    ..PoolState::IDLE
 };
 
 #[test]

@@ -34,6 +34,8 @@ struct Load {
     free_blocks: AtomicU32,
     total_blocks: AtomicU32,
     active_tokens: AtomicU64,
+    queued_prefill_tokens: AtomicU64,
+    max_batched_tokens: AtomicU32,
     draining: AtomicBool,
 }
 
@@ -137,7 +139,30 @@ impl WorkerHandle {
         self.load
             .active_tokens
             .store(r.active_tokens, Ordering::Relaxed);
+        self.load
+            .queued_prefill_tokens
+            .store(r.queued_prefill_tokens, Ordering::Relaxed);
+        self.load
+            .max_batched_tokens
+            .store(r.max_batched_tokens, Ordering::Relaxed);
         self.load.draining.store(r.draining, Ordering::Relaxed);
+    }
+
+    /// Prompt tokens waiting to be prefilled and the most one step computes, per the latest
+    /// report (the second is 0 until a report says).
+    pub fn prefill_backlog(&self) -> (u64, u32) {
+        (
+            self.load.queued_prefill_tokens.load(Ordering::Relaxed),
+            self.load.max_batched_tokens.load(Ordering::Relaxed),
+        )
+    }
+
+    /// Share of the KV pool in use (committed to admitted requests or reserved for them), per
+    /// the latest report; `None` before one.
+    pub fn kv_usage(&self) -> Option<f64> {
+        let total = self.load.total_blocks.load(Ordering::Relaxed);
+        let free = self.load.free_blocks.load(Ordering::Relaxed).min(total);
+        (total > 0).then(|| f64::from(total - free) / f64::from(total))
     }
 
     /// Marks the event stream up or down; keeps the stale-stream gauge in step.

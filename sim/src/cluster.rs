@@ -266,11 +266,18 @@ impl<'a> Run<'a> {
             isl: r.prompt_len,
             block_size: bs,
             decode_cached_blocks: decode.cached_blocks,
-            prefill: prefill.map(|p| PrefillChoice {
-                cached_blocks: p.cached_blocks,
-                queue: self.prefill[p.slot].waiting(),
+            prefill: prefill.map(|p| {
+                let worker = &self.prefill[p.slot];
+                let (pending_tokens, max_batched_tokens) = worker.prefill_backlog();
+                PrefillChoice {
+                    cached_blocks: p.cached_blocks,
+                    queue: worker.waiting(),
+                    pending_tokens,
+                    max_batched_tokens,
+                }
             }),
             output_len_hint: cfg.classifier.predict(&r.admission).length,
+            decode_kv_usage: Some(self.decode[decode.slot].kv_usage()),
         };
         let table = cfg.table.as_ref().map(|table| TableRef {
             table,

@@ -103,9 +103,15 @@ pub(crate) struct Worker {
     active_tokens: u64,
     /// Prompt tokens of requests sent here and not done (the router's own in-flight count).
     inflight_tokens: u64,
-    /// `active_tokens` and waiting requests as of the latest load report.
+    /// Prompt tokens queued or admitted and not yet prefilled (the engine's
+    /// `queued_prefill_tokens`).
+    pending_prefill: u64,
+    /// `active_tokens`, waiting requests, pending prefill tokens and the KV pool's share in use
+    /// as of the latest load report.
     reported_active: u64,
     reported_waiting: u32,
+    reported_pending: u64,
+    reported_kv_usage: f64,
 }
 
 impl Worker {
@@ -123,8 +129,11 @@ impl Worker {
             busy: false,
             active_tokens: 0,
             inflight_tokens: 0,
+            pending_prefill: 0,
             reported_active: 0,
             reported_waiting: 0,
+            reported_pending: 0,
+            reported_kv_usage: 0.0,
         }
     }
 
@@ -132,6 +141,21 @@ impl Worker {
     pub fn report(&mut self) {
         self.reported_active = self.active_tokens;
         self.reported_waiting = self.waiting.len() as u32;
+        self.reported_pending = self.pending_prefill;
+        let total = self.pool.total();
+        let free = self.pool.available().min(total);
+        self.reported_kv_usage = f64::from(total - free) / f64::from(total.max(1));
+    }
+
+    /// Pending prefill tokens and the step size, as of the latest report (what the router's
+    /// load-aware rules read).
+    pub fn prefill_backlog(&self) -> (u64, u32) {
+        (self.reported_pending, self.max_batched_tokens)
+    }
+
+    /// Share of the KV pool in use as of the latest report.
+    pub fn kv_usage(&self) -> f64 {
+        self.reported_kv_usage
     }
 
     /// Load term of worker selection, as the router computes it: tokens held per the latest
@@ -201,6 +225,8 @@ impl Worker {
         s.kind = kind;
         s.phase = Phase::Waiting;
         self.inflight_tokens += u64::from(r.prompt_len);
+        // Queued: its whole prompt counts as pending prefill, as the engine counts it.
+        self.pending_prefill += u64::from(r.prompt_len);
         self.waiting.push_back(slot);
         self.admit_waiting(reqs, out);
         slot
@@ -226,6 +252,7 @@ impl Worker {
             return false;
         }
         self.waiting.pop_front();
+        self.pending_prefill -= u64::from(s.prompt_len);
         s.reserved = new;
         s.committed = hits as u32;
         s.computed = hits as u32 * bs;
@@ -245,6 +272,7 @@ impl Worker {
                 });
             }
             Kind::Local | Kind::PrefillOnly => {
+                self.pending_prefill += u64::from(s.prompt_len - s.computed);
                 s.phase = Phase::Running;
                 self.running.push(slot);
             }
@@ -278,6 +306,8 @@ impl Worker {
         for i in 0..self.batch.len() {
             let e = self.batch[i];
             let s = &mut self.seqs[e.seq as usize];
+            self.pending_prefill -=
+                u64::from(e.tokens.min(s.prompt_len.saturating_sub(s.computed)));
             s.computed += e.tokens;
             commit_blocks(&mut self.pool, s, &reqs[s.req as usize], bs);
             if !e.sample {
@@ -414,5 +444,42 @@ fn commit_blocks(pool: &mut KvPool, s: &mut Seq, r: &SimRequest, bs: u32) {
             from as u32,
         );
         s.committed = full as u32;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Slo;
+
+    fn prompt(len: u32, salt: u32) -> Vec<u32> {
+        (0..len)
+            .map(|i| i.wrapping_mul(31).wrapping_add(salt))
+            .collect()
+    }
+
+    #[test]
+    fn prefill_backlog_follows_the_engine_count() {
+        let slo = Slo::new(5000.0, 250.0);
+        let reqs = [
+            SimRequest::from_tokens(0.0, &prompt(3000, 1), 4, slo, 16),
+            SimRequest::from_tokens(0.0, &prompt(3000, 2), 4, slo, 16),
+        ];
+        let mut w = Worker::new(0, 4096, 16, 2048);
+        let mut out = Vec::new();
+        for req in 0..2 {
+            w.enqueue(req, &reqs, Kind::Local, &mut out);
+        }
+        // Reports are snapshots: nothing until the next one.
+        assert_eq!(w.prefill_backlog(), (0, 2048));
+        w.report();
+        assert_eq!(w.prefill_backlog(), (6000, 2048));
+        assert!(w.kv_usage() > 0.0, "both reserved their blocks");
+        // One step computes a 2048-token chunk of the first prompt.
+        w.build_batch(&SimProfile::load("dynamo-mocker").expect("profile"))
+            .expect("work");
+        w.apply(&reqs, &mut out);
+        w.report();
+        assert_eq!(w.prefill_backlog().0, 6000 - 2048);
     }
 }

@@ -26,6 +26,7 @@ pub fn load_report(load: LoadSnapshot, draining: bool) -> Event {
         total_blocks: load.total_blocks,
         active_tokens: load.active_tokens,
         queued_prefill_tokens: load.queued_prefill_tokens,
+        max_batched_tokens: load.max_batched_tokens,
         draining,
     })
 }
@@ -73,6 +74,7 @@ mod tests {
             total_blocks: 4,
             active_tokens: 5,
             queued_prefill_tokens: 6,
+            max_batched_tokens: 7,
         };
         assert_eq!(
             load_report(load, true),
@@ -83,6 +85,7 @@ mod tests {
                 total_blocks: 4,
                 active_tokens: 5,
                 queued_prefill_tokens: 6,
+                max_batched_tokens: 7,
                 draining: true,
             })
         );

@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, ensure};
 use clap::Parser;
 use dolphin_bench::candle_cluster::{self, CandleLaunch};
+use dolphin_bench::candle_measure::CandleMeasure;
 use dolphin_bench::proc_stat::CpuClock;
 use dolphin_bench::stats::median;
 use dolphin_bench::timed_generate::{
@@ -51,21 +52,9 @@ struct Args {
     /// Tokens per engine step (as engine_candle, so a 512-token prompt is one step).
     #[arg(long, default_value_t = 512)]
     max_batched_tokens: u32,
-    /// Prompt tokens for the prefill measurements.
-    #[arg(long, default_value_t = 512)]
-    prefill_tokens: usize,
-    /// Tokens generated per sequence in the decode measurements.
-    #[arg(long, default_value_t = 64)]
-    decode_tokens: u32,
-    /// Prompt tokens of each decoding sequence.
-    #[arg(long, default_value_t = 32)]
-    decode_prompt: usize,
-    /// Sequences decoding together in the batched measurement.
-    #[arg(long, default_value_t = 8)]
-    batch: usize,
-    /// Runs of each measurement (the median is reported).
-    #[arg(long, default_value_t = 3)]
-    reps: usize,
+    /// What is measured: prompt and output sizes, batch, runs.
+    #[command(flatten)]
+    m: CandleMeasure,
     /// Where to write the JSON result (default: bench/results/cluster_candle.json).
     #[arg(long)]
     out: Option<PathBuf>,
@@ -303,7 +292,7 @@ fn print_table(r: &Report) {
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     ensure!(
-        args.reps > 0 && args.batch > 0,
+        args.m.reps > 0 && args.m.batch > 0,
         "--reps and --batch must be at least 1"
     );
     let model_path = match &args.model {
@@ -352,13 +341,13 @@ async fn main() -> anyhow::Result<()> {
 
     let mut local = Vec::new();
     let mut remote = Vec::new();
-    for rep in 0..args.reps {
+    for rep in 0..args.m.reps {
         for (mode, clock, runs) in [
             (PrefillMode::Local, &decode_cpu, &mut local),
             (PrefillMode::Remote, &prefill_cpu, &mut remote),
         ] {
             let salt = 1 + rep as u64 * 2 + u64::from(mode == PrefillMode::Remote);
-            let prompt = synthetic_prompt(args.prefill_tokens, salt);
+            let prompt = synthetic_prompt(args.m.prefill_tokens, salt);
             let t = timed_generate(
                 client.clone(),
                 req(format!("p{salt}"), prompt, 1, mode),
@@ -366,23 +355,23 @@ async fn main() -> anyhow::Result<()> {
             )
             .await?;
             ensure!(t.finish_reason == FinishReason::Length, "{t:?}");
-            let run = prefill_run(&t, args.prefill_tokens).with_context(|| format!("{t:?}"))?;
+            let run = prefill_run(&t, args.m.prefill_tokens).with_context(|| format!("{t:?}"))?;
             eprintln!("prefill {mode:?} {rep}: {run:?}");
             runs.push(run);
         }
     }
     let mut b1 = Vec::new();
     let mut bn = Vec::new();
-    for rep in 0..args.reps {
-        for (n, runs) in [(1, &mut b1), (args.batch, &mut bn)] {
+    for rep in 0..args.m.reps {
+        for (n, runs) in [(1, &mut b1), (args.m.batch, &mut bn)] {
             let requests = (0..n)
                 .map(|i| {
                     let salt = 1000 + (rep * 100 + n * 10 + i) as u64;
-                    let prompt = synthetic_prompt(args.decode_prompt, salt);
+                    let prompt = synthetic_prompt(args.m.decode_prompt, salt);
                     req(
                         format!("d{salt}"),
                         prompt,
-                        args.decode_tokens,
+                        args.m.decode_tokens,
                         PrefillMode::Local,
                     )
                 })
@@ -415,23 +404,23 @@ async fn main() -> anyhow::Result<()> {
         cpu_flags: dolphin_bench::machine::cpu_flags(),
         load_avg_before,
         load_avg_after: load_avg(),
-        prefill_tokens: args.prefill_tokens,
+        prefill_tokens: args.m.prefill_tokens,
         prefill_local: summarize(local),
         prefill_remote: summarize(remote),
         kv_remote: KvSummary {
             bytes: kv_bytes,
-            bytes_per_token: kv_bytes as f64 / args.prefill_tokens as f64,
+            bytes_per_token: kv_bytes as f64 / args.m.prefill_tokens as f64,
             added_ms: transfer_ms,
             added_share_of_ttft: transfer_ms / remote_ttft_ms,
         },
-        decode_tokens: args.decode_tokens,
-        decode_prompt: args.decode_prompt,
+        decode_tokens: args.m.decode_tokens,
+        decode_prompt: args.m.decode_prompt,
         decode_b1_tok_s: wall(&b1),
         decode_batch_tok_s: wall(&bn),
         batch_gain: wall(&bn) / wall(&b1),
         cpu_decode_b1_tok_s: cpu(&b1),
         cpu_decode_batch_tok_s: cpu(&bn),
-        batch: args.batch,
+        batch: args.m.batch,
         decode_b1_runs: b1,
         decode_batch_runs: bn,
         engine_alone_source: engine_alone.is_some().then_some(engine_source),

@@ -19,8 +19,8 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, ensure};
 use clap::Parser;
 use dolphin_bench::fake_worker;
-use dolphin_bench::routing_workload::{self, WorkloadConfig};
-use dolphin_bench::stats::Summary;
+use dolphin_bench::routing_workload::{self, DecisionArgs, WorkloadConfig};
+use dolphin_bench::stats::{self, Summary};
 use dolphin_router::dispatch::{DispatchConfig, Dispatcher};
 use dolphin_router::dolphin::admission::InputShape;
 use dolphin_router::dolphin::assign::CompiledTable;
@@ -30,7 +30,7 @@ use dolphin_router::dolphin::table::{
 };
 use dolphin_router::dolphin::{Admission, OutputClassifier};
 use dolphin_router::policy::{
-    Decision, DolphinConfig, FallbackKind, Features, Policy, PrefillState, ThresholdConfig,
+    Decision, DolphinConfig, FallbackKind, Features, Policy, PoolState, ThresholdConfig,
 };
 use dolphin_router::request_log::RequestLog;
 use dolphin_router::route;
@@ -48,21 +48,9 @@ const TARGET_P99_US: f64 = 20.0;
 #[derive(Debug, Parser)]
 #[command(about = "Decision time of the dolphin policy beside the threshold policy")]
 struct Args {
-    /// Timed decisions per policy.
-    #[arg(long, default_value_t = 100_000)]
-    iterations: usize,
-    /// Untimed decisions before timing.
-    #[arg(long, default_value_t = 10_000)]
-    warmup: usize,
-    /// Tokens per prompt.
-    #[arg(long, default_value_t = 8192)]
-    prompt_tokens: usize,
-    /// Workers per pool.
-    #[arg(long, default_value_t = 16)]
-    workers: usize,
-    /// Unrelated cached blocks per pool.
-    #[arg(long, default_value_t = 100_000)]
-    unrelated_blocks: usize,
+    /// Timing and workload size.
+    #[command(flatten)]
+    run: DecisionArgs,
     /// Where to write the JSON result (default: bench/results/dolphin_decision.json).
     #[arg(long)]
     out: Option<std::path::PathBuf>,
@@ -100,13 +88,8 @@ struct Report {
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let cfg = WorkloadConfig {
-        prompt_tokens: args.prompt_tokens,
-        workers_per_pool: args.workers,
-        unrelated_blocks_per_pool: args.unrelated_blocks,
-        ..Default::default()
-    };
-    ensure!(args.iterations > 0, "need iterations");
+    let cfg = args.run.workload();
+    ensure!(args.run.iterations > 0, "need iterations");
     let bs = cfg.block_size as u32;
     let workload = routing_workload::build(&cfg);
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -179,9 +162,10 @@ fn main() -> anyhow::Result<()> {
             fallback: FallbackKind::AlwaysLocal,
             ..DolphinConfig::default()
         };
-        let state = PrefillState {
+        let state = PoolState {
             available: true,
             queue: 0,
+            ..PoolState::IDLE
         };
         let policy = Policy::Dolphin(fallback);
         stage_tables.push(time_stage(&args, |i| {
@@ -247,8 +231,8 @@ fn main() -> anyhow::Result<()> {
         split: split.to_string(),
         k: K,
         classifier_shape: [classifier.n_family, classifier.n_hash],
-        iterations: args.iterations,
-        warmup: args.warmup,
+        iterations: args.run.iterations,
+        warmup: args.run.warmup,
         stage_classifier,
         stage_table_kmeans: stage_tables[0],
         stage_table_gmm: stage_tables[1],
@@ -340,18 +324,14 @@ fn table(
     }
 }
 
-fn ns(d: Duration) -> u64 {
-    d.as_nanos() as u64
-}
-
 fn time_stage(args: &Args, mut f: impl FnMut(usize)) -> Summary {
-    let mut samples = Vec::with_capacity(args.iterations);
-    for i in 0..args.warmup + args.iterations {
+    let mut samples = Vec::with_capacity(args.run.iterations);
+    for i in 0..args.run.warmup + args.run.iterations {
         let t = Instant::now();
         f(i);
         let e = t.elapsed();
-        if i >= args.warmup {
-            samples.push(ns(e));
+        if i >= args.run.warmup {
+            samples.push(stats::ns(e));
         }
     }
     Summary::from_nanos(&mut samples)
@@ -370,10 +350,10 @@ fn whole(
         p99_target_us: TARGET_P99_US,
         ..Default::default()
     };
-    let mut samples = Vec::with_capacity(args.iterations);
+    let mut samples = Vec::with_capacity(args.run.iterations);
     let mut best = vec![u64::MAX; prompts.len()];
     let mut clusters = std::collections::HashSet::new();
-    for i in 0..args.warmup + args.iterations {
+    for i in 0..args.run.warmup + args.run.iterations {
         let tokens = &prompts[i % prompts.len()];
         let t = Instant::now();
         let route = d.route(tokens, MAX_TOKENS, None, &[]);
@@ -382,9 +362,9 @@ fn whole(
         if table.is_some() && route.table_version.is_none() {
             bail!("the dolphin policy fell back: no table for the live split");
         }
-        if i >= args.warmup {
-            samples.push(ns(elapsed));
-            best[i % prompts.len()] = best[i % prompts.len()].min(ns(elapsed));
+        if i >= args.run.warmup {
+            samples.push(stats::ns(elapsed));
+            best[i % prompts.len()] = best[i % prompts.len()].min(stats::ns(elapsed));
             clusters.insert(route.cluster);
             match route.decision {
                 Decision::Remote => r.remote_decisions += 1,

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, ensure};
 use clap::Parser;
+use dolphin_bench::candle_measure::CandleMeasure;
 use dolphin_bench::proc_stat::CpuClock;
 use dolphin_bench::stats::median;
 use dolphin_bench::timed_generate::synthetic_prompt;
@@ -39,21 +40,9 @@ struct Args {
     /// without VNNI), candle, tiled.
     #[arg(long, default_value = "auto")]
     matmul: MatmulKernel,
-    /// Prompt tokens for the prefill measurement.
-    #[arg(long, default_value_t = 512)]
-    prefill_tokens: usize,
-    /// Tokens generated per sequence in the decode measurements.
-    #[arg(long, default_value_t = 64)]
-    decode_tokens: u32,
-    /// Prompt tokens of each decoding sequence.
-    #[arg(long, default_value_t = 32)]
-    decode_prompt: usize,
-    /// Sequences decoding together in the batched measurement.
-    #[arg(long, default_value_t = 8)]
-    batch: usize,
-    /// Runs of each measurement (the median is reported).
-    #[arg(long, default_value_t = 3)]
-    reps: usize,
+    /// What is measured: prompt and output sizes, batch, runs.
+    #[command(flatten)]
+    m: CandleMeasure,
     /// Where to write the JSON result (default: bench/results/engine_candle.json).
     #[arg(long)]
     out: Option<PathBuf>,
@@ -222,7 +211,7 @@ async fn main() -> anyhow::Result<()> {
     cfg.padding = args.padding;
     cfg.matmul = args.matmul;
     let (tiled_q8, tiled_q4) = (cfg.tiled_q8(), cfg.tiled_q4());
-    cfg.max_batched_tokens = args.prefill_tokens.max(512) as u32;
+    cfg.max_batched_tokens = args.m.prefill_tokens.max(512) as u32;
     let padded = cfg.pads();
     let load_avg_before = load_avg();
     let t = Instant::now();
@@ -238,37 +227,37 @@ async fn main() -> anyhow::Result<()> {
     engine
         .prefill(request("warm".into(), synthetic_prompt(64, 999), 1), 0)
         .await?;
-    decode(&engine, 1, args.decode_prompt, 4, 998).await?;
+    decode(&engine, 1, args.m.decode_prompt, 4, 998).await?;
 
     let clock = CpuClock::new(std::process::id());
     let mut prefill_runs = Vec::new();
     let mut exported = 0f64;
-    for rep in 0..args.reps {
+    for rep in 0..args.m.reps {
         let req = request(
             format!("p{rep}"),
-            synthetic_prompt(args.prefill_tokens, rep as u64 + 1),
+            synthetic_prompt(args.m.prefill_tokens, rep as u64 + 1),
             1,
         );
         let start = Stamp::now(&clock)?;
         let out = engine.prefill(req, 0).await?;
         let end = Stamp::now(&clock)?;
         let bytes: usize = out.blocks.iter().map(|b| b.len()).sum();
-        exported = bytes as f64 / args.prefill_tokens as f64;
+        exported = bytes as f64 / args.m.prefill_tokens as f64;
         // The engine's own prefill time (admission to first token) is the wall figure.
-        let mut rate = start.rate(end, args.prefill_tokens as f64)?;
-        rate.wall = args.prefill_tokens as f64 / out.prefill.as_secs_f64();
+        let mut rate = start.rate(end, args.m.prefill_tokens as f64)?;
+        rate.wall = args.m.prefill_tokens as f64 / out.prefill.as_secs_f64();
         eprintln!("prefill {rep}: {rate:?} tok/s");
         prefill_runs.push(rate);
     }
     let mut b1 = Vec::new();
     let mut bn = Vec::new();
-    for rep in 0..args.reps {
+    for rep in 0..args.m.reps {
         b1.push(
             decode(
                 &engine,
                 1,
-                args.decode_prompt,
-                args.decode_tokens,
+                args.m.decode_prompt,
+                args.m.decode_tokens,
                 10 + rep as u64,
             )
             .await?,
@@ -276,16 +265,16 @@ async fn main() -> anyhow::Result<()> {
         bn.push(
             decode(
                 &engine,
-                args.batch,
-                args.decode_prompt,
-                args.decode_tokens,
+                args.m.batch,
+                args.m.decode_prompt,
+                args.m.decode_tokens,
                 20 + rep as u64,
             )
             .await?,
         );
         eprintln!(
             "decode {rep}: batch 1 {:?}, batch {} {:?} tok/s",
-            b1[rep], args.batch, bn[rep]
+            b1[rep], args.m.batch, bn[rep]
         );
     }
     let wall = |rs: &[Rate]| median(rs.iter().map(|r| r.wall));
@@ -301,7 +290,7 @@ async fn main() -> anyhow::Result<()> {
         cpu_flags: dolphin_bench::machine::cpu_flags(),
         load_avg_before,
         load_avg_after: load_avg(),
-        prefill_tokens: args.prefill_tokens,
+        prefill_tokens: args.m.prefill_tokens,
         prefill_tok_s: wall(&prefill_runs),
         decode_b1_tok_s: wall(&b1),
         decode_batch_tok_s: wall(&bn),
@@ -311,9 +300,9 @@ async fn main() -> anyhow::Result<()> {
         cpu_decode_batch_tok_s: cpu(&bn),
         cpu_batch_gain: cpu(&bn) / cpu(&b1),
         prefill_runs,
-        decode_tokens: args.decode_tokens,
+        decode_tokens: args.m.decode_tokens,
         decode_b1_runs: b1,
-        batch: args.batch,
+        batch: args.m.batch,
         decode_batch_runs: bn,
         kv_bytes_per_token: info.kv_bytes_per_token,
         kv_bytes_exported_per_token: exported,

@@ -17,8 +17,8 @@ use std::path::PathBuf;
 use clap::Parser;
 use dolphin_bench::BenchError;
 use dolphin_bench::experiments::{
-    Ablation, Baseline, Comparison, FlipRow, Setup, ablations, attainment_bars, cdfs, change_pct,
-    flip, learn, run_baseline, run_table,
+    Ablation, Baseline, Comparison, FlipRow, Setup, ablations, attainment_bars, best_baseline,
+    cdfs, change_pct, flip, learn, run_baseline, run_table,
 };
 use dolphin_engine::SimProfile;
 use dolphin_learn::search::SearchConfig;
@@ -143,6 +143,10 @@ fn run(args: Args) -> Result<(), BenchError> {
             concurrency, args.requests, concurrency, slo.ttft_ms, slo.tpot_ms
         );
         md.push_str("| workload | split | policy | attainment | P90 TTFT ms | P90 TPOT ms | remote |\n|---|---|---|---|---|---|---|\n");
+        let mut vs_best = format!(
+            "\n### The learned table against the best baseline, {concurrency} in flight\n\nThe baseline with the highest attainment in each setting (of the {} above), and the learned table's attainment and P90 changes against it.\n\n| workload | split | best baseline | its attainment | learned | P90 TTFT | P90 TPOT |\n|---|---|---|---|---|---|---|\n",
+            Baseline::ALL.len()
+        );
         let mixed = [
             ("hybrid", "3p1d"),
             ("hybrid", "2p2d"),
@@ -188,6 +192,20 @@ fn run(args: Args) -> Result<(), BenchError> {
                     100.0 * s.remote as f64 / s.requests.max(1) as f64,
                 );
             }
+            let baselines = &rows[..Baseline::ALL.len()];
+            let best = best_baseline(baselines).map_or(String::new(), |b| b.policy.clone());
+            if let (Some(b), Some(l)) = (best_baseline(baselines), rows.last()) {
+                let _ = writeln!(
+                    vs_best,
+                    "| {name} | {split} | {} | {:.3} | {:.3} ({:+.1} pt) | {:+.1}% | {:+.1}% |",
+                    b.policy,
+                    b.summary.attainment,
+                    l.summary.attainment,
+                    (l.summary.attainment - b.summary.attainment) * 100.0,
+                    change_pct(b.summary.ttft.p90, l.summary.ttft.p90),
+                    change_pct(b.summary.tpot.p90, l.summary.tpot.p90),
+                );
+            }
             if *name == "hybrid" || *name == "mooncake" {
                 cdfs(&args.out, &format!("{name}_{split}_c{concurrency}"), &rows)?;
             }
@@ -199,8 +217,10 @@ fn run(args: Args) -> Result<(), BenchError> {
                 learned_rounds: learned.search.rounds,
                 learned_converged_round: learned.search.converged_round,
                 learned_bits: learned.search.bits.clone(),
+                best_baseline: best,
             });
         }
+        md.push_str(&vs_best);
     }
     attainment_bars(&args.out, &comparisons)?;
 

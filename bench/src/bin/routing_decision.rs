@@ -16,11 +16,11 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, ensure};
 use clap::Parser;
 use dolphin_bench::fake_worker;
-use dolphin_bench::routing_workload::{self, WorkerContents, WorkloadConfig};
-use dolphin_bench::stats::Summary;
+use dolphin_bench::routing_workload::{self, DecisionArgs, WorkerContents, WorkloadConfig};
+use dolphin_bench::stats::{self, Summary};
 use dolphin_cluster::block_hashes_into;
 use dolphin_router::dispatch::{DispatchConfig, Dispatcher};
-use dolphin_router::policy::{Decision, Features, Policy, PrefillState, ThresholdConfig};
+use dolphin_router::policy::{Decision, Features, Policy, PoolState, ThresholdConfig};
 use dolphin_router::prefix_index::PrefixIndex;
 use dolphin_router::request_log::RequestLog;
 use dolphin_router::selection::{self, Candidate, Choice};
@@ -38,24 +38,9 @@ const TARGET_P99_US: f64 = 10.0;
 #[derive(Debug, Parser)]
 #[command(about = "Routing decision time: hashing, index lookup, selection and policy")]
 struct Args {
-    /// Timed decisions per policy (each of the breakdown and the whole).
-    #[arg(long, default_value_t = 100_000)]
-    iterations: usize,
-    /// Untimed decisions before timing.
-    #[arg(long, default_value_t = 10_000)]
-    warmup: usize,
-    /// Tokens per prompt.
-    #[arg(long, default_value_t = 8192)]
-    prompt_tokens: usize,
-    /// Workers per pool.
-    #[arg(long, default_value_t = 16)]
-    workers: usize,
-    /// Distinct prompts cycled through.
-    #[arg(long, default_value_t = 64)]
-    prompts: usize,
-    /// Unrelated cached blocks per pool.
-    #[arg(long, default_value_t = 100_000)]
-    unrelated_blocks: usize,
+    /// Timing and workload size.
+    #[command(flatten)]
+    run: DecisionArgs,
     /// Where to write the JSON result (default: bench/results/routing_decision.json).
     #[arg(long)]
     out: Option<std::path::PathBuf>,
@@ -151,15 +136,9 @@ fn main() -> anyhow::Result<()> {
         .unwrap_or_default()
         .trim()
         .to_string();
-    let cfg = WorkloadConfig {
-        prompt_tokens: args.prompt_tokens,
-        workers_per_pool: args.workers,
-        prompts: args.prompts,
-        unrelated_blocks_per_pool: args.unrelated_blocks,
-        ..Default::default()
-    };
+    let cfg = args.run.workload();
     ensure!(
-        args.iterations > 0 && cfg.prompts > 0,
+        args.run.iterations > 0 && cfg.prompts > 0,
         "need iterations and prompts"
     );
     let bs = cfg.block_size as u32;
@@ -273,8 +252,8 @@ fn main() -> anyhow::Result<()> {
             decode_distinct: mirror_decode.index.distinct_blocks(),
         },
         workload: cfg,
-        iterations: args.iterations,
-        warmup: args.warmup,
+        iterations: args.run.iterations,
+        warmup: args.run.warmup,
         results,
     };
     let path =
@@ -310,10 +289,6 @@ fn check_mirror(
     Ok(())
 }
 
-fn ns(d: Duration) -> u64 {
-    d.as_nanos() as u64
-}
-
 /// Times each stage separately on the mirror pools.
 fn breakdown(
     args: &Args,
@@ -324,7 +299,7 @@ fn breakdown(
     bs: u32,
     r: &mut PolicyResult,
 ) {
-    let n = args.iterations;
+    let n = args.run.iterations;
     let (mut hash_ns, mut lookup_ns, mut select_ns, mut sum_ns) = (
         Vec::with_capacity(n),
         Vec::with_capacity(n),
@@ -332,7 +307,7 @@ fn breakdown(
         Vec::with_capacity(n),
     );
     let (mut hashes, mut dcounts, mut pcounts) = (Vec::new(), Vec::new(), Vec::new());
-    for i in 0..args.warmup + n {
+    for i in 0..args.run.warmup + n {
         let tokens = &prompts[i % prompts.len()];
         let t0 = Instant::now();
         block_hashes_into(tokens, bs as usize, &mut hashes);
@@ -351,18 +326,19 @@ fn breakdown(
             eff_isl_decode: d.as_ref().map_or(isl, uncached),
             output_len_hint: MAX_TOKENS,
         };
-        let state = PrefillState {
+        let state = PoolState {
             available: p.is_some(),
             queue: p.map_or(0, |c| prefill.waiting[c.slot]),
+            ..PoolState::IDLE
         };
         let decision = policy.decide(&features, state);
         let t3 = Instant::now();
         std::hint::black_box((d, decision));
-        if i >= args.warmup {
-            hash_ns.push(ns(t1 - t0));
-            lookup_ns.push(ns(t2 - t1));
-            select_ns.push(ns(t3 - t2));
-            sum_ns.push(ns(t3 - t0));
+        if i >= args.run.warmup {
+            hash_ns.push(stats::ns(t1 - t0));
+            lookup_ns.push(stats::ns(t2 - t1));
+            select_ns.push(stats::ns(t3 - t2));
+            sum_ns.push(stats::ns(t3 - t0));
         }
     }
     r.hashing = Summary::from_nanos(&mut hash_ns);
@@ -378,17 +354,17 @@ fn whole(
     d: &Dispatcher,
     r: &mut PolicyResult,
 ) -> anyhow::Result<()> {
-    let mut samples = Vec::with_capacity(args.iterations);
+    let mut samples = Vec::with_capacity(args.run.iterations);
     let mut best = vec![u64::MAX; prompts.len()];
-    for i in 0..args.warmup + args.iterations {
+    for i in 0..args.run.warmup + args.run.iterations {
         let tokens = &prompts[i % prompts.len()];
         let t = Instant::now();
         let route = d.route(tokens, MAX_TOKENS, None, &[]);
         let elapsed = t.elapsed();
         let route = route?;
-        if i >= args.warmup {
-            samples.push(ns(elapsed));
-            best[i % prompts.len()] = best[i % prompts.len()].min(ns(elapsed));
+        if i >= args.run.warmup {
+            samples.push(stats::ns(elapsed));
+            best[i % prompts.len()] = best[i % prompts.len()].min(stats::ns(elapsed));
             match route.decision {
                 Decision::Remote => r.whole_remote_decisions += 1,
                 Decision::Local => r.whole_local_decisions += 1,

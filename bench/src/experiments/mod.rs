@@ -83,15 +83,30 @@ pub enum Baseline {
     Dynamo16,
     /// Older Dynamo: remote iff `eff_isl > 1000 && prefill_queue < 2`.
     DynamoLegacy,
+    /// Dynamo's `prefill_load`: local iff the chosen prefill worker has more than one step of
+    /// prefill work pending.
+    PrefillLoad,
+    /// Dynamo's `isl_or_load`: the Dynamo 1.6 condition or `prefill_load`'s.
+    IslOrLoad,
+    /// `isl_or_load` with the decode-busy guard: never local above 90% of the decode
+    /// worker's KV pool in use.
+    IslOrLoadGuarded,
+    /// llm-d's prefix decider: remote iff at least 2048 prompt tokens are not cached on the
+    /// decode worker.
+    LlmD,
 }
 
 impl Baseline {
     /// All of them.
-    pub const ALL: [Baseline; 4] = [
+    pub const ALL: [Baseline; 8] = [
         Baseline::AlwaysLocal,
         Baseline::AlwaysRemote,
         Baseline::Dynamo16,
         Baseline::DynamoLegacy,
+        Baseline::PrefillLoad,
+        Baseline::IslOrLoad,
+        Baseline::IslOrLoadGuarded,
+        Baseline::LlmD,
     ];
 
     /// Its name in tables.
@@ -101,6 +116,10 @@ impl Baseline {
             Baseline::AlwaysRemote => "always-remote",
             Baseline::Dynamo16 => "dynamo-1.6",
             Baseline::DynamoLegacy => "dynamo-legacy",
+            Baseline::PrefillLoad => "dynamo-prefill-load",
+            Baseline::IslOrLoad => "dynamo-isl-or-load",
+            Baseline::IslOrLoadGuarded => "dynamo-isl-or-load+guard",
+            Baseline::LlmD => "llm-d",
         }
     }
 
@@ -110,12 +129,25 @@ impl Baseline {
             Baseline::AlwaysLocal => Policy::AlwaysLocal,
             Baseline::AlwaysRemote => Policy::AlwaysRemote,
             Baseline::Dynamo16 => Policy::Threshold(ThresholdConfig::default()),
-            Baseline::DynamoLegacy => Policy::Threshold(ThresholdConfig {
-                variant: ThresholdVariant::DynamoLegacy,
+            Baseline::DynamoLegacy => rule(ThresholdVariant::DynamoLegacy),
+            Baseline::PrefillLoad => rule(ThresholdVariant::PrefillLoad),
+            Baseline::IslOrLoad => rule(ThresholdVariant::IslOrLoad),
+            Baseline::IslOrLoadGuarded => Policy::Threshold(ThresholdConfig {
+                variant: ThresholdVariant::IslOrLoad,
+                decode_busy_threshold: Some(0.9),
                 ..ThresholdConfig::default()
             }),
+            Baseline::LlmD => rule(ThresholdVariant::LlmD),
         }
     }
+}
+
+/// A threshold rule with its default parameters.
+fn rule(variant: ThresholdVariant) -> Policy {
+    Policy::Threshold(ThresholdConfig {
+        variant,
+        ..ThresholdConfig::default()
+    })
 }
 
 /// One policy's result on one workload.
@@ -195,4 +227,17 @@ pub struct Comparison {
     pub learned_converged_round: u32,
     /// The learned bits.
     pub learned_bits: Vec<u8>,
+    /// The baseline with the highest attainment here (the first on a tie).
+    pub best_baseline: String,
+}
+
+/// The baseline row with the highest attainment among `rows` (the first on a tie).
+pub fn best_baseline(rows: &[Measured]) -> Option<&Measured> {
+    rows.iter().reduce(|best, r| {
+        if r.summary.attainment > best.summary.attainment {
+            r
+        } else {
+            best
+        }
+    })
 }

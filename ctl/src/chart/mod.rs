@@ -4,7 +4,7 @@
 //! Text is set in DejaVu Sans, shipped in `ctl/assets/fonts` and embedded in the binary, so
 //! charts need no system fonts and come out the same on every machine. Every chart is
 //! [`WIDTH`] x [`HEIGHT`] pixels on white, with the title and a legend above the plot; series
-//! take colors from a fixed palette of eight in order (then repeat), and NaN or infinite values
+//! take colors from a fixed palette of ten in order (then repeat), and NaN or infinite values
 //! are left out.
 
 mod bars;

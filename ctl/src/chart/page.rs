@@ -21,9 +21,9 @@ const FAMILY: &str = "sans-serif";
 /// DejaVu Sans (Bitstream Vera licence, `ctl/assets/fonts/DejaVuSans-LICENSE`).
 static FONT: &[u8] = include_bytes!("../../assets/fonts/DejaVuSans.ttf");
 
-/// Series colors, in order (Tableau's palette, without its grey and olive): distinguishable
-/// from each other and dark enough on white.
-const PALETTE: [RGBColor; 8] = [
+/// Series colors, in order (Tableau's ten, grey and olive last): distinguishable from each
+/// other and dark enough on white.
+const PALETTE: [RGBColor; 10] = [
     RGBColor(31, 119, 180),
     RGBColor(255, 127, 14),
     RGBColor(44, 160, 44),
@@ -32,6 +32,8 @@ const PALETTE: [RGBColor; 8] = [
     RGBColor(140, 86, 75),
     RGBColor(227, 119, 194),
     RGBColor(23, 190, 207),
+    RGBColor(127, 127, 127),
+    RGBColor(188, 189, 34),
 ];
 /// Space kept clear at the image edges.
 const MARGIN: i32 = 14;

@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
+use dolphin_router::config::ThresholdArgs;
 use dolphin_router::dolphin::Split;
 use dolphin_workload::{Arrivals, Slo, WorkloadSource, WorkloadSpec};
 use serde::Serialize;
@@ -83,6 +84,9 @@ pub struct ReplayArgs {
     /// Sim: KV blocks (of 16 tokens) per worker (default 100000).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     pub total_blocks: Option<u32>,
+    /// Sim: the threshold rule and its parameters (the router's flags).
+    #[command(flatten)]
+    pub threshold: ThresholdArgs,
     /// Write the config, the summary and every request's outcome as JSON to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -157,6 +161,9 @@ pub struct ConfigRecord {
     /// Sim: the policy.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub policy: Option<String>,
+    /// Sim: the policy's parameters, as JSON (the router's `params_json`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub policy_params: Option<String>,
     /// Sim: the table file.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub table: Option<PathBuf>,
@@ -214,6 +221,7 @@ impl ReplayArgs {
             split: None,
             sim_profile: None,
             policy: None,
+            policy_params: None,
             table: None,
             total_blocks: None,
         };
@@ -267,10 +275,15 @@ impl ReplayArgs {
                     (None, Some(_)) => Policy::Dolphin,
                     (None, None) => Policy::Threshold,
                 };
+                let threshold = self.threshold.config();
+                threshold
+                    .validate()
+                    .map_err(|e| usage(format!("threshold flags: {e}")))?;
                 let cfg = SimTargetConfig::load(
                     split,
                     profile,
                     policy,
+                    threshold,
                     self.table.as_deref(),
                     self.total_blocks.unwrap_or(DEFAULT_TOTAL_BLOCKS),
                 )?;
@@ -284,6 +297,7 @@ impl ReplayArgs {
                 record.split = Some(split.to_string());
                 record.sim_profile = Some(cfg.profile.name.clone());
                 record.policy = Some(cfg.policy.name().to_owned());
+                record.policy_params = Some(cfg.policy.params_json());
                 record.table = self.table.clone();
                 record.total_blocks = Some(cfg.total_blocks);
                 TargetPlan::Sim(Box::new(cfg))

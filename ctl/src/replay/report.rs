@@ -188,6 +188,7 @@ mod tests {
             split: None,
             sim_profile: None,
             policy: None,
+            policy_params: None,
             table: None,
             total_blocks: None,
         }

@@ -43,6 +43,7 @@ impl SimTargetConfig {
         split: Split,
         profile: &str,
         policy: Policy,
+        threshold: ThresholdConfig,
         table: Option<&Path>,
         total_blocks: u32,
     ) -> Result<Self, ReplayError> {
@@ -54,7 +55,7 @@ impl SimTargetConfig {
         Ok(SimTargetConfig {
             split,
             profile,
-            policy: router_policy(policy),
+            policy: router_policy(policy, threshold),
             table,
             total_blocks,
             seed: 1,
@@ -77,13 +78,17 @@ impl SimTargetConfig {
     }
 }
 
-/// The router's policy for a `--policy` value, with the router's default parameters.
-pub fn router_policy(policy: Policy) -> RouterPolicy {
+/// The router's policy for a `--policy` value; `threshold` parameterizes the threshold rule
+/// (and the `dolphin` policy's threshold fallback).
+pub fn router_policy(policy: Policy, threshold: ThresholdConfig) -> RouterPolicy {
     match policy {
         Policy::AlwaysLocal => RouterPolicy::AlwaysLocal,
         Policy::AlwaysRemote => RouterPolicy::AlwaysRemote,
-        Policy::Threshold => RouterPolicy::Threshold(ThresholdConfig::default()),
-        Policy::Dolphin => RouterPolicy::Dolphin(DolphinConfig::default()),
+        Policy::Threshold => RouterPolicy::Threshold(threshold),
+        Policy::Dolphin => RouterPolicy::Dolphin(DolphinConfig {
+            threshold,
+            ..DolphinConfig::default()
+        }),
     }
 }
 
@@ -136,14 +141,25 @@ mod tests {
     #[test]
     fn policies_map_to_the_router_defaults() {
         assert_eq!(
-            router_policy(Policy::AlwaysLocal),
+            router_policy(Policy::AlwaysLocal, ThresholdConfig::default()),
             RouterPolicy::AlwaysLocal
         );
         assert_eq!(
-            router_policy(Policy::Threshold),
+            router_policy(Policy::Threshold, ThresholdConfig::default()),
             RouterPolicy::Threshold(ThresholdConfig::default())
         );
-        assert_eq!(router_policy(Policy::Dolphin).name(), "dolphin");
+        let llm_d = ThresholdConfig {
+            variant: dolphin_router::policy::ThresholdVariant::LlmD,
+            ..ThresholdConfig::default()
+        };
+        assert_eq!(
+            router_policy(Policy::Threshold, llm_d),
+            RouterPolicy::Threshold(llm_d)
+        );
+        assert_eq!(
+            router_policy(Policy::Dolphin, ThresholdConfig::default()).name(),
+            "dolphin"
+        );
     }
 
     #[test]

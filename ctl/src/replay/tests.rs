@@ -232,6 +232,7 @@ fn sim_replay_reports_every_request_with_its_cluster() {
         Split::new(1, 1),
         "dynamo-mocker",
         Policy::Dolphin,
+        dolphin_router::policy::ThresholdConfig::default(),
         Some(&table),
         20_000,
     )

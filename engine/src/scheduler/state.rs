@@ -291,6 +291,7 @@ impl<B: Backend> Core<B> {
             waiting: self.waiting.len() as u32,
             free_blocks: self.pool.available(),
             total_blocks: self.pool.total(),
+            max_batched_tokens: self.cfg.max_batched_tokens,
             ..LoadSnapshot::default()
         };
         for seq in self.seqs.values() {

@@ -4,13 +4,14 @@ use super::*;
 use crate::dolphin::store::{ActivePointer, SplitEntry};
 use crate::dolphin::table::tests::kmeans_table;
 use crate::policy::{
-    DecidedBy, Decision, DolphinConfig, FallbackKind, Features, Policy, PrefillState,
+    DecidedBy, Decision, DolphinConfig, FallbackKind, Features, Policy, PoolState,
 };
 use crate::route::{self, Route};
 
-const IDLE: PrefillState = PrefillState {
+const IDLE: PoolState = PoolState {
     available: true,
     queue: 0,
+    ..PoolState::IDLE
 };
 
 fn big() -> Features {
@@ -35,7 +36,7 @@ fn small() -> Features {
 fn decide(
     r: &DolphinRouting,
     f: &Features,
-    prefill: PrefillState,
+    prefill: PoolState,
     split: Split,
     fallback: &DolphinConfig,
 ) -> Route {
@@ -82,9 +83,10 @@ fn table_of_the_live_split_decides_else_the_fallback() {
     let o = decide(&r, &small(), IDLE, s31, &fallback);
     assert_eq!((o.decision, o.cluster), (Decision::Remote, Some(0)));
     // No prefill worker: local, the cluster is still reported.
-    let none = PrefillState {
+    let none = PoolState {
         available: false,
         queue: 0,
+        ..PoolState::IDLE
     };
     let o = decide(&r, &small(), none, s31, &fallback);
     assert_eq!((o.decision, o.cluster), (Decision::Local, Some(0)));

@@ -4,16 +4,17 @@ use dolphin_cluster::testing::EtcdServer;
 
 use super::*;
 use crate::dolphin::table::tests::kmeans_table;
-use crate::policy::{Decision, Features, PrefillState};
+use crate::policy::{Decision, Features, PoolState};
 use crate::testutil::eventually;
 
 fn table(split: Split, bit: u8) -> String {
     kmeans_table(split, [bit, bit]).to_json_pretty()
 }
 
-const IDLE: PrefillState = PrefillState {
+const IDLE: PoolState = PoolState {
     available: true,
     queue: 0,
+    ..PoolState::IDLE
 };
 
 fn version(r: &DolphinRouting, split: Split) -> Option<String> {

@@ -33,6 +33,7 @@ use anyhow::Context;
 use clap::Parser;
 use dolphin_engine::{SimConfig, SimProfile};
 use dolphin_router::dolphin::Split;
+use dolphin_router::policy::ThresholdConfig;
 use dolphin_sim::SimClusterConfig;
 use dolphin_workload::{Arrivals, RequestOutcome, Slo, Workload, WorkloadSpec};
 use dolphinctl::cli::Policy;
@@ -209,7 +210,7 @@ async fn main() -> anyhow::Result<()> {
         rate_per_decode: args.rate_per_decode,
         arrival_seed: args.arrival_seed,
         profile: profile.name.clone(),
-        policy: router_policy(args.policy).name(),
+        policy: router_policy(args.policy, ThresholdConfig::default()).name(),
         time_scale: args.time_scale,
         block_size: defaults.block_size,
         total_blocks: args.total_blocks,
@@ -239,7 +240,7 @@ async fn main() -> anyhow::Result<()> {
         let mut target = SimTargetConfig {
             split,
             profile: sim_profile,
-            policy: router_policy(args.policy),
+            policy: router_policy(args.policy, ThresholdConfig::default()),
             table: None,
             total_blocks: args.total_blocks,
             seed: 1,
