@@ -505,3 +505,48 @@ async fn a_request_past_its_deadline_ends_and_is_cancelled_on_the_worker() {
         "{sent}"
     );
 }
+
+/// Dynamo's `prefill_load` rule and the decode-busy guard read the workers' load reports: a
+/// prefill worker with more than a step of prefill queued makes requests local, and a decode
+/// worker whose KV pool is nearly full forbids that again.
+#[tokio::test]
+async fn load_aware_rules_follow_the_load_reports() {
+    let dw = FakeWorker::start("d1", Role::Decode, Behavior::Text("x".into())).await;
+    let pw = FakeWorker::start("p1", Role::Prefill, Behavior::Text("x".into())).await;
+    let policy = Policy::Threshold(ThresholdConfig {
+        variant: crate::policy::ThresholdVariant::PrefillLoad,
+        decode_busy_threshold: Some(0.9),
+        ..ThresholdConfig::default()
+    });
+    let d = dispatcher(policy, RequestLog::disabled());
+    d.registry().add(dw.record()).expect("add");
+    d.registry().add(pw.record()).expect("add");
+    let mode = |d: &Dispatcher| {
+        let r = d
+            .route(&SimTokenizer.encode("a prompt"), 4, None, &[])
+            .expect("routes");
+        r.decision
+    };
+    // Nothing reported yet: the step size is unknown, so never busy.
+    assert_eq!(mode(&d), Decision::Remote);
+    // Reports are broadcast to subscribers: sent again until the router's stream has one.
+    eventually("prefill backlog applied", || {
+        pw.load(v1::LoadReport {
+            queued_prefill_tokens: 5000,
+            max_batched_tokens: 2048,
+            ..Default::default()
+        });
+        mode(&d) == Decision::Local
+    })
+    .await;
+    // The decode worker fills its pool: local is forbidden.
+    eventually("decode guard applied", || {
+        dw.load(v1::LoadReport {
+            free_blocks: 5,
+            total_blocks: 100,
+            ..Default::default()
+        });
+        mode(&d) == Decision::Remote
+    })
+    .await;
+}
