@@ -9,7 +9,7 @@ use clap::{Args, Subcommand, ValueEnum};
 use dolphin_learn::fit::{FitConfig, InitBits, fit_table};
 use dolphin_proto::v1;
 use dolphin_router::dolphin::split::Split;
-use dolphin_router::dolphin::table::{ClusterMethod, RoutingTable, TableSlo};
+use dolphin_router::dolphin::table::{ClusterMethod, Reward, RoutingTable, TableSlo};
 use dolphin_router::policy::ThresholdConfig;
 
 use crate::cli::DEFAULT_ROUTER_ADMIN;
@@ -349,6 +349,7 @@ pub fn fit(args: &FitArgs) -> Result<(RoutingTable, String), TablesError> {
         },
         seed: args.seed,
         features: [true; 4],
+        reward: Reward::E2e,
     };
     let r = fit_table(&log.records, &cfg)?;
     let mut s = format!(

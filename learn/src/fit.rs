@@ -8,7 +8,7 @@
 use dolphin_router::dolphin::assign::CompiledTable;
 use dolphin_router::dolphin::split::Split;
 use dolphin_router::dolphin::table::{
-    ClusterMethod, ClusterModel, FEATURE_NAMES, N_FEATURES, Provenance, RoutingTable,
+    ClusterMethod, ClusterModel, FEATURE_NAMES, N_FEATURES, Provenance, Reward, RoutingTable,
     TABLE_SCHEMA_VERSION, TableSlo,
 };
 use dolphin_router::policy::{Decision, Policy, PoolState, ThresholdConfig};
@@ -52,6 +52,9 @@ pub struct FitConfig {
     /// feature": `[true, true, true, false]`). A disabled feature cannot influence assignment:
     /// see [`stats::DISABLED_FEATURE_STD`]. At least one must be enabled.
     pub features: [bool; N_FEATURES],
+    /// What counts as meeting the SLO while the table's bits are learned (recorded in its
+    /// provenance, read by the evaluators).
+    pub reward: Reward,
 }
 
 /// A fitted table and how the requests fell into it.
@@ -139,6 +142,7 @@ pub fn fit_table(records: &[LogRecord], cfg: &FitConfig) -> Result<FitReport, Le
             date: stats::now_rfc3339(),
             rounds: 0,
             rewards: Vec::new(),
+            reward: cfg.reward,
             notes: String::new(),
         },
     };
@@ -236,6 +240,7 @@ mod tests {
             bits,
             seed: 1,
             features: [true; N_FEATURES],
+            reward: Reward::E2e,
         }
     }
 

@@ -1,7 +1,7 @@
 //! Turning replayed requests (live or simulated) into what learning consumes: request-log
 //! records for fitting a table, and a measured [`Period`] for the search.
 
-use dolphin_router::dolphin::RoutingTable;
+use dolphin_router::dolphin::{Reward, RoutingTable};
 use dolphin_router::policy::{Decision, Features};
 use dolphin_workload::{RequestOutcome, Summary};
 
@@ -34,21 +34,33 @@ pub fn records_from_outcomes(outcomes: &[RequestOutcome]) -> Vec<LogRecord> {
         .collect()
 }
 
-/// One measured period of a table with `k` clusters: per-cluster requests and SLO hits (by
-/// the cluster the router reported), overall attainment and P90 latencies. Requests the router
-/// decided without the table (cluster -1, or out of range) count only in the overall figures.
-pub fn period_of(outcomes: &[RequestOutcome], k: usize) -> Period {
+/// Whether `o` met its SLO under `reward` (judged outcomes: see [`RequestOutcome::judge`]).
+pub fn met(o: &RequestOutcome, reward: Reward) -> bool {
+    match reward {
+        Reward::E2e => o.met,
+        Reward::PerMetric => o.met_each,
+    }
+}
+
+/// One measured period of a table with `k` clusters: per-cluster requests and SLO hits under
+/// `reward` (by the cluster the router reported), overall attainment under `reward` and P90
+/// latencies. Requests the router decided without the table (cluster -1, or out of range)
+/// count only in the overall figures.
+pub fn period_of(outcomes: &[RequestOutcome], k: usize, reward: Reward) -> Period {
     let mut per_cluster = vec![(0u64, 0u64); k];
     for o in outcomes {
         if let Some(c) = o.cluster.map(|c| c as usize).filter(|&c| c < k) {
             per_cluster[c].0 += 1;
-            per_cluster[c].1 += u64::from(o.met);
+            per_cluster[c].1 += u64::from(met(o, reward));
         }
     }
     let s = Summary::of(outcomes);
     Period {
         per_cluster,
-        attainment: s.attainment,
+        attainment: match reward {
+            Reward::E2e => s.attainment,
+            Reward::PerMetric => s.attainment_each,
+        },
         p90_ttft_ms: s.ttft.p90,
         p90_tpot_ms: s.tpot.p90,
     }
@@ -71,8 +83,11 @@ pub fn learned_table(mut table: RoutingTable, result: &SearchResult, how: &str) 
             .collect();
     }
     table.provenance.notes = format!(
-        "bits learned by measurement ({how}): {} rounds, best found in round {}, attainment {:.4}",
-        result.rounds, result.converged_round, result.attainment
+        "bits learned by measurement ({how}), reward {}: {} rounds, best found in round {}, attainment {:.4}",
+        table.provenance.reward.as_str(),
+        result.rounds,
+        result.converged_round,
+        result.attainment
     );
     table
 }
@@ -108,7 +123,7 @@ mod tests {
             outcome(-1, 100.0, true),
             outcome(5, 100.0, false),
         ];
-        let p = period_of(&rows, 2);
+        let p = period_of(&rows, 2, Reward::E2e);
         assert_eq!(p.per_cluster, vec![(2, 1), (1, 1)]);
         assert_eq!(p.attainment, 3.0 / 5.0);
         let logs = records_from_outcomes(&rows);
@@ -117,5 +132,20 @@ mod tests {
         assert!(logs[0].ok() && !logs[4].ok());
         assert_eq!(logs[1].slo_met, Some(false));
         assert_eq!(logs[2].decision, Some(Decision::Remote));
+    }
+
+    #[test]
+    fn the_per_metric_reward_judges_ttft_and_tpot_each() {
+        // A slow first token made up by fast decoding: met end to end, not per metric.
+        let slow_first = RequestOutcome {
+            ttft_ms: 600.0,
+            ..outcome(0, 900.0, true)
+        }
+        .judge(&Slo::new(500.0, 50.0));
+        let rows = [slow_first, outcome(0, 900.0, true)];
+        assert_eq!(period_of(&rows, 1, Reward::E2e).per_cluster, vec![(2, 2)]);
+        let p = period_of(&rows, 1, Reward::PerMetric);
+        assert_eq!(p.per_cluster, vec![(2, 1)]);
+        assert_eq!(p.attainment, 0.5);
     }
 }

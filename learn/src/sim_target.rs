@@ -91,7 +91,7 @@ impl Evaluator for SimEvaluator<'_> {
         let outcomes = self
             .target
             .run(Policy::Dolphin(DolphinConfig::default()), Some(compiled))?;
-        Ok(period_of(&outcomes, k))
+        Ok(period_of(&outcomes, k, self.table.provenance.reward))
     }
 }
 

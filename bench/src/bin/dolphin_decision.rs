@@ -319,6 +319,7 @@ fn table(
             date: String::new(),
             rounds: 0,
             rewards: vec![],
+            reward: Default::default(),
             notes: "benchmark table: centres at the workload's own requests".into(),
         },
     }

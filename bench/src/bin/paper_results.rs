@@ -21,9 +21,10 @@ use dolphin_bench::experiments::{
     cdfs, change_pct, flip, learn, run_baseline, run_table,
 };
 use dolphin_engine::SimProfile;
+use dolphin_learn::fit::FitConfig;
 use dolphin_learn::search::SearchConfig;
-use dolphin_router::dolphin::Split;
 use dolphin_router::dolphin::table::ClusterMethod;
+use dolphin_router::dolphin::{Reward, Split};
 use dolphin_workload::{Arrivals, Slo, Workload, synthetic, trace};
 use serde::Serialize;
 
@@ -142,7 +143,10 @@ fn run(args: Args) -> Result<(), BenchError> {
             "\n## Learned table against the fixed rules, {} in flight\n\n{} test requests per row, closed loop at {} in flight, SLO {} ms TTFT / {} ms TPOT; change against Dynamo 1.6 in brackets.\n",
             concurrency, args.requests, concurrency, slo.ttft_ms, slo.tpot_ms
         );
-        md.push_str("| workload | split | policy | attainment | P90 TTFT ms | P90 TPOT ms | remote |\n|---|---|---|---|---|---|---|\n");
+        md.push_str("| workload | split | policy | attainment | P90 TTFT ms | P90 TPOT ms | remote | per-metric attainment |\n|---|---|---|---|---|---|---|---|\n");
+        let mut per_metric = format!(
+            "\n### Per-metric reward, {concurrency} in flight\n\nAttainment with TTFT and TPOT each within their SLO (TaiChi's criterion), change against Dynamo 1.6 in points: the best baseline by this measure, the table learned with the e2e reward, and the table learned with the per-metric reward (`dolphinctl learn --reward per-metric`).\n\n| workload | split | Dynamo 1.6 | best baseline | learned, e2e reward | learned, per-metric reward |\n|---|---|---|---|---|---|\n"
+        );
         let mut vs_best = format!(
             "\n### The learned table against the best baseline, {concurrency} in flight\n\nThe baseline with the highest attainment in each setting (of the {} above), and the learned table's attainment and P90 changes against it.\n\n| workload | split | best baseline | its attainment | learned | P90 TTFT | P90 TPOT |\n|---|---|---|---|---|---|---|\n",
             Baseline::ALL.len()
@@ -166,6 +170,15 @@ fn run(args: Args) -> Result<(), BenchError> {
                 &s.fit(name, 8, ClusterMethod::Kmeans, 1),
                 &SearchConfig::new(8),
             )?;
+            let learned_per_metric = learn(
+                &s,
+                &train,
+                &FitConfig {
+                    reward: Reward::PerMetric,
+                    ..s.fit(name, 8, ClusterMethod::Kmeans, 1)
+                },
+                &SearchConfig::new(8),
+            )?;
             let mut target = s.target(&test)?;
             let mut rows = Vec::new();
             for b in Baseline::ALL {
@@ -176,12 +189,17 @@ fn run(args: Args) -> Result<(), BenchError> {
                 "learned (k-means, K=8)",
                 &learned.table,
             )?);
+            rows.push(run_table(
+                &mut target,
+                "learned, per-metric reward",
+                &learned_per_metric.table,
+            )?);
             let dynamo = rows[2].summary.clone();
             for r in &rows {
                 let s = &r.summary;
                 let _ = writeln!(
                     md,
-                    "| {name} | {split} | {} | {:.3} ({:+.1} pt) | {:.0} ({:+.1}%) | {:.1} ({:+.1}%) | {:.0}% |",
+                    "| {name} | {split} | {} | {:.3} ({:+.1} pt) | {:.0} ({:+.1}%) | {:.1} ({:+.1}%) | {:.0}% | {:.3} ({:+.1} pt) |",
                     r.policy,
                     s.attainment,
                     (s.attainment - dynamo.attainment) * 100.0,
@@ -190,11 +208,36 @@ fn run(args: Args) -> Result<(), BenchError> {
                     s.tpot.p90,
                     change_pct(dynamo.tpot.p90, s.tpot.p90),
                     100.0 * s.remote as f64 / s.requests.max(1) as f64,
+                    s.attainment_each,
+                    (s.attainment_each - dynamo.attainment_each) * 100.0,
                 );
             }
             let baselines = &rows[..Baseline::ALL.len()];
             let best = best_baseline(baselines).map_or(String::new(), |b| b.policy.clone());
-            if let (Some(b), Some(l)) = (best_baseline(baselines), rows.last()) {
+            let (learned_e2e, learned_pm) = (&rows[baselines.len()], &rows[baselines.len() + 1]);
+            let each = |m: &dolphin_bench::experiments::Measured| {
+                let a = m.summary.attainment_each;
+                format!("{a:.3} ({:+.1} pt)", (a - dynamo.attainment_each) * 100.0)
+            };
+            if let Some(b) = baselines.iter().reduce(|best, r| {
+                if r.summary.attainment_each > best.summary.attainment_each {
+                    r
+                } else {
+                    best
+                }
+            }) {
+                let _ = writeln!(
+                    per_metric,
+                    "| {name} | {split} | {:.3} | {} {} | {} | {} |",
+                    dynamo.attainment_each,
+                    b.policy,
+                    each(b),
+                    each(learned_e2e),
+                    each(learned_pm),
+                );
+            }
+            if let Some(b) = best_baseline(baselines) {
+                let l = learned_e2e;
                 let _ = writeln!(
                     vs_best,
                     "| {name} | {split} | {} | {:.3} | {:.3} ({:+.1} pt) | {:+.1}% | {:+.1}% |",
@@ -221,6 +264,7 @@ fn run(args: Args) -> Result<(), BenchError> {
             });
         }
         md.push_str(&vs_best);
+        md.push_str(&per_metric);
     }
     attainment_bars(&args.out, &comparisons)?;
 

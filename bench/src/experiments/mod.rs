@@ -8,7 +8,7 @@ use dolphin_learn::fit::FitConfig;
 use dolphin_learn::search::SearchConfig;
 use dolphin_learn::sim_target::{SimLearned, SimTarget, learn_on_sim};
 use dolphin_router::dolphin::table::{ClusterMethod, TableSlo};
-use dolphin_router::dolphin::{CompiledTable, RoutingTable, Split};
+use dolphin_router::dolphin::{CompiledTable, Reward, RoutingTable, Split};
 use dolphin_router::policy::{DolphinConfig, Policy, ThresholdConfig, ThresholdVariant};
 use dolphin_sim::SimClusterConfig;
 use dolphin_workload::{Arrivals, RequestOutcome, Slo, Summary, Workload};
@@ -67,6 +67,7 @@ impl Setup {
             bits: dolphin_learn::fit::InitBits::Threshold(ThresholdConfig::default()),
             seed,
             features: [true; 4],
+            reward: Reward::E2e,
         }
     }
 }
@@ -219,7 +220,8 @@ pub struct Comparison {
     pub workload: String,
     /// The split.
     pub split: String,
-    /// Every policy, the learned table last.
+    /// Every policy: the baselines, then the table learned with the e2e reward and the one
+    /// learned with the per-metric reward.
     pub rows: Vec<Measured>,
     /// Rounds the learning ran.
     pub learned_rounds: u32,

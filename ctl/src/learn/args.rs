@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
-use dolphin_router::dolphin::Split;
+use dolphin_router::dolphin::{Reward, Split};
 use dolphin_workload::{Arrivals, WorkloadSpec};
 
 use crate::cli::{DEFAULT_ROUTER_ADMIN, DEFAULT_ROUTER_GRPC};
@@ -38,6 +38,11 @@ pub struct LearnArgs {
     /// Time-per-output-token SLO (e.g. 250ms).
     #[arg(long, default_value = "250ms", value_parser = parse_duration)]
     pub slo_tpot: Duration,
+    /// What counts as meeting the SLO while learning: e2e (DolphinRouting's criterion,
+    /// `e2e <= TTFT_slo + (n - 1) x TPOT_slo`) or per-metric (TTFT and TPOT each within their
+    /// SLO, as TaiChi measures it). Recorded in the table's provenance.
+    #[arg(long, value_enum, default_value_t = Reward::E2e)]
+    pub reward: Reward,
     /// The workload: mooncake:PATH, azure:PATH, arxiv, leval, humaneval or hybrid.
     #[arg(long)]
     pub workload: WorkloadSpec,

@@ -254,6 +254,6 @@ impl Evaluator for LiveEvaluator<'_> {
                 target.period().await
             })
             .map_err(|e| dolphin_learn::LearnError::Target(dolphin_cluster::error_chain(&e)))?;
-        Ok(period_of(&outcomes, k))
+        Ok(period_of(&outcomes, k, self.table.provenance.reward))
     }
 }

@@ -145,6 +145,7 @@ pub async fn run(args: &LearnArgs, out: &mut impl Write) -> Result<(), LearnCmdE
         bits: InitBits::Threshold(ThresholdConfig::default()),
         seed: args.learn_seed,
         features: [true, true, true, !args.no_output_feature],
+        reward: args.reward,
     };
     let search_cfg = SearchConfig {
         k,
@@ -319,13 +320,14 @@ fn search_logged(
 /// The settings a round log must match to be resumed.
 fn settings(args: &LearnArgs, fit: &FitConfig, search: &SearchConfig) -> String {
     format!(
-        "split {} k {} method {} features {:?} slo {}ms/{}ms workload {} arrivals {} target {:?} {} | scan {} epsilon {} decay {} max_rounds {} patience {} seed {}",
+        "split {} k {} method {} features {:?} slo {}ms/{}ms reward {} workload {} arrivals {} target {:?} {} | scan {} epsilon {} decay {} max_rounds {} patience {} seed {}",
         fit.split,
         fit.k,
         fit.method.as_str(),
         fit.features,
         fit.slo.ttft_ms,
         fit.slo.tpot_ms,
+        fit.reward.as_str(),
         fit.workload,
         args.arrivals,
         args.target,

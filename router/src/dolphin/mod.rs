@@ -27,7 +27,7 @@ pub use routing::{DolphinRouting, LoadedTable};
 pub use split::Split;
 pub use store::{MemoryStore, StoreError, StoreSnapshot, TableStore};
 pub use store_etcd::EtcdStore;
-pub use table::{RoutingTable, TableError};
+pub use table::{Reward, RoutingTable, TableError};
 
 #[cfg(test)]
 mod tests;

@@ -143,9 +143,35 @@ pub struct Provenance {
     /// when unknown, else K values in [0, 1].
     #[serde(default)]
     pub rewards: Vec<f64>,
+    /// What counted as meeting the SLO while learning (tables from before it was recorded:
+    /// the end-to-end criterion).
+    #[serde(default)]
+    pub reward: Reward,
     /// Free-form notes (how the bits were set, by whom).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub notes: String,
+}
+
+/// When a request counts as meeting its SLO, for learning.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Reward {
+    /// DolphinRouting's criterion: `e2e <= TTFT_slo + (n - 1) x TPOT_slo`, so a slow first
+    /// token can be made up by fast decoding.
+    #[default]
+    E2e,
+    /// TaiChi's: TTFT and TPOT each within their SLO.
+    PerMetric,
+}
+
+impl Reward {
+    /// Its name ("e2e", "per-metric").
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reward::E2e => "e2e",
+            Reward::PerMetric => "per-metric",
+        }
+    }
 }
 
 /// Why a table was refused.
@@ -424,6 +450,7 @@ pub(crate) mod tests {
                 date: "2026-11-29T00:00:00Z".into(),
                 rounds: 0,
                 rewards: vec![],
+                reward: Reward::E2e,
                 notes: String::new(),
             },
         }
