@@ -1,7 +1,8 @@
 //! The routing decision as one pure, synchronous function of what the router knows once it has
 //! chosen a worker of each pool: the prompt's length, what each chosen worker caches of it, the
-//! chosen prefill worker's queue, the classifier's output length, the policy and (under the
-//! `dolphin` policy) the table of the live split.
+//! chosen workers' load (the prefill worker's queue and backlog, the decode worker's KV usage),
+//! the classifier's output length, the policy and (under the `dolphin` policy) the table of the
+//! live split.
 //!
 //! The dispatcher calls [`route`] for every request (`Dispatcher::route`), and the simulator
 //! (`dolphin-sim`) calls it for every simulated arrival, so the two decide alike by
@@ -125,7 +126,7 @@ pub fn route(
 /// [`route`] on features already computed.
 pub fn decide(
     features: Features,
-    prefill: PoolState,
+    pools: PoolState,
     policy: &Policy,
     table: Option<TableRef<'_>>,
     force: Option<Decision>,
@@ -134,23 +135,23 @@ pub fn decide(
     let cluster = looked_up.and_then(|(_, (c, _))| u32::try_from(c).ok());
     let mut table_version = None;
     let (decision, decided_by) = match (force, policy) {
-        (Some(Decision::Remote), _) if !prefill.available => {
+        (Some(Decision::Remote), _) if !pools.available => {
             return Err(RouteError::NoPrefillWorker);
         }
         (Some(d), _) => (d, DecidedBy::Forced),
         (None, Policy::Dolphin(cfg)) => match looked_up {
             Some((t, (_, bit))) => {
                 table_version = t.version.cloned();
-                let decision = if prefill.available {
+                let decision = if pools.available {
                     bit
                 } else {
                     Decision::Local
                 };
                 (decision, DecidedBy::Table)
             }
-            None => fallback(cfg, &features, prefill),
+            None => fallback(cfg, &features, pools),
         },
-        (None, p) => (p.decide(&features, prefill), DecidedBy::Policy(p.kind())),
+        (None, p) => (p.decide(&features, pools), DecidedBy::Policy(p.kind())),
     };
     Ok(Route {
         features,
@@ -161,9 +162,9 @@ pub fn decide(
     })
 }
 
-fn fallback(cfg: &DolphinConfig, f: &Features, prefill: PoolState) -> (Decision, DecidedBy) {
+fn fallback(cfg: &DolphinConfig, f: &Features, pools: PoolState) -> (Decision, DecidedBy) {
     (
-        cfg.fallback_policy().decide(f, prefill),
+        cfg.fallback_policy().decide(f, pools),
         DecidedBy::Fallback(cfg.fallback),
     )
 }
