@@ -159,11 +159,7 @@ pub fn fit_table(records: &[LogRecord], cfg: &FitConfig) -> Result<FitReport, Le
         InitBits::Threshold(t) => Policy::Threshold(*t),
         _ => Policy::Threshold(ThresholdConfig::default()),
     };
-    let idle = PoolState {
-        available: true,
-        queue: 0,
-        ..PoolState::IDLE
-    };
+    let idle = PoolState::IDLE;
     for r in &used {
         let (c, _) = compiled.lookup(&r.features);
         sizes[c] += 1;

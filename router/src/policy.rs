@@ -408,19 +408,13 @@ mod tests {
         }
     }
 
-    const IDLE: PoolState = PoolState {
-        available: true,
-        queue: 0,
-        ..PoolState::IDLE
-    };
+    const IDLE: PoolState = PoolState::IDLE;
     const BUSY: PoolState = PoolState {
-        available: true,
         queue: 5,
         ..PoolState::IDLE
     };
     const NONE: PoolState = PoolState {
         available: false,
-        queue: 0,
         ..PoolState::IDLE
     };
 
@@ -462,7 +456,6 @@ mod tests {
         assert_eq!(on.decide(&feats(9000, 9000), BUSY), Decision::Local);
         assert_eq!(on.decide(&feats(9000, 9000), IDLE), Decision::Remote);
         let at_limit = PoolState {
-            available: true,
             queue: 2,
             ..PoolState::IDLE
         };
@@ -479,7 +472,6 @@ mod tests {
         assert_eq!(p.decide(&feats(5000, 1000), IDLE), Decision::Local);
         assert_eq!(p.decide(&feats(5000, 5000), BUSY), Decision::Local);
         let one = PoolState {
-            available: true,
             queue: 1,
             ..PoolState::IDLE
         };

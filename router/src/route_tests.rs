@@ -124,19 +124,13 @@ fn other_policies_decide_and_a_table_only_names_the_cluster() {
     let threshold = Policy::Threshold(ThresholdConfig::default());
     let r = route(&input(10, IDLE), &threshold, tref, None).expect("routes");
     assert_eq!(r.decided_by, DecidedBy::Policy(PolicyKind::Threshold));
-    assert_eq!(r.decision, threshold.decide(&r.features, IDLE_STATE));
+    assert_eq!(r.decision, threshold.decide(&r.features, PoolState::IDLE));
     assert_eq!((r.cluster, r.table_version), (Some(0), None));
     let remote = route(&input(10, IDLE), &Policy::AlwaysRemote, None, None).expect("routes");
     assert_eq!((remote.decision, remote.cluster), (Decision::Remote, None));
     let nowhere = route(&input(10, None), &Policy::AlwaysRemote, None, None).expect("routes");
     assert_eq!(nowhere.decision, Decision::Local);
 }
-
-const IDLE_STATE: PoolState = PoolState {
-    available: true,
-    queue: 0,
-    ..PoolState::IDLE
-};
 
 #[test]
 fn force_wins_but_remote_needs_a_prefill_worker() {

@@ -162,11 +162,7 @@ fn main() -> anyhow::Result<()> {
             fallback: FallbackKind::AlwaysLocal,
             ..DolphinConfig::default()
         };
-        let state = PoolState {
-            available: true,
-            queue: 0,
-            ..PoolState::IDLE
-        };
+        let state = PoolState::IDLE;
         let policy = Policy::Dolphin(fallback);
         stage_tables.push(time_stage(&args, |i| {
             let f = features[i % features.len()];

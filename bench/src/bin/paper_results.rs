@@ -213,19 +213,13 @@ fn run(args: Args) -> Result<(), BenchError> {
                 );
             }
             let baselines = &rows[..Baseline::ALL.len()];
-            let best = best_baseline(baselines).map_or(String::new(), |b| b.policy.clone());
+            let best = best_baseline(baselines, |s| s.attainment);
             let (learned_e2e, learned_pm) = (&rows[baselines.len()], &rows[baselines.len() + 1]);
             let each = |m: &dolphin_bench::experiments::Measured| {
                 let a = m.summary.attainment_each;
                 format!("{a:.3} ({:+.1} pt)", (a - dynamo.attainment_each) * 100.0)
             };
-            if let Some(b) = baselines.iter().reduce(|best, r| {
-                if r.summary.attainment_each > best.summary.attainment_each {
-                    r
-                } else {
-                    best
-                }
-            }) {
+            if let Some(b) = best_baseline(baselines, |s| s.attainment_each) {
                 let _ = writeln!(
                     per_metric,
                     "| {name} | {split} | {:.3} | {} {} | {} | {} |",
@@ -236,7 +230,7 @@ fn run(args: Args) -> Result<(), BenchError> {
                     each(learned_pm),
                 );
             }
-            if let Some(b) = best_baseline(baselines) {
+            if let Some(b) = best {
                 let l = learned_e2e;
                 let _ = writeln!(
                     vs_best,
@@ -249,6 +243,7 @@ fn run(args: Args) -> Result<(), BenchError> {
                     change_pct(b.summary.tpot.p90, l.summary.tpot.p90),
                 );
             }
+            let best = best.map_or(String::new(), |b| b.policy.clone());
             if *name == "hybrid" || *name == "mooncake" {
                 cdfs(&args.out, &format!("{name}_{split}_c{concurrency}"), &rows)?;
             }

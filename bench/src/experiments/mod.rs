@@ -233,10 +233,10 @@ pub struct Comparison {
     pub best_baseline: String,
 }
 
-/// The baseline row with the highest attainment among `rows` (the first on a tie).
-pub fn best_baseline(rows: &[Measured]) -> Option<&Measured> {
+/// The row of `rows` with the highest `measure` of its summary (the first on a tie).
+pub fn best_baseline(rows: &[Measured], measure: impl Fn(&Summary) -> f64) -> Option<&Measured> {
     rows.iter().reduce(|best, r| {
-        if r.summary.attainment > best.summary.attainment {
+        if measure(&r.summary) > measure(&best.summary) {
             r
         } else {
             best

@@ -8,11 +8,7 @@ use crate::policy::{
 };
 use crate::route::{self, Route};
 
-const IDLE: PoolState = PoolState {
-    available: true,
-    queue: 0,
-    ..PoolState::IDLE
-};
+const IDLE: PoolState = PoolState::IDLE;
 
 fn big() -> Features {
     Features {
@@ -85,7 +81,6 @@ fn table_of_the_live_split_decides_else_the_fallback() {
     // No prefill worker: local, the cluster is still reported.
     let none = PoolState {
         available: false,
-        queue: 0,
         ..PoolState::IDLE
     };
     let o = decide(&r, &small(), none, s31, &fallback);

@@ -11,11 +11,7 @@ fn table(split: Split, bit: u8) -> String {
     kmeans_table(split, [bit, bit]).to_json_pretty()
 }
 
-const IDLE: PoolState = PoolState {
-    available: true,
-    queue: 0,
-    ..PoolState::IDLE
-};
+const IDLE: PoolState = PoolState::IDLE;
 
 fn version(r: &DolphinRouting, split: Split) -> Option<String> {
     r.table(split).map(|t| t.version.to_string())
