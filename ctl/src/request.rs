@@ -5,7 +5,8 @@ use std::io::Write;
 use dolphin_proto::v1::generate_request::Input;
 use dolphin_proto::v1::inference_client::InferenceClient;
 use dolphin_proto::v1::{
-    FinishReason, GenerateRequest, PrefillMode, RoutingInfo, SamplingParams, Timings, Usage,
+    FinishReason, GenerateRequest, PrefillMode, PrefillPath, RoutingInfo, SamplingParams, Timings,
+    Usage,
 };
 
 use crate::cli::{Mode, RequestArgs};
@@ -119,8 +120,11 @@ pub fn describe(o: &RequestOutcome) -> String {
         if !r.prefill_worker.is_empty() {
             parts.push(format!("prefill={}", r.prefill_worker));
         }
-        if r.fell_back {
-            parts.push("fell_back=true".to_owned());
+        match PrefillPath::try_from(r.path) {
+            Ok(PrefillPath::LocalHeld) => parts.push("path=local_held".to_owned()),
+            Ok(PrefillPath::LocalFallback) => parts.push("path=local_fallback".to_owned()),
+            _ if r.fell_back => parts.push("fell_back=true".to_owned()),
+            _ => {}
         }
     }
     if let Some(t) = &o.timings {
@@ -179,6 +183,7 @@ mod tests {
                 prefill_worker: "prefill-1".to_owned(),
                 mode: PrefillMode::Remote as i32,
                 fell_back: true,
+                path: PrefillPath::LocalFallback as i32,
                 ..RoutingInfo::default()
             }),
             ..RequestOutcome::default()
@@ -187,6 +192,6 @@ mod tests {
         assert!(line.starts_with("finish=length"), "{line}");
         assert!(line.contains("completion_tokens=7"), "{line}");
         assert!(line.contains("mode=remote decode=decode-1 prefill=prefill-1"));
-        assert!(line.contains("fell_back=true"));
+        assert!(line.contains("path=local_fallback"), "{line}");
     }
 }

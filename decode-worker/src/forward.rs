@@ -29,8 +29,9 @@ pub struct PrefillTimings {
     pub kv_transfer: Duration,
     /// KV bytes received from the prefill worker and imported here.
     pub kv_bytes: u64,
-    /// A remote prefill failed and the prompt was prefilled here.
-    pub fell_back: bool,
+    /// The path the prefill really took (the router's decision, unless this worker held the
+    /// prompt or the remote prefill failed).
+    pub path: v1::PrefillPath,
     /// Prompt tokens the prefill worker found in its cache.
     pub remote_cached_tokens: u32,
 }
@@ -44,9 +45,14 @@ impl PrefillTimings {
             prefill_started: arrived,
             kv_transfer: Duration::ZERO,
             kv_bytes: 0,
-            fell_back: false,
+            path: v1::PrefillPath::Local,
             remote_cached_tokens: 0,
         }
+    }
+
+    /// Whether a remote prefill failed and the prompt was prefilled here.
+    pub fn fell_back(&self) -> bool {
+        self.path == v1::PrefillPath::LocalFallback
     }
 }
 
@@ -121,7 +127,8 @@ impl Forwarder<'_> {
                         .increment(token_ids.len() as u64);
                     let message = v1::DecodeResponse {
                         token_ids,
-                        fell_back: self.prefill.fell_back,
+                        fell_back: self.prefill.fell_back(),
+                        path: self.prefill.path as i32,
                         ..Default::default()
                     };
                     if self.tx.send(Ok(message)).await.is_err() {
@@ -182,7 +189,8 @@ impl Forwarder<'_> {
                 now,
                 usage.completion_tokens,
             )),
-            fell_back: self.prefill.fell_back,
+            fell_back: self.prefill.fell_back(),
+            path: self.prefill.path as i32,
         }
     }
 }
@@ -244,7 +252,7 @@ mod tests {
             prefill_started: arrived + Duration::from_millis(10),
             kv_transfer: Duration::ZERO,
             kv_bytes: 0,
-            fell_back: true,
+            path: v1::PrefillPath::LocalFallback,
             remote_cached_tokens: 0,
         };
         let first = arrived + Duration::from_millis(30);

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use dolphin_engine::{Engine, EngineError, OutputStream, Reservation, SeqId};
 use dolphin_kv_transfer::{TransferError, TransferSlot};
 use dolphin_proto::prost::Message;
-use dolphin_proto::v1::{self, prefill_worker_client::PrefillWorkerClient};
+use dolphin_proto::v1::{self, PrefillPath, prefill_worker_client::PrefillWorkerClient};
 use dolphin_worker_common::{
     engine_status,
     metrics::{self as m, fallback_reason},
@@ -81,9 +81,11 @@ impl RemoteFailure {
 /// Gets the reserved sequence's KV from the prefill worker, or computes it here when that fails,
 /// and returns the decode output stream with how the prefill went.
 ///
-/// A reservation that needs no block (this worker holds the whole prompt) is prefilled locally
-/// without asking anyone: there is nothing to move, and the first token costs one local step
-/// instead of a round trip. That is not a fallback (`fell_back` stays false).
+/// A reservation whose prompt this worker already holds up to its last block ([`holds_prompt`])
+/// is prefilled here without asking anyone: what is left to compute is at most one block, which
+/// the engine computes for the first token anyway, and a round trip would only add the prefill
+/// worker's queue, its own compute of whatever it does not cache, and the transfer. The path is
+/// reported as `LocalHeld`, so the router and the learner do not credit it to remote prefill.
 pub async fn prefill(
     ctx: &DecodeContext,
     reservation: Reservation,
@@ -92,8 +94,15 @@ pub async fn prefill(
     abort: &CancellationToken,
 ) -> Result<(OutputStream, PrefillTimings), Status> {
     let engine = ctx.state().engine();
-    if reservation.blocks_expected == 0 {
-        return local(engine.as_ref(), reservation.seq, queued, false).await;
+    if holds_prompt(&reservation) {
+        metrics::counter!(m::DECODE_HELD_PROMPTS_TOTAL).increment(1);
+        return local(
+            engine.as_ref(),
+            reservation.seq,
+            queued,
+            PrefillPath::LocalHeld,
+        )
+        .await;
     }
     let started = Instant::now();
     let timeout = call.timeout;
@@ -124,7 +133,7 @@ pub async fn prefill(
                     // the call, and the blocks that were not hidden behind the prefill.
                     kv_transfer: waited.saturating_sub(remote_queued + prefill),
                     kv_bytes,
-                    fell_back: false,
+                    path: PrefillPath::Remote,
                     remote_cached_tokens: answer.cached_tokens,
                 },
             ))
@@ -138,9 +147,23 @@ pub async fn prefill(
                 "remote prefill failed; prefilling locally"
             );
             metrics::counter!(m::DECODE_FALLBACKS_TOTAL, "reason" => reason).increment(1);
-            local(engine.as_ref(), reservation.seq, queued, true).await
+            local(
+                engine.as_ref(),
+                reservation.seq,
+                queued,
+                PrefillPath::LocalFallback,
+            )
+            .await
         }
     }
+}
+
+/// Whether this worker holds the reserved prompt up to its last block: some leading blocks are
+/// cached here and at most one block is left to fill. (The engine never counts the last block
+/// as cached, because computing its last token yields the first output token, so at least one
+/// block is always expected.)
+pub fn holds_prompt(reservation: &Reservation) -> bool {
+    reservation.cached_blocks > 0 && reservation.blocks_expected <= 1
 }
 
 /// Prefills the reservation here.
@@ -148,7 +171,7 @@ async fn local(
     engine: &dyn Engine,
     seq: SeqId,
     queued: Duration,
-    fell_back: bool,
+    path: PrefillPath,
 ) -> Result<(OutputStream, PrefillTimings), Status> {
     let started = Instant::now();
     let output = engine
@@ -163,7 +186,7 @@ async fn local(
             prefill_started: started,
             kv_transfer: Duration::ZERO,
             kv_bytes: 0,
-            fell_back,
+            path,
             remote_cached_tokens: 0,
         },
     ))

@@ -110,6 +110,8 @@ fn remote(addr: SocketAddr, timeout_ms: u32) -> Option<v1::RemotePrefill> {
 struct Decoded {
     tokens: Vec<u32>,
     fell_back: bool,
+    /// The prefill path every message reported.
+    path: v1::PrefillPath,
     last: v1::DecodeResponse,
 }
 
@@ -118,9 +120,13 @@ async fn decode(addr: SocketAddr, req: v1::DecodeRequest) -> Result<Decoded> {
     let mut stream = client.decode(req).await?.into_inner();
     let mut tokens = Vec::new();
     let mut fell_back = None;
+    let mut path = None;
     while let Some(message) = stream.message().await? {
         if *fell_back.get_or_insert(message.fell_back) != message.fell_back {
             bail!("fell_back changed within one stream");
+        }
+        if *path.get_or_insert(message.path) != message.path {
+            bail!("path changed within one stream");
         }
         tokens.extend_from_slice(&message.token_ids);
         if message.finish_reason != v1::FinishReason::Unspecified as i32 {
@@ -130,6 +136,7 @@ async fn decode(addr: SocketAddr, req: v1::DecodeRequest) -> Result<Decoded> {
             return Ok(Decoded {
                 tokens,
                 fell_back: message.fell_back,
+                path: message.path(),
                 last: message,
             });
         }
@@ -163,6 +170,8 @@ async fn local_and_remote_prefill_give_identical_tokens() -> Result<()> {
     assert_complete(&local);
     assert_complete(&remote_run);
     assert!(!local.fell_back && !remote_run.fell_back, "{remote_run:?}");
+    assert_eq!(local.path, v1::PrefillPath::Local);
+    assert_eq!(remote_run.path, v1::PrefillPath::Remote);
     assert_eq!(local.tokens, remote_run.tokens);
     assert_eq!(
         remote_run
@@ -225,8 +234,44 @@ async fn unreachable_prefill_worker_falls_back_to_local() -> Result<()> {
     let got = decode(d.grpc_addr(), request("fb", tokens, remote(closed, 5_000))).await?;
     assert_complete(&got);
     assert!(got.fell_back, "{got:?}");
+    assert_eq!(got.path, v1::PrefillPath::LocalFallback);
     assert_eq!(got.tokens, expected.tokens);
     for w in [d, reference] {
+        w.stop().await?;
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_prompt_held_here_is_prefilled_here_without_a_prefill_worker() -> Result<()> {
+    let d = decode_worker(0.0).await?;
+    let p = prefill_worker(0.0).await?;
+    // 70 tokens: four full blocks and a partial one. The first request leaves the blocks here.
+    let tokens = prompt(70, 7);
+    let first = decode(
+        d.grpc_addr(),
+        request("h1", tokens.clone(), remote(p.grpc_addr(), 0)),
+    )
+    .await?;
+    assert_eq!(first.path, v1::PrefillPath::Remote);
+    // Asked again with a prefill worker nobody listens on: the four full blocks are held here
+    // and only the last one is left, so the worker prefills it itself and never calls out (a
+    // call would have failed and fallen back).
+    let closed = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+        listener.local_addr()?
+    };
+    let again = decode(d.grpc_addr(), request("h2", tokens, remote(closed, 5_000))).await?;
+    assert_complete(&again);
+    assert_eq!(again.path, v1::PrefillPath::LocalHeld, "{again:?}");
+    assert!(!again.fell_back);
+    assert_eq!(again.tokens, first.tokens);
+    assert_eq!(again.last.timings.map(|t| t.kv_bytes), Some(0));
+    assert_eq!(
+        again.last.usage.as_ref().context("usage")?.cached_tokens,
+        4 * BLOCK_SIZE
+    );
+    for w in [d, p] {
         w.stop().await?;
     }
     Ok(())

@@ -100,8 +100,10 @@ pub struct Batch {
     entries: Vec<BatchEntry>,
     tokens: Vec<u32>,
     tables: Vec<BlockId>,
-    /// Blocks holding KV of admitted sequences (pool occupancy), for timing models.
-    pub kv_blocks_active: u32,
+    /// KV blocks the step's attention reads: each entry's context up to its last new token,
+    /// counted per sequence (a prefix block shared by eight sequences is read eight times,
+    /// though memory holds it once). Timing models charge decode by it.
+    pub kv_blocks_read: u32,
     /// Blocks in the pool.
     pub kv_blocks_total: u32,
 }
@@ -112,7 +114,7 @@ impl Batch {
         self.entries.clear();
         self.tokens.clear();
         self.tables.clear();
-        self.kv_blocks_active = 0;
+        self.kv_blocks_read = 0;
     }
 
     /// Adds a sequence's share.
@@ -175,6 +177,16 @@ impl Batch {
             .iter()
             .filter(|e| e.is_prefill())
             .map(BatchEntry::len)
+            .sum()
+    }
+
+    /// KV blocks of `block_size` tokens that the entries' attention reads: positions
+    /// `[0, position + new tokens)` of each entry, summed over entries.
+    pub fn context_blocks(&self, block_size: u32) -> u32 {
+        let bs = block_size.max(1);
+        self.entries
+            .iter()
+            .map(|e| (e.position + e.len()).div_ceil(bs))
             .sum()
     }
 

@@ -26,7 +26,7 @@ pub use engine::Engine;
 pub use error::{BackendError, BoxError, EngineError};
 pub use kv_pool::KvPool;
 pub use scheduler::policy;
-pub use scheduler::{BatchWait, Lockstep, Scheduler, SchedulerConfig, StepProfile};
+pub use scheduler::{BatchWait, LinkModel, Lockstep, Scheduler, SchedulerConfig, StepProfile};
 pub use sim::{SimConfig, SimProfile, sim_engine};
 pub use types::{
     BlockId, EngineInfo, FinishReason, HandoffChoice, KvEvent, LoadSnapshot, ModelTokens,

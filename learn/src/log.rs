@@ -4,7 +4,7 @@ use std::io::BufRead;
 use std::path::Path;
 
 use dolphin_router::dolphin::admission::AdmissionRecord;
-use dolphin_router::policy::{Decision, Features};
+use dolphin_router::policy::{Decision, Features, PrefillPath};
 use serde::{Deserialize, Serialize};
 
 use crate::error::LearnError;
@@ -23,9 +23,13 @@ pub struct LogRecord {
     pub completion_tokens: u32,
     /// How it ended ("ok", "cancelled", "error_...").
     pub outcome: String,
-    /// The path taken.
+    /// The router's decision.
     #[serde(default)]
     pub decision: Option<Decision>,
+    /// The prefill path the decode worker really took (absent in logs written before it was
+    /// reported: then the decision's).
+    #[serde(default)]
+    pub path: Option<PrefillPath>,
     /// Whether it met its SLO.
     #[serde(default)]
     pub slo_met: Option<bool>,
@@ -35,6 +39,11 @@ impl LogRecord {
     /// Whether the request finished normally (its output length is its real length).
     pub fn ok(&self) -> bool {
         self.outcome == "ok"
+    }
+
+    /// The prefill path really taken: as reported, else the decision's (`None`: neither known).
+    pub fn path_taken(&self) -> Option<PrefillPath> {
+        self.path.or(self.decision.map(PrefillPath::of))
     }
 }
 
@@ -85,6 +94,8 @@ mod tests {
         assert_eq!((log.records.len(), log.bad_lines), (2, 1));
         let r = &log.records[0];
         assert!(r.ok());
+        // A log written before paths were reported: the decision's.
+        assert_eq!(r.path_taken(), Some(PrefillPath::Local));
         assert_eq!(
             r.admission.as_ref().expect("admission").head_hashes,
             vec![1, 2]

@@ -2,7 +2,7 @@
 //! records for fitting a table, and a measured [`Period`] for the search.
 
 use dolphin_router::dolphin::{Reward, RoutingTable};
-use dolphin_router::policy::{Decision, Features};
+use dolphin_router::policy::{Decision, Features, PrefillPath};
 use dolphin_workload::{RequestOutcome, Summary};
 
 use crate::log::LogRecord;
@@ -29,9 +29,20 @@ pub fn records_from_outcomes(outcomes: &[RequestOutcome]) -> Vec<LogRecord> {
             } else {
                 Decision::Local
             }),
+            path: Some(path_taken(o)),
             slo_met: Some(o.met),
         })
         .collect()
+}
+
+/// The prefill path `o` really took.
+pub fn path_taken(o: &RequestOutcome) -> PrefillPath {
+    match (o.remote, o.held, o.fell_back) {
+        (false, ..) => PrefillPath::Local,
+        (true, true, _) => PrefillPath::LocalHeld,
+        (true, false, true) => PrefillPath::LocalFallback,
+        (true, false, false) => PrefillPath::Remote,
+    }
 }
 
 /// Whether `o` met its SLO under `reward` (judged outcomes: see [`RequestOutcome::judge`]).
@@ -48,15 +59,18 @@ pub fn met(o: &RequestOutcome, reward: Reward) -> bool {
 /// count only in the overall figures.
 pub fn period_of(outcomes: &[RequestOutcome], k: usize, reward: Reward) -> Period {
     let mut per_cluster = vec![(0u64, 0u64); k];
+    let mut per_cluster_held = vec![0u64; k];
     for o in outcomes {
         if let Some(c) = o.cluster.map(|c| c as usize).filter(|&c| c < k) {
             per_cluster[c].0 += 1;
             per_cluster[c].1 += u64::from(met(o, reward));
+            per_cluster_held[c] += u64::from(o.held);
         }
     }
     let s = Summary::of(outcomes);
     Period {
         per_cluster,
+        per_cluster_held,
         attainment: match reward {
             Reward::E2e => s.attainment,
             Reward::PerMetric => s.attainment_each,
@@ -125,6 +139,7 @@ mod tests {
         ];
         let p = period_of(&rows, 2, Reward::E2e);
         assert_eq!(p.per_cluster, vec![(2, 1), (1, 1)]);
+        assert_eq!(p.per_cluster_held, vec![0, 0]);
         assert_eq!(p.attainment, 3.0 / 5.0);
         let logs = records_from_outcomes(&rows);
         assert_eq!(logs.len(), 5);
@@ -132,6 +147,25 @@ mod tests {
         assert!(logs[0].ok() && !logs[4].ok());
         assert_eq!(logs[1].slo_met, Some(false));
         assert_eq!(logs[2].decision, Some(Decision::Remote));
+        assert_eq!(logs[2].path_taken(), Some(PrefillPath::Remote));
+        assert_eq!(logs[0].path_taken(), Some(PrefillPath::Local));
+    }
+
+    #[test]
+    fn records_keep_the_path_the_decode_worker_took() {
+        let held = RequestOutcome {
+            held: true,
+            ..outcome(1, 100.0, true)
+        };
+        let fell_back = RequestOutcome {
+            fell_back: true,
+            ..outcome(1, 100.0, true)
+        };
+        let logs = records_from_outcomes(&[held, fell_back]);
+        assert_eq!(logs[0].decision, Some(Decision::Remote));
+        assert_eq!(logs[0].path, Some(PrefillPath::LocalHeld));
+        assert_eq!(logs[1].path, Some(PrefillPath::LocalFallback));
+        assert_eq!(path_taken(&outcome(0, 1.0, true)), PrefillPath::Local);
     }
 
     #[test]

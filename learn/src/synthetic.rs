@@ -43,6 +43,7 @@ pub fn log(n: usize, seed: u64) -> Vec<LogRecord> {
                 completion_tokens: out,
                 outcome: "ok".into(),
                 decision: Some(Decision::Remote),
+                path: None,
                 slo_met: Some(rng.random_bool(0.8)),
             }
         })

@@ -95,6 +95,48 @@ async fn remote_request_names_the_prefill_worker() {
 }
 
 #[tokio::test]
+async fn the_path_the_decode_worker_took_reaches_routing_info_and_the_log() {
+    let dw = FakeWorker::start("d1", Role::Decode, Behavior::Text("x".into())).await;
+    let pw = FakeWorker::start("p1", Role::Prefill, Behavior::Text("x".into())).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = dir.path().join("requests.jsonl");
+    let d = dispatcher(
+        Policy::AlwaysRemote,
+        RequestLog::open(&log).await.expect("log"),
+    );
+    d.registry().add(dw.record()).expect("add");
+    d.registry().add(pw.record()).expect("add");
+    // The decode worker held the prompt and prefilled it itself.
+    *dw.state.remote_path.lock() = v1::PrefillPath::LocalHeld;
+    let s = d
+        .generate(params("some prompt", 2))
+        .await
+        .expect("generate");
+    assert_eq!(s.route().decision, Decision::Remote);
+    let (_, fin) = collect(s).await.expect("ok");
+    assert_eq!(fin.routing.mode, v1::PrefillMode::Remote as i32);
+    assert_eq!(fin.routing.path, v1::PrefillPath::LocalHeld as i32);
+    assert!(!fin.fell_back);
+    let v = first_log_record(&log).await;
+    assert_eq!(
+        (v["decision"].as_str(), v["path"].as_str()),
+        (Some("remote"), Some("local_held"))
+    );
+
+    // A fallback is reported both ways.
+    *dw.state.remote_path.lock() = v1::PrefillPath::LocalFallback;
+    let (_, fin) = collect(
+        d.generate(params("other prompt", 2))
+            .await
+            .expect("generate"),
+    )
+    .await
+    .expect("ok");
+    assert_eq!(fin.routing.path, v1::PrefillPath::LocalFallback as i32);
+    assert!(fin.fell_back && fin.routing.fell_back);
+}
+
+#[tokio::test]
 async fn routes_to_the_worker_holding_the_prefix_and_computes_features() {
     let a = FakeWorker::start("d1", Role::Decode, Behavior::Text("x".into())).await;
     let b = FakeWorker::start("d2", Role::Decode, Behavior::Text("x".into())).await;

@@ -12,6 +12,9 @@ pub const REQUESTS_TOTAL: &str = "dolphin_router_requests_total";
 pub const INFLIGHT_REQUESTS: &str = "dolphin_router_inflight_requests";
 /// Routing decisions, by `mode` (local, remote).
 pub const DECISIONS_TOTAL: &str = "dolphin_router_decisions_total";
+/// Finished requests by the router's decision (`mode`: local, remote) and the prefill `path`
+/// the decode worker really took (local, remote, local_held, local_fallback).
+pub const PREFILL_PATHS_TOTAL: &str = "dolphin_router_prefill_paths_total";
 /// Time to first token seen by the router, by `mode`.
 pub const TTFT_SECONDS: &str = "dolphin_router_ttft_seconds";
 /// Mean time per output token after the first, by `mode`.
@@ -87,6 +90,7 @@ pub const ALL: &[&str] = &[
     REQUESTS_TOTAL,
     INFLIGHT_REQUESTS,
     DECISIONS_TOTAL,
+    PREFILL_PATHS_TOTAL,
     TTFT_SECONDS,
     TPOT_SECONDS,
     E2E_SECONDS,
@@ -137,6 +141,10 @@ pub fn describe() {
     describe_counter!(REQUESTS_TOTAL, "Requests finished, by api and outcome.");
     describe_gauge!(INFLIGHT_REQUESTS, "Requests being served now.");
     describe_counter!(DECISIONS_TOTAL, "Routing decisions, by mode.");
+    describe_counter!(
+        PREFILL_PATHS_TOTAL,
+        "Finished requests by routing decision (mode) and the prefill path really taken."
+    );
     describe_histogram!(
         TTFT_SECONDS,
         Unit::Seconds,

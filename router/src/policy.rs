@@ -43,6 +43,59 @@ impl Decision {
     }
 }
 
+/// The prefill path a request really took on its decode worker. It differs from the router's
+/// [`Decision`] when the decode worker already held a remote request's prompt up to its last
+/// block (`LocalHeld`) or the remote prefill failed (`LocalFallback`); learning and metrics
+/// credit this path, not the decision.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PrefillPath {
+    /// Decided local; the decode worker prefilled.
+    Local,
+    /// Decided remote; a prefill worker computed the KV and the decode worker imported it.
+    Remote,
+    /// Decided remote; the decode worker held the prompt up to its last block and prefilled it.
+    LocalHeld,
+    /// Decided remote; the remote prefill failed and the decode worker prefilled.
+    LocalFallback,
+}
+
+impl PrefillPath {
+    /// Every path, in label order.
+    pub const ALL: [PrefillPath; 4] = [
+        PrefillPath::Local,
+        PrefillPath::Remote,
+        PrefillPath::LocalHeld,
+        PrefillPath::LocalFallback,
+    ];
+
+    /// "local", "remote", "local_held", "local_fallback": for logs and metric labels.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PrefillPath::Local => "local",
+            PrefillPath::Remote => "remote",
+            PrefillPath::LocalHeld => "local_held",
+            PrefillPath::LocalFallback => "local_fallback",
+        }
+    }
+
+    /// The path taken when the decode worker followed `decision` (no hold, no failure).
+    pub fn of(decision: Decision) -> Self {
+        match decision {
+            Decision::Local => PrefillPath::Local,
+            Decision::Remote => PrefillPath::Remote,
+        }
+    }
+
+    /// Where the prompt was really prefilled: remote only on [`PrefillPath::Remote`].
+    pub fn prefilled(self) -> Decision {
+        match self {
+            PrefillPath::Remote => Decision::Remote,
+            _ => Decision::Local,
+        }
+    }
+}
+
 /// The chosen workers' load as the policy sees it (their latest load reports).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct PoolState {

@@ -12,7 +12,7 @@ use tokio::sync::mpsc;
 
 use crate::dolphin::admission::AdmissionRecord;
 use crate::metrics as m;
-use crate::policy::{Decision, Features};
+use crate::policy::{Decision, Features, PrefillPath};
 
 /// Records waiting for the writer before new ones are dropped.
 const CHANNEL_CAPACITY: usize = 8192;
@@ -30,8 +30,11 @@ pub struct RequestRecord {
     pub policy: &'static str,
     /// The request's features.
     pub features: Features,
-    /// The path taken.
+    /// The router's decision.
     pub decision: Decision,
+    /// The prefill path the decode worker really took (differs from `decision` when it held
+    /// the prompt or a remote prefill failed).
+    pub path: PrefillPath,
     /// Routing-table cluster of the request (-1: the policy uses no table).
     pub cluster: i32,
     /// Version of the routing table that decided (`None`: no table decided).
@@ -209,6 +212,7 @@ mod tests {
             decode_worker: "decode-1".into(),
             prefill_worker: None,
             fell_back: false,
+            path: PrefillPath::Local,
             retries: 0,
             migrations: 0,
             ttft_ms: Some(1.5),
@@ -248,6 +252,7 @@ mod tests {
         assert_eq!(v["request_id"], "a");
         assert_eq!(v["cluster"], -1);
         assert_eq!(v["decision"], "local");
+        assert_eq!(v["path"], "local");
         assert_eq!(v["features"]["eff_isl_decode"], 4);
         assert_eq!(v["prefill_worker"], serde_json::Value::Null);
         assert_eq!(v["table_version"], serde_json::Value::Null);

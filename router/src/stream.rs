@@ -19,7 +19,7 @@ use crate::error::DispatchError;
 use crate::grpc_call::GrpcStream;
 use crate::metrics as m;
 use crate::migration::Migration;
-use crate::policy::Decision;
+use crate::policy::{Decision, PrefillPath};
 use crate::request_log::{RequestLog, RequestRecord};
 use crate::stop::StopMatcher;
 use crate::tokenizer::{IncrementalDetokenizer, Tokenizer};
@@ -105,6 +105,9 @@ pub struct ResponseStream {
     last_token_at: Option<Instant>,
     completion_tokens: u32,
     fell_back: bool,
+    /// The prefill path the current decode worker reported (`None`: not reported yet, or a
+    /// worker that predates the field).
+    path: Option<PrefillPath>,
     done: bool,
     /// An error that arrived behind output not yet returned: the next poll returns it.
     deferred: Option<DispatchError>,
@@ -135,6 +138,7 @@ impl ResponseStream {
             last_token_at: None,
             completion_tokens: 0,
             fell_back: false,
+            path: None,
             done: false,
             deferred: None,
         }
@@ -153,6 +157,16 @@ impl ResponseStream {
     /// Times the request moved to another decode worker.
     pub fn migrations(&self) -> u32 {
         self.migration.count()
+    }
+
+    /// The prefill path the request really took: as its decode worker reported it, else what
+    /// the decision and a reported fallback imply.
+    pub fn path(&self) -> PrefillPath {
+        self.path.unwrap_or(if self.fell_back {
+            PrefillPath::LocalFallback
+        } else {
+            PrefillPath::of(self.route.decision)
+        })
     }
 
     /// Routing info as the public API reports it.
@@ -184,6 +198,7 @@ impl ResponseStream {
                 output_len_hint: r.features.output_len_hint,
             }),
             migrations: self.migration.count(),
+            path: wire_path(self.path()) as i32,
         }
     }
 
@@ -327,6 +342,9 @@ impl ResponseStream {
             self.migration.streamed_tokens(&msg.token_ids);
         }
         self.fell_back |= msg.fell_back;
+        if let Some(path) = path_of_wire(msg.path) {
+            self.path = Some(path);
+        }
         let reason = FinishReason::try_from(msg.finish_reason).unwrap_or(FinishReason::Unspecified);
         let finished = reason != FinishReason::Unspecified;
         let mut text = self.detok.push(self.tokenizer.as_ref(), &msg.token_ids);
@@ -418,6 +436,8 @@ impl ResponseStream {
         let mode = self.route.decision.as_str();
         metrics::counter!(m::REQUESTS_TOTAL, "api" => self.meta.api.as_str(), "outcome" => outcome)
             .increment(1);
+        metrics::counter!(m::PREFILL_PATHS_TOTAL, "mode" => mode, "path" => self.path().as_str())
+            .increment(1);
         metrics::counter!(m::COMPLETION_TOKENS_TOTAL).increment(u64::from(self.completion_tokens));
         let e2e = self.meta.arrived.elapsed();
         let ttft = self.first_token_at.map(|t| t - self.meta.arrived);
@@ -456,6 +476,7 @@ impl ResponseStream {
                 .then(|| r.prefill.as_ref().map(|p| p.worker.id.0.clone()))
                 .flatten(),
             fell_back: self.fell_back,
+            path: self.path(),
             retries: self.meta.retries,
             migrations: self.migration.count(),
             ttft_ms: ttft.map(ms),
@@ -525,6 +546,27 @@ pub(crate) fn slo_met(
         (true, false) => ttft_ms.is_some_and(|x| x <= t),
         _ => tpot_ms.is_none_or(|x| x <= p),
     })
+}
+
+/// The wire's prefill path (`None` for unspecified or unknown values).
+fn path_of_wire(path: i32) -> Option<PrefillPath> {
+    match v1::PrefillPath::try_from(path).ok()? {
+        v1::PrefillPath::Unspecified => None,
+        v1::PrefillPath::Local => Some(PrefillPath::Local),
+        v1::PrefillPath::Remote => Some(PrefillPath::Remote),
+        v1::PrefillPath::LocalHeld => Some(PrefillPath::LocalHeld),
+        v1::PrefillPath::LocalFallback => Some(PrefillPath::LocalFallback),
+    }
+}
+
+/// `path` on the wire.
+fn wire_path(path: PrefillPath) -> v1::PrefillPath {
+    match path {
+        PrefillPath::Local => v1::PrefillPath::Local,
+        PrefillPath::Remote => v1::PrefillPath::Remote,
+        PrefillPath::LocalHeld => v1::PrefillPath::LocalHeld,
+        PrefillPath::LocalFallback => v1::PrefillPath::LocalFallback,
+    }
 }
 
 #[cfg(test)]

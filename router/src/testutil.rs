@@ -97,6 +97,8 @@ pub struct FakeState {
     pub timeouts: Mutex<Vec<Option<String>>>,
     /// Decode streams the router dropped before they ended.
     pub cancelled: AtomicU32,
+    /// The prefill path it reports for a request sent remote (a local one reports `Local`).
+    pub remote_path: Mutex<v1::PrefillPath>,
     events: broadcast::Sender<Event>,
     snapshot: Mutex<Vec<u64>>,
     /// Ends event streams too, so a stopped fake looks like a dead worker.
@@ -198,12 +200,19 @@ impl DecodeWorker for Svc {
         let req = req.into_inner();
         let max = req.sampling.as_ref().map_or(1, |s| s.max_tokens);
         let prompt_tokens = req.token_ids.len() as u32;
+        let path = if req.remote.is_some() {
+            *self.0.remote_path.lock()
+        } else {
+            v1::PrefillPath::Local
+        };
         self.0.calls.lock().push(req);
         let behavior = self.0.behavior.lock().clone();
         let (tx, rx) = mpsc::channel(4);
         let st = self.0.clone();
-        let token = |id: u32| v1::DecodeResponse {
+        let token = move |id: u32| v1::DecodeResponse {
             token_ids: vec![id],
+            fell_back: path == v1::PrefillPath::LocalFallback,
+            path: path as i32,
             ..Default::default()
         };
         match behavior {
@@ -321,6 +330,7 @@ impl FakeWorker {
             calls: Mutex::new(Vec::new()),
             timeouts: Mutex::new(Vec::new()),
             cancelled: AtomicU32::new(0),
+            remote_path: Mutex::new(v1::PrefillPath::Remote),
             events,
             snapshot: Mutex::new(Vec::new()),
             stop: stop.clone(),

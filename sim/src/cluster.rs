@@ -16,7 +16,7 @@
 //! token and decodes.
 
 use dolphin_router::dolphin::OutputClassifier;
-use dolphin_router::policy::{Decision, Features, Policy};
+use dolphin_router::policy::{Decision, Features, Policy, PrefillPath};
 use dolphin_router::prefix_index::PrefixIndex;
 use dolphin_router::route::{PrefillChoice, Route, RouteInput, TableRef, route};
 use dolphin_router::selection::{self, Candidate, Choice};
@@ -38,6 +38,8 @@ struct ReqState {
     features: Features,
     cluster: Option<u32>,
     remote: bool,
+    /// Sent remote, but the decode worker held the prompt up to its last block and prefilled it.
+    held: bool,
     /// Decode-side sequence of a remote request, and its cached blocks there.
     dseq: u32,
     skip_blocks: u32,
@@ -128,8 +130,7 @@ impl SimCluster {
 
 impl<'a> Run<'a> {
     fn new(cfg: &'a SimClusterConfig, reqs: &'a [SimRequest], source: Source) -> Self {
-        let worker =
-            |i: u32| Worker::new(i, cfg.total_blocks, cfg.block_size, cfg.max_batched_tokens);
+        let worker = |i: u32| Worker::new(i, cfg.total_blocks, cfg.block_size, cfg.step_limits());
         // Sized for what the pools can hold: the index never grows (rehashing a million
         // entries mid-run costs more than the memory).
         let index =
@@ -368,6 +369,16 @@ impl<'a> Run<'a> {
                 st.dseq = seq;
                 st.skip_blocks = cached_blocks;
                 debug_assert_eq!(st.decode, worker);
+                let prompt_blocks = self.reqs[req as usize]
+                    .prompt_len
+                    .div_ceil(self.cfg.block_size);
+                if cached_blocks > 0 && prompt_blocks - cached_blocks <= 1 {
+                    // What the decode worker does with a prompt it holds: prefill it itself.
+                    st.held = true;
+                    st.prefill = None;
+                    self.decode[worker as usize].resume_local(seq);
+                    return;
+                }
                 let Some(p) = st.prefill else { return };
                 // The prefill worker's own outcomes are handled in this same loop.
                 self.prefill[p as usize].enqueue(req, self.reqs, Kind::PrefillOnly, pending);
@@ -439,6 +450,11 @@ impl<'a> Run<'a> {
                         Decision::Remote
                     } else {
                         Decision::Local
+                    },
+                    path: match (st.remote, st.held) {
+                        (false, _) => PrefillPath::Local,
+                        (true, false) => PrefillPath::Remote,
+                        (true, true) => PrefillPath::LocalHeld,
                     },
                     output_tokens: r.output_len,
                     ttft_ms: ttft,

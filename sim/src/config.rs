@@ -1,6 +1,7 @@
 //! The simulated cluster's configuration and its validation.
 
 use dolphin_engine::SimProfile;
+use dolphin_engine::policy::StepLimits;
 use dolphin_router::dolphin::{CompiledTable, OutputClassifier};
 use dolphin_router::policy::Policy;
 use dolphin_router::prefix_index::MAX_POOL_WORKERS;
@@ -41,6 +42,10 @@ pub struct SimClusterConfig {
     pub total_blocks: u32,
     /// Tokens per engine step (decode tokens plus prefill chunk tokens).
     pub max_batched_tokens: u32,
+    /// Most prefill tokens of one sequence per step (0: no cap); the profile's by default.
+    pub prefill_chunk_tokens: u32,
+    /// Most prefill tokens in a step that also decodes (0: no cap); the profile's by default.
+    pub mixed_prefill_tokens: u32,
     /// Bandwidth of the prefill -> decode link, Gb/s (the profile's by default).
     pub link_gbps: f64,
     /// Weight of uncached blocks against load in worker selection (the router's default is 1).
@@ -71,6 +76,8 @@ impl SimClusterConfig {
             prefill,
             decode,
             link_gbps: profile.link_gbps,
+            prefill_chunk_tokens: profile.prefill_chunk_tokens,
+            mixed_prefill_tokens: profile.mixed_prefill_tokens,
             profile,
             block_size: dolphin_cluster::DEFAULT_BLOCK_SIZE as u32,
             total_blocks: 8192,
@@ -81,6 +88,15 @@ impl SimClusterConfig {
             table: None,
             classifier: OutputClassifier::prior(),
             seed: 1,
+        }
+    }
+
+    /// The engines' step limits.
+    pub(crate) fn step_limits(&self) -> StepLimits {
+        StepLimits {
+            max_batched_tokens: self.max_batched_tokens,
+            prefill_chunk_tokens: self.prefill_chunk_tokens,
+            mixed_prefill_tokens: self.mixed_prefill_tokens,
         }
     }
 

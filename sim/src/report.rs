@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use dolphin_router::policy::{Decision, Features};
+use dolphin_router::policy::{Decision, Features, PrefillPath};
 pub use dolphin_workload::{ClusterAttainment, Percentiles};
 use dolphin_workload::{RequestKind, RequestOutcome};
 use serde::Serialize;
@@ -26,8 +26,10 @@ pub struct RequestRecord {
     /// Routing-table cluster (`None` without a table; -1 in JSON).
     #[serde(with = "dolphin_workload::outcome_cluster_json")]
     pub cluster: Option<u32>,
-    /// The path taken.
+    /// The router's decision.
     pub decision: Decision,
+    /// The prefill path really taken (`local_held` where the decode worker held the prompt).
+    pub path: PrefillPath,
     /// Tokens generated.
     pub output_tokens: u32,
     /// Time to first token, ms.
@@ -150,6 +152,7 @@ impl SimReport {
                 cluster: r.cluster,
                 remote: r.decision == Decision::Remote,
                 fell_back: false,
+                held: r.path == PrefillPath::LocalHeld,
                 ok: true,
                 met: r.met,
                 met_each: r.met_each,

@@ -2,7 +2,7 @@
 
 use dolphin_engine::SimProfile;
 use dolphin_router::dolphin::CompiledTable;
-use dolphin_router::policy::{Decision, DolphinConfig, Policy};
+use dolphin_router::policy::{Decision, DolphinConfig, Policy, PrefillPath};
 
 use crate::{SimCluster, SimClusterConfig, SimReport, SimRequest, Slo};
 
@@ -214,6 +214,60 @@ fn the_dolphin_policy_reads_the_bit_of_each_requests_cluster() {
     let r = run(&mut sim, &reqs);
     assert_eq!(r.records[1].cluster, Some(1));
     assert_eq!(r.records[1].decision, Decision::Local);
+}
+
+#[test]
+fn a_remote_request_whose_prompt_the_decode_worker_holds_is_prefilled_there() {
+    let p = profile();
+    let mut sim = cluster(1, 1, Policy::AlwaysRemote);
+    // The same 1000-token prompt twice: the second finds 62 of its 63 blocks cached on the
+    // decode worker (the remote first left them there), so only the last block is left.
+    let prompt = tokens(1, 1000);
+    let r = run(&mut sim, &[req(0.0, &prompt, 4), req(5000.0, &prompt, 4)]);
+    let (first, second) = (r.records[0], r.records[1]);
+    assert_eq!(
+        (first.decision, first.path),
+        (Decision::Remote, PrefillPath::Remote)
+    );
+    assert_eq!(
+        (second.decision, second.path),
+        (Decision::Remote, PrefillPath::LocalHeld)
+    );
+    assert_eq!(second.prefill_worker, None);
+    assert_eq!(second.features.eff_isl_decode, 1000 - 62 * BS);
+    // The decode worker computed the 8 tokens after its 62 cached blocks: no prefill worker,
+    // no transfer.
+    assert!(
+        close(second.ttft_ms, p.prefill_ms(1000 - 62 * BS)),
+        "{second:?}"
+    );
+    let outcomes = r.outcomes();
+    assert!(outcomes[0].prefilled_remotely() && !outcomes[0].held);
+    assert!(outcomes[1].remote && outcomes[1].held && !outcomes[1].prefilled_remotely());
+}
+
+#[test]
+fn a_burst_of_unique_prompts_finishes_its_prefills_in_waves_as_vllm_packs_them() {
+    // vLLM's scheduler (and ours): first come, first served into each step's token budget,
+    // the prompt that does not fit chunked into what is left. Sixteen unique 2011-token
+    // prompts at once in 8192-token steps: the first starts a step alone on arrival (the
+    // engine was idle), then four prompts complete per step.
+    let mut cfg = SimClusterConfig::new(0, 1, SimProfile::builtin("dynamo-mocker").expect("p"));
+    cfg.max_batched_tokens = 8192;
+    let reqs: Vec<SimRequest> = (0..16).map(|i| req(0.0, &tokens(i + 1, 2011), 2)).collect();
+    let r = SimCluster::new(cfg)
+        .expect("valid")
+        .run(&reqs)
+        .expect("runs");
+    let mut waves: Vec<(f64, usize)> = Vec::new();
+    for rec in &r.records {
+        match waves.last_mut() {
+            Some((ttft, n)) if close(*ttft, rec.ttft_ms) => *n += 1,
+            _ => waves.push((rec.ttft_ms, 1)),
+        }
+    }
+    let sizes: Vec<usize> = waves.iter().map(|w| w.1).collect();
+    assert_eq!(sizes, [1, 4, 4, 4, 3], "{waves:?}");
 }
 
 #[test]

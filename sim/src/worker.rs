@@ -17,7 +17,7 @@
 
 use std::collections::VecDeque;
 
-use dolphin_engine::policy::{StepBuilder, Want, compose_step, max_cached_blocks};
+use dolphin_engine::policy::{StepBuilder, StepLimits, Want, compose_step, max_cached_blocks};
 use dolphin_engine::{BlockId, KvEvent, KvPool, SimProfile};
 use dolphin_router::prefix_index::PrefixIndex;
 use dolphin_router::selection::load_cost;
@@ -91,7 +91,7 @@ pub(crate) struct Worker {
     id: u32,
     pool: KvPool,
     block_size: u32,
-    max_batched_tokens: u32,
+    limits: StepLimits,
     seqs: Vec<Seq>,
     free_slots: Vec<u32>,
     waiting: VecDeque<u32>,
@@ -115,12 +115,12 @@ pub(crate) struct Worker {
 }
 
 impl Worker {
-    pub fn new(id: u32, total_blocks: u32, block_size: u32, max_batched_tokens: u32) -> Self {
+    pub fn new(id: u32, total_blocks: u32, block_size: u32, limits: StepLimits) -> Self {
         Worker {
             id,
             pool: KvPool::new(total_blocks, block_size),
             block_size,
-            max_batched_tokens,
+            limits,
             seqs: Vec::new(),
             free_slots: Vec::new(),
             waiting: VecDeque::new(),
@@ -150,7 +150,7 @@ impl Worker {
     /// Pending prefill tokens and the step size, as of the latest report (what the router's
     /// load-aware rules read).
     pub fn prefill_backlog(&self) -> (u64, u32) {
-        (self.reported_pending, self.max_batched_tokens)
+        (self.reported_pending, self.limits.max_batched_tokens)
     }
 
     /// Share of the KV pool in use as of the latest report.
@@ -290,11 +290,19 @@ impl Worker {
             batch: &mut self.batch,
             block_size: self.block_size,
         };
-        let shape = compose_step(&self.running, self.max_batched_tokens, &mut step);
+        let shape = compose_step(&self.running, self.limits, &mut step);
         if self.batch.is_empty() {
             return None;
         }
-        let occupancy = f64::from(self.pool.referenced()) / f64::from(self.pool.total());
+        // Decode is charged by the KV its attention reads: every entry's context, per sequence
+        // (the engine's `Batch::context_blocks`), not the pool's blocks in use.
+        let bs = self.block_size;
+        let read: u32 = self
+            .batch
+            .iter()
+            .map(|e| (self.seqs[e.seq as usize].computed + e.tokens).div_ceil(bs))
+            .sum();
+        let occupancy = f64::from(read) / f64::from(self.pool.total());
         Some(profile.step_ms(shape.chunk_tokens, shape.decodes, occupancy))
     }
 
@@ -363,6 +371,24 @@ impl Worker {
             s.phase = Phase::Running;
             self.running.push(slot);
         }
+    }
+
+    /// Remote sequence `slot` is prefilled here after all: its reservation showed the prompt
+    /// held here up to its last block (the decode worker's rule, `remote::holds_prompt`). Its
+    /// blocks are allocated already; what is left of the prompt is computed in the next steps.
+    pub fn resume_local(&mut self, slot: u32) {
+        let s = &mut self.seqs[slot as usize];
+        debug_assert_eq!(
+            s.phase,
+            Phase::AwaitingKv,
+            "local resume of a sequence not awaiting KV"
+        );
+        if s.phase != Phase::AwaitingKv {
+            return;
+        }
+        self.pending_prefill += u64::from(s.prompt_len - s.computed);
+        s.phase = Phase::Running;
+        self.running.push(slot);
     }
 
     /// Frees a sequence: its blocks go back to the pool (cached ones stay cached).
@@ -465,7 +491,7 @@ mod tests {
             SimRequest::from_tokens(0.0, &prompt(3000, 1), 4, slo, 16),
             SimRequest::from_tokens(0.0, &prompt(3000, 2), 4, slo, 16),
         ];
-        let mut w = Worker::new(0, 4096, 16, 2048);
+        let mut w = Worker::new(0, 4096, 16, StepLimits::new(2048));
         let mut out = Vec::new();
         for req in 0..2 {
             w.enqueue(req, &reqs, Kind::Local, &mut out);
@@ -481,5 +507,49 @@ mod tests {
         w.apply(&reqs, &mut out);
         w.report();
         assert_eq!(w.prefill_backlog().0, 6000 - 2048);
+    }
+
+    #[test]
+    fn decode_is_charged_by_the_kv_each_sequence_reads() {
+        let slo = Slo::new(5000.0, 250.0);
+        let profile = SimProfile::load("dynamo-mocker").expect("profile");
+        // 16 requests over one shared 2000-token prefix, 11 tokens of their own.
+        let shared = prompt(2000, 7);
+        let reqs: Vec<SimRequest> = (0..16)
+            .map(|i| {
+                let mut p = shared.clone();
+                p.extend(prompt(11, 100 + i));
+                SimRequest::from_tokens(0.0, &p, 64, slo, 16)
+            })
+            .collect();
+        let mut w = Worker::new(0, 4096, 16, StepLimits::new(8192));
+        let mut out = Vec::new();
+        let prefill = |w: &mut Worker, out: &mut Vec<Outcome>| {
+            while w
+                .seqs
+                .iter()
+                .any(|s| s.phase == Phase::Running && s.computed < s.prompt_len)
+            {
+                w.build_batch(&profile).expect("work");
+                w.apply(&reqs, out);
+            }
+        };
+        // The first one caches the prefix; the others find it at admission.
+        w.enqueue(0, &reqs, Kind::Local, &mut out);
+        prefill(&mut w, &mut out);
+        for req in 1..16 {
+            w.enqueue(req, &reqs, Kind::Local, &mut out);
+        }
+        prefill(&mut w, &mut out);
+        let ms = w.build_batch(&profile).expect("decode step");
+        let read: u32 = w
+            .batch
+            .iter()
+            .map(|e| (w.seqs[e.seq as usize].computed + 1).div_ceil(16))
+            .sum();
+        // Each reads its own 126 blocks, though the pool holds the prefix's 125 once.
+        assert_eq!(read, 16 * 126);
+        assert!(w.pool.referenced() < 200, "{}", w.pool.referenced());
+        assert_eq!(ms, profile.decode_ms(16, f64::from(read) / 4096.0));
     }
 }

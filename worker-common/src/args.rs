@@ -62,6 +62,17 @@ pub struct EngineArgs {
     /// waits for a step, and real steps are slow).
     #[arg(long, env = "DOLPHIN_MAX_BATCHED_TOKENS")]
     pub max_batched_tokens: Option<u32>,
+    /// Most prompt tokens of one request per step (vLLM's `long_prefill_token_threshold`), 0
+    /// for no cap beyond `--max-batched-tokens`. Default: the sim profile's (0 for the shipped
+    /// ones), 0 for candle.
+    #[arg(long, env = "DOLPHIN_PREFILL_CHUNK_TOKENS")]
+    pub prefill_chunk_tokens: Option<u32>,
+    /// Most prompt tokens in a step that also decodes, 0 for no cap beyond
+    /// `--max-batched-tokens`: lower it to shorten the stall a local prefill causes the decodes
+    /// beside it (better TPOT, longer TTFT). Default: the sim profile's (0 for the shipped
+    /// ones), 0 for candle.
+    #[arg(long, env = "DOLPHIN_MIXED_PREFILL_TOKENS")]
+    pub mixed_prefill_tokens: Option<u32>,
     /// Most requests queued for admission; more are refused (RESOURCE_EXHAUSTED).
     #[arg(long, env = "DOLPHIN_MAX_WAITING", default_value_t = 256)]
     pub max_waiting: u32,

@@ -99,6 +99,12 @@ pub fn candle_config(args: &EngineArgs) -> Result<CandleConfig, ConfigError> {
     if let Some(n) = args.max_batched_tokens {
         cfg.max_batched_tokens = n;
     }
+    if let Some(n) = args.prefill_chunk_tokens {
+        cfg.prefill_chunk_tokens = n;
+    }
+    if let Some(n) = args.mixed_prefill_tokens {
+        cfg.mixed_prefill_tokens = n;
+    }
     cfg.max_waiting = args.max_waiting;
     cfg.threads = args.threads;
     cfg.max_context = args.max_context;
@@ -120,6 +126,12 @@ pub fn sim_config(args: &EngineArgs) -> Result<SimConfig, ConfigError> {
     cfg.block_size = args.block_size;
     if let Some(n) = args.max_batched_tokens {
         cfg.max_batched_tokens = n;
+    }
+    if let Some(n) = args.prefill_chunk_tokens {
+        cfg.prefill_chunk_tokens = n;
+    }
+    if let Some(n) = args.mixed_prefill_tokens {
+        cfg.mixed_prefill_tokens = n;
     }
     cfg.max_waiting = args.max_waiting;
     Ok(cfg)

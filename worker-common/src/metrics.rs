@@ -21,6 +21,9 @@ pub const WORKER_SUBSCRIBE_RESYNCS_TOTAL: &str = "dolphin_worker_subscribe_resyn
 pub const DECODE_REQUESTS_TOTAL: &str = "dolphin_decode_requests_total";
 /// Remote prefills abandoned for local prefill, by `reason` (see [`fallback_reason`]).
 pub const DECODE_FALLBACKS_TOTAL: &str = "dolphin_decode_fallbacks_total";
+/// Requests sent remote that this worker prefilled itself because it already held the prompt
+/// up to its last block.
+pub const DECODE_HELD_PROMPTS_TOTAL: &str = "dolphin_decode_held_prompts_total";
 /// Time from a decode request's arrival to its first token, by `mode`.
 pub const DECODE_TTFT_SECONDS: &str = "dolphin_decode_ttft_seconds";
 /// Remote path: time from the reservation to the prefill worker's answer with every KV block
@@ -77,6 +80,7 @@ pub const ALL: &[&str] = &[
     WORKER_SUBSCRIBE_RESYNCS_TOTAL,
     DECODE_REQUESTS_TOTAL,
     DECODE_FALLBACKS_TOTAL,
+    DECODE_HELD_PROMPTS_TOTAL,
     DECODE_TTFT_SECONDS,
     DECODE_REMOTE_PREFILL_SECONDS,
     DECODE_KV_BLOCKS_IMPORTED_TOTAL,
@@ -105,6 +109,10 @@ pub fn describe() {
     describe_counter!(
         DECODE_FALLBACKS_TOTAL,
         "Remote prefills abandoned for local prefill, by reason."
+    );
+    describe_counter!(
+        DECODE_HELD_PROMPTS_TOTAL,
+        "Requests sent remote that were prefilled locally because the prompt was held here."
     );
     describe_histogram!(
         DECODE_TTFT_SECONDS,

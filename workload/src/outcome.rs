@@ -62,10 +62,15 @@ pub struct RequestOutcome {
     /// Routing-table cluster (`None` when the policy used no table; -1 in JSON).
     #[serde(with = "cluster_json")]
     pub cluster: Option<u32>,
-    /// Whether the prompt was prefilled on a prefill worker.
+    /// Whether the router sent it to a prefill worker (its decision; see
+    /// [`prefilled_remotely`](Self::prefilled_remotely) for the path really taken).
     pub remote: bool,
     /// Whether a remote prefill failed and the decode worker prefilled instead.
     pub fell_back: bool,
+    /// Whether the router sent it remote but the decode worker already held the prompt up to
+    /// its last block and prefilled it itself (false in results written before this existed).
+    #[serde(default)]
+    pub held: bool,
     /// Whether the request completed (an error or refusal counts as not meeting the SLO).
     pub ok: bool,
     /// `ok` and the end-to-end SLO met ([`Slo::met_e2e`]).
@@ -75,6 +80,12 @@ pub struct RequestOutcome {
 }
 
 impl RequestOutcome {
+    /// Whether a prefill worker really computed its prompt: sent remote, not held by the decode
+    /// worker, and no fallback.
+    pub fn prefilled_remotely(&self) -> bool {
+        self.remote && !self.fell_back && !self.held
+    }
+
     /// Sets `met` and `met_each` from the latencies against `slo` (both false unless `ok`).
     pub fn judge(mut self, slo: &Slo) -> Self {
         self.met = self.ok && slo.met_e2e(self.e2e_ms, self.output_tokens);

@@ -50,7 +50,7 @@ pub struct ClusterAttainment {
     pub met: u64,
     /// `met / requests`.
     pub attainment: f64,
-    /// Of which took the remote path.
+    /// Of which the router sent remote.
     pub remote: u64,
 }
 
@@ -91,9 +91,15 @@ pub struct Summary {
     pub per_cluster: Vec<ClusterAttainment>,
     /// Per request kind, in [`RequestKind::ALL`] order (kinds present only).
     pub per_kind: Vec<KindSummary>,
-    /// Requests prefilled remotely.
+    /// Requests the router sent remote.
     pub remote: u64,
-    /// Remote prefills that fell back to local.
+    /// Of which a prefill worker really prefilled (neither held nor fallen back).
+    #[serde(default)]
+    pub prefilled_remotely: u64,
+    /// Of which the decode worker held the prompt up to its last block and prefilled it.
+    #[serde(default)]
+    pub held: u64,
+    /// Of which the remote prefill failed and the decode worker prefilled.
     pub fell_back: u64,
     /// From the first send to the last token, ms.
     pub makespan_ms: f64,
@@ -173,6 +179,8 @@ impl Summary {
             attainment: share(outcomes.iter().filter(|o| o.met).count()),
             attainment_each: share(outcomes.iter().filter(|o| o.met_each).count()),
             remote: per_cluster.iter().map(|c| c.remote).sum(),
+            prefilled_remotely: outcomes.iter().filter(|o| o.prefilled_remotely()).count() as u64,
+            held: outcomes.iter().filter(|o| o.held).count() as u64,
             fell_back: outcomes.iter().filter(|o| o.fell_back).count() as u64,
             per_cluster,
             per_kind,
@@ -220,7 +228,10 @@ mod tests {
         let rows = [
             outcome(0, RequestKind::Arxiv, 0, 900.0, true),
             outcome(1, RequestKind::Arxiv, 1, 1100.0, true),
-            outcome(2, RequestKind::Humaneval, 1, 200.0, true),
+            RequestOutcome {
+                held: true,
+                ..outcome(2, RequestKind::Humaneval, 1, 200.0, true)
+            },
             outcome(3, RequestKind::Humaneval, 1, 200.0, false),
         ];
         let s = Summary::of(&rows);
@@ -230,6 +241,8 @@ mod tests {
         assert_eq!(s.per_cluster[0].attainment, 1.0);
         assert_eq!((s.per_cluster[1].requests, s.per_cluster[1].met), (3, 1));
         assert_eq!(s.remote, 3);
+        // Sent remote three times; one was held by its decode worker.
+        assert_eq!((s.prefilled_remotely, s.held, s.fell_back), (2, 1, 0));
         assert_eq!(s.per_kind.len(), 2);
         assert_eq!(s.per_kind[1].kind, RequestKind::Humaneval);
         assert_eq!(s.per_kind[1].attainment, 0.5);

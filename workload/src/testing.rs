@@ -20,6 +20,7 @@ pub fn outcome(index: u32, cluster: Option<u32>, e2e_ms: f64, ok: bool) -> Reque
         cluster,
         remote: cluster == Some(1),
         fell_back: false,
+        held: false,
         ok,
         met: false,
         met_each: false,

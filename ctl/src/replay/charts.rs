@@ -52,18 +52,19 @@ const CDFS: [Cdf; 3] = [
     },
 ];
 
-/// Curves of one latency over completed requests: all of them, then local and remote when
-/// both paths were taken, then each kind when the workload mixes kinds.
+/// Curves of one latency over completed requests: all of them, then local and remote (the
+/// prefill path really taken) when both were, then each kind when the workload mixes kinds.
 pub fn latency_series(outcomes: &[RequestOutcome], f: fn(&RequestOutcome) -> f64) -> Vec<Series> {
     let done: Vec<&RequestOutcome> = outcomes.iter().filter(|o| o.ok).collect();
     let values = |keep: &dyn Fn(&RequestOutcome) -> bool| -> Vec<f64> {
         done.iter().filter(|o| keep(o)).map(|o| f(o)).collect()
     };
     let mut series = vec![Series::new("all", values(&|_| true))];
-    let remote = done.iter().filter(|o| o.remote).count();
+    // By the path really taken: a remote decision the decode worker served itself is local.
+    let remote = done.iter().filter(|o| o.prefilled_remotely()).count();
     if remote > 0 && remote < done.len() {
-        series.push(Series::new("local", values(&|o| !o.remote)));
-        series.push(Series::new("remote", values(&|o| o.remote)));
+        series.push(Series::new("local", values(&|o| !o.prefilled_remotely())));
+        series.push(Series::new("remote", values(&|o| o.prefilled_remotely())));
     }
     let kinds: Vec<RequestKind> = RequestKind::ALL
         .into_iter()
@@ -164,6 +165,7 @@ mod tests {
             cluster: Some(u32::from(remote)),
             remote,
             fell_back: false,
+            held: false,
             ok,
             met: false,
             met_each: false,

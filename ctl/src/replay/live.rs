@@ -13,8 +13,8 @@ use crate::client::AuthChannel as Channel;
 use dolphin_proto::v1::generate_request::Input;
 use dolphin_proto::v1::inference_client::InferenceClient;
 use dolphin_proto::v1::{
-    FinishReason, GenerateRequest, ListModelsRequest, PrefillMode, RoutingInfo, SamplingParams,
-    SloClass, TokenIds,
+    FinishReason, GenerateRequest, ListModelsRequest, PrefillMode, PrefillPath, RoutingInfo,
+    SamplingParams, SloClass, TokenIds,
 };
 use dolphin_workload::{Arrivals, RequestOutcome, Slo, Workload, WorkloadRequest};
 use tokio::task::JoinSet;
@@ -101,6 +101,7 @@ impl Measured {
             cluster: routing.and_then(|r| u32::try_from(r.cluster).ok()),
             remote: routing.is_some_and(|r| r.mode == PrefillMode::Remote as i32),
             fell_back: routing.is_some_and(|r| r.fell_back),
+            held: routing.is_some_and(|r| r.path == PrefillPath::LocalHeld as i32),
             ok: self.error.is_none(),
             met: false,
             met_each: false,

@@ -87,7 +87,8 @@ pub fn render(
     };
     let _ = writeln!(
         out,
-        "completed {}/{} in {:.2} s: {:.2} req/s, {:.0} output tok/s; remote {} ({}), fell back {}",
+        "completed {}/{} in {:.2} s: {:.2} req/s, {:.0} output tok/s; sent remote {} ({}): \
+         prefilled remotely {}, held by the decode worker {}, fell back {}",
         s.completed,
         s.requests,
         s.makespan_ms / 1e3,
@@ -95,6 +96,8 @@ pub fn render(
         s.output_tokens_per_s,
         s.remote,
         pct(share(s.remote)),
+        s.prefilled_remotely,
+        s.held,
         s.fell_back
     );
     let _ = writeln!(

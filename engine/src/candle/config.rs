@@ -144,6 +144,10 @@ pub struct CandleConfig {
     pub kv_bytes: u64,
     /// Tokens per step (decode tokens plus prefill chunks).
     pub max_batched_tokens: u32,
+    /// Most prefill tokens of one sequence per step (0: no cap beyond the budget).
+    pub prefill_chunk_tokens: u32,
+    /// Most prefill tokens in a step that also decodes (0: no cap beyond the budget).
+    pub mixed_prefill_tokens: u32,
     /// Requests that may wait for admission.
     pub max_waiting: u32,
     /// Compute threads; `None`: `DOLPHIN_THREADS`, else 1 (see [`super::configure_threads`]).
@@ -220,6 +224,8 @@ impl CandleConfig {
             block_size: dolphin_cluster::DEFAULT_BLOCK_SIZE as u32,
             kv_bytes: DEFAULT_KV_BYTES,
             max_batched_tokens: 256,
+            prefill_chunk_tokens: 0,
+            mixed_prefill_tokens: 0,
             max_waiting: 256,
             threads: None,
             max_context: None,

@@ -70,6 +70,8 @@ pub fn candle_scheduler(cfg: CandleConfig) -> Result<Arc<Scheduler<CandleBackend
     tracing::info!(threads, "candle engine starting");
     let sched = SchedulerConfig {
         max_batched_tokens: cfg.max_batched_tokens,
+        prefill_chunk_tokens: cfg.prefill_chunk_tokens,
+        mixed_prefill_tokens: cfg.mixed_prefill_tokens,
         max_waiting: cfg.max_waiting,
         ..SchedulerConfig::default()
     };

@@ -54,6 +54,12 @@ use crate::types::{
 pub struct SchedulerConfig {
     /// Tokens per step (decode tokens plus prefill chunk tokens); at least 1.
     pub max_batched_tokens: u32,
+    /// Most prefill tokens of one sequence per step; 0: no cap beyond the budget
+    /// ([`StepLimits::prefill_chunk_tokens`](policy::StepLimits)).
+    pub prefill_chunk_tokens: u32,
+    /// Most prefill tokens in a step that also decodes; 0: no cap beyond the budget
+    /// ([`StepLimits::mixed_prefill_tokens`](policy::StepLimits)).
+    pub mixed_prefill_tokens: u32,
     /// Requests that may wait for admission; one more is `QueueFull`.
     pub max_waiting: u32,
     /// KV events buffered per subscriber before it lags.
@@ -62,16 +68,42 @@ pub struct SchedulerConfig {
     pub batch_wait: BatchWait,
     /// Lockstep rounds shared with other schedulers (the lockstep baseline); `None` runs free.
     pub lockstep: Option<Arc<Lockstep>>,
+    /// A modeled link that imported KV crosses before its sequence decodes (the simulated
+    /// engine's); `None`: only the real transfer's time counts.
+    pub link: Option<LinkModel>,
+}
+
+/// The link a simulated engine charges imported KV for, whatever bytes really moved: the
+/// simulated model's bytes per token at the simulated link's rate, scaled like its steps.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LinkModel {
+    /// KV bytes per token of the simulated model.
+    pub bytes_per_token: u64,
+    /// Link bandwidth, Gb/s (positive).
+    pub gbps: f64,
+    /// Multiplies the time, like the engine's step durations.
+    pub time_scale: f64,
+}
+
+impl LinkModel {
+    /// Time to move `tokens` tokens of KV.
+    pub fn time(&self, tokens: u32) -> std::time::Duration {
+        let secs = (u64::from(tokens) * self.bytes_per_token) as f64 * 8.0 / (self.gbps * 1e9);
+        std::time::Duration::from_secs_f64((secs * self.time_scale).max(0.0))
+    }
 }
 
 impl Default for SchedulerConfig {
     fn default() -> Self {
         Self {
             max_batched_tokens: 2048,
+            prefill_chunk_tokens: 0,
+            mixed_prefill_tokens: 0,
             max_waiting: 256,
             event_capacity: 4096,
             batch_wait: BatchWait::OFF,
             lockstep: None,
+            link: None,
         }
     }
 }
@@ -289,6 +321,18 @@ impl<B: Backend> Engine for Scheduler<B> {
 
     async fn resume(&self, seq: SeqId, first_token: u32) -> Result<OutputStream, EngineError> {
         self.check_running()?;
+        let charge = {
+            let core = self.shared.lock();
+            core.cfg
+                .link
+                .map(|link| core.awaited_tokens(seq).map(|t| link.time(t)))
+                .transpose()?
+        };
+        if let Some(delay) = charge.filter(|d| !d.is_zero()) {
+            // The blocks cross the modeled link: they stay reserved, the sequence waits.
+            tokio::time::sleep(delay).await;
+            self.check_running()?;
+        }
         let rx = self.shared.lock().resume(seq, first_token)?;
         self.shared.notify.notify_one();
         Ok(rx)

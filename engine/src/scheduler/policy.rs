@@ -35,17 +35,43 @@ pub struct StepShape {
     pub chunk_tokens: u32,
 }
 
+/// How much one step may compute: the engine's scheduling settings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StepLimits {
+    /// Tokens per step: decodes plus prefill chunks (vLLM's `max_num_batched_tokens`).
+    pub max_batched_tokens: u32,
+    /// Most tokens of one sequence's multi-token work in a step, 0 for no cap beyond the
+    /// budget (vLLM's `long_prefill_token_threshold`): a long prompt then leaves room for
+    /// others in every step instead of filling it.
+    pub prefill_chunk_tokens: u32,
+    /// Most multi-token work in a step that also decodes, 0 for no cap beyond the budget: how
+    /// long a local prefill may stall the decodes it runs beside (the TTFT/TPOT trade).
+    pub mixed_prefill_tokens: u32,
+}
+
+impl StepLimits {
+    /// `max_batched_tokens` per step, no other cap.
+    pub const fn new(max_batched_tokens: u32) -> Self {
+        Self {
+            max_batched_tokens,
+            prefill_chunk_tokens: 0,
+            mixed_prefill_tokens: 0,
+        }
+    }
+}
+
 /// Composes one step (continuous batching with chunked prefill): every decoding sequence
 /// computes its one token, whatever the budget; then multi-token work fills what is left of
-/// `max_batched_tokens`, in admission order (`running`'s), the last one entering with a partial
-/// chunk. A prompt longer than the budget is therefore spread over steps, and several short
-/// ones share a step.
+/// `max_batched_tokens` (at most `mixed_prefill_tokens` of it when the step decodes), in
+/// admission order (`running`'s), each sequence at most `prefill_chunk_tokens` of it, the last
+/// one entering with a partial chunk. A prompt longer than the budget is therefore spread over
+/// steps, and several short ones share a step.
 pub fn compose_step<Id: Copy>(
     running: &[Id],
-    max_batched_tokens: u32,
+    limits: StepLimits,
     step: &mut impl StepBuilder<Id>,
 ) -> StepShape {
-    let mut budget = max_batched_tokens;
+    let mut budget = limits.max_batched_tokens;
     let mut shape = StepShape::default();
     for &id in running {
         if step.want(id).is_some_and(|w| w.decoding && w.tokens > 0) && step.take(id, 1) {
@@ -53,6 +79,13 @@ pub fn compose_step<Id: Copy>(
             budget = budget.saturating_sub(1);
         }
     }
+    if shape.decodes > 0 && limits.mixed_prefill_tokens > 0 {
+        budget = budget.min(limits.mixed_prefill_tokens);
+    }
+    let per_seq = match limits.prefill_chunk_tokens {
+        0 => u32::MAX,
+        n => n,
+    };
     for &id in running {
         if budget == 0 {
             break;
@@ -60,7 +93,7 @@ pub fn compose_step<Id: Copy>(
         let Some(want) = step.want(id).filter(|w| !w.decoding && w.tokens > 0) else {
             continue;
         };
-        let n = want.tokens.min(budget);
+        let n = want.tokens.min(budget).min(per_seq);
         if step.take(id, n) {
             shape.chunk_tokens += n;
             budget -= n;
@@ -116,7 +149,7 @@ mod tests {
     fn decodes_first_then_chunks_in_admission_order_within_the_budget() {
         // Two prefills of 300 and 500 around two decodes, a 512-token budget.
         let mut f = fake(&[(false, 300), (true, 1), (false, 500), (true, 1)]);
-        let shape = compose_step(&[0, 1, 2, 3], 512, &mut f);
+        let shape = compose_step(&[0, 1, 2, 3], StepLimits::new(512), &mut f);
         assert_eq!(f.taken, vec![(1, 1), (3, 1), (0, 300), (2, 210)]);
         assert_eq!(
             shape,
@@ -130,7 +163,7 @@ mod tests {
     #[test]
     fn decodes_enter_even_past_the_budget() {
         let mut f = fake(&[(true, 1), (true, 1), (true, 1), (false, 100)]);
-        let shape = compose_step(&[0, 1, 2, 3], 2, &mut f);
+        let shape = compose_step(&[0, 1, 2, 3], StepLimits::new(2), &mut f);
         assert_eq!(shape.decodes, 3);
         assert_eq!(shape.chunk_tokens, 0, "no budget left for the prefill");
     }
@@ -140,9 +173,34 @@ mod tests {
         let mut f = fake(&[(false, 100), (false, 0), (false, 100)]);
         f.wants.push(None);
         f.refuse.push(0);
-        let shape = compose_step(&[0, 1, 2, 3], 150, &mut f);
+        let shape = compose_step(&[0, 1, 2, 3], StepLimits::new(150), &mut f);
         assert_eq!(f.taken, vec![(2, 100)]);
         assert_eq!(shape.chunk_tokens, 100);
+    }
+
+    #[test]
+    fn the_chunk_cap_spreads_a_long_prompt_and_the_mixed_cap_guards_decodes() {
+        // A 3000-token prompt beside a 100-token one, 2048-token budget, 1024-token chunks.
+        let limits = StepLimits {
+            prefill_chunk_tokens: 1024,
+            ..StepLimits::new(2048)
+        };
+        let mut f = fake(&[(false, 3000), (false, 100)]);
+        compose_step(&[0, 1], limits, &mut f);
+        assert_eq!(f.taken, vec![(0, 1024), (1, 100)]);
+        // With two decodes in the step, at most 256 prefill tokens join them.
+        let limits = StepLimits {
+            mixed_prefill_tokens: 256,
+            ..limits
+        };
+        let mut f = fake(&[(true, 1), (false, 3000), (true, 1), (false, 100)]);
+        let shape = compose_step(&[0, 1, 2, 3], limits, &mut f);
+        assert_eq!(f.taken, vec![(0, 1), (2, 1), (1, 256)]);
+        assert_eq!(shape.chunk_tokens, 256);
+        // Without decodes the mixed cap does not apply.
+        let mut f = fake(&[(false, 3000)]);
+        compose_step(&[0], limits, &mut f);
+        assert_eq!(f.taken, vec![(0, 1024)]);
     }
 
     #[test]

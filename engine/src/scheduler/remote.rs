@@ -56,6 +56,14 @@ impl<B: Backend> Core<B> {
     }
 
     /// Every block imported: the sequence decodes from `first_token` (streamed first).
+    /// Prompt tokens whose KV sequence `id` awaits from elsewhere (after its cached blocks).
+    pub(super) fn awaited_tokens(&self, id: SeqId) -> Result<u32, EngineError> {
+        let seq = self.seqs.get(&id).ok_or(EngineError::UnknownSequence(id))?;
+        Ok(seq
+            .prompt_len
+            .saturating_sub(seq.committed * self.info.block_size))
+    }
+
     pub(super) fn resume(
         &mut self,
         id: SeqId,

@@ -7,7 +7,7 @@ use tokio::time::Instant;
 
 use std::collections::HashMap;
 
-use super::policy::{StepBuilder, Want, compose_step};
+use super::policy::{StepBuilder, StepLimits, Want, compose_step};
 use super::seq::{Kind, Seq};
 use super::state::{Core, commit_blocks};
 use crate::backend::{Backend, Batch, KvBlocks, SeqStart};
@@ -75,8 +75,13 @@ impl<B: Backend> Core<B> {
             failed,
             block_size: self.info.block_size,
         };
-        compose_step(&self.running, self.cfg.max_batched_tokens, &mut step);
-        batch.kv_blocks_active = self.pool.referenced();
+        let limits = StepLimits {
+            max_batched_tokens: self.cfg.max_batched_tokens,
+            prefill_chunk_tokens: self.cfg.prefill_chunk_tokens,
+            mixed_prefill_tokens: self.cfg.mixed_prefill_tokens,
+        };
+        compose_step(&self.running, limits, &mut step);
+        batch.kv_blocks_read = batch.context_blocks(self.info.block_size);
         batch.kv_blocks_total = self.pool.total();
         for (id, e) in failed.drain(..) {
             self.fail(id, e);

@@ -336,7 +336,7 @@ impl Backend for SimBackend {
         let occupancy = if batch.kv_blocks_total == 0 {
             0.0
         } else {
-            f64::from(batch.kv_blocks_active) / f64::from(batch.kv_blocks_total)
+            f64::from(batch.kv_blocks_read) / f64::from(batch.kv_blocks_total)
         };
         // A handoff's catch-up chunk costs its extra tokens at the prefill rate on top of the
         // decode step it rides in (weights are read once for the whole chunk).

@@ -15,7 +15,7 @@ pub use profile::{DecodeCost, PrefillCost, ProfileError, SimProfile};
 use crate::backend::BackendInfo;
 use crate::engine::Engine;
 use crate::error::EngineError;
-use crate::scheduler::{Scheduler, SchedulerConfig};
+use crate::scheduler::{LinkModel, Scheduler, SchedulerConfig};
 
 /// Everything a simulated engine is made of.
 #[derive(Clone, Debug)]
@@ -35,6 +35,10 @@ pub struct SimConfig {
     pub block_size: u32,
     /// Tokens per step.
     pub max_batched_tokens: u32,
+    /// Most prefill tokens of one sequence per step (0: no cap); the profile's by default.
+    pub prefill_chunk_tokens: u32,
+    /// Most prefill tokens in a step that also decodes (0: no cap); the profile's by default.
+    pub mixed_prefill_tokens: u32,
     /// Requests that may wait for admission.
     pub max_waiting: u32,
     /// Token ids are below this (at least 4: ids 0..=2 are special, 3.. printable).
@@ -49,6 +53,8 @@ impl SimConfig {
     /// tokenizes is accepted; generated tokens stay printable), 32k context.
     pub fn new(profile: SimProfile) -> Self {
         Self {
+            prefill_chunk_tokens: profile.prefill_chunk_tokens,
+            mixed_prefill_tokens: profile.mixed_prefill_tokens,
             profile,
             model: "sim-model".into(),
             time_scale: 1.0,
@@ -105,10 +111,20 @@ pub fn sim_scheduler(cfg: SimConfig) -> Result<Arc<Scheduler<SimBackend>>, Engin
         vocab_size: cfg.vocab_size,
         eos_token_id: Some(content::EOS_TOKEN),
     };
+    // Imported KV is charged the profile's bytes over the profile's link, as the simulator
+    // charges it: the scaled-down bytes that really cross would cost almost nothing.
+    let link = (cfg.time_scale > 0.0).then_some(LinkModel {
+        bytes_per_token: cfg.profile.kv_bytes_per_token,
+        gbps: cfg.profile.link_gbps,
+        time_scale: cfg.time_scale,
+    });
     let backend = SimBackend::new(info, cfg.profile, cfg.time_scale);
     let sched = SchedulerConfig {
         max_batched_tokens: cfg.max_batched_tokens,
+        prefill_chunk_tokens: cfg.prefill_chunk_tokens,
+        mixed_prefill_tokens: cfg.mixed_prefill_tokens,
         max_waiting: cfg.max_waiting,
+        link,
         ..SchedulerConfig::default()
     };
     Scheduler::spawn(backend, sched)

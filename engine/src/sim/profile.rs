@@ -76,6 +76,14 @@ pub struct SimProfile {
     /// `max_tokens`; tests raise it).
     #[serde(default)]
     pub eos_probability: f64,
+    /// How the modeled engine schedules (defaults of the engines and the simulator running
+    /// this profile; a worker's flags override them): most prefill tokens of one sequence per
+    /// step, 0 for no cap beyond the step budget.
+    #[serde(default)]
+    pub prefill_chunk_tokens: u32,
+    /// Most prefill tokens in a step that also decodes, 0 for no cap beyond the step budget.
+    #[serde(default)]
+    pub mixed_prefill_tokens: u32,
 }
 
 /// Why a profile could not be loaded.

@@ -239,6 +239,35 @@ async fn step_time_follows_the_profile() {
     );
 }
 
+#[tokio::test(start_paused = true)]
+async fn imported_kv_is_charged_the_profiles_link_whatever_bytes_moved() {
+    let mut cfg = config("dynamo-mocker");
+    cfg.time_scale = 1.0;
+    cfg.max_batched_tokens = 2048;
+    let profile = cfg.profile.clone();
+    let (p, d) = (
+        sim_engine(cfg.clone()).expect("valid"),
+        sim_engine(cfg).expect("valid"),
+    );
+    let req = request("a", prompt(9, 1000), 2);
+    let r = d.reserve(req.clone()).await.expect("reserved");
+    let out = p.prefill(req, r.cached_blocks).await.expect("prefilled");
+    for (i, block) in out.blocks.iter().enumerate() {
+        d.import(r.seq, i as u32, block).expect("imports");
+    }
+    // 1000 tokens x 131072 B at 100 Gb/s: 10.5 ms, though a thousandth of it was exported.
+    let link = profile.transfer_time(1000 * profile.kv_bytes_per_token);
+    assert!(out.blocks.iter().map(|b| b.len()).sum::<usize>() < 200_000);
+    let start = Instant::now();
+    let rx = d.resume(r.seq, out.first_token).await.expect("resumed");
+    let waited = start.elapsed();
+    assert!(
+        waited >= link && waited <= link + Duration::from_millis(1),
+        "{waited:?} vs {link:?}"
+    );
+    collect(rx).await;
+}
+
 #[test]
 fn a_mixed_step_costs_prefill_plus_decode() {
     let profile = SimProfile::builtin("dynamo-mocker").expect("shipped");
@@ -279,7 +308,7 @@ fn a_mixed_step_costs_prefill_plus_decode() {
     let mut batch = Batch::default();
     batch.push(1, 0, 16, &p1, &[0, 1], true);
     batch.kv_blocks_total = 100;
-    batch.kv_blocks_active = 2;
+    batch.kv_blocks_read = 2;
     let mut sampled = vec![None];
     let d = b.step(&batch, &mut sampled).expect("step");
     assert_eq!(
@@ -293,7 +322,7 @@ fn a_mixed_step_costs_prefill_plus_decode() {
     batch.push(1, 16, 16, &[first], &[0, 1], true);
     batch.push(2, 0, 100, &p2[..40], &[2, 3, 4], false);
     batch.kv_blocks_total = 100;
-    batch.kv_blocks_active = 50;
+    batch.kv_blocks_read = 50;
     let mut sampled = vec![None; 2];
     let d = b.step(&batch, &mut sampled).expect("step");
     assert_eq!(d, ms(profile.prefill_ms(40) + profile.decode_ms(1, 0.5)));
@@ -419,4 +448,14 @@ async fn a_request_continued_from_its_streamed_tokens_writes_the_same_tokens() {
             assert_eq!(tokens, expected[cut..], "seed {seed:?}, cut after {cut}");
         }
     }
+}
+
+#[test]
+fn a_step_reads_each_sequences_context_whatever_it_shares() {
+    let mut batch = Batch::default();
+    // Two sequences decoding at position 2000 over the same cached prefix, and a first chunk.
+    batch.push(1, 2000, 1990, &[5], &[], true);
+    batch.push(2, 2000, 1990, &[6], &[], true);
+    batch.push(3, 0, 100, &[7; 40], &[], false);
+    assert_eq!(batch.context_blocks(16), 2 * 126 + 3);
 }

@@ -166,9 +166,17 @@ impl Learner {
                 Stage::Scan { cluster, bit: 1 }
             }
             Stage::Scan { cluster, .. } => {
-                if let (Some(local), Some(remote)) =
-                    (self.scan_local.take(), per_cluster_reward[cluster])
-                {
+                // Every request the remote bit sent was prefilled locally by its decode worker
+                // (it held the prompt): the bit changed no path, so nothing credits remote.
+                let all_held = p
+                    .per_cluster
+                    .get(cluster)
+                    .is_some_and(|&(n, _)| n > 0 && p.per_cluster_held.get(cluster) == Some(&n));
+                if let (Some(local), Some(remote), false) = (
+                    self.scan_local.take(),
+                    per_cluster_reward[cluster],
+                    all_held,
+                ) {
                     if remote > local {
                         self.scan_bits[cluster] = 1;
                     } else if local > remote {
@@ -199,6 +207,7 @@ impl Learner {
             phase,
             bits,
             per_cluster: p.per_cluster.clone(),
+            per_cluster_held: p.per_cluster_held.clone(),
             per_cluster_reward,
             attainment: p.attainment,
             p90_ttft_ms: p.p90_ttft_ms,

@@ -31,6 +31,10 @@ pub trait Evaluator {
 pub struct Period {
     /// Per cluster (K entries): requests completed in the period, and how many met their SLO.
     pub per_cluster: Vec<(u64 /* requests */, u64 /* met */)>,
+    /// Per cluster: of those, requests the router sent remote that their decode worker
+    /// prefilled itself because it held the prompt (the bit did not decide their path); empty
+    /// when the evaluator does not know.
+    pub per_cluster_held: Vec<u64>,
     /// Share of all the period's requests that met their SLO, in [0, 1].
     pub attainment: f64,
     /// P90 time to first token, milliseconds.
@@ -125,6 +129,10 @@ pub struct Round {
     /// rebuild exactly the statistics the interrupted one had.
     #[serde(default)]
     pub per_cluster: Vec<(u64, u64)>,
+    /// Per cluster: requests sent remote that their decode worker held (see
+    /// [`Period::per_cluster_held`]; absent in logs written before it existed).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub per_cluster_held: Vec<u64>,
     /// Per cluster: share of its requests that met the SLO (`None`: no requests).
     pub per_cluster_reward: Vec<Option<f64>>,
     /// Overall attainment of the period.
@@ -269,6 +277,7 @@ fn replayed(
     }
     let p = Period {
         per_cluster: r.per_cluster.clone(),
+        per_cluster_held: r.per_cluster_held.clone(),
         attainment: r.attainment,
         p90_ttft_ms: r.p90_ttft_ms,
         p90_tpot_ms: r.p90_tpot_ms,
@@ -289,6 +298,18 @@ fn check_period(p: &Period, k: usize) -> Result<(), LearnError> {
     if let Some((c, (n, met))) = p.per_cluster.iter().enumerate().find(|(_, (n, m))| m > n) {
         return Err(LearnError::Invalid(format!(
             "cluster {c} has {met} requests meeting the SLO out of {n}"
+        )));
+    }
+    if !p.per_cluster_held.is_empty()
+        && (p.per_cluster_held.len() != k
+            || p.per_cluster_held
+                .iter()
+                .zip(&p.per_cluster)
+                .any(|(h, (n, _))| h > n))
+    {
+        return Err(LearnError::Invalid(format!(
+            "held requests per cluster {:?} do not fit the requests {:?}",
+            p.per_cluster_held, p.per_cluster
         )));
     }
     if !(0.0..=1.0).contains(&p.attainment) {

@@ -16,6 +16,8 @@ struct Synthetic {
     requests: Vec<u64>,
     interaction: f64,
     noise: bool,
+    /// Clusters whose decode workers hold every prompt: sent remote, all are held.
+    held: Vec<bool>,
     seed: u64,
     calls: u64,
 }
@@ -29,6 +31,7 @@ impl Synthetic {
             requests: (0..k).map(|_| rng.random_range(2000..4000)).collect(),
             interaction: 0.02,
             noise: true,
+            held: vec![false; k],
             seed,
             calls: 0,
         }
@@ -73,8 +76,18 @@ impl Evaluator for Synthetic {
             .iter()
             .fold((0, 0), |(a, b), (n, m)| (a + n, b + m));
         let attainment = met as f64 / n as f64;
+        let per_cluster_held = (0..bits.len())
+            .map(|c| {
+                if self.held[c] && bits[c] == 1 {
+                    per_cluster[c].0
+                } else {
+                    0
+                }
+            })
+            .collect();
         Ok(Period {
             per_cluster,
+            per_cluster_held,
             attainment,
             p90_ttft_ms: 4000.0 * (1.5 - attainment),
             p90_tpot_ms: 200.0 * (1.5 - attainment),
@@ -84,6 +97,32 @@ impl Evaluator for Synthetic {
 
 fn run(initial: &[u8], cfg: &SearchConfig, eval: &mut Synthetic) -> SearchResult {
     search(initial, cfg, eval, &[], &mut |_| {}).expect("search")
+}
+
+#[test]
+fn the_scan_does_not_credit_remote_with_requests_their_decode_worker_held() {
+    let cfg = SearchConfig {
+        scan: true,
+        max_rounds: 4,
+        ..SearchConfig::new(2)
+    };
+    // Remote measures far better in cluster 0; the round after its scan shows the bit kept.
+    let scanned = |held: bool| {
+        let mut eval = Synthetic::new(2, 3);
+        eval.opt[0] = 1;
+        eval.held[0] = held;
+        run(&[0, 0], &cfg, &mut eval).history[3].bits[0]
+    };
+    assert_eq!(
+        scanned(false),
+        1,
+        "an ordinary cluster takes the better bit"
+    );
+    assert_eq!(
+        scanned(true),
+        0,
+        "every remote request was held: the path never changed"
+    );
 }
 
 #[test]
@@ -300,6 +339,7 @@ fn k_mismatches_and_bad_periods_are_errors() {
         fn evaluate(&mut self, _: &[u8]) -> Result<Period, LearnError> {
             Ok(Period {
                 per_cluster: vec![(10, 5); 3],
+                per_cluster_held: Vec::new(),
                 attainment: 0.5,
                 p90_ttft_ms: 1.0,
                 p90_tpot_ms: 1.0,

@@ -381,7 +381,13 @@ async fn whole(mut rs: ResponseStream, enc: Encoder) -> Result<Response, ApiErro
         let d = item?;
         text.push_str(&d.text);
         if let Some(f) = d.finish {
-            return Ok(enc.whole(text, f.reason, &f.usage));
+            let mut resp = enc.whole(text, f.reason, &f.usage);
+            // Known once the decode worker answered: only a whole response can carry it.
+            resp.headers_mut().insert(
+                HeaderName::from_static("x-dolphin-prefill-path"),
+                HeaderValue::from_static(rs.path().as_str()),
+            );
+            return Ok(resp);
         }
     }
     Err(ApiError::from(crate::error::DispatchError::Truncated {

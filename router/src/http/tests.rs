@@ -160,6 +160,7 @@ async fn completion_whole() {
     assert!(v["id"].as_str().expect("id").starts_with("cmpl-"));
     assert_eq!(headers["x-dolphin-decode-worker"], "d1");
     assert_eq!(headers["x-dolphin-prefill-mode"], "local");
+    assert_eq!(headers["x-dolphin-prefill-path"], "local");
     let sent = fake.state.calls.lock()[0].clone();
     assert_eq!(sent.token_ids, SimTokenizer.encode("hello"));
     let sampling = sent.sampling.expect("sampling");

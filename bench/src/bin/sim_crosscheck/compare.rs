@@ -269,6 +269,7 @@ pub(crate) mod tests {
             cluster: None,
             remote,
             fell_back: false,
+            held: false,
             ok: true,
             met: false,
             met_each: false,
