@@ -351,7 +351,10 @@ pub fn fit(args: &FitArgs) -> Result<(RoutingTable, String), TablesError> {
         features: [true; 4],
         reward: Reward::E2e,
     };
-    let r = fit_table(&log.records, &cfg)?;
+    let mut r = fit_table(&log.records, &cfg)?;
+    // Bits set, not learned: no evidence, so the router takes them as given (`dolphinctl
+    // learn` measures the bits and keeps the evidence).
+    r.table.evidence.clear();
     let mut s = format!(
         "fitted {} {} clusters for split {} on {} requests ({} unparsable lines skipped)\n",
         r.table.k,

@@ -11,6 +11,7 @@ use dolphin_router::dolphin::table::{
     ClusterMethod, ClusterModel, FEATURE_NAMES, N_FEATURES, Provenance, Reward, RoutingTable,
     TABLE_SCHEMA_VERSION, TableSlo,
 };
+use dolphin_router::dolphin::trust::ClusterEvidence;
 use dolphin_router::policy::{Decision, Policy, PoolState, ThresholdConfig};
 
 use crate::error::LearnError;
@@ -137,6 +138,7 @@ pub fn fit_table(records: &[LogRecord], cfg: &FitConfig) -> Result<FitReport, Le
         standardizer,
         model,
         bits: vec![0; cfg.k],
+        evidence: Vec::new(),
         provenance: Provenance {
             workload: cfg.workload.clone(),
             date: stats::now_rfc3339(),
@@ -160,9 +162,11 @@ pub fn fit_table(records: &[LogRecord], cfg: &FitConfig) -> Result<FitReport, Le
         _ => Policy::Threshold(ThresholdConfig::default()),
     };
     let idle = PoolState::IDLE;
+    let mut ranges = vec![0.0f64; k];
     for r in &used {
-        let (c, _) = compiled.lookup(&r.features);
+        let (c, distance) = compiled.locate(&r.features);
         sizes[c] += 1;
+        ranges[c] = ranges[c].max(distance);
         remote[c] += usize::from(rule.decide(&r.features, idle) == Decision::Remote);
         if let Some(ok) = r.slo_met {
             judged[c] += 1;
@@ -183,6 +187,22 @@ pub fn fit_table(records: &[LogRecord], cfg: &FitConfig) -> Result<FitReport, Le
         InitBits::Local => vec![0; k],
         InitBits::Remote => vec![1; k],
         InitBits::Explicit(b) => b.clone(),
+    };
+    // The evidence a learned bit will carry: its training requests and range now, its reward
+    // margin once learning has measured both paths. Bits an operator gives carry none (the
+    // router takes them as given), nor do tables that are fitted and not learned
+    // (`dolphinctl tables fit` drops it).
+    table.evidence = match &cfg.bits {
+        InitBits::Explicit(_) => Vec::new(),
+        _ => sizes
+            .iter()
+            .zip(&ranges)
+            .map(|(&n, &range)| ClusterEvidence {
+                requests: n as u64,
+                margin: None,
+                range,
+            })
+            .collect(),
     };
     table.provenance.notes = match &cfg.bits {
         InitBits::Threshold(_) => {
@@ -259,9 +279,26 @@ mod tests {
             for (bit, share) in r.table.bits.iter().zip(&r.threshold_remote_share) {
                 assert_eq!(*bit == 1, *share > 0.5);
             }
+            // Every cluster's evidence: its training requests, and a range that holds each
+            // of them (no margin before learning).
+            let sizes: Vec<u64> = r.table.evidence.iter().map(|e| e.requests).collect();
+            let expected: Vec<u64> = r.cluster_sizes.iter().map(|&n| n as u64).collect();
+            assert_eq!(sizes, expected);
+            assert!(r.table.evidence.iter().all(|e| e.margin.is_none()));
+            for rec in &log {
+                let (cl, d) = c.locate(&rec.features);
+                assert!(d <= r.table.evidence[cl].range + 1e-9, "{method:?}");
+            }
         }
         let r = fit_table(&log, &cfg(ClusterMethod::Kmeans, InitBits::Remote)).expect("fit");
         assert_eq!(r.table.bits, vec![1; 4]);
+        // An operator's bits carry no evidence: the router takes them as given.
+        let r = fit_table(
+            &log,
+            &cfg(ClusterMethod::Kmeans, InitBits::Explicit(vec![0, 1, 0, 1])),
+        )
+        .expect("fit");
+        assert!(r.table.evidence.is_empty());
         let bad = fit_table(
             &log,
             &cfg(ClusterMethod::Kmeans, InitBits::Explicit(vec![1])),

@@ -6,7 +6,7 @@ use dolphin_router::policy::{Decision, Features, PrefillPath};
 use dolphin_workload::{RequestOutcome, Summary};
 
 use crate::log::LogRecord;
-use crate::search::{Period, SearchResult};
+use crate::search::{Period, Round, SearchResult};
 
 /// The request-log view of replayed requests: their four features, lengths, path and whether
 /// they met the SLO. Failed requests are kept with outcome `"error"` (fitting skips them).
@@ -80,8 +80,41 @@ pub fn period_of(outcomes: &[RequestOutcome], k: usize, reward: Reward) -> Perio
     }
 }
 
+/// `table` as a learning period serves it: with `bits`, and without its evidence, so the router
+/// takes every bit (a period measures the bits themselves; see `dolphin_router::dolphin::trust`).
+pub fn under_measurement(table: &RoutingTable, bits: &[u8]) -> RoutingTable {
+    let mut t = table.clone();
+    t.bits = bits.to_vec();
+    t.evidence.clear();
+    t
+}
+
+/// Per cluster, the reward of bit `bits[c]` minus the other bit's, each pooled over every round
+/// of `history` that measured it (`None` where the other bit was never measured).
+pub fn margins(history: &[Round], bits: &[u8]) -> Vec<Option<f64>> {
+    let mut pooled = vec![[(0u64, 0u64); 2]; bits.len()];
+    for r in history {
+        for (c, (&b, &(n, met))) in r.bits.iter().zip(&r.per_cluster).enumerate() {
+            if let Some(p) = pooled.get_mut(c) {
+                p[usize::from(b.min(1))].0 += n;
+                p[usize::from(b.min(1))].1 += met;
+            }
+        }
+    }
+    let mean = |(n, met): (u64, u64)| (n > 0).then(|| met as f64 / n as f64);
+    pooled
+        .iter()
+        .zip(bits)
+        .map(|(p, &b)| {
+            let b = usize::from(b.min(1));
+            Some(mean(p[b])? - mean(p[1 - b])?)
+        })
+        .collect()
+}
+
 /// `table` with the learned bits and its provenance: rounds run, the per-cluster rewards of the
-/// round that found the bits (a cluster without requests in it gets 0), and how it was learned.
+/// round that found the bits (a cluster without requests in it gets 0), and how it was learned;
+/// its evidence (if the fit recorded any) gains each bit's reward margin over the other path.
 pub fn learned_table(mut table: RoutingTable, result: &SearchResult, how: &str) -> RoutingTable {
     table.bits = result.bits.clone();
     table.provenance.rounds = result.rounds;
@@ -95,6 +128,10 @@ pub fn learned_table(mut table: RoutingTable, result: &SearchResult, how: &str) 
             .iter()
             .map(|r| r.unwrap_or(0.0))
             .collect();
+    }
+    let margins = margins(&result.history, &table.bits);
+    for (e, m) in table.evidence.iter_mut().zip(margins) {
+        e.margin = m;
     }
     table.provenance.notes = format!(
         "bits learned by measurement ({how}), reward {}: {} rounds, best found in round {}, attainment {:.4}",
@@ -149,6 +186,34 @@ mod tests {
         assert_eq!(logs[2].decision, Some(Decision::Remote));
         assert_eq!(logs[2].path_taken(), Some(PrefillPath::Remote));
         assert_eq!(logs[0].path_taken(), Some(PrefillPath::Local));
+    }
+
+    #[test]
+    fn margins_pool_every_round_that_measured_each_bit() {
+        let round = |bits: Vec<u8>, per_cluster: Vec<(u64, u64)>| Round {
+            round: 0,
+            phase: crate::search::Phase::Refine,
+            bits,
+            per_cluster,
+            per_cluster_held: Vec::new(),
+            per_cluster_reward: Vec::new(),
+            attainment: 0.0,
+            p90_ttft_ms: 0.0,
+            p90_tpot_ms: 0.0,
+            best_bits: Vec::new(),
+            best_attainment: 0.0,
+            improved: false,
+        };
+        let history = [
+            round(vec![0, 1], vec![(10, 5), (10, 9)]),
+            round(vec![1, 1], vec![(10, 8), (10, 7)]),
+            round(vec![1, 1], vec![(10, 6), (10, 8)]),
+        ];
+        let m = margins(&history, &[1, 1]);
+        // Cluster 0: remote 14/20 against local 5/10; cluster 1 never measured local.
+        assert!((m[0].expect("both measured") - 0.2).abs() < 1e-12);
+        assert_eq!(m[1], None);
+        assert!((margins(&history, &[0, 1])[0].expect("both") + 0.2).abs() < 1e-12);
     }
 
     #[test]

@@ -13,7 +13,7 @@ use dolphin_workload::{Arrivals, RequestOutcome, Slo, Workload};
 
 use crate::error::LearnError;
 use crate::fit::{FitConfig, FitReport, fit_table};
-use crate::measure::{learned_table, period_of, records_from_outcomes};
+use crate::measure::{learned_table, period_of, records_from_outcomes, under_measurement};
 use crate::search::{Evaluator, Period, Round, SearchConfig, SearchResult, search};
 
 /// A workload bound to a simulated cluster.
@@ -84,8 +84,7 @@ impl<'a> SimEvaluator<'a> {
 
 impl Evaluator for SimEvaluator<'_> {
     fn evaluate(&mut self, bits: &[u8]) -> Result<Period, LearnError> {
-        let mut table = self.table.clone();
-        table.bits = bits.to_vec();
+        let table = under_measurement(&self.table, bits);
         let k = table.k;
         let compiled = CompiledTable::compile(table)?;
         let outcomes = self

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use clap::Parser;
 
+use crate::dolphin::trust::TrustConfig;
 use crate::policy::{
     DolphinConfig, FallbackKind, Policy, PolicyKind, ThresholdConfig, ThresholdVariant,
 };
@@ -74,6 +75,9 @@ pub struct RouterConfig {
         default_value = "threshold"
     )]
     pub fallback_policy: FallbackKind,
+    /// `--policy dolphin`: when a table's bit is trusted (the rest go to the fallback).
+    #[command(flatten)]
+    pub trust_flags: TrustArgs,
     /// Tokenizer (must match the workers').
     #[arg(long, env = "DOLPHIN_TOKENIZER", value_enum, default_value = "sim")]
     pub tokenizer: TokenizerKind,
@@ -173,6 +177,9 @@ impl RouterConfig {
         if self.served_model().trim().is_empty() {
             return bad("--model must not be empty".into());
         }
+        if let Err(e) = self.trust_flags.config().validate() {
+            return bad(format!("table trust flags: {e}"));
+        }
         if self.tokenizer != TokenizerKind::Sim && self.model_path.is_none() {
             return bad("--tokenizer gguf and hf need --model-path".into());
         }
@@ -244,6 +251,7 @@ impl RouterConfig {
             PolicyKind::Dolphin => Policy::Dolphin(DolphinConfig {
                 fallback: self.fallback_policy,
                 threshold: self.threshold(),
+                trust: self.trust_flags.config(),
             }),
         }
     }
@@ -328,6 +336,44 @@ impl ThresholdArgs {
             prefill_busy_threshold: self.prefill_busy_threshold,
             decode_busy_threshold: self.decode_busy_threshold,
             non_cached_tokens: self.non_cached_tokens,
+        }
+    }
+}
+
+/// When the `dolphin` policy takes a table's bit (see `dolphin::trust`): flags shared by the
+/// router and `dolphinctl replay --target sim`.
+#[derive(Clone, Debug, PartialEq, clap::Args)]
+pub struct TrustArgs {
+    /// Take every bit of a table, whatever its evidence and however far a request lies from its
+    /// cluster (tables without evidence are always taken).
+    #[arg(long, env = "DOLPHIN_TABLE_TRUST_ALL")]
+    pub table_trust_all: bool,
+    /// Fewest training requests behind a bit; a cluster with fewer is routed by the fallback.
+    #[arg(long, env = "DOLPHIN_TABLE_MIN_REQUESTS", default_value_t = 20)]
+    pub table_min_requests: u64,
+    /// Smallest reward margin of a bit over the other path (-1..=1); below it, or with no
+    /// measured margin, the cluster is routed by the fallback.
+    #[arg(
+        long,
+        env = "DOLPHIN_TABLE_MIN_MARGIN",
+        default_value_t = 0.0,
+        allow_hyphen_values = true
+    )]
+    pub table_min_margin: f64,
+    /// A request farther from its cluster's centre than this times the cluster's training
+    /// range (at least 1) is routed by the fallback.
+    #[arg(long, env = "DOLPHIN_TABLE_RANGE_SLACK", default_value_t = 1.5)]
+    pub table_range_slack: f64,
+}
+
+impl TrustArgs {
+    /// The settings these flags give.
+    pub fn config(&self) -> TrustConfig {
+        TrustConfig {
+            enabled: !self.table_trust_all,
+            min_requests: self.table_min_requests,
+            min_margin: self.table_min_margin,
+            range_slack: self.table_range_slack,
         }
     }
 }

@@ -620,6 +620,10 @@ fn count_dolphin_decision(route: &RouteDecision) {
         DecidedBy::Fallback(f) => {
             metrics::counter!(m::DOLPHIN_FALLBACK_TOTAL, "fallback" => f.as_str()).increment(1);
         }
+        DecidedBy::Distrusted(_, why) => metrics::counter!(m::DOLPHIN_DISTRUSTED_TOTAL,
+            "cluster" => m::cluster_label(route.cluster),
+            "reason" => why.as_str())
+        .increment(1),
         DecidedBy::Forced | DecidedBy::Policy(_) => {}
     }
 }

@@ -59,6 +59,10 @@ pub const DOLPHIN_DECISIONS_TOTAL: &str = "dolphin_router_dolphin_decisions_tota
 /// Decisions of the `dolphin` policy made by its fallback because the live split has no table,
 /// by `fallback` (threshold, always-local, always-remote).
 pub const DOLPHIN_FALLBACK_TOTAL: &str = "dolphin_router_dolphin_fallback_decisions_total";
+/// Requests of the `dolphin` policy routed by its fallback because the table's bit was not
+/// trusted for them, by `cluster` and `reason` (out_of_range: beyond the cluster's training
+/// range; thin_evidence: too few training requests or too small a margin behind the bit).
+pub const DOLPHIN_DISTRUSTED_TOTAL: &str = "dolphin_router_dolphin_distrusted_total";
 /// 1 when the live split has a routing table loaded, else 0.
 pub const TABLE_ACTIVE: &str = "dolphin_router_table_active";
 /// Swaps of the loaded routing tables.
@@ -109,6 +113,7 @@ pub const ALL: &[&str] = &[
     PAIRS_REFUSED_TOTAL,
     REQUEST_LOG_DROPPED_TOTAL,
     DOLPHIN_DECISIONS_TOTAL,
+    DOLPHIN_DISTRUSTED_TOTAL,
     DOLPHIN_FALLBACK_TOTAL,
     TABLE_ACTIVE,
     TABLE_SWAPS_TOTAL,
@@ -124,6 +129,10 @@ pub fn describe() {
     describe_counter!(
         DOLPHIN_FALLBACK_TOTAL,
         "Dolphin decisions made by the fallback policy (no table for the live split)."
+    );
+    describe_counter!(
+        DOLPHIN_DISTRUSTED_TOTAL,
+        "Dolphin decisions made by the fallback policy because the table's bit was not trusted."
     );
     describe_gauge!(
         TABLE_ACTIVE,

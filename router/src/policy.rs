@@ -6,6 +6,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::dolphin::trust::{Distrust, TrustConfig};
+
 /// What the router knows about a request when it decides its path.
 ///
 /// A learned `dolphin` policy will cluster exactly these numbers, so they are computed for every
@@ -271,11 +273,15 @@ pub enum DecidedBy {
     Table,
     /// The `dolphin` policy's fallback: the live split has no table.
     Fallback(FallbackKind),
+    /// The `dolphin` policy's fallback: the table's bit was not trusted for this request (its
+    /// cluster's evidence is thin, or the request lies beyond the cluster's training range).
+    Distrusted(FallbackKind, Distrust),
 }
 
 impl DecidedBy {
     /// The label clients and logs see (`RoutingInfo.policy`, `x-dolphin-policy`, the request
-    /// log): "forced", a policy's name, "dolphin", or "dolphin-fallback/<policy>".
+    /// log): "forced", a policy's name, "dolphin", "dolphin-fallback/<policy>" or
+    /// "dolphin-distrusted/<policy>".
     pub fn label(self) -> &'static str {
         match self {
             DecidedBy::Forced => "forced",
@@ -286,6 +292,13 @@ impl DecidedBy {
             DecidedBy::Fallback(FallbackKind::AlwaysLocal) => "dolphin-fallback/always-local",
             DecidedBy::Fallback(FallbackKind::AlwaysRemote) => "dolphin-fallback/always-remote",
             DecidedBy::Fallback(FallbackKind::Threshold) => "dolphin-fallback/threshold",
+            DecidedBy::Distrusted(FallbackKind::AlwaysLocal, _) => {
+                "dolphin-distrusted/always-local"
+            }
+            DecidedBy::Distrusted(FallbackKind::AlwaysRemote, _) => {
+                "dolphin-distrusted/always-remote"
+            }
+            DecidedBy::Distrusted(FallbackKind::Threshold, _) => "dolphin-distrusted/threshold",
         }
     }
 }
@@ -298,6 +311,8 @@ pub struct DolphinConfig {
     pub fallback: FallbackKind,
     /// Parameters of a threshold fallback.
     pub threshold: ThresholdConfig,
+    /// When a table's bit is trusted; the others go to the fallback.
+    pub trust: TrustConfig,
 }
 
 impl Default for DolphinConfig {
@@ -305,6 +320,7 @@ impl Default for DolphinConfig {
         Self {
             fallback: FallbackKind::Threshold,
             threshold: ThresholdConfig::default(),
+            trust: TrustConfig::default(),
         }
     }
 }

@@ -12,6 +12,7 @@
 use std::sync::Arc;
 
 use crate::dolphin::CompiledTable;
+use crate::dolphin::trust::TrustConfig;
 use crate::policy::{DecidedBy, Decision, DolphinConfig, Features, Policy, PoolState};
 
 /// The chosen prefill worker, as the decision sees it.
@@ -112,7 +113,8 @@ pub enum RouteError {
 /// - `force` (a caller's explicit choice) wins; forcing remote with no prefill worker fails.
 /// - With no prefill worker the decision is local (the features and cluster are still reported).
 /// - Under [`Policy::Dolphin`], `table` (the live split's) decides; without one, the policy's
-///   fallback does ([`DecidedBy::Fallback`]).
+///   fallback does ([`DecidedBy::Fallback`]), and so it does for a request whose cluster's bit
+///   the policy's [`TrustConfig`] distrusts ([`DecidedBy::Distrusted`]).
 /// - Any other policy decides by its rule; `table`, if given, only names the cluster.
 pub fn route(
     input: &RouteInput,
@@ -131,8 +133,15 @@ pub fn decide(
     table: Option<TableRef<'_>>,
     force: Option<Decision>,
 ) -> Result<Route, RouteError> {
-    let looked_up = table.map(|t| (t, t.table.lookup(&features)));
-    let cluster = looked_up.and_then(|(_, (c, _))| u32::try_from(c).ok());
+    let trust = match policy {
+        Policy::Dolphin(cfg) => cfg.trust,
+        _ => TrustConfig {
+            enabled: false,
+            ..TrustConfig::default()
+        },
+    };
+    let looked_up = table.map(|t| (t, t.table.lookup_checked(&features, &trust)));
+    let cluster = looked_up.and_then(|(_, (c, ..))| u32::try_from(c).ok());
     let mut table_version = None;
     let (decision, decided_by) = match (force, policy) {
         (Some(Decision::Remote), _) if !pools.available => {
@@ -140,7 +149,11 @@ pub fn decide(
         }
         (Some(d), _) => (d, DecidedBy::Forced),
         (None, Policy::Dolphin(cfg)) => match looked_up {
-            Some((t, (_, bit))) => {
+            Some((_, (_, _, Some(why)))) => {
+                let (decision, _) = fallback(cfg, &features, pools);
+                (decision, DecidedBy::Distrusted(cfg.fallback, why))
+            }
+            Some((t, (_, bit, None))) => {
                 table_version = t.version.cloned();
                 let decision = if pools.available {
                     bit

@@ -100,6 +100,80 @@ fn the_table_decides_under_dolphin_with_its_version_and_cluster() {
 }
 
 #[test]
+fn bits_without_evidence_and_requests_out_of_range_go_to_the_fallback() {
+    use crate::dolphin::trust::{ClusterEvidence, Distrust, TrustConfig};
+    // Short requests (cluster 0) lie 3.2 from its centroid, long ones (cluster 1) 5.0.
+    let with = |evidence: [(u64, f64); 2]| {
+        let mut t = kmeans_table(Split::new(1, 1), [0, 1]);
+        t.evidence = evidence
+            .iter()
+            .map(|&(requests, range)| ClusterEvidence {
+                requests,
+                margin: Some(0.1),
+                range,
+            })
+            .collect();
+        CompiledTable::compile(t).expect("compiles")
+    };
+    let cfg = DolphinConfig {
+        fallback: FallbackKind::AlwaysLocal,
+        ..DolphinConfig::default()
+    };
+    let dolphin = Policy::Dolphin(cfg);
+    let decide = |t: &CompiledTable, isl: u32, policy: &Policy| {
+        let r = route(
+            &input(isl, IDLE),
+            policy,
+            Some(TableRef {
+                table: t,
+                version: None,
+            }),
+            None,
+        )
+        .expect("routes");
+        (r.decision, r.decided_by, r.cluster)
+    };
+    // Cluster 1 has 5 training requests: its remote bit is not taken.
+    let t = with([(100, 4.0), (5, 6.0)]);
+    assert_eq!(
+        decide(&t, 5000, &dolphin),
+        (
+            Decision::Local,
+            DecidedBy::Distrusted(FallbackKind::AlwaysLocal, Distrust::ThinEvidence),
+            Some(1)
+        )
+    );
+    assert_eq!(
+        decide(&t, 10, &dolphin),
+        (Decision::Local, DecidedBy::Table, Some(0))
+    );
+    // Cluster 0 trained within 1.0 of its centroid: 3.2 is beyond 1.5 times that.
+    let t = with([(100, 1.0), (100, 6.0)]);
+    assert_eq!(
+        decide(&t, 10, &dolphin).1,
+        DecidedBy::Distrusted(FallbackKind::AlwaysLocal, Distrust::OutOfRange)
+    );
+    assert_eq!(
+        decide(&t, 5000, &dolphin),
+        (Decision::Remote, DecidedBy::Table, Some(1))
+    );
+    // Checks off: every bit is taken.
+    let all = Policy::Dolphin(DolphinConfig {
+        trust: TrustConfig {
+            enabled: false,
+            ..TrustConfig::default()
+        },
+        ..cfg
+    });
+    assert_eq!(decide(&t, 10, &all).1, DecidedBy::Table);
+    // Another policy never distrusts: the table only names the cluster.
+    assert_eq!(
+        decide(&t, 10, &Policy::AlwaysRemote).1,
+        DecidedBy::Policy(PolicyKind::AlwaysRemote)
+    );
+}
+
+#[test]
 fn without_a_table_dolphin_falls_back() {
     let cfg = DolphinConfig {
         fallback: FallbackKind::AlwaysRemote,

@@ -310,6 +310,7 @@ fn table(
         },
         model,
         bits: (0..K).map(|i| (i % 2) as u8).collect(),
+        evidence: Vec::new(),
         provenance: Provenance {
             workload: "bench".into(),
             date: String::new(),

@@ -1,15 +1,19 @@
 //! The simulator experiments of `docs/results.md`, on the 72B-like profile (`qwen72b-h20`):
 //! TaiChi's flip, the learned table against Dynamo's rules and the fixed policies on mixed and
-//! real-trace workloads and on each single-type workload, and the ablations (K, no scan, no
-//! output-length feature, k-means against GMM). Writes `docs/results/results.json`, the charts
-//! (`docs/results/*.png`) and the tables (`docs/results/tables.md`), and prints the tables.
+//! real-trace workloads and on each single-type workload, at operating points below
+//! saturation (where Dynamo 1.6 meets the SLO for 50, 80 and 95% of requests), the step
+//! limits' TTFT/TPOT trade, tables serving traffic unlike their training traffic, and the
+//! ablations (K, no scan, no output-length feature, k-means against GMM). Writes
+//! `docs/results/results.json`, the charts (`docs/results/*.png`) and the tables
+//! (`docs/results/tables.md`), and prints the tables.
 //!
 //! ```sh
-//! cargo run --release -p dolphin-bench --bin paper_results            # about a minute
+//! cargo run --release -p dolphin-bench --bin paper_results            # about 4 minutes
 //! ```
 //!
 //! Every table is learned on one sample of a workload (seed 1, or the trace's first N rows) and
-//! measured on another (seed 2, or the next N rows), under closed-loop (saturated) load.
+//! measured on another (seed 2, or the next N rows): under closed-loop (saturated) load in the
+//! comparisons, at the loads found by bisection in the operating points.
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -17,8 +21,10 @@ use std::path::PathBuf;
 use clap::Parser;
 use dolphin_bench::BenchError;
 use dolphin_bench::experiments::{
-    Ablation, Baseline, Comparison, FlipRow, Setup, ablations, attainment_bars, best_baseline,
-    cdfs, change_pct, flip, learn, run_baseline, run_table,
+    Ablation, Baseline, Comparison, FlipRow, LoadKind, OperatingPoint, Setup, ShiftRow,
+    StepLimitRow, ablations, attainment_bars, best_baseline, cdfs, change_pct, find_load, flip,
+    learn, operating_points, operating_table, run_baseline, run_table, split, step_limit_trade,
+    traffic_shift,
 };
 use dolphin_engine::SimProfile;
 use dolphin_learn::fit::FitConfig;
@@ -64,6 +70,13 @@ struct Args {
     /// The Mooncake conversation trace.
     #[arg(long, default_value = "../shared/traces/mooncake-conversation.jsonl")]
     mooncake: PathBuf,
+    /// The Azure conversation trace (served in the traffic-shift experiment).
+    #[arg(long, default_value = "../shared/traces/azure-conv-2023.csv")]
+    azure: PathBuf,
+    /// Operating points: the shares of requests Dynamo 1.6 meets the SLO for at the loads
+    /// where every policy is compared (empty: no operating points).
+    #[arg(long, value_delimiter = ',', default_value = "0.5,0.8,0.95")]
+    operating_targets: Vec<f64>,
 }
 
 #[derive(Serialize)]
@@ -75,6 +88,9 @@ struct Results {
     slo: Slo,
     flip: Vec<FlipRow>,
     comparisons: Vec<Comparison>,
+    operating_points: Vec<OperatingPoint>,
+    step_limits: Vec<StepLimitRow>,
+    traffic_shift: Vec<ShiftRow>,
     ablations: Vec<Ablation>,
 }
 
@@ -112,25 +128,34 @@ fn run(args: Args) -> Result<(), BenchError> {
         return Ok(());
     }
 
+    let mixed = [
+        ("hybrid", "3p1d"),
+        ("hybrid", "2p2d"),
+        ("mooncake", "3p1d"),
+        ("mooncake", "2p2d"),
+    ];
     let mut comparisons = Vec::new();
     let mooncake =
         trace::mooncake(&args.mooncake).map_err(|e| BenchError::Experiment(e.to_string()))?;
+    let azure = trace::azure(&args.azure).map_err(|e| BenchError::Experiment(e.to_string()))?;
     let samples = |name: &str| -> Result<(Workload, Workload), BenchError> {
         let n = args.requests;
-        Ok(match name {
-            "mooncake" => {
-                let mut train = mooncake.clone();
-                let mut test = mooncake.clone();
-                if mooncake.requests.len() < 2 * n {
-                    return Err(BenchError::Experiment(format!(
-                        "the Mooncake trace has fewer than {} rows",
-                        2 * n
-                    )));
-                }
-                train.requests = mooncake.requests[..n].to_vec();
-                test.requests = mooncake.requests[n..2 * n].to_vec();
-                (train, test)
+        // A trace's training sample is its first n rows, its test sample the next n.
+        let rows = |w: &Workload, name: &str| -> Result<(Workload, Workload), BenchError> {
+            if w.requests.len() < 2 * n {
+                return Err(BenchError::Experiment(format!(
+                    "the {name} trace has fewer than {} rows",
+                    2 * n
+                )));
             }
+            let (mut train, mut test) = (w.clone(), w.clone());
+            train.requests = w.requests[..n].to_vec();
+            test.requests = w.requests[n..2 * n].to_vec();
+            Ok((train, test))
+        };
+        Ok(match name {
+            "azure" => rows(&azure, name)?,
+            "mooncake" => rows(&mooncake, name)?,
             "arxiv" => (synthetic::arxiv(n, 1), synthetic::arxiv(n, 2)),
             "leval" => (synthetic::leval(n, 1), synthetic::leval(n, 2)),
             "humaneval" => (synthetic::humaneval(n, 1), synthetic::humaneval(n, 2)),
@@ -151,17 +176,9 @@ fn run(args: Args) -> Result<(), BenchError> {
             "\n### The learned table against the best baseline, {concurrency} in flight\n\nThe baseline with the highest attainment in each setting (of the {} above), and the learned table's attainment and P90 changes against it.\n\n| workload | split | best baseline | its attainment | learned | P90 TTFT | P90 TPOT |\n|---|---|---|---|---|---|---|\n",
             Baseline::ALL.len()
         );
-        let mixed = [
-            ("hybrid", "3p1d"),
-            ("hybrid", "2p2d"),
-            ("mooncake", "3p1d"),
-            ("mooncake", "2p2d"),
-        ];
         let single = [("arxiv", "3p1d"), ("leval", "3p1d"), ("humaneval", "3p1d")];
-        for (name, split) in mixed.iter().chain(&single) {
-            let split: Split = split
-                .parse()
-                .map_err(|e| BenchError::Experiment(format!("{e}")))?;
+        for (name, split_name) in mixed.iter().chain(&single) {
+            let split = split(split_name)?;
             let s = setup(split, concurrency);
             let (train, test) = samples(name)?;
             let learned = learn(
@@ -263,6 +280,77 @@ fn run(args: Args) -> Result<(), BenchError> {
     }
     attainment_bars(&args.out, &comparisons)?;
 
+    let mut operating = Vec::new();
+    if !args.operating_targets.is_empty() {
+        for (name, s) in mixed {
+            // The arrivals are set per point.
+            let base = setup(split(s)?, 1);
+            operating.extend(operating_points(
+                &base,
+                name,
+                &samples(name)?,
+                &args.operating_targets,
+            )?);
+        }
+        let _ = writeln!(
+            md,
+            "\n## Operating points\n\nThe loads at which Dynamo 1.6 meets the SLO ({} ms TTFT / {} ms TPOT, end to end) for {} of the requests, found by bisection on the test sample (Poisson arrivals in requests per second, and a closed loop in requests in flight); at each, the {} baselines and a table learned at that load on the training sample. The paper's claim to check: at the 80% load, P90 TTFT at least 5.7% and P90 TPOT at least 2.6% below Dynamo 1.6.\n",
+            slo.ttft_ms,
+            slo.tpot_ms,
+            args.operating_targets
+                .iter()
+                .map(|t| format!("{:.0}%", t * 100.0))
+                .collect::<Vec<_>>()
+                .join(", "),
+            Baseline::ALL.len()
+        );
+        operating_table(&operating, &mut md);
+    }
+
+    // The step limits' trade, at the load where Dynamo 1.6 meets 80% on Hybrid 2p2d.
+    let hybrid = samples("hybrid")?;
+    let trade_split = Split::new(2, 2);
+    let base = setup(trade_split, 1);
+    let mut step_limits = Vec::new();
+    if let Some(load) = find_load(&base, &hybrid.1, LoadKind::Poisson, 0.8)? {
+        let _ = writeln!(
+            md,
+            "\n## Step limits: the TTFT/TPOT trade\n\nHybrid on {trade_split} at {load:.2} requests per second (Poisson; Dynamo 1.6 meets 80% there with no caps), every engine with the given caps: the most prompt tokens of one request per step (`--prefill-chunk-tokens`) and the most prompt tokens in a step that also decodes (`--mixed-prefill-tokens`), within the 2048-token step.\n"
+        );
+        let s = Setup {
+            arrivals: LoadKind::Poisson.arrivals(load, 2),
+            ..base
+        };
+        step_limits = step_limit_trade(
+            &s,
+            &hybrid.1,
+            &[(0, 0), (512, 0), (0, 1024), (0, 512), (0, 256)],
+            &[Baseline::AlwaysLocal, Baseline::Dynamo16],
+            &mut md,
+        )?;
+    }
+
+    // Traffic shift: tables learned on one workload serving another.
+    let _ = writeln!(
+        md,
+        "\n## Traffic that differs from the training traffic\n\nA table learned (K=8, e2e reward) on one workload's training sample serves another workload's test sample, 3p1d, closed loop at 16 in flight: with every bit taken (`--table-trust-all`), with the range check alone (`--table-min-requests 0 --table-min-margin -1`: a request farther than 1.5 times its cluster's training range from its centre is routed by the fallback, Dynamo 1.6's rule), and with the router's default checks (the range check, and a bit needs 20 training requests and a non-negative reward margin). Attainment, change against Dynamo 1.6 on the same traffic in points.\n"
+    );
+    let shift = traffic_shift(
+        &setup(Split::new(3, 1), 16),
+        &[
+            ("hybrid", "hybrid"),
+            ("hybrid", "mooncake"),
+            ("mooncake", "mooncake"),
+            ("mooncake", "azure"),
+            ("mooncake", "hybrid"),
+            ("mooncake", "arxiv"),
+            ("mooncake", "leval"),
+            ("mooncake", "humaneval"),
+        ],
+        &samples,
+        &mut md,
+    )?;
+
     let ablations = ablations(
         &setup(Split::new(3, 1), args.ablation_concurrency),
         &samples("hybrid")?,
@@ -279,6 +367,9 @@ fn run(args: Args) -> Result<(), BenchError> {
         slo,
         flip,
         comparisons,
+        operating_points: operating,
+        step_limits,
+        traffic_shift: shift,
         ablations,
     };
     let json = args.out.join("results.json");

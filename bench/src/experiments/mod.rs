@@ -19,10 +19,17 @@ use crate::BenchError;
 mod ablation;
 mod charts;
 mod flip;
+mod operating;
+mod shift;
 
 pub use ablation::{Ablation, ablations};
 pub use charts::{attainment_bars, cdfs};
 pub use flip::{FlipRow, flip};
+pub use operating::{
+    LoadKind, OperatingPoint, StepLimitRow, find_load, operating_points, operating_table, split,
+    step_limit_trade,
+};
+pub use shift::{ShiftRow, traffic_shift};
 
 /// Where and how a workload is replayed.
 #[derive(Clone, Debug)]

@@ -243,8 +243,7 @@ pub struct LiveEvaluator<'a> {
 
 impl Evaluator for LiveEvaluator<'_> {
     fn evaluate(&mut self, bits: &[u8]) -> Result<Period, dolphin_learn::LearnError> {
-        let mut table = self.table.clone();
-        table.bits = bits.to_vec();
+        let table = dolphin_learn::measure::under_measurement(&self.table, bits);
         let k = table.k;
         let target = &mut *self.target;
         let outcomes = self

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
-use dolphin_router::config::ThresholdArgs;
+use dolphin_router::config::{ThresholdArgs, TrustArgs};
 use dolphin_router::dolphin::Split;
 use dolphin_workload::{Arrivals, Slo, WorkloadSource, WorkloadSpec};
 use serde::Serialize;
@@ -87,6 +87,9 @@ pub struct ReplayArgs {
     /// Sim: the threshold rule and its parameters (the router's flags).
     #[command(flatten)]
     pub threshold: ThresholdArgs,
+    /// Sim, `--policy dolphin`: when a table's bit is trusted (the router's flags).
+    #[command(flatten)]
+    pub trust: TrustArgs,
     /// Write the config, the summary and every request's outcome as JSON to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -279,11 +282,16 @@ impl ReplayArgs {
                 threshold
                     .validate()
                     .map_err(|e| usage(format!("threshold flags: {e}")))?;
+                let trust = self.trust.config();
+                trust
+                    .validate()
+                    .map_err(|e| usage(format!("table trust flags: {e}")))?;
                 let cfg = SimTargetConfig::load(
                     split,
                     profile,
                     policy,
                     threshold,
+                    trust,
                     self.table.as_deref(),
                     self.total_blocks.unwrap_or(DEFAULT_TOTAL_BLOCKS),
                 )?;

@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use dolphin_engine::SimProfile;
-use dolphin_router::dolphin::{CompiledTable, RoutingTable, Split};
+use dolphin_router::dolphin::{CompiledTable, RoutingTable, Split, TrustConfig};
 use dolphin_router::policy::{DolphinConfig, Policy as RouterPolicy, ThresholdConfig};
 use dolphin_sim::{SimCluster, SimClusterConfig, SimRequest};
 use dolphin_workload::{Arrivals, Slo, Workload};
@@ -37,13 +37,14 @@ pub struct SimTargetConfig {
 
 impl SimTargetConfig {
     /// Loads `profile` (a shipped name or a JSON file) and the table at `table` (compiled with
-    /// the router's code), and maps `policy` to the router's policy with its default
-    /// parameters.
+    /// the router's code), and maps `policy` to the router's policy with `threshold` and (for
+    /// `dolphin`) `trust`.
     pub fn load(
         split: Split,
         profile: &str,
         policy: Policy,
         threshold: ThresholdConfig,
+        trust: TrustConfig,
         table: Option<&Path>,
         total_blocks: u32,
     ) -> Result<Self, ReplayError> {
@@ -52,10 +53,14 @@ impl SimTargetConfig {
             source,
         })?;
         let table = table.map(load_table).transpose()?;
+        let mut policy = router_policy(policy, threshold);
+        if let RouterPolicy::Dolphin(cfg) = &mut policy {
+            cfg.trust = trust;
+        }
         Ok(SimTargetConfig {
             split,
             profile,
-            policy: router_policy(policy, threshold),
+            policy,
             table,
             total_blocks,
             seed: 1,

@@ -9,6 +9,7 @@
 use crate::policy::{Decision, Features};
 
 use super::table::{ClusterMethod, N_FEATURES, RoutingTable, TableError};
+use super::trust::{Distrust, TrustConfig};
 
 /// A point in feature space.
 pub type Vector = [f64; N_FEATURES];
@@ -127,6 +128,12 @@ impl CompiledTable {
 
     /// The cluster of a standardized point (ties: the lowest index).
     pub fn assign(&self, z: &Vector) -> usize {
+        self.locate_standardized(z).0
+    }
+
+    /// The cluster of a standardized point and the point's distance from the cluster's centre:
+    /// Euclidean to the centroid (k-means), Mahalanobis to the component's mean (mixture).
+    fn locate_standardized(&self, z: &Vector) -> (usize, f64) {
         let mut best = 0;
         match &self.model {
             Model::Kmeans { centroids } => {
@@ -142,13 +149,14 @@ impl CompiledTable {
                         best = k;
                     }
                 }
+                (best, best_d.sqrt())
             }
             Model::Gmm {
                 log_norm,
                 means,
                 inv_var,
             } => {
-                let mut best_l = f64::NEG_INFINITY;
+                let (mut best_l, mut best_q) = (f64::NEG_INFINITY, 0.0);
                 for k in 0..log_norm.len() {
                     let mut q = 0.0;
                     for j in 0..N_FEATURES {
@@ -158,18 +166,41 @@ impl CompiledTable {
                     let l = log_norm[k] - 0.5 * q;
                     if l > best_l {
                         best_l = l;
+                        best_q = q;
                         best = k;
                     }
                 }
+                (best, best_q.sqrt())
             }
         }
-        best
+    }
+
+    /// The cluster of a request and its distance from the cluster's centre (standardized
+    /// units; what [`super::trust::ClusterEvidence::range`] bounds).
+    pub fn locate(&self, f: &Features) -> (usize, f64) {
+        self.locate_standardized(&self.standardize(&Self::raw(f)))
     }
 
     /// The cluster of a request and its bit.
     pub fn lookup(&self, f: &Features) -> (usize, Decision) {
         let cluster = self.assign(&self.standardize(&Self::raw(f)));
         (cluster, self.bit(cluster))
+    }
+
+    /// The cluster of a request, its bit, and why the bit is not to be taken under `trust`
+    /// (`None`: take it). A table without evidence is always trusted.
+    pub fn lookup_checked(
+        &self,
+        f: &Features,
+        trust: &TrustConfig,
+    ) -> (usize, Decision, Option<Distrust>) {
+        let (cluster, distance) = self.locate(f);
+        let distrust = self
+            .table
+            .evidence
+            .get(cluster)
+            .and_then(|e| trust.check(e, distance));
+        (cluster, self.bit(cluster), distrust)
     }
 
     /// The decision stored for `cluster`.

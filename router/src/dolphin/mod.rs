@@ -19,6 +19,7 @@ pub mod split;
 pub mod store;
 pub mod store_etcd;
 pub mod table;
+pub mod trust;
 
 pub use admission::Admission;
 pub use assign::CompiledTable;
@@ -28,6 +29,7 @@ pub use split::Split;
 pub use store::{MemoryStore, StoreError, StoreSnapshot, TableStore};
 pub use store_etcd::EtcdStore;
 pub use table::{Reward, RoutingTable, TableError};
+pub use trust::{ClusterEvidence, Distrust, TrustConfig};
 
 #[cfg(test)]
 mod tests;

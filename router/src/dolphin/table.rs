@@ -26,6 +26,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::split::Split;
+use super::trust::ClusterEvidence;
 
 /// The table schema this router reads.
 pub const TABLE_SCHEMA_VERSION: u32 = 1;
@@ -57,6 +58,10 @@ pub struct RoutingTable {
     pub model: ClusterModel,
     /// One bit per cluster: 0 local prefill, 1 remote prefill.
     pub bits: Vec<u8>,
+    /// Per cluster, the evidence behind its bit and its training range (empty: none recorded,
+    /// and every bit is trusted; see [`super::trust`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub evidence: Vec<ClusterEvidence>,
     /// Where the table came from.
     pub provenance: Provenance,
 }
@@ -349,6 +354,25 @@ impl RoutingTable {
         if let Some((index, &value)) = self.bits.iter().enumerate().find(|(_, b)| **b > 1) {
             return Err(TableError::BadBit { index, value });
         }
+        if !self.evidence.is_empty() {
+            length("evidence", self.evidence.len(), k)?;
+            for (i, e) in self.evidence.iter().enumerate() {
+                finite(&format!("evidence[{i}].range"), e.range)?;
+                if e.range < 0.0 {
+                    return Err(TableError::Model(format!(
+                        "evidence[{i}].range is negative ({})",
+                        e.range
+                    )));
+                }
+                if let Some(m) = e.margin
+                    && !(m.is_finite() && (-1.0..=1.0).contains(&m))
+                {
+                    return Err(TableError::Model(format!(
+                        "evidence[{i}].margin must be within [-1, 1], got {m}"
+                    )));
+                }
+            }
+        }
         let rewards = &self.provenance.rewards;
         if !rewards.is_empty() {
             length("provenance.rewards", rewards.len(), k)?;
@@ -445,6 +469,7 @@ pub(crate) mod tests {
                 ..Default::default()
             },
             bits: bits.to_vec(),
+            evidence: Vec::new(),
             provenance: Provenance {
                 workload: "test".into(),
                 date: "2026-11-29T00:00:00Z".into(),
