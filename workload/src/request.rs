@@ -38,6 +38,18 @@ impl RequestKind {
             RequestKind::Azure => "azure",
         }
     }
+
+    /// The `max_tokens` a client of this kind sends: a fixed cap per workload, as real clients
+    /// set one, never the answer's length. Each is at least the longest output the kind
+    /// produces (synthetic generators: ArXiv 384, L-Eval 128, HumanEval 512; the shipped
+    /// traces: Mooncake 2000, Azure 1000), rounded up to a usual setting.
+    pub fn max_tokens_cap(self) -> u32 {
+        match self {
+            RequestKind::Arxiv | RequestKind::Humaneval | RequestKind::Azure => 1024,
+            RequestKind::Leval => 512,
+            RequestKind::Mooncake => 2048,
+        }
+    }
 }
 
 /// One request of a workload.

@@ -21,10 +21,10 @@ use std::path::PathBuf;
 use clap::Parser;
 use dolphin_bench::BenchError;
 use dolphin_bench::experiments::{
-    Ablation, Baseline, Comparison, FlipRow, LoadKind, OperatingPoint, Setup, ShiftRow,
+    Ablation, Baseline, ClassRow, Comparison, FlipRow, LoadKind, OperatingPoint, Setup, ShiftRow,
     StepLimitRow, ablations, attainment_bars, best_baseline, cdfs, change_pct, find_load, flip,
-    learn, operating_points, operating_table, run_baseline, run_table, split, step_limit_trade,
-    traffic_shift,
+    learn, operating_points, operating_table, output_classes, run_baseline, run_table, split,
+    step_limit_trade, traffic_shift,
 };
 use dolphin_engine::SimProfile;
 use dolphin_learn::fit::FitConfig;
@@ -91,6 +91,7 @@ struct Results {
     operating_points: Vec<OperatingPoint>,
     step_limits: Vec<StepLimitRow>,
     traffic_shift: Vec<ShiftRow>,
+    output_classes: Vec<ClassRow>,
     ablations: Vec<Ablation>,
 }
 
@@ -351,6 +352,18 @@ fn run(args: Args) -> Result<(), BenchError> {
         &mut md,
     )?;
 
+    // What the output classifier can predict without the oracle.
+    let _ = writeln!(
+        md,
+        "\n## Output classes without an oracle\n\nThe output classifier (`dolphinctl classifier train`: logistic regression over prompt length, `max_tokens`, the prefix family and hashed head tokens) trained on each workload's {} training and {} test requests together, a fifth held out, with `max_tokens` set to the workload's fixed cap (ArXiv, HumanEval and Azure 1024, L-Eval 512, Mooncake 2048), never the answer's length. Classes are cut at the terciles of the training outputs. The learned tables elsewhere on this page still see the true length (replay's `max_tokens` is the output length).\n",
+        args.requests, args.requests
+    );
+    let mut class_workloads = Vec::new();
+    for name in ["hybrid", "mooncake", "azure", "arxiv", "leval", "humaneval"] {
+        class_workloads.push((name, samples(name)?));
+    }
+    let classes = output_classes(&class_workloads, &mut md)?;
+
     let ablations = ablations(
         &setup(Split::new(3, 1), args.ablation_concurrency),
         &samples("hybrid")?,
@@ -370,6 +383,7 @@ fn run(args: Args) -> Result<(), BenchError> {
         operating_points: operating,
         step_limits,
         traffic_shift: shift,
+        output_classes: classes,
         ablations,
     };
     let json = args.out.join("results.json");

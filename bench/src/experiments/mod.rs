@@ -18,12 +18,14 @@ use crate::BenchError;
 
 mod ablation;
 mod charts;
+mod classes;
 mod flip;
 mod operating;
 mod shift;
 
 pub use ablation::{Ablation, ablations};
 pub use charts::{attainment_bars, cdfs};
+pub use classes::{ClassRow, capped_records, output_classes};
 pub use flip::{FlipRow, flip};
 pub use operating::{
     LoadKind, OperatingPoint, StepLimitRow, find_load, operating_points, operating_table, split,

@@ -160,3 +160,17 @@ fn hybrid_is_three_interleaved_thirds() {
     let expect = (8_192.0 + 18_820.0 + 200.0) / 3.0;
     assert!(within(prompt, expect, 0.03), "{prompt} vs {expect}");
 }
+
+#[test]
+fn every_output_fits_its_kinds_max_tokens_cap() {
+    for w in [
+        arxiv(500, 1),
+        leval(500, 2),
+        humaneval(500, 3),
+        hybrid(500, 4),
+    ] {
+        for r in &w.requests {
+            assert!(r.output_len <= r.kind.max_tokens_cap(), "{r:?}");
+        }
+    }
+}
