@@ -69,6 +69,13 @@ pub struct OperatingPoint {
     pub best_baseline: String,
 }
 
+impl OperatingPoint {
+    /// The row of the policy named `policy`.
+    pub fn row(&self, policy: &str) -> Option<&Measured> {
+        self.rows.iter().find(|r| r.policy == policy)
+    }
+}
+
 /// Seed of the training sample's Poisson gaps; the test sample's is the next one.
 const TRAIN_SEED: u64 = 1;
 
@@ -196,13 +203,12 @@ pub fn operating_points(
 pub fn operating_table(points: &[OperatingPoint], md: &mut String) {
     md.push_str("| workload | split | load | Dynamo 1.6: attainment, P90 TTFT / TPOT ms | best baseline: attainment | learned: attainment | learned vs Dynamo 1.6: P90 TTFT, P90 TPOT | learned vs best baseline: P90 TTFT, P90 TPOT |\n|---|---|---|---|---|---|---|---|\n");
     for p in points {
-        let dynamo = &p.rows[2].summary;
-        let learned = &p.rows[Baseline::ALL.len()].summary;
-        let best = p
-            .rows
-            .iter()
-            .find(|r| r.policy == p.best_baseline)
-            .map(|r| &r.summary);
+        let (Some(dynamo), Some(learned)) = (p.row(Baseline::Dynamo16.name()), p.rows.last())
+        else {
+            continue;
+        };
+        let (dynamo, learned) = (&dynamo.summary, &learned.summary);
+        let best = p.row(&p.best_baseline).map(|r| &r.summary);
         let load = match p.load_kind {
             LoadKind::Poisson => format!("{:.2} {} (Poisson)", p.load, p.load_kind.unit()),
             LoadKind::ClosedLoop => format!("{:.0} {}", p.load, p.load_kind.unit()),
