@@ -181,13 +181,12 @@ impl Batch {
     }
 
     /// KV blocks of `block_size` tokens that the entries' attention reads: positions
-    /// `[0, position + new tokens)` of each entry, summed over entries.
+    /// `[0, position + new tokens)` of each entry ([`crate::policy::blocks_read`]).
     pub fn context_blocks(&self, block_size: u32) -> u32 {
-        let bs = block_size.max(1);
-        self.entries
-            .iter()
-            .map(|e| (e.position + e.len()).div_ceil(bs))
-            .sum()
+        crate::policy::blocks_read(
+            self.entries.iter().map(|e| e.position + e.len()),
+            block_size,
+        )
     }
 
     /// Sequences decoding in this step (a catch-up chunk counts as one).

@@ -63,14 +63,6 @@ pub enum PrefillPath {
 }
 
 impl PrefillPath {
-    /// Every path, in label order.
-    pub const ALL: [PrefillPath; 4] = [
-        PrefillPath::Local,
-        PrefillPath::Remote,
-        PrefillPath::LocalHeld,
-        PrefillPath::LocalFallback,
-    ];
-
     /// "local", "remote", "local_held", "local_fallback": for logs and metric labels.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -86,14 +78,6 @@ impl PrefillPath {
         match decision {
             Decision::Local => PrefillPath::Local,
             Decision::Remote => PrefillPath::Remote,
-        }
-    }
-
-    /// Where the prompt was really prefilled: remote only on [`PrefillPath::Remote`].
-    pub fn prefilled(self) -> Decision {
-        match self {
-            PrefillPath::Remote => Decision::Remote,
-            _ => Decision::Local,
         }
     }
 }

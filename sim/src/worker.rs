@@ -17,7 +17,9 @@
 
 use std::collections::VecDeque;
 
-use dolphin_engine::policy::{StepBuilder, StepLimits, Want, compose_step, max_cached_blocks};
+use dolphin_engine::policy::{
+    StepBuilder, StepLimits, Want, blocks_read, compose_step, max_cached_blocks,
+};
 use dolphin_engine::{BlockId, KvEvent, KvPool, SimProfile};
 use dolphin_router::prefix_index::PrefixIndex;
 use dolphin_router::selection::load_cost;
@@ -294,14 +296,14 @@ impl Worker {
         if self.batch.is_empty() {
             return None;
         }
-        // Decode is charged by the KV its attention reads: every entry's context, per sequence
-        // (the engine's `Batch::context_blocks`), not the pool's blocks in use.
-        let bs = self.block_size;
-        let read: u32 = self
-            .batch
-            .iter()
-            .map(|e| (self.seqs[e.seq as usize].computed + e.tokens).div_ceil(bs))
-            .sum();
+        // Decode is charged by the KV its attention reads, as the engine's is: every entry's
+        // context, per sequence, not the pool's blocks in use.
+        let read = blocks_read(
+            self.batch
+                .iter()
+                .map(|e| self.seqs[e.seq as usize].computed + e.tokens),
+            self.block_size,
+        );
         let occupancy = f64::from(read) / f64::from(self.pool.total());
         Some(profile.step_ms(shape.chunk_tokens, shape.decodes, occupancy))
     }

@@ -88,8 +88,8 @@ pub struct LinkModel {
 impl LinkModel {
     /// Time to move `tokens` tokens of KV.
     pub fn time(&self, tokens: u32) -> std::time::Duration {
-        let secs = (u64::from(tokens) * self.bytes_per_token) as f64 * 8.0 / (self.gbps * 1e9);
-        std::time::Duration::from_secs_f64((secs * self.time_scale).max(0.0))
+        crate::sim::line_time(u64::from(tokens) * self.bytes_per_token, self.gbps)
+            .mul_f64(self.time_scale.max(0.0))
     }
 }
 

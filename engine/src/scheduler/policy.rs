@@ -102,6 +102,15 @@ pub fn compose_step<Id: Copy>(
     shape
 }
 
+/// KV blocks of `block_size` tokens a step's attention reads, given where each of its entries'
+/// context ends (positions before it plus the new tokens): every entry reads its whole
+/// context, so a prefix block shared by eight sequences counts eight times, though memory holds
+/// it once. What timing models charge decode by.
+pub fn blocks_read(context_ends: impl IntoIterator<Item = u32>, block_size: u32) -> u32 {
+    let bs = block_size.max(1);
+    context_ends.into_iter().map(|end| end.div_ceil(bs)).sum()
+}
+
 /// The most prompt blocks a prefix-cache hit may cover at admission: the full blocks before the
 /// prompt's last token, and no more than the prompt's block hashes. At least one prompt token
 /// is always computed, because computing it yields the first output token.

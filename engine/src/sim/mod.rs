@@ -10,7 +10,7 @@ mod tests;
 use std::sync::Arc;
 
 pub use backend::{SimBackend, SimBlocks};
-pub use profile::{DecodeCost, PrefillCost, ProfileError, SimProfile};
+pub use profile::{DecodeCost, PrefillCost, ProfileError, SimProfile, line_time};
 
 use crate::backend::BackendInfo;
 use crate::engine::Engine;

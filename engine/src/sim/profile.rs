@@ -214,8 +214,13 @@ impl SimProfile {
 
     /// Time to move `bytes` at the profile's line rate.
     pub fn transfer_time(&self, bytes: u64) -> Duration {
-        Duration::from_secs_f64(bytes as f64 * 8.0 / (self.link_gbps * 1e9))
+        line_time(bytes, self.link_gbps)
     }
+}
+
+/// Time to move `bytes` at `gbps` gigabits per second.
+pub fn line_time(bytes: u64, gbps: f64) -> Duration {
+    Duration::from_secs_f64(bytes as f64 * 8.0 / (gbps * 1e9))
 }
 
 #[cfg(test)]

@@ -9,7 +9,8 @@ use tokio::time::Instant;
 use super::*;
 use crate::backend::{Backend, Batch, SeqStart};
 use crate::types::{
-    FinishReason, KvEvent, OutputStream, Sampling, SeqOutput, SeqRequest, SeqUsage,
+    FinishReason, KvEvent, OutputStream, PrefillOutput, Reservation, Sampling, SeqOutput,
+    SeqRequest, SeqUsage,
 };
 
 fn config(profile: &str) -> SimConfig {
@@ -54,8 +55,8 @@ async fn collect(mut rx: OutputStream) -> (Vec<u32>, FinishReason, SeqUsage) {
     panic!("stream ended without Finished");
 }
 
-/// Prefill on `p`, ship every block to `d`, decode there.
-async fn remote(p: &dyn Engine, d: &dyn Engine, req: SeqRequest) -> (Vec<u32>, u32) {
+/// Reserve on `d`, prefill on `p`, import every block on `d`: ready to resume.
+async fn ship(p: &dyn Engine, d: &dyn Engine, req: SeqRequest) -> (Reservation, PrefillOutput) {
     let r = d.reserve(req.clone()).await.expect("reserved");
     let out = p.prefill(req, r.cached_blocks).await.expect("prefilled");
     assert_eq!(out.blocks.len() as u32, r.blocks_expected);
@@ -63,6 +64,12 @@ async fn remote(p: &dyn Engine, d: &dyn Engine, req: SeqRequest) -> (Vec<u32>, u
         d.import(r.seq, i as u32, block)
             .expect("intact block imports");
     }
+    (r, out)
+}
+
+/// Prefill on `p`, ship every block to `d`, decode there.
+async fn remote(p: &dyn Engine, d: &dyn Engine, req: SeqRequest) -> (Vec<u32>, u32) {
+    let (r, out) = ship(p, d, req).await;
     let (tokens, reason, _) =
         collect(d.resume(r.seq, out.first_token).await.expect("resumed")).await;
     assert_eq!(reason, FinishReason::Length);
@@ -249,12 +256,7 @@ async fn imported_kv_is_charged_the_profiles_link_whatever_bytes_moved() {
         sim_engine(cfg.clone()).expect("valid"),
         sim_engine(cfg).expect("valid"),
     );
-    let req = request("a", prompt(9, 1000), 2);
-    let r = d.reserve(req.clone()).await.expect("reserved");
-    let out = p.prefill(req, r.cached_blocks).await.expect("prefilled");
-    for (i, block) in out.blocks.iter().enumerate() {
-        d.import(r.seq, i as u32, block).expect("imports");
-    }
+    let (r, out) = ship(p.as_ref(), d.as_ref(), request("a", prompt(9, 1000), 2)).await;
     // 1000 tokens x 131072 B at 100 Gb/s: 10.5 ms, though a thousandth of it was exported.
     let link = profile.transfer_time(1000 * profile.kv_bytes_per_token);
     assert!(out.blocks.iter().map(|b| b.len()).sum::<usize>() < 200_000);

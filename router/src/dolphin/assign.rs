@@ -183,7 +183,7 @@ impl CompiledTable {
 
     /// The cluster of a request and its bit.
     pub fn lookup(&self, f: &Features) -> (usize, Decision) {
-        let cluster = self.assign(&self.standardize(&Self::raw(f)));
+        let (cluster, _) = self.locate(f);
         (cluster, self.bit(cluster))
     }
 
