@@ -8,7 +8,7 @@
 
 use dolphin_router::dolphin::{CompiledTable, RoutingTable};
 use dolphin_router::policy::{DolphinConfig, Policy, ThresholdConfig};
-use dolphin_sim::{SimCluster, SimClusterConfig, SimRequest};
+use dolphin_sim::{SimCluster, SimClusterConfig, SimReport, SimRequest};
 use dolphin_workload::{Arrivals, RequestOutcome, Slo, Workload};
 
 use crate::error::LearnError;
@@ -58,13 +58,22 @@ impl SimTarget {
         policy: Policy,
         table: Option<CompiledTable>,
     ) -> Result<Vec<RequestOutcome>, LearnError> {
+        Ok(self.run_report(policy, table)?.outcomes())
+    }
+
+    /// [`run`](Self::run), with the simulator's whole report (per-request records, and what
+    /// the online learner did).
+    pub fn run_report(
+        &mut self,
+        policy: Policy,
+        table: Option<CompiledTable>,
+    ) -> Result<SimReport, LearnError> {
         self.sim.set_policy(policy, table);
-        let report = match self.concurrency {
+        match self.concurrency {
             Some(c) => self.sim.run_closed(&self.requests, c),
             None => self.sim.run(&self.requests),
         }
-        .map_err(|e| LearnError::Target(e.to_string()))?;
-        Ok(report.outcomes())
+        .map_err(|e| LearnError::Target(e.to_string()))
     }
 }
 

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use clap::Parser;
 
+use crate::dolphin::online::OnlineConfig;
 use crate::dolphin::trust::TrustConfig;
 use crate::policy::{
     DolphinConfig, FallbackKind, Policy, PolicyKind, ThresholdConfig, ThresholdVariant,
@@ -78,6 +79,9 @@ pub struct RouterConfig {
     /// `--policy dolphin`: when a table's bit is trusted (the rest go to the fallback).
     #[command(flatten)]
     pub trust_flags: TrustArgs,
+    /// `--policy dolphin`: learning from live traffic (off by default).
+    #[command(flatten)]
+    pub online_flags: OnlineArgs,
     /// Tokenizer (must match the workers').
     #[arg(long, env = "DOLPHIN_TOKENIZER", value_enum, default_value = "sim")]
     pub tokenizer: TokenizerKind,
@@ -180,6 +184,9 @@ impl RouterConfig {
         if let Err(e) = self.trust_flags.config().validate() {
             return bad(format!("table trust flags: {e}"));
         }
+        if let Err(e) = self.online_flags.config().validate() {
+            return bad(format!("online learning flags: {e}"));
+        }
         if self.tokenizer != TokenizerKind::Sim && self.model_path.is_none() {
             return bad("--tokenizer gguf and hf need --model-path".into());
         }
@@ -252,6 +259,7 @@ impl RouterConfig {
                 fallback: self.fallback_policy,
                 threshold: self.threshold(),
                 trust: self.trust_flags.config(),
+                online: self.online_flags.config(),
             }),
         }
     }
@@ -374,6 +382,53 @@ impl TrustArgs {
             min_requests: self.table_min_requests,
             min_margin: self.table_min_margin,
             range_slack: self.table_range_slack,
+        }
+    }
+}
+
+/// Online learning of the `dolphin` policy's tables (see `dolphin::online`): flags shared by
+/// the router and `dolphinctl replay --target sim`.
+#[derive(Clone, Debug, PartialEq, clap::Args)]
+pub struct OnlineArgs {
+    /// Keep learning the live split's table from live traffic: explore the other path on a
+    /// share of each cluster's requests, flip a bit when the other path is significantly
+    /// better, and publish each flip as a new table version (to etcd with `--etcd`). A split
+    /// without a table starts from the nearest split's.
+    #[arg(long, env = "DOLPHIN_ONLINE_LEARNING")]
+    pub online_learning: bool,
+    /// Share of each cluster's requests sent by the path its bit does not give (0..=0.5).
+    #[arg(long, env = "DOLPHIN_ONLINE_EXPLORE_SHARE", default_value_t = 0.05)]
+    pub online_explore_share: f64,
+    /// One-sided confidence a flip needs (0.5..=0.9999).
+    #[arg(long, env = "DOLPHIN_ONLINE_CONFIDENCE", default_value_t = 0.95)]
+    pub online_confidence: f64,
+    /// Fewest outcomes on each path of a cluster before its bit may flip.
+    #[arg(long, env = "DOLPHIN_ONLINE_MIN_SAMPLES", default_value_t = 30)]
+    pub online_min_samples: u32,
+    /// A cluster's outcomes after which an older outcome weighs half (at least twice
+    /// `--online-min-samples`).
+    #[arg(long, env = "DOLPHIN_ONLINE_HALF_LIFE", default_value_t = 2000)]
+    pub online_half_life: u32,
+    /// Longest uncached prompt (tokens, on the chosen decode worker) explored by local
+    /// prefill: a long local prefill stalls every decode on its worker.
+    #[arg(
+        long,
+        env = "DOLPHIN_ONLINE_EXPLORE_LOCAL_MAX_TOKENS",
+        default_value_t = 2048
+    )]
+    pub online_explore_local_max_tokens: u32,
+}
+
+impl OnlineArgs {
+    /// The settings these flags give.
+    pub fn config(&self) -> OnlineConfig {
+        OnlineConfig {
+            enabled: self.online_learning,
+            explore_share: self.online_explore_share,
+            confidence: self.online_confidence,
+            min_samples: self.online_min_samples,
+            half_life: self.online_half_life,
+            explore_local_max_tokens: self.online_explore_local_max_tokens,
         }
     }
 }

@@ -624,6 +624,10 @@ fn count_dolphin_decision(route: &RouteDecision) {
             "cluster" => m::cluster_label(route.cluster),
             "reason" => why.as_str())
         .increment(1),
+        DecidedBy::Explored => metrics::counter!(m::ONLINE_EXPLORED_TOTAL,
+            "cluster" => m::cluster_label(route.cluster),
+            "decision" => route.decision.as_str())
+        .increment(1),
         DecidedBy::Forced | DecidedBy::Policy(_) => {}
     }
 }

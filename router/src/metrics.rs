@@ -63,6 +63,16 @@ pub const DOLPHIN_FALLBACK_TOTAL: &str = "dolphin_router_dolphin_fallback_decisi
 /// trusted for them, by `cluster` and `reason` (out_of_range: beyond the cluster's training
 /// range; thin_evidence: too few training requests or too small a margin behind the bit).
 pub const DOLPHIN_DISTRUSTED_TOTAL: &str = "dolphin_router_dolphin_distrusted_total";
+/// Requests the online learner sent by the path their cluster's bit does not give, by
+/// `cluster` and `decision` (the path explored).
+pub const ONLINE_EXPLORED_TOTAL: &str = "dolphin_router_online_explored_total";
+/// Bits the online learner flipped, by `split`, `cluster` and `to` (the new path).
+pub const ONLINE_FLIPS_TOTAL: &str = "dolphin_router_online_flips_total";
+/// Finished requests the online learner credited, by `decision` and `met` (true/false).
+pub const ONLINE_OUTCOMES_TOTAL: &str = "dolphin_router_online_outcomes_total";
+/// Tables the online learner published (flips, and seeds of a split that had none), by
+/// `outcome` (ok, error).
+pub const ONLINE_PUBLISHED_TOTAL: &str = "dolphin_router_online_published_total";
 /// 1 when the live split has a routing table loaded, else 0.
 pub const TABLE_ACTIVE: &str = "dolphin_router_table_active";
 /// Swaps of the loaded routing tables.
@@ -115,6 +125,10 @@ pub const ALL: &[&str] = &[
     DOLPHIN_DECISIONS_TOTAL,
     DOLPHIN_DISTRUSTED_TOTAL,
     DOLPHIN_FALLBACK_TOTAL,
+    ONLINE_EXPLORED_TOTAL,
+    ONLINE_FLIPS_TOTAL,
+    ONLINE_OUTCOMES_TOTAL,
+    ONLINE_PUBLISHED_TOTAL,
     TABLE_ACTIVE,
     TABLE_SWAPS_TOTAL,
     TABLES_REJECTED_TOTAL,
@@ -133,6 +147,19 @@ pub fn describe() {
     describe_counter!(
         DOLPHIN_DISTRUSTED_TOTAL,
         "Dolphin decisions made by the fallback policy because the table's bit was not trusted."
+    );
+    describe_counter!(
+        ONLINE_EXPLORED_TOTAL,
+        "Requests the online learner sent by the other path than their cluster's bit."
+    );
+    describe_counter!(ONLINE_FLIPS_TOTAL, "Bits the online learner flipped.");
+    describe_counter!(
+        ONLINE_OUTCOMES_TOTAL,
+        "Finished requests the online learner credited, by path and whether they met the SLO."
+    );
+    describe_counter!(
+        ONLINE_PUBLISHED_TOTAL,
+        "Routing tables the online learner published to the store."
     );
     describe_gauge!(
         TABLE_ACTIVE,

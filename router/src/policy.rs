@@ -6,6 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::dolphin::online::OnlineConfig;
 use crate::dolphin::trust::{Distrust, TrustConfig};
 
 /// What the router knows about a request when it decides its path.
@@ -260,6 +261,9 @@ pub enum DecidedBy {
     /// The `dolphin` policy's fallback: the table's bit was not trusted for this request (its
     /// cluster's evidence is thin, or the request lies beyond the cluster's training range).
     Distrusted(FallbackKind, Distrust),
+    /// The `dolphin` policy's online learner sent the request by the path its cluster's bit
+    /// does not give, to measure it (see `dolphin::online`).
+    Explored,
 }
 
 impl DecidedBy {
@@ -283,6 +287,7 @@ impl DecidedBy {
                 "dolphin-distrusted/always-remote"
             }
             DecidedBy::Distrusted(FallbackKind::Threshold, _) => "dolphin-distrusted/threshold",
+            DecidedBy::Explored => "dolphin-explore",
         }
     }
 }
@@ -297,6 +302,8 @@ pub struct DolphinConfig {
     pub threshold: ThresholdConfig,
     /// When a table's bit is trusted; the others go to the fallback.
     pub trust: TrustConfig,
+    /// Learning from live traffic (off by default).
+    pub online: OnlineConfig,
 }
 
 impl Default for DolphinConfig {
@@ -305,6 +312,7 @@ impl Default for DolphinConfig {
             fallback: FallbackKind::Threshold,
             threshold: ThresholdConfig::default(),
             trust: TrustConfig::default(),
+            online: OnlineConfig::default(),
         }
     }
 }
@@ -412,6 +420,8 @@ impl Policy {
                 let cfg: DolphinConfig =
                     serde_json::from_str(params).map_err(PolicyError::Params)?;
                 cfg.threshold.validate()?;
+                cfg.trust.validate().map_err(PolicyError::Invalid)?;
+                cfg.online.validate().map_err(PolicyError::Invalid)?;
                 Ok(Policy::Dolphin(cfg))
             }
             other => Err(PolicyError::UnknownPolicy(other.to_string())),

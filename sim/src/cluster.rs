@@ -15,7 +15,9 @@
 //! bandwidth`, one transfer per request, not contended), then the decode worker emits the first
 //! token and decodes.
 
-use dolphin_router::dolphin::OutputClassifier;
+use dolphin_router::dolphin::online::{self, Explorer, Neighbourhood, OnlineLearner};
+use dolphin_router::dolphin::table::TableSlo;
+use dolphin_router::dolphin::{CompiledTable, OutputClassifier};
 use dolphin_router::policy::{Decision, Features, Policy, PrefillPath};
 use dolphin_router::prefix_index::PrefixIndex;
 use dolphin_router::route::{PrefillChoice, Route, RouteInput, TableRef, route};
@@ -25,7 +27,7 @@ use rand::rngs::SmallRng;
 
 use crate::config::{SimClusterConfig, SimError};
 use crate::event::{Action, EventQueue, Pool};
-use crate::report::{RequestRecord, SimReport};
+use crate::report::{FlipRecord, OnlineRun, RequestRecord, SimReport};
 use crate::request::SimRequest;
 use crate::source::Source;
 use crate::worker::{Kind, Outcome, Worker};
@@ -40,6 +42,9 @@ struct ReqState {
     remote: bool,
     /// Sent remote, but the decode worker held the prompt up to its last block and prefilled it.
     held: bool,
+    /// The online learner credits its outcome (see `online::learns_from`).
+    learns: bool,
+    explored: bool,
     /// Decode-side sequence of a remote request, and its cached blocks there.
     dseq: u32,
     skip_blocks: u32,
@@ -71,6 +76,18 @@ struct Run<'a> {
     state: Vec<ReqState>,
     now: f64,
     bytes_per_ms: f64,
+    /// The table deciding now (the online learner replaces it at each flip).
+    table: Option<CompiledTable>,
+    online: Option<Online>,
+}
+
+/// The online learner of a run, as the router runs it (`dolphin::online`).
+struct Online {
+    learner: OnlineLearner,
+    explorer: Explorer,
+    neighbourhood: Neighbourhood<u32>,
+    flips: Vec<FlipRecord>,
+    explored: u64,
 }
 
 impl SimCluster {
@@ -144,7 +161,19 @@ impl<'a> Run<'a> {
         for _ in 0..cfg.decode {
             decode_index.allocate_slot();
         }
+        let online = match (&cfg.policy, &cfg.table) {
+            (Policy::Dolphin(d), Some(t)) if d.online.enabled => Some(Online {
+                learner: OnlineLearner::new(d.online, d.trust, t.table().clone()),
+                explorer: Explorer::new(&d.online, t.k()),
+                neighbourhood: Neighbourhood::default(),
+                flips: Vec::new(),
+                explored: 0,
+            }),
+            _ => None,
+        };
         Run {
+            table: cfg.table.clone(),
+            online,
             cfg,
             reqs,
             prefill: (0..cfg.prefill).map(worker).collect(),
@@ -280,20 +309,26 @@ impl<'a> Run<'a> {
             output_len_hint: cfg.classifier.predict(&r.admission).length,
             decode_kv_usage: Some(self.decode[decode.slot].kv_usage()),
         };
-        let table = cfg.table.as_ref().map(|table| TableRef {
+        let table = self.table.as_ref().map(|table| TableRef {
             table,
             version: None,
         });
         // Nothing is forced here, and a remote decision always has its prefill worker.
-        let Ok(Route {
+        let Ok(mut decided) = route(&input, &cfg.policy, table, None) else {
+            return;
+        };
+        let explored = self.online.as_mut().is_some_and(|o| {
+            let explored = online::explore(&mut decided, prefill.is_some(), &o.explorer);
+            o.explored += u64::from(explored);
+            explored
+        });
+        let Route {
             features,
             decision,
             cluster,
+            decided_by,
             ..
-        }) = route(&input, &cfg.policy, table, None)
-        else {
-            return;
-        };
+        } = decided;
         let d = decode.slot as u32;
         let remote = decision == Decision::Remote;
         self.state[req as usize] = ReqState {
@@ -302,6 +337,8 @@ impl<'a> Run<'a> {
             features,
             cluster,
             remote,
+            learns: online::learns_from(decided_by),
+            explored,
             sent_ms: self.now,
             first_ms: f64::NAN,
             done_ms: f64::NAN,
@@ -358,6 +395,7 @@ impl<'a> Run<'a> {
             Outcome::Finished { req } => {
                 self.state[req as usize].done_ms = self.now;
                 self.source.completed(self.now);
+                self.learn(req);
             }
             Outcome::Reserved {
                 worker,
@@ -399,6 +437,55 @@ impl<'a> Run<'a> {
                         seq: st.dseq,
                     },
                 );
+            }
+        }
+    }
+
+    /// Credits a finished request to the online learner (with its neighbourhood reward), and
+    /// swaps in the table of a flip.
+    fn learn(&mut self, req: u32) {
+        let st = self.state[req as usize];
+        let Some(o) = self.online.as_mut() else {
+            return;
+        };
+        let r = &self.reqs[req as usize];
+        let ttft = st.first_ms - st.sent_ms;
+        let e2e = st.done_ms - st.sent_ms;
+        let tpot = if r.output_len > 1 {
+            (st.done_ms - st.first_ms) / f64::from(r.output_len - 1)
+        } else {
+            0.0
+        };
+        let slo = TableSlo {
+            ttft_ms: r.slo.ttft_ms,
+            tpot_ms: r.slo.tpot_ms,
+        };
+        let reward = o.learner.table().provenance.reward;
+        let met = online::met(slo, reward, ttft, tpot, e2e, r.output_len);
+        let reward = o
+            .neighbourhood
+            .complete(st.decode, st.sent_ms, st.done_ms, met);
+        let (Some(cluster), true) = (st.cluster, st.learns) else {
+            return;
+        };
+        let path = if st.remote {
+            Decision::Remote
+        } else {
+            Decision::Local
+        };
+        let flip = o.learner.observe(cluster, path, reward);
+        o.explorer.set_share(cluster, o.learner.share(cluster));
+        if let Some(flip) = flip {
+            o.flips.push(FlipRecord {
+                at_ms: self.now,
+                cluster: flip.cluster,
+                to: flip.to,
+                gain: flip.gain,
+                adopted: flip.adopted,
+            });
+            // The learner's table is valid: it is the loaded one with a bit changed.
+            if let Ok(t) = CompiledTable::compile(o.learner.table().clone()) {
+                self.table = Some(t);
             }
         }
     }
@@ -456,6 +543,7 @@ impl<'a> Run<'a> {
                         (true, false) => PrefillPath::Remote,
                         (true, true) => PrefillPath::LocalHeld,
                     },
+                    explored: st.explored,
                     output_tokens: r.output_len,
                     ttft_ms: ttft,
                     tpot_ms: tpot,
@@ -465,6 +553,12 @@ impl<'a> Run<'a> {
                 }
             })
             .collect();
-        SimReport::from_records(records, self.now, self.events.pushed())
+        let mut report = SimReport::from_records(records, self.now, self.events.pushed());
+        report.online = self.online.map(|o| OnlineRun {
+            table: o.learner.table().clone(),
+            flips: o.flips,
+            explored: o.explored,
+        });
+        report
     }
 }

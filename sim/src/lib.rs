@@ -52,7 +52,7 @@ mod worker;
 pub use cluster::SimCluster;
 pub use config::{DEFAULT_LOAD_INTERVAL_MS, SimClusterConfig, SimError};
 pub use dolphin_workload::{RequestKind, Slo};
-pub use report::{ClusterAttainment, Percentiles, RequestRecord, SimReport};
+pub use report::{ClusterAttainment, FlipRecord, OnlineRun, Percentiles, RequestRecord, SimReport};
 pub use request::SimRequest;
 
 #[cfg(test)]

@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 
+use dolphin_router::dolphin::RoutingTable;
 use dolphin_router::policy::{Decision, Features, PrefillPath};
 pub use dolphin_workload::{ClusterAttainment, Percentiles};
 use dolphin_workload::{RequestKind, RequestOutcome};
@@ -30,6 +31,8 @@ pub struct RequestRecord {
     pub decision: Decision,
     /// The prefill path really taken (`local_held` where the decode worker held the prompt).
     pub path: PrefillPath,
+    /// The online learner sent it by the path its cluster's bit does not give.
+    pub explored: bool,
     /// Tokens generated.
     pub output_tokens: u32,
     /// Time to first token, ms.
@@ -71,6 +74,34 @@ pub struct SimReport {
     pub output_tokens_per_s: f64,
     /// Events the simulation scheduled (steps and transfers).
     pub events: u64,
+    /// What the online learner did (`None`: it was off).
+    pub online: Option<OnlineRun>,
+}
+
+/// The online learner's run.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct OnlineRun {
+    /// Every flip, in order.
+    pub flips: Vec<FlipRecord>,
+    /// Requests explored.
+    pub explored: u64,
+    /// The table at the end of the run.
+    pub table: RoutingTable,
+}
+
+/// One bit the online learner flipped.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct FlipRecord {
+    /// Simulated time, ms.
+    pub at_ms: f64,
+    /// The cluster.
+    pub cluster: u32,
+    /// Its new path.
+    pub to: Decision,
+    /// The new path's estimated attainment gain.
+    pub gain: f64,
+    /// An untrusted cluster adopted a path (the bit may be unchanged).
+    pub adopted: bool,
 }
 
 impl SimReport {
@@ -123,6 +154,7 @@ impl SimReport {
             e2e,
             makespan_ms,
             events,
+            online: None,
         }
     }
 

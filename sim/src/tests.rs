@@ -311,3 +311,81 @@ fn bad_inputs_are_refused() {
         .expect_err("does not fit");
     assert!(err.to_string().contains("KV blocks"), "{err}");
 }
+
+#[test]
+fn the_online_learner_flips_a_bad_bit_and_the_run_follows_it() {
+    // One cluster, bit remote; a TTFT target the transfer misses and local prefill meets.
+    let p = profile();
+    let json = r#"{"schema_version": 1, "split": "1p1d", "slo": {"ttft_ms": 5000, "tpot_ms": 250},
+      "k": 1, "method": "kmeans",
+      "standardizer": {"transform": "log1p", "mean": [0, 0, 0, 0], "std": [1, 1, 1, 1]},
+      "model": {"centroids": [[7, 7, 7, 2]]},
+      "bits": [1],
+      "provenance": {"workload": "test", "date": "2026-11-29T12:00:00Z", "rounds": 0,
+                     "reward": "per-metric"}}"#;
+    let table = CompiledTable::from_json(json).expect("valid table");
+    let slo = Slo::new(p.prefill_ms(1000) + 5.0, 250.0);
+    let reqs: Vec<SimRequest> = (0..400)
+        .map(|i| SimRequest::from_tokens(f64::from(i) * 2000.0, &tokens(i + 1, 1000), 4, slo, BS))
+        .collect();
+    let online = dolphin_router::dolphin::OnlineConfig {
+        enabled: true,
+        explore_share: 0.1,
+        min_samples: 10,
+        ..Default::default()
+    };
+    let run_with = |online| {
+        let mut cfg = SimClusterConfig::new(1, 1, profile());
+        cfg.policy = Policy::Dolphin(DolphinConfig {
+            online,
+            ..DolphinConfig::default()
+        });
+        cfg.table = Some(table.clone());
+        SimCluster::new(cfg)
+            .expect("valid")
+            .run(&reqs)
+            .expect("runs")
+    };
+    let off = run_with(dolphin_router::dolphin::OnlineConfig::default());
+    assert_eq!(off.remote, 400);
+    assert_eq!(off.attainment_each, 0.0);
+    assert!(off.online.is_none());
+
+    let on = run_with(online);
+    let o = on.online.as_ref().expect("learned");
+    assert_eq!(o.flips.len(), 1, "{:?}", o.flips);
+    let flip = o.flips[0];
+    assert_eq!((flip.cluster, flip.to), (0, Decision::Local));
+    assert_eq!(o.table.bits, vec![0]);
+    // Ten explored (local) outcomes at a tenth of the traffic: about a hundred requests.
+    let at = on
+        .records
+        .iter()
+        .position(|r| r.arrival_ms > flip.at_ms)
+        .expect("requests after the flip");
+    assert!((90..=140).contains(&at), "flipped before request {at}");
+    // Afterwards the bit is local, and only the explored tenth goes remote.
+    let after = &on.records[at..];
+    let remote = after
+        .iter()
+        .filter(|r| r.decision == Decision::Remote)
+        .count();
+    assert!(
+        after
+            .iter()
+            .all(|r| r.explored == (r.decision == Decision::Remote))
+    );
+    // A tenth at most: once local is significantly better the cluster settles and explores
+    // at a fifth of the share.
+    let n = after.len();
+    assert!(
+        remote <= n / 10 + 1 && remote + 1 >= n / 50,
+        "{remote} of {n}"
+    );
+    assert_eq!(
+        o.explored,
+        on.records.iter().filter(|r| r.explored).count() as u64
+    );
+    // Every local request meets the target, every remote one misses it.
+    assert!(after.iter().all(|r| r.met_each != r.explored));
+}

@@ -21,10 +21,10 @@ use std::path::PathBuf;
 use clap::Parser;
 use dolphin_bench::BenchError;
 use dolphin_bench::experiments::{
-    Ablation, Baseline, ClassRow, Comparison, FlipRow, LoadKind, OperatingPoint, Setup, ShiftRow,
-    StepLimitRow, ablations, attainment_bars, best_baseline, cdfs, change_pct, find_load, flip,
-    learn, operating_points, operating_table, output_classes, run_baseline, run_table, split,
-    step_limit_trade, traffic_shift,
+    Ablation, Baseline, ClassRow, Comparison, FlipRow, LoadKind, OnlineRow, OperatingPoint,
+    Samples, Setup, ShiftRow, StepLimitRow, ablations, attainment_bars, best_baseline, cdfs,
+    change_pct, find_load, flip, learn, operating_points, operating_table, output_classes,
+    run_baseline, run_table, split, split_change, step_limit_trade, traffic_shift,
 };
 use dolphin_engine::SimProfile;
 use dolphin_learn::fit::FitConfig;
@@ -77,6 +77,12 @@ struct Args {
     /// where every policy is compared (empty: no operating points).
     #[arg(long, value_delimiter = ',', default_value = "0.5,0.8,0.95")]
     operating_targets: Vec<f64>,
+    /// Online learning after a split change: requests of the long traffic.
+    #[arg(long, default_value_t = 3000)]
+    online_requests: usize,
+    /// Only the online-learning experiment (for exploring its settings).
+    #[arg(long)]
+    online_only: bool,
 }
 
 #[derive(Serialize)]
@@ -91,6 +97,7 @@ struct Results {
     operating_points: Vec<OperatingPoint>,
     step_limits: Vec<StepLimitRow>,
     traffic_shift: Vec<ShiftRow>,
+    online: Vec<OnlineRow>,
     output_classes: Vec<ClassRow>,
     ablations: Vec<Ablation>,
 }
@@ -115,6 +122,42 @@ fn run(args: Args) -> Result<(), BenchError> {
         total_blocks: 100_000,
         arrivals: Arrivals::ClosedLoop { concurrency },
         slo,
+    };
+
+    let online_md = |md: &mut String,
+                     samples: &Samples<'_>,
+                     mooncake: &Workload|
+     -> Result<Vec<OnlineRow>, BenchError> {
+        let n = args.online_requests;
+        let _ = writeln!(
+            md,
+            "\n## Online learning after a split change\n\nThe split changes and no table exists for the new one. The router starts from the nearest split's table (learned offline at the same load) and keeps learning from live traffic (`--online-learning`): it explores the other path on a share of each cluster's requests and flips a bit when the other path's attainment is better at 95% one-sided confidence. Compared with Dynamo 1.6 (what routes without any table), the offline table learned for the new split, the old split's table left alone, and the offline table learning online (what exploring costs). Targets: within 2 points of the offline table within 20 simulated minutes, and exploration never costing more than 1 point.\n"
+        );
+        let long = |name: &str| -> Workload {
+            match name {
+                "mooncake" => {
+                    let mut w = mooncake.clone();
+                    // Past the training and test samples.
+                    let start = (2 * args.requests).min(w.requests.len());
+                    let end = (start + n).min(w.requests.len());
+                    w.requests = w.requests[start..end].to_vec();
+                    w
+                }
+                _ => synthetic::hybrid(n, 3),
+            }
+        };
+        split_change(
+            &setup(Split::new(3, 1), 1),
+            &[
+                ("hybrid", Split::new(2, 2), Split::new(3, 1)),
+                ("hybrid", Split::new(3, 1), Split::new(2, 2)),
+                ("mooncake", Split::new(2, 2), Split::new(3, 1)),
+            ],
+            samples,
+            &long,
+            &[2, 3, 4],
+            md,
+        )
     };
 
     let flip = flip(
@@ -163,6 +206,11 @@ fn run(args: Args) -> Result<(), BenchError> {
             _ => (synthetic::hybrid(n, 1), synthetic::hybrid(n, 2)),
         })
     };
+    if args.online_only {
+        online_md(&mut md, &samples, &mooncake)?;
+        println!("{md}");
+        return Ok(());
+    }
     for &concurrency in &args.concurrency {
         let _ = writeln!(
             md,
@@ -352,6 +400,8 @@ fn run(args: Args) -> Result<(), BenchError> {
         &mut md,
     )?;
 
+    let online = online_md(&mut md, &samples, &mooncake)?;
+
     // What the output classifier can predict without the oracle.
     let _ = writeln!(
         md,
@@ -383,6 +433,7 @@ fn run(args: Args) -> Result<(), BenchError> {
         operating_points: operating,
         step_limits,
         traffic_shift: shift,
+        online,
         output_classes: classes,
         ablations,
     };

@@ -20,6 +20,7 @@ mod ablation;
 mod charts;
 mod classes;
 mod flip;
+mod online;
 mod operating;
 mod shift;
 
@@ -27,11 +28,12 @@ pub use ablation::{Ablation, ablations};
 pub use charts::{attainment_bars, cdfs};
 pub use classes::{ClassRow, capped_records, output_classes};
 pub use flip::{FlipRow, flip};
+pub use online::{OnlineRow, OnlineSeries, split_change};
 pub use operating::{
     LoadKind, OperatingPoint, StepLimitRow, find_load, operating_points, operating_table, split,
     step_limit_trade,
 };
-pub use shift::{ShiftRow, traffic_shift};
+pub use shift::{Samples, ShiftRow, traffic_shift};
 
 /// Where and how a workload is replayed.
 #[derive(Clone, Debug)]
