@@ -14,8 +14,13 @@ use dolphin_cluster::{Role, WorkerId, otel};
 use dolphin_proto::{deadline, v1};
 use http::{HeaderName, HeaderValue};
 use parking_lot::RwLock;
+use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+use crate::dolphin::online;
+use crate::dolphin::online_service::{
+    Finished, LearnTicket, OnlineHost, OnlineService, OnlineSink,
+};
 use crate::dolphin::{Admission, DolphinRouting, MemoryStore, TableStore};
 use crate::error::DispatchError;
 use crate::grpc_call::GrpcStream;
@@ -148,6 +153,8 @@ pub struct RouteDecision {
     pub admission: Admission,
     /// The predicted output class (index into `dolphin::classifier::CLASS_NAMES`).
     pub output_class: usize,
+    /// Set when the online learner takes the request's outcome.
+    pub learn: Option<LearnTicket>,
 }
 
 thread_local! {
@@ -166,6 +173,9 @@ pub struct Dispatcher {
     dolphin: Arc<DolphinRouting>,
     /// Where the admin API keeps tables: the router's memory until an etcd store is set.
     table_store: RwLock<Arc<dyn TableStore>>,
+    /// Finished requests for the online learner, and its end until it is started.
+    online: OnlineSink,
+    online_rx: parking_lot::Mutex<Option<tokio::sync::mpsc::Receiver<Finished>>>,
 }
 
 impl Dispatcher {
@@ -178,7 +188,10 @@ impl Dispatcher {
         log: RequestLog,
     ) -> Self {
         let dolphin = Arc::new(DolphinRouting::new());
+        let (online, online_rx) = OnlineSink::channel();
         Self {
+            online,
+            online_rx: parking_lot::Mutex::new(Some(online_rx)),
             registry,
             tokenizer,
             policy: RwLock::new(policy),
@@ -197,6 +210,24 @@ impl Dispatcher {
     /// Replaces the table store (at start, with the etcd store when the router uses etcd).
     pub fn set_table_store(&self, store: Arc<dyn TableStore>) {
         *self.table_store.write() = store;
+    }
+
+    /// Starts the online learner's task (once; it idles unless the `dolphin` policy has
+    /// online learning on). Call after the table store is set.
+    pub fn spawn_online(self: &Arc<Self>, shutdown: CancellationToken) {
+        let Some(rx) = self.online_rx.lock().take() else {
+            return;
+        };
+        let (policy, store) = (Arc::downgrade(self), Arc::downgrade(self));
+        let service = OnlineService::new(OnlineHost {
+            routing: self.dolphin.clone(),
+            policy: Box::new(move || policy.upgrade().map_or(Policy::AlwaysLocal, |d| d.policy())),
+            store: Box::new(move || match store.upgrade() {
+                Some(d) => d.table_store(),
+                None => Arc::new(MemoryStore::new(Arc::new(DolphinRouting::new()))),
+            }),
+        });
+        tokio::spawn(service.run(rx, shutdown));
     }
 
     /// DolphinRouting's tables and classifier (fed by the table store).
@@ -335,18 +366,35 @@ impl Dispatcher {
             };
             let policy = self.policy();
             let decided = match policy {
-                Policy::Dolphin(_) => self
-                    .dolphin
-                    .with_table(self.registry.split(), |t| route(&input, &policy, t, force)),
-                _ => route(&input, &policy, None, force),
+                Policy::Dolphin(cfg) => {
+                    let split = self.registry.split();
+                    self.dolphin.with_table(split, |t| {
+                        let version = t.and_then(|t| t.version.cloned());
+                        let mut r = route(&input, &policy, t, force)?;
+                        if !cfg.online.enabled {
+                            return Ok((r, None));
+                        }
+                        if let Some(e) = version
+                            .as_deref()
+                            .and_then(|v| self.dolphin.explorer(split, v))
+                        {
+                            online::explore(&mut r, input.prefill.is_some(), &e);
+                        }
+                        Ok((r, Some(LearnTicket { split, version })))
+                    })
+                }
+                _ => route(&input, &policy, None, force).map(|r| (r, None)),
             };
-            let Route {
-                features,
-                decision,
-                decided_by,
-                cluster,
-                table_version,
-            } = decided.map_err(|RouteError::NoPrefillWorker| DispatchError::NoPrefillWorkers)?;
+            let (
+                Route {
+                    features,
+                    decision,
+                    decided_by,
+                    cluster,
+                    table_version,
+                },
+                learn,
+            ) = decided.map_err(|RouteError::NoPrefillWorker| DispatchError::NoPrefillWorkers)?;
             // Workers whose event stream is down remember what they were sent (approximate
             // index); a no-op for live ones.
             self.registry.note_routed(Role::Decode, &decode, hashes);
@@ -363,6 +411,7 @@ impl Dispatcher {
                 table_version,
                 admission,
                 output_class: predicted.class,
+                learn,
             })
         })
     }
@@ -475,6 +524,7 @@ impl Dispatcher {
             attempt,
             self.tokenizer.clone(),
             self.log.clone(),
+            self.online.clone(),
             migration,
             deadline,
         ))

@@ -205,6 +205,7 @@ pub async fn start(
         store.spawn_watcher(shutdown.clone());
         dispatcher.set_table_store(Arc::new(store));
     }
+    dispatcher.spawn_online(shutdown.clone());
     for rx in crate::discovery::sources(cfg, &connector, &shutdown).await? {
         registry.follow(rx, shutdown.clone());
     }

@@ -15,6 +15,7 @@ use dolphin_proto::v1::{self, FinishReason};
 use futures::Stream;
 
 use crate::dispatch::{Attempt, RouteDecision};
+use crate::dolphin::online_service::{Finished, OnlineSink};
 use crate::error::DispatchError;
 use crate::grpc_call::GrpcStream;
 use crate::metrics as m;
@@ -95,6 +96,8 @@ pub struct ResponseStream {
     detok: IncrementalDetokenizer,
     stop: StopMatcher,
     log: RequestLog,
+    /// The online learner's inbox (used when the route has a learn ticket).
+    online: OnlineSink,
     /// The request's load on the current decode worker.
     _guard: InflightGuard,
     migration: Migration,
@@ -119,6 +122,7 @@ impl ResponseStream {
         attempt: Attempt,
         tokenizer: Arc<dyn Tokenizer>,
         log: RequestLog,
+        online: OnlineSink,
         migration: Migration,
         deadline: Option<tokio::time::Instant>,
     ) -> Self {
@@ -131,6 +135,7 @@ impl ResponseStream {
             detok: IncrementalDetokenizer::new(),
             stop: StopMatcher::new(migration.stop_strings()),
             log,
+            online,
             _guard: attempt.guard,
             migration,
             deadline: deadline.map(|at| Box::pin(tokio::time::sleep_until(at))),
@@ -452,10 +457,28 @@ impl ResponseStream {
             }
             metrics::histogram!(m::E2E_SECONDS, "mode" => mode).record(e2e.as_secs_f64());
         }
+        let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+        if let Some(ticket) = &self.route.learn
+            && outcome != "cancelled"
+        {
+            let arrived_ms = self.meta.ts_ms as f64;
+            self.online.send(Finished {
+                ticket: ticket.clone(),
+                cluster: self.route.cluster,
+                decision: self.route.decision,
+                decided_by: self.route.decided_by,
+                decode_worker: Arc::from(self.route.decode.worker.id.0.as_str()),
+                arrived_ms,
+                done_ms: arrived_ms + ms(e2e),
+                ttft_ms: ttft.map_or(f64::INFINITY, ms),
+                tpot_ms: tpot.map_or(0.0, |t| t * 1e3),
+                tokens: self.completion_tokens,
+                ok: outcome == "ok",
+            });
+        }
         if !self.log.enabled() {
             return;
         }
-        let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
         let r = &self.route;
         self.log.record(RequestRecord {
             ts_ms: self.meta.ts_ms,

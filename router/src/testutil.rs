@@ -99,6 +99,9 @@ pub struct FakeState {
     pub cancelled: AtomicU32,
     /// The prefill path it reports for a request sent remote (a local one reports `Local`).
     pub remote_path: Mutex<v1::PrefillPath>,
+    /// How long a request sent remote waits before its first token (`Text` behaviour), as a
+    /// slow prefill pool would make it.
+    pub remote_delay: Mutex<Duration>,
     events: broadcast::Sender<Event>,
     snapshot: Mutex<Vec<u64>>,
     /// Ends event streams too, so a stopped fake looks like a dead worker.
@@ -200,10 +203,10 @@ impl DecodeWorker for Svc {
         let req = req.into_inner();
         let max = req.sampling.as_ref().map_or(1, |s| s.max_tokens);
         let prompt_tokens = req.token_ids.len() as u32;
-        let path = if req.remote.is_some() {
-            *self.0.remote_path.lock()
+        let (path, delay) = if req.remote.is_some() {
+            (*self.0.remote_path.lock(), *self.0.remote_delay.lock())
         } else {
-            v1::PrefillPath::Local
+            (v1::PrefillPath::Local, Duration::ZERO)
         };
         self.0.calls.lock().push(req);
         let behavior = self.0.behavior.lock().clone();
@@ -220,6 +223,7 @@ impl DecodeWorker for Svc {
             Behavior::Text(text) => {
                 let ids = SimTokenizer.encode(&text);
                 tokio::spawn(async move {
+                    tokio::time::sleep(delay).await;
                     for i in 0..max as usize {
                         let mut msg = token(ids[i % ids.len()]);
                         if i + 1 == max as usize {
@@ -331,6 +335,7 @@ impl FakeWorker {
             timeouts: Mutex::new(Vec::new()),
             cancelled: AtomicU32::new(0),
             remote_path: Mutex::new(v1::PrefillPath::Remote),
+            remote_delay: Mutex::new(Duration::ZERO),
             events,
             snapshot: Mutex::new(Vec::new()),
             stop: stop.clone(),

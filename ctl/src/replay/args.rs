@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
-use dolphin_router::config::{ThresholdArgs, TrustArgs};
+use dolphin_router::config::{OnlineArgs, ThresholdArgs, TrustArgs};
 use dolphin_router::dolphin::Split;
 use dolphin_workload::{Arrivals, Slo, WorkloadSource, WorkloadSpec};
 use serde::Serialize;
@@ -90,6 +90,9 @@ pub struct ReplayArgs {
     /// Sim, `--policy dolphin`: when a table's bit is trusted (the router's flags).
     #[command(flatten)]
     pub trust: TrustArgs,
+    /// Sim, `--policy dolphin`: learning online while the replay runs (the router's flags).
+    #[command(flatten)]
+    pub online: OnlineArgs,
     /// Write the config, the summary and every request's outcome as JSON to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -286,12 +289,16 @@ impl ReplayArgs {
                 trust
                     .validate()
                     .map_err(|e| usage(format!("table trust flags: {e}")))?;
+                let online = self.online.config();
+                online
+                    .validate()
+                    .map_err(|e| usage(format!("online learning flags: {e}")))?;
                 let cfg = SimTargetConfig::load(
                     split,
                     profile,
                     policy,
                     threshold,
-                    trust,
+                    (trust, online),
                     self.table.as_deref(),
                     self.total_blocks.unwrap_or(DEFAULT_TOTAL_BLOCKS),
                 )?;

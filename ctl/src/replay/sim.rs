@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use dolphin_engine::SimProfile;
-use dolphin_router::dolphin::{CompiledTable, RoutingTable, Split, TrustConfig};
+use dolphin_router::dolphin::{CompiledTable, OnlineConfig, RoutingTable, Split, TrustConfig};
 use dolphin_router::policy::{DolphinConfig, Policy as RouterPolicy, ThresholdConfig};
 use dolphin_sim::{SimCluster, SimClusterConfig, SimRequest};
 use dolphin_workload::{Arrivals, Slo, Workload};
@@ -38,13 +38,13 @@ pub struct SimTargetConfig {
 impl SimTargetConfig {
     /// Loads `profile` (a shipped name or a JSON file) and the table at `table` (compiled with
     /// the router's code), and maps `policy` to the router's policy with `threshold` and (for
-    /// `dolphin`) `trust`.
+    /// `dolphin`) its trust checks and online learning.
     pub fn load(
         split: Split,
         profile: &str,
         policy: Policy,
         threshold: ThresholdConfig,
-        trust: TrustConfig,
+        (trust, online): (TrustConfig, OnlineConfig),
         table: Option<&Path>,
         total_blocks: u32,
     ) -> Result<Self, ReplayError> {
@@ -56,6 +56,7 @@ impl SimTargetConfig {
         let mut policy = router_policy(policy, threshold);
         if let RouterPolicy::Dolphin(cfg) = &mut policy {
             cfg.trust = trust;
+            cfg.online = online;
         }
         Ok(SimTargetConfig {
             split,
@@ -132,6 +133,23 @@ pub fn replay_sim(
         Some(c) => cluster.run_closed(&requests, c)?,
         None => cluster.run(&requests)?,
     };
+    if let Some(o) = &report.online {
+        eprintln!(
+            "online learning: {} requests explored, {} bits changed",
+            o.explored,
+            o.flips.len()
+        );
+        for f in &o.flips {
+            let how = if f.adopted { "adopted" } else { "to" };
+            eprintln!(
+                "  at {:.1} min: cluster {} {how} {} (+{:.3})",
+                f.at_ms / 60_000.0,
+                f.cluster,
+                f.to.as_str(),
+                f.gain
+            );
+        }
+    }
     Ok(ReplayRun {
         outcomes: report.outcomes(),
         failures: Default::default(),

@@ -233,7 +233,10 @@ fn sim_replay_reports_every_request_with_its_cluster() {
         "dynamo-mocker",
         Policy::Dolphin,
         dolphin_router::policy::ThresholdConfig::default(),
-        dolphin_router::dolphin::TrustConfig::default(),
+        (
+            dolphin_router::dolphin::TrustConfig::default(),
+            dolphin_router::dolphin::OnlineConfig::default(),
+        ),
         Some(&table),
         20_000,
     )

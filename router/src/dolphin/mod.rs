@@ -15,6 +15,7 @@ pub mod approx;
 pub mod assign;
 pub mod classifier;
 pub mod online;
+pub mod online_service;
 pub mod routing;
 pub mod split;
 pub mod store;

@@ -18,6 +18,8 @@ use parking_lot::{Mutex, RwLock};
 use super::admission::Admission;
 use super::assign::CompiledTable;
 use super::classifier::{OutputClassifier, OutputPrediction};
+use super::online::Explorer;
+use super::online_service::ActiveExplorer;
 use super::split::Split;
 use super::store::StoreSnapshot;
 use super::table::TableError;
@@ -78,6 +80,8 @@ pub struct DolphinRouting {
     current: RwLock<Current>,
     classifier: RwLock<Arc<OutputClassifier>>,
     refused: Mutex<BTreeMap<Split, String>>,
+    /// The online learner's exploration schedule, for the table it follows.
+    explorer: RwLock<Option<Arc<ActiveExplorer>>>,
 }
 
 impl Default for DolphinRouting {
@@ -95,7 +99,21 @@ impl DolphinRouting {
             current: RwLock::new(Current::default()),
             classifier: RwLock::new(Arc::new(OutputClassifier::prior())),
             refused: Mutex::default(),
+            explorer: RwLock::new(None),
         }
+    }
+
+    /// The online learner's exploration schedule for `split`'s table `version` (`None`: the
+    /// learner follows another table, or none).
+    pub fn explorer(&self, split: Split, version: &str) -> Option<Arc<Explorer>> {
+        let cur = self.explorer.read();
+        let e = cur.as_ref()?;
+        (e.split == split && *e.version == *version).then(|| e.explorer.clone())
+    }
+
+    /// Sets the online learner's exploration schedule.
+    pub fn set_explorer(&self, explorer: Option<ActiveExplorer>) {
+        *self.explorer.write() = explorer.map(Arc::new);
     }
 
     /// The classifier's prediction for a request.

@@ -263,3 +263,86 @@ async fn stale_workers_are_estimated_from_what_was_routed_to_them() {
     );
     assert_eq!(again.features.eff_isl_decode, 0);
 }
+
+#[tokio::test]
+async fn online_learning_explores_live_requests_and_publishes_the_better_path() {
+    use crate::dolphin::online::OnlineConfig;
+    use crate::dolphin::table::TableSlo;
+    let policy = Policy::Dolphin(DolphinConfig {
+        fallback: FallbackKind::AlwaysLocal,
+        online: OnlineConfig {
+            enabled: true,
+            explore_share: 0.5,
+            min_samples: 5,
+            half_life: 20,
+            ..OnlineConfig::default()
+        },
+        ..Default::default()
+    });
+    let d = dispatcher(policy, RequestLog::disabled());
+    let dw = FakeWorker::start("d1", Role::Decode, Behavior::Text("ok".into())).await;
+    let pw = FakeWorker::start("p1", Role::Prefill, Behavior::Text("ok".into())).await;
+    d.registry().add(dw.record()).expect("add");
+    d.registry().add(pw.record()).expect("add");
+    // Remote prefill is slow here: its requests miss a 100 ms budget that local ones meet.
+    *dw.state.remote_delay.lock() = std::time::Duration::from_millis(400);
+    let s = Split::new(1, 1);
+    let mut t = kmeans_table(s, [1, 1]);
+    t.slo = TableSlo {
+        ttft_ms: 100.0,
+        tpot_ms: 1.0,
+    };
+    put_active(&d, s, "v1", &t.to_json_pretty()).await;
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    d.spawn_online(shutdown.clone());
+    let mut seen = BTreeSet::new();
+    let mut published = None;
+    for i in 0..80 {
+        let mut stream = d
+            .generate(params(&format!("prompt {i}"), 3))
+            .await
+            .expect("generate");
+        let r = stream.routing();
+        seen.insert((r.policy.clone(), stream.route().decision.as_str()));
+        while let Some(delta) = stream.next().await {
+            if delta.expect("ok").finish.is_some() {
+                break;
+            }
+        }
+        drop(stream);
+        let active = d.dolphin().table(s).expect("table");
+        if &*active.version != "v1" {
+            published = Some(active);
+            break;
+        }
+    }
+    shutdown.cancel();
+    assert!(
+        seen.contains(&("dolphin-explore".to_owned(), "local")),
+        "{seen:?}"
+    );
+    assert!(seen.contains(&("dolphin".to_owned(), "remote")));
+    let t = published.expect("the learner published a table");
+    assert_eq!(t.table.table().bits[0], 0, "cluster 0 now prefills locally");
+    assert!(
+        t.table
+            .table()
+            .provenance
+            .notes
+            .contains("cluster 0 to local")
+    );
+    // Requests the table decides now take the new bit (explored ones go remote).
+    let mut by_table = Vec::new();
+    for i in 0..6 {
+        let stream = d
+            .generate(params(&format!("after the flip {i}"), 3))
+            .await
+            .expect("generate");
+        let r = stream.route();
+        assert_eq!(r.table_version.as_deref(), Some(&*t.version));
+        if r.decided_by == crate::policy::DecidedBy::Table {
+            by_table.push(r.decision);
+        }
+    }
+    assert!(!by_table.is_empty() && by_table.iter().all(|d| *d == Decision::Local));
+}
