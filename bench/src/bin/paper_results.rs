@@ -2,13 +2,14 @@
 //! TaiChi's flip, the learned table against Dynamo's rules and the fixed policies on mixed and
 //! real-trace workloads and on each single-type workload, at operating points below
 //! saturation (where Dynamo 1.6 meets the SLO for 50, 80 and 95% of requests), the step
-//! limits' TTFT/TPOT trade, tables serving traffic unlike their training traffic, and the
+//! limits' TTFT/TPOT trade, tables serving traffic unlike their training traffic, online learning after a split
+//! change, and the
 //! ablations (K, no scan, no output-length feature, k-means against GMM). Writes
 //! `docs/results/results.json`, the charts (`docs/results/*.png`) and the tables
 //! (`docs/results/tables.md`), and prints the tables.
 //!
 //! ```sh
-//! cargo run --release -p dolphin-bench --bin paper_results            # about 4 minutes
+//! cargo run --release -p dolphin-bench --bin paper_results            # about 5 minutes
 //! ```
 //!
 //! Every table is learned on one sample of a workload (seed 1, or the trace's first N rows) and
