@@ -6,7 +6,7 @@
 //! not sampling noise. A learned table should then be checked on a held-out workload (another
 //! seed), as `docs/results.md` does.
 
-use dolphin_router::dolphin::{CompiledTable, RoutingTable};
+use dolphin_router::dolphin::{CompiledTable, OutputClassifier, RoutingTable};
 use dolphin_router::policy::{DolphinConfig, Policy, ThresholdConfig};
 use dolphin_sim::{SimCluster, SimClusterConfig, SimReport, SimRequest};
 use dolphin_workload::{Arrivals, RequestOutcome, Slo, Workload};
@@ -49,6 +49,21 @@ impl SimTarget {
     /// The SLO requests are judged against.
     pub fn slo(&self) -> Slo {
         self.slo
+    }
+
+    /// Every request's `max_tokens`, as the router sees it at admission, becomes its workload's
+    /// fixed cap ([`dolphin_workload::RequestKind::max_tokens_cap`], at least the output, so no
+    /// answer is cut short), not its true output length. The simulated engines still end each
+    /// request at its trace length, which the router never sees.
+    pub fn cap_max_tokens(&mut self) {
+        self.requests
+            .iter_mut()
+            .for_each(SimRequest::cap_max_tokens);
+    }
+
+    /// The output classifier the simulated router uses.
+    pub fn set_classifier(&mut self, classifier: OutputClassifier) {
+        self.sim.set_classifier(classifier);
     }
 
     /// Replays the workload from a cold cluster under `policy` (and `table` for

@@ -29,6 +29,14 @@ pub struct SimRequest {
 }
 
 impl SimRequest {
+    /// Sets the `max_tokens` the router sees at admission to the request's workload cap
+    /// ([`RequestKind::max_tokens_cap`], at least the output so no answer is cut short) instead
+    /// of its output length. The simulated engines still end it at `output_len`, which the
+    /// router never sees: what a client that caps its answers sends.
+    pub fn cap_max_tokens(&mut self) {
+        self.admission.max_tokens = self.kind.max_tokens_cap().max(self.output_len);
+    }
+
     /// A request for a prompt given as tokens, hashed into blocks of `block_size` exactly as
     /// the router hashes it; `max_tokens` = `output_len`. Its kind is [`RequestKind::Arxiv`]
     /// (a prompt of its own); [`with_kind`](Self::with_kind) changes it.

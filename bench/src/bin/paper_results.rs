@@ -2,9 +2,9 @@
 //! TaiChi's flip, the learned table against Dynamo's rules and the fixed policies on mixed and
 //! real-trace workloads and on each single-type workload, at operating points below
 //! saturation (where Dynamo 1.6 meets the SLO for 50, 80 and 95% of requests), the step
-//! limits' TTFT/TPOT trade, tables serving traffic unlike their training traffic, online learning after a split
-//! change, and the
-//! ablations (K, no scan, no output-length feature, k-means against GMM). Writes
+//! limits' TTFT/TPOT trade, tables serving traffic unlike their training traffic, online
+//! learning after a split change, and the ablations (K, no scan, no output-length feature,
+//! k-means against GMM). Writes
 //! `docs/results/results.json`, the charts (`docs/results/*.png`) and the tables
 //! (`docs/results/tables.md`), and prints the tables.
 //!
@@ -123,6 +123,7 @@ fn run(args: Args) -> Result<(), BenchError> {
         total_blocks: 100_000,
         arrivals: Arrivals::ClosedLoop { concurrency },
         slo,
+        classifier: None,
     };
 
     let online_md = |md: &mut String,
@@ -229,8 +230,8 @@ fn run(args: Args) -> Result<(), BenchError> {
         let single = [("arxiv", "3p1d"), ("leval", "3p1d"), ("humaneval", "3p1d")];
         for (name, split_name) in mixed.iter().chain(&single) {
             let split = split(split_name)?;
-            let s = setup(split, concurrency);
             let (train, test) = samples(name)?;
+            let s = setup(split, concurrency).with_classifier_for(name, &train)?;
             let learned = learn(
                 &s,
                 &train,

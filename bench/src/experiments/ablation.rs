@@ -59,6 +59,7 @@ pub fn ablations(
         ),
         ("K=8, GMM".into(), 8, ClusterMethod::Gmm, true, true),
     ];
+    let setup = &setup.with_classifier_for("hybrid", train)?;
     let mut target = setup.target(test)?;
     for (name, k, method, scan, output) in &variants {
         for seed in 1..=seeds {

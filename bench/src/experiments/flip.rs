@@ -61,6 +61,7 @@ pub fn flip(
             total_blocks: 100_000,
             arrivals,
             slo,
+            classifier: None,
         };
         let mut target = s.target(&w)?;
         cats.push(format!(

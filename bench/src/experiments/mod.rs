@@ -4,11 +4,12 @@
 //! runs.
 
 use dolphin_engine::SimProfile;
+use dolphin_learn::classifier::TrainConfig;
 use dolphin_learn::fit::FitConfig;
 use dolphin_learn::search::SearchConfig;
 use dolphin_learn::sim_target::{SimLearned, SimTarget, learn_on_sim};
 use dolphin_router::dolphin::table::{ClusterMethod, TableSlo};
-use dolphin_router::dolphin::{CompiledTable, Reward, RoutingTable, Split};
+use dolphin_router::dolphin::{CompiledTable, OutputClassifier, Reward, RoutingTable, Split};
 use dolphin_router::policy::{DolphinConfig, Policy, ThresholdConfig, ThresholdVariant};
 use dolphin_sim::SimClusterConfig;
 use dolphin_workload::{Arrivals, RequestOutcome, Slo, Summary, Workload};
@@ -48,6 +49,8 @@ pub struct Setup {
     pub arrivals: Arrivals,
     /// The SLO requests are judged against.
     pub slo: Slo,
+    /// The router's output classifier (`None`: its prior, which reads `max_tokens`).
+    pub classifier: Option<OutputClassifier>,
 }
 
 impl Setup {
@@ -59,9 +62,36 @@ impl Setup {
         c
     }
 
-    /// `workload` bound to this setup.
+    /// `workload` bound to this setup. The router sees each request's `max_tokens` as its
+    /// workload's cap, never its output length, and predicts the output with this setup's
+    /// classifier.
     pub fn target(&self, workload: &Workload) -> Result<SimTarget, BenchError> {
-        SimTarget::new(self.cluster(), workload, self.arrivals, self.slo).map_err(learn_err)
+        let mut t =
+            SimTarget::new(self.cluster(), workload, self.arrivals, self.slo).map_err(learn_err)?;
+        t.cap_max_tokens();
+        if let Some(c) = &self.classifier {
+            t.set_classifier(c.clone());
+        }
+        Ok(t)
+    }
+
+    /// This setup with the output classifier trained on `train` (what is known at admission,
+    /// with the capped `max_tokens`, against the true output lengths), as an operator trains it
+    /// on the request log (`dolphinctl classifier train`).
+    pub fn with_classifier_for(&self, name: &str, train: &Workload) -> Result<Setup, BenchError> {
+        let report = dolphin_learn::classifier::train(
+            &capped_records(train),
+            &TrainConfig {
+                source: name.to_owned(),
+                heldout: 0.0,
+                ..TrainConfig::default()
+            },
+        )
+        .map_err(|e| BenchError::Experiment(format!("classifier for {name}: {e}")))?;
+        Ok(Setup {
+            classifier: Some(report.classifier),
+            ..self.clone()
+        })
     }
 
     /// A fit of `k` clusters for this setup's split and SLO.

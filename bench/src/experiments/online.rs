@@ -207,6 +207,7 @@ pub fn split_change(
     let mut rows = Vec::new();
     for &(name, from, to) in changes {
         let (train, _) = samples(name)?;
+        let base = &base.with_classifier_for(name, &train)?;
         let traffic = long(name);
         let at = |split: Split| Setup {
             split,

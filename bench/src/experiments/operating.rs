@@ -157,6 +157,7 @@ pub fn operating_points(
     targets: &[f64],
 ) -> Result<Vec<OperatingPoint>, BenchError> {
     let mut points = Vec::new();
+    let base = &base.with_classifier_for(name, train)?;
     for kind in LoadKind::ALL {
         for &target in targets {
             let Some(load) = find_load(base, test, kind, target)? else {

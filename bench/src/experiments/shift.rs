@@ -106,7 +106,8 @@ pub fn traffic_shift(
     md: &mut String,
 ) -> Result<Vec<ShiftRow>, BenchError> {
     md.push_str("| learned on | serving | Dynamo 1.6 | every bit taken | range check only | default checks | routed by the fallback under the default checks: out of range, thin evidence |\n|---|---|---|---|---|---|---|\n");
-    let mut learned: Vec<(String, RoutingTable)> = Vec::new();
+    // Per training workload: its table, and the setup with the classifier trained beside it.
+    let mut learned: Vec<(String, RoutingTable, Setup)> = Vec::new();
     let mut rows = Vec::new();
     let all = TrustConfig {
         enabled: false,
@@ -119,21 +120,23 @@ pub fn traffic_shift(
         ..checked
     };
     for &(train, serve_name) in pairs {
-        let table = match learned.iter().find(|(n, _)| n == train) {
-            Some((_, t)) => t.clone(),
+        let (table, setup) = match learned.iter().find(|(n, ..)| n == train) {
+            Some((_, t, s)) => (t.clone(), s.clone()),
             None => {
                 let (train_sample, _) = samples(train)?;
+                let s = setup.with_classifier_for(train, &train_sample)?;
                 let t = learn(
-                    setup,
+                    &s,
                     &train_sample,
-                    &setup.fit(train, 8, ClusterMethod::Kmeans, 1),
+                    &s.fit(train, 8, ClusterMethod::Kmeans, 1),
                     &SearchConfig::new(8),
                 )?
                 .table;
-                learned.push((train.to_owned(), t.clone()));
-                t
+                learned.push((train.to_owned(), t.clone(), s.clone()));
+                (t, s)
             }
         };
+        let setup = &setup;
         let (_, served) = samples(serve_name)?;
         let mut target = setup.target(&served)?;
         let dynamo = run_baseline(&mut target, Baseline::Dynamo16)?.summary;

@@ -84,6 +84,14 @@ pub struct LearnArgs {
     /// Cluster without the output-length feature (an ablation).
     #[arg(long)]
     pub no_output_feature: bool,
+    /// Sim: the router's output classifier (`dolphinctl classifier train --out`); default its
+    /// prior, which places a request by its `max_tokens`.
+    #[arg(long)]
+    pub classifier: Option<PathBuf>,
+    /// Sim: the router sees each request's `max_tokens` as its workload's fixed cap, not its
+    /// output length (the simulated model still ends it at the trace's length).
+    #[arg(long)]
+    pub max_tokens_cap: bool,
     /// Refinement: probability that a cluster tries its other bit.
     #[arg(long, default_value_t = 0.2)]
     pub epsilon: f64,

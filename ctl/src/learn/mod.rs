@@ -167,14 +167,24 @@ pub async fn run(args: &LearnArgs, out: &mut impl Write) -> Result<(), LearnCmdE
                 })?;
             let mut cluster = SimClusterConfig::new(args.split.prefill, args.split.decode, profile);
             cluster.total_blocks = args.total_blocks;
-            Measure::Sim(Box::new(SimTarget::new(
-                cluster,
-                &workload,
-                args.arrivals,
-                slo,
-            )?))
+            let mut target = SimTarget::new(cluster, &workload, args.arrivals, slo)?;
+            if args.max_tokens_cap {
+                target.cap_max_tokens();
+            }
+            if let Some(path) = &args.classifier {
+                target.set_classifier(crate::replay::load_classifier(path)?);
+            }
+            Measure::Sim(Box::new(target))
         }
-        Target::Live => Measure::Live(Box::new(LiveTarget::connect(args, &workload, slo).await?)),
+        Target::Live => {
+            if args.classifier.is_some() || args.max_tokens_cap {
+                return Err(ReplayError::Usage(
+                    "--classifier and --max-tokens-cap only apply to --target sim (the live router uses its own classifier)".into(),
+                )
+                .into());
+            }
+            Measure::Live(Box::new(LiveTarget::connect(args, &workload, slo).await?))
+        }
     };
 
     // Resume, or gather and fit.

@@ -12,7 +12,7 @@ use serde::Serialize;
 use super::ReplayError;
 use super::duration::{millis, parse_duration};
 use super::live::LiveConfig;
-use super::sim::{DEFAULT_SIM_PROFILE, DEFAULT_TOTAL_BLOCKS, SimTargetConfig};
+use super::sim::{DEFAULT_SIM_PROFILE, DEFAULT_TOTAL_BLOCKS, SimTargetConfig, load_classifier};
 use crate::cli::{DEFAULT_ROUTER_GRPC, Policy};
 
 /// Concurrency of the closed loop synthetic workloads get when `--arrivals` is not given.
@@ -81,6 +81,15 @@ pub struct ReplayArgs {
     /// request's cluster under any policy.
     #[arg(long)]
     pub table: Option<PathBuf>,
+    /// Sim: the router's output classifier (`dolphinctl classifier train --out`); default its
+    /// prior, which places a request by its `max_tokens`.
+    #[arg(long)]
+    pub classifier: Option<PathBuf>,
+    /// Sim: the router sees each request's `max_tokens` as its workload's fixed cap (ArXiv,
+    /// HumanEval, Azure 1024, L-Eval 512, Mooncake 2048), not its output length; the simulated
+    /// model still ends it at the trace's length.
+    #[arg(long)]
+    pub max_tokens_cap: bool,
     /// Sim: KV blocks (of 16 tokens) per worker (default 100000).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     pub total_blocks: Option<u32>,
@@ -176,6 +185,12 @@ pub struct ConfigRecord {
     /// Sim: KV blocks per worker.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub total_blocks: Option<u32>,
+    /// Sim: the output classifier file.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub classifier: Option<PathBuf>,
+    /// Sim: `max_tokens` was each workload's cap, not the output length.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub max_tokens_cap: bool,
 }
 
 fn usage(msg: impl Into<String>) -> ReplayError {
@@ -230,6 +245,8 @@ impl ReplayArgs {
             policy_params: None,
             table: None,
             total_blocks: None,
+            classifier: None,
+            max_tokens_cap: false,
         };
         let mut warnings = Vec::new();
         let target = match self.target {
@@ -240,6 +257,8 @@ impl ReplayArgs {
                     ("--policy", self.policy.is_some()),
                     ("--table", self.table.is_some()),
                     ("--total-blocks", self.total_blocks.is_some()),
+                    ("--classifier", self.classifier.is_some()),
+                    ("--max-tokens-cap", self.max_tokens_cap),
                 ];
                 if let Some((flag, _)) = sim_only.iter().find(|(_, set)| *set) {
                     return Err(usage(format!(
@@ -293,7 +312,7 @@ impl ReplayArgs {
                 online
                     .validate()
                     .map_err(|e| usage(format!("online learning flags: {e}")))?;
-                let cfg = SimTargetConfig::load(
+                let mut cfg = SimTargetConfig::load(
                     split,
                     profile,
                     policy,
@@ -302,6 +321,12 @@ impl ReplayArgs {
                     self.table.as_deref(),
                     self.total_blocks.unwrap_or(DEFAULT_TOTAL_BLOCKS),
                 )?;
+                cfg.classifier = self
+                    .classifier
+                    .as_deref()
+                    .map(load_classifier)
+                    .transpose()?;
+                cfg.cap_max_tokens = self.max_tokens_cap;
                 if let Some(table_split) = cfg.table_split()
                     && table_split != split
                 {
@@ -314,6 +339,8 @@ impl ReplayArgs {
                 record.policy = Some(cfg.policy.name().to_owned());
                 record.policy_params = Some(cfg.policy.params_json());
                 record.table = self.table.clone();
+                record.classifier = self.classifier.clone();
+                record.max_tokens_cap = self.max_tokens_cap;
                 record.total_blocks = Some(cfg.total_blocks);
                 TargetPlan::Sim(Box::new(cfg))
             }

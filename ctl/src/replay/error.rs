@@ -43,6 +43,14 @@ pub enum ReplayError {
         #[source]
         source: dolphin_router::dolphin::TableError,
     },
+    /// The output classifier file could not be read or is not a classifier.
+    #[error("output classifier {}: {detail}", path.display())]
+    Classifier {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        detail: String,
+    },
     /// The simulator refused the cluster or a request.
     #[error("simulation failed")]
     Sim(#[from] dolphin_sim::SimError),

@@ -31,8 +31,8 @@ pub use error::ReplayError;
 pub use live::{FAIL_FAST_AFTER, LiveConfig, replay_live};
 pub use report::{JsonReport, render as render_report, write_json};
 pub use sim::{
-    DEFAULT_SIM_PROFILE, DEFAULT_TOTAL_BLOCKS, SimTargetConfig, load_table, replay_sim,
-    router_policy,
+    DEFAULT_SIM_PROFILE, DEFAULT_TOTAL_BLOCKS, SimTargetConfig, load_classifier, load_table,
+    replay_sim, router_policy,
 };
 
 /// What a replay measured.

@@ -194,6 +194,8 @@ mod tests {
             policy_params: None,
             table: None,
             total_blocks: None,
+            classifier: None,
+            max_tokens_cap: false,
         }
     }
 

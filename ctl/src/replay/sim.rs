@@ -4,7 +4,9 @@
 use std::path::Path;
 
 use dolphin_engine::SimProfile;
-use dolphin_router::dolphin::{CompiledTable, OnlineConfig, RoutingTable, Split, TrustConfig};
+use dolphin_router::dolphin::{
+    CompiledTable, OnlineConfig, OutputClassifier, RoutingTable, Split, TrustConfig,
+};
 use dolphin_router::policy::{DolphinConfig, Policy as RouterPolicy, ThresholdConfig};
 use dolphin_sim::{SimCluster, SimClusterConfig, SimRequest};
 use dolphin_workload::{Arrivals, Slo, Workload};
@@ -33,6 +35,10 @@ pub struct SimTargetConfig {
     pub total_blocks: u32,
     /// Seed of the simulator's tie-breaking.
     pub seed: u64,
+    /// The router's output classifier (`None`: its prior, which reads `max_tokens`).
+    pub classifier: Option<OutputClassifier>,
+    /// The router sees each request's workload cap as `max_tokens`, not its output length.
+    pub cap_max_tokens: bool,
 }
 
 impl SimTargetConfig {
@@ -65,6 +71,8 @@ impl SimTargetConfig {
             table,
             total_blocks,
             seed: 1,
+            classifier: None,
+            cap_max_tokens: false,
         })
     }
 
@@ -79,6 +87,9 @@ impl SimTargetConfig {
         cfg.total_blocks = self.total_blocks;
         cfg.policy = self.policy;
         cfg.table = self.table.clone();
+        if let Some(c) = &self.classifier {
+            cfg.classifier = c.clone();
+        }
         cfg.seed = self.seed;
         cfg
     }
@@ -96,6 +107,16 @@ pub fn router_policy(policy: Policy, threshold: ThresholdConfig) -> RouterPolicy
             ..DolphinConfig::default()
         }),
     }
+}
+
+/// Reads an output classifier file (`dolphinctl classifier train --out`).
+pub fn load_classifier(path: &Path) -> Result<OutputClassifier, ReplayError> {
+    let err = |detail: String| ReplayError::Classifier {
+        path: path.to_path_buf(),
+        detail,
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| err(e.to_string()))?;
+    OutputClassifier::from_json(&text).map_err(|e| err(e.to_string()))
 }
 
 /// Reads, validates and compiles a routing table file.
@@ -127,7 +148,10 @@ pub fn replay_sim(
     arrivals.apply(&mut w);
     let mut cluster = SimCluster::new(cfg.cluster_config())?;
     let block_size = cluster.config().block_size;
-    let requests = SimRequest::from_workload(&w, slo, block_size);
+    let mut requests = SimRequest::from_workload(&w, slo, block_size);
+    if cfg.cap_max_tokens {
+        requests.iter_mut().for_each(SimRequest::cap_max_tokens);
+    }
     let started = std::time::Instant::now();
     let report = match arrivals.concurrency() {
         Some(c) => cluster.run_closed(&requests, c)?,

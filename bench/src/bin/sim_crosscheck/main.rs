@@ -244,6 +244,9 @@ async fn main() -> anyhow::Result<()> {
             table: None,
             total_blocks: args.total_blocks,
             seed: 1,
+            // The live side's replay sends the output length as max_tokens: so does this one.
+            classifier: None,
+            cap_max_tokens: false,
         };
         let sim_run = replay_sim(&target, &w, Arrivals::Trace { time_scale: 1.0 }, slo)?;
         let sim = Side::of(&sim_run.outcomes);
