@@ -1,9 +1,7 @@
-//! k-means with k-means++ seeding (Arthur and Vassilvitskii, 2007) and Lloyd iterations, best of
-//! several restarts.
+//! k-means for table fitting: `linfa-clustering`'s (k-means++ seeding, Lloyd iterations, best
+//! of several restarts), and the nearest-centroid rule the router's compiled table applies.
 
 use dolphin_router::dolphin::table::N_FEATURES;
-use rand::rngs::SmallRng;
-use rand::{Rng, SeedableRng};
 
 use crate::error::LearnError;
 
@@ -63,7 +61,12 @@ impl KMeansConfig {
     }
 }
 
-/// Fits k-means to `points`.
+/// Fits k-means to `points` with `linfa-clustering` (k-means++ seeding, Lloyd iterations, the
+/// best of `restarts` runs by inertia), then labels every point by [`nearest`], the rule the
+/// router's compiled table applies.
+///
+/// Fewer distinct points than `k` (linfa's k-means++ cannot draw a new centre when every point
+/// already sits on one): the distinct points are the centroids, repeated up to `k`.
 pub fn fit(points: &[Point], cfg: KMeansConfig) -> Result<KMeans, LearnError> {
     if cfg.k == 0 {
         return Err(LearnError::Invalid("k must be at least 1".into()));
@@ -75,108 +78,74 @@ pub fn fit(points: &[Point], cfg: KMeansConfig) -> Result<KMeans, LearnError> {
             cfg.k
         )));
     }
-    let mut rng = SmallRng::seed_from_u64(cfg.seed);
-    let mut best: Option<KMeans> = None;
-    for _ in 0..cfg.restarts.max(1) {
-        let m = lloyd(
-            points,
-            seed_plus_plus(points, cfg.k, &mut rng),
-            cfg.max_iter,
-        );
-        if best.as_ref().is_none_or(|b| m.inertia < b.inertia) {
-            best = Some(m);
-        }
-    }
-    best.ok_or_else(|| LearnError::Invalid("no restart ran".into()))
-}
-
-/// k-means++: each next centre is drawn with probability proportional to its squared distance
-/// to the nearest centre chosen so far.
-fn seed_plus_plus(points: &[Point], k: usize, rng: &mut SmallRng) -> Vec<Point> {
-    let mut centroids = vec![points[rng.random_range(0..points.len())]];
-    let mut d2: Vec<f64> = points.iter().map(|p| dist2(p, &centroids[0])).collect();
-    while centroids.len() < k {
-        let total: f64 = d2.iter().sum();
-        let next = if total > 0.0 {
-            let mut target = rng.random::<f64>() * total;
-            let mut idx = points.len() - 1;
-            for (i, d) in d2.iter().enumerate() {
-                if target < *d {
-                    idx = i;
-                    break;
-                }
-                target -= d;
-            }
-            idx
-        } else {
-            // Every point sits on a centre already (duplicates): any point will do.
-            rng.random_range(0..points.len())
-        };
-        let c = points[next];
-        for (d, p) in d2.iter_mut().zip(points) {
-            *d = d.min(dist2(p, &c));
-        }
-        centroids.push(c);
-    }
-    centroids
-}
-
-fn lloyd(points: &[Point], mut centroids: Vec<Point>, max_iter: usize) -> KMeans {
-    let k = centroids.len();
-    let mut labels = vec![usize::MAX; points.len()];
-    for _ in 0..max_iter {
-        let mut changed = false;
-        for (l, p) in labels.iter_mut().zip(points) {
-            let n = nearest(&centroids, p);
-            changed |= *l != n;
-            *l = n;
-        }
-        if !changed {
-            break;
-        }
-        let mut sums = vec![[0.0; N_FEATURES]; k];
-        let mut counts = vec![0usize; k];
-        for (l, p) in labels.iter().zip(points) {
-            counts[*l] += 1;
-            for d in 0..N_FEATURES {
-                sums[*l][d] += p[d];
-            }
-        }
-        for c in 0..k {
-            if counts[c] == 0 {
-                // An empty cluster takes the point farthest from its centre.
-                let far = (0..points.len())
-                    .max_by(|&a, &b| {
-                        let da = dist2(&points[a], &centroids[labels[a]]);
-                        let db = dist2(&points[b], &centroids[labels[b]]);
-                        da.total_cmp(&db)
-                    })
-                    .unwrap_or(0);
-                centroids[c] = points[far];
-            } else {
-                for d in 0..N_FEATURES {
-                    centroids[c][d] = sums[c][d] / counts[c] as f64;
-                }
-            }
-        }
-    }
-    for (l, p) in labels.iter_mut().zip(points) {
-        *l = nearest(&centroids, p);
-    }
+    let distinct = distinct(points, cfg.k);
+    let centroids = if distinct.len() < cfg.k {
+        (0..cfg.k).map(|i| distinct[i % distinct.len()]).collect()
+    } else {
+        linfa_centroids(points, cfg)?
+    };
+    let labels: Vec<usize> = points.iter().map(|p| nearest(&centroids, p)).collect();
     let inertia = labels
         .iter()
         .zip(points)
         .map(|(l, p)| dist2(&centroids[*l], p))
         .sum();
-    KMeans {
+    Ok(KMeans {
         centroids,
         inertia,
         labels,
+    })
+}
+
+/// Up to `k` distinct points of `points`, in order.
+fn distinct(points: &[Point], k: usize) -> Vec<Point> {
+    let mut out: Vec<Point> = Vec::with_capacity(k);
+    for p in points {
+        if out.len() == k {
+            break;
+        }
+        if !out.contains(p) {
+            out.push(*p);
+        }
     }
+    out
+}
+
+fn linfa_centroids(points: &[Point], cfg: KMeansConfig) -> Result<Vec<Point>, LearnError> {
+    use linfa::DatasetBase;
+    use linfa::traits::Fit;
+    use rand_xoshiro::Xoshiro256Plus;
+    use rand_xoshiro::rand_core::SeedableRng as _;
+
+    let flat: Vec<f64> = points.iter().flatten().copied().collect();
+    let data = ndarray::Array2::from_shape_vec((points.len(), N_FEATURES), flat)
+        .map_err(|e| LearnError::Invalid(format!("points: {e}")))?;
+    let model =
+        linfa_clustering::KMeans::params_with_rng(cfg.k, Xoshiro256Plus::seed_from_u64(cfg.seed))
+            .n_runs(cfg.restarts.max(1))
+            .max_n_iterations(cfg.max_iter as u64)
+            .tolerance(1e-9)
+            .fit(&DatasetBase::from(data))
+            .map_err(|e| LearnError::Invalid(format!("k-means (linfa): {e}")))?;
+    Ok(model
+        .centroids()
+        .rows()
+        .into_iter()
+        .map(|row| {
+            let mut c = [0.0; N_FEATURES];
+            for (x, v) in c.iter_mut().zip(row) {
+                *x = *v;
+            }
+            c
+        })
+        .collect())
 }
 
 #[cfg(test)]
 pub(crate) mod tests {
+    use rand::rngs::SmallRng;
+    use rand::{Rng, SeedableRng};
+
     use super::*;
 
     /// Points around `centres`, `n` each, with spread `sd`.
@@ -226,6 +195,32 @@ pub(crate) mod tests {
                 .fold(f64::INFINITY, f64::min);
             assert!(near < 0.1, "no centroid near {centre:?}");
         }
+    }
+
+    #[test]
+    fn a_seed_gives_the_same_fit_and_labels_follow_the_routers_rule() {
+        let centres = [
+            [0.0; 4],
+            [3.0, 3.0, 0.0, 0.0],
+            [0.0, 0.0, 3.0, 3.0],
+            [3.0; 4],
+        ];
+        let (pts, _) = blobs(&centres, 50, 1.5, 3);
+        let cfg = KMeansConfig {
+            seed: 9,
+            ..KMeansConfig::new(4)
+        };
+        let a = fit(&pts, cfg).expect("fit");
+        assert_eq!(a, fit(&pts, cfg).expect("fit"), "deterministic in the seed");
+        for (p, l) in pts.iter().zip(&a.labels) {
+            assert_eq!(*l, nearest(&a.centroids, p));
+        }
+        let inertia: f64 = pts
+            .iter()
+            .zip(&a.labels)
+            .map(|(p, l)| dist2(p, &a.centroids[*l]))
+            .sum();
+        assert!((inertia - a.inertia).abs() < 1e-9);
     }
 
     #[test]

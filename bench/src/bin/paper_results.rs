@@ -407,7 +407,7 @@ fn run(args: Args) -> Result<(), BenchError> {
     // What the output classifier can predict without the oracle.
     let _ = writeln!(
         md,
-        "\n## Output classes without an oracle\n\nThe output classifier (`dolphinctl classifier train`: logistic regression over prompt length, `max_tokens`, the prefix family and hashed head tokens) trained on each workload's {} training and {} test requests together, a fifth held out, with `max_tokens` set to the workload's fixed cap (ArXiv, HumanEval and Azure 1024, L-Eval 512, Mooncake 2048), never the answer's length. Classes are cut at the terciles of the training outputs. The learned tables elsewhere on this page still see the true length (replay's `max_tokens` is the output length).\n",
+        "\n## Output classes without an oracle\n\nThe output classifier (`dolphinctl classifier train`: logistic regression over prompt length, `max_tokens`, the prefix family and hashed head tokens) trained on each workload's {} training and {} test requests together, a fifth held out, with `max_tokens` set to the workload's fixed cap (ArXiv, HumanEval and Azure 1024, L-Eval 512, Mooncake 2048), never the answer's length. Classes are cut at the terciles of the training outputs. Every other experiment on this page trains the classifier on its own training sample only and sends the same caps as `max_tokens`.\n",
         args.requests, args.requests
     );
     let mut class_workloads = Vec::new();
