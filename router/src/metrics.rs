@@ -68,7 +68,8 @@ pub const DOLPHIN_DISTRUSTED_TOTAL: &str = "dolphin_router_dolphin_distrusted_to
 pub const ONLINE_EXPLORED_TOTAL: &str = "dolphin_router_online_explored_total";
 /// Bits the online learner flipped, by `split`, `cluster` and `to` (the new path).
 pub const ONLINE_FLIPS_TOTAL: &str = "dolphin_router_online_flips_total";
-/// Finished requests the online learner credited, by `decision` and `met` (true/false).
+/// Finished requests the online learner credited, by `decision` and `met` (true/false);
+/// `decision="dropped"` counts outcomes dropped because the learner's inbox was full.
 pub const ONLINE_OUTCOMES_TOTAL: &str = "dolphin_router_online_outcomes_total";
 /// Tables the online learner published (flips, and seeds of a split that had none), by
 /// `outcome` (ok, error).
