@@ -378,7 +378,7 @@ impl Dispatcher {
                             .as_deref()
                             .and_then(|v| self.dolphin.explorer(split, v))
                         {
-                            online::explore(&mut r, input.prefill.is_some(), &e);
+                            online::explore(&mut r, input.pool_state(), &e);
                         }
                         Ok((r, Some(LearnTicket { split, version })))
                     })

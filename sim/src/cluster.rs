@@ -318,7 +318,7 @@ impl<'a> Run<'a> {
             return;
         };
         let explored = self.online.as_mut().is_some_and(|o| {
-            let explored = online::explore(&mut decided, prefill.is_some(), &o.explorer);
+            let explored = online::explore(&mut decided, input.pool_state(), &o.explorer);
             o.explored += u64::from(explored);
             explored
         });

@@ -6,7 +6,9 @@
 //!   takes the path the table does not give (`DecidedBy::Explored`). The schedule is a
 //!   per-cluster counter, so the share is exact at any scale, never a coin that can run long.
 //!   Local prefill is not explored for prompts longer than one step's worth of uncached tokens
-//!   (`explore_local_max_tokens`): each such trial stalls every decode on its worker.
+//!   (`explore_local_max_tokens`): each such trial stalls every decode on its worker. Remote
+//!   prefill is not explored onto a prefill worker with more than a step of prompt tokens
+//!   waiting: near saturation one such trial can tip the pool into a queue it never leaves.
 //! - **Rewards that see the neighbours.** A request prefilled on its decode worker meets its
 //!   own SLO easily while it stalls every decode beside it; crediting each request with its own
 //!   outcome alone made the learner flip clusters to local prefill that cost the rest of the
@@ -47,7 +49,7 @@ use serde::{Deserialize, Serialize};
 use super::split::Split;
 use super::table::{Reward, RoutingTable, TableSlo};
 use super::trust::{ClusterEvidence, Distrust, TrustConfig};
-use crate::policy::{DecidedBy, Decision};
+use crate::policy::{DecidedBy, Decision, PoolState};
 use crate::route::Route;
 
 /// The online learner's settings (the router's `--online-*` flags; off by default).
@@ -229,21 +231,24 @@ impl<K: Hash + Eq> Neighbourhood<K> {
 }
 
 /// Sends `route` by the other path when the schedule says so and the table's learner may: its
-/// decision is flipped and it is marked [`DecidedBy::Explored`]. `available`: a prefill worker
-/// can take the request (remote is never explored without one). Local prefill is explored only
-/// for prompts of at most `explore_local_max_tokens` uncached tokens on the decode worker.
-/// Returns whether it explored.
-pub fn explore(route: &mut Route, available: bool, explorer: &Explorer) -> bool {
+/// decision is flipped and it is marked [`DecidedBy::Explored`]. `pools`: the chosen workers'
+/// load; remote is explored only when a prefill worker was chosen and it has at most one step
+/// of prompt tokens waiting, local only for prompts of at most `explore_local_max_tokens`
+/// uncached tokens on the decode worker. Returns whether it explored.
+pub fn explore(route: &mut Route, pools: PoolState, explorer: &Explorer) -> bool {
     let Some(cluster) = route.cluster else {
         return false;
     };
-    if !learns_from(route.decided_by) || route.decided_by == DecidedBy::Explored || !available {
-        return false;
-    }
-    if route.decision == Decision::Remote
-        && route.features.eff_isl_decode > explorer.local_max_tokens
+    if !learns_from(route.decided_by) || route.decided_by == DecidedBy::Explored || !pools.available
     {
         return false;
+    }
+    let too_long = route.features.eff_isl_decode > explorer.local_max_tokens;
+    match route.decision {
+        Decision::Remote if too_long => return false,
+        // Never onto a prefill worker with more than a step of work waiting.
+        Decision::Local if pools.prefill_busy(1.0) => return false,
+        _ => {}
     }
     if !explorer.explore(cluster) {
         return false;

@@ -3,7 +3,7 @@ use rand::{Rng, SeedableRng};
 
 use super::*;
 use crate::dolphin::table::tests::kmeans_table;
-use crate::policy::{FallbackKind, Features};
+use crate::policy::{FallbackKind, Features, PoolState};
 
 fn reward(met: bool) -> f64 {
     if met { 1.0 } else { 0.0 }
@@ -49,7 +49,7 @@ fn explore_flips_only_what_the_table_decided() {
     let mut flipped = 0;
     for _ in 0..4 {
         let mut r = route(DecidedBy::Table);
-        if explore(&mut r, true, &e) {
+        if explore(&mut r, PoolState::IDLE, &e) {
             assert_eq!(
                 (r.decision, r.decided_by),
                 (Decision::Remote, DecidedBy::Explored)
@@ -65,13 +65,25 @@ fn explore_flips_only_what_the_table_decided() {
     ] {
         for _ in 0..4 {
             let mut r = route(by);
-            assert!(!explore(&mut r, true, &e), "{by:?}");
+            assert!(!explore(&mut r, PoolState::IDLE, &e), "{by:?}");
             assert_eq!(r.decision, Decision::Local);
         }
     }
-    // Never remote without a prefill worker.
+    // Never remote without a prefill worker, nor onto one with more than a step waiting.
+    let unavailable = PoolState {
+        available: false,
+        ..PoolState::IDLE
+    };
+    let busy = PoolState {
+        pending_tokens: 4097,
+        max_batched_tokens: 4096,
+        ..PoolState::IDLE
+    };
     for _ in 0..4 {
-        assert!(!explore(&mut route(DecidedBy::Table), false, &e));
+        assert!(!explore(&mut route(DecidedBy::Table), busy, &e));
+    }
+    for _ in 0..4 {
+        assert!(!explore(&mut route(DecidedBy::Table), unavailable, &e));
     }
     // Never local for a prompt of more uncached tokens than the limit.
     let long = |uncached| Route {
@@ -84,13 +96,13 @@ fn explore_flips_only_what_the_table_decided() {
     };
     assert_eq!(
         (0..4)
-            .filter(|_| explore(&mut long(2049), true, &e))
+            .filter(|_| explore(&mut long(2049), PoolState::IDLE, &e))
             .count(),
         0
     );
     assert_eq!(
         (0..4)
-            .filter(|_| explore(&mut long(2048), true, &e))
+            .filter(|_| explore(&mut long(2048), PoolState::IDLE, &e))
             .count(),
         2
     );
