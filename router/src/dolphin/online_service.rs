@@ -29,9 +29,6 @@ use crate::policy::{DecidedBy, Decision, Policy};
 pub const QUEUE: usize = 8192;
 /// How long a split that could not be seeded waits before the next try.
 pub const SEED_RETRY: Duration = Duration::from_secs(30);
-/// Versions a learner remembers having published (so a store that has not caught up yet is
-/// not taken for an operator's change).
-const LINEAGE: usize = 16;
 
 /// What the learner needs to know about a request it routed, set when the request was routed
 /// under the `dolphin` policy with online learning on.
@@ -123,7 +120,6 @@ impl std::fmt::Debug for OnlineHost {
 struct Learning {
     split: Split,
     version: Arc<str>,
-    lineage: Vec<Arc<str>>,
     learner: OnlineLearner,
     explorer: Arc<Explorer>,
 }
@@ -174,11 +170,15 @@ impl OnlineService {
             self.seed(split).await;
             return;
         };
-        let follows = self.learning.as_ref().is_some_and(|l| {
-            l.split == split && (l.version == loaded.version || l.lineage.contains(&loaded.version))
-        });
+        // Publishing refreshes the router before it returns, so the loaded version is the
+        // learner's own unless someone else changed it since.
+        let follows = self
+            .learning
+            .as_ref()
+            .is_some_and(|l| l.split == split && l.version == loaded.version);
         if !follows {
-            // A new table (an operator's, a seed, another split's): learn on it afresh.
+            // A new table (an operator's activation or rollback, a seed, another split's):
+            // learn on it afresh.
             let learner = OnlineLearner::new(cfg.online, cfg.trust, loaded.table.table().clone());
             let explorer = Arc::new(Explorer::new(&cfg.online, loaded.table.k()));
             for c in 0..loaded.table.k() as u32 {
@@ -193,7 +193,6 @@ impl OnlineService {
             self.learning = Some(Learning {
                 split,
                 version: loaded.version.clone(),
-                lineage: Vec::new(),
                 learner,
                 explorer,
             });
@@ -242,17 +241,14 @@ impl OnlineService {
         match self.publish(split, &json).await {
             Ok(version) => {
                 let version: Arc<str> = Arc::from(version);
-                let l = self.learning.as_mut().expect("learning");
-                l.lineage
-                    .push(std::mem::replace(&mut l.version, version.clone()));
-                if l.lineage.len() > LINEAGE {
-                    l.lineage.remove(0);
+                if let Some(l) = self.learning.as_mut() {
+                    l.version = version.clone();
+                    self.host.routing.set_explorer(Some(ActiveExplorer {
+                        split,
+                        version,
+                        explorer: l.explorer.clone(),
+                    }));
                 }
-                self.host.routing.set_explorer(Some(ActiveExplorer {
-                    split,
-                    version,
-                    explorer: l.explorer.clone(),
-                }));
             }
             Err(e) => {
                 tracing::error!(%split, error = %e, "could not publish the online learner's table; it keeps learning and publishes at its next change");

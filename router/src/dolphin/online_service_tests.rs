@@ -108,6 +108,13 @@ async fn a_significantly_better_path_is_published_as_a_new_active_version() {
     }
     assert_eq!(&*routing.table(split).expect("table").version, "v2");
 
+    // An operator's rollback to the version before: the learner starts over on it.
+    store.rollback(split).await.expect("rollback");
+    svc.handle(finished(i + 55, split, Some(&v1), Decision::Local, true))
+        .await;
+    assert!(routing.explorer(split, &v1).is_some());
+    assert!(routing.explorer(split, "v2").is_none());
+
     // An operator's new version: the learner starts over on it.
     let v3 = install(&store, &kmeans_table(split, [0, 1])).await;
     svc.handle(finished(i + 60, split, Some(&v3), Decision::Local, true))
