@@ -18,7 +18,8 @@ pub mod experiments;
 pub mod fake_worker;
 pub mod http_client;
 pub mod load;
-pub mod machine;
+/// What a result records about the machine (dolphinctl's, shared with `profile fit`).
+pub use dolphinctl::machine;
 pub mod overhead_clients;
 pub mod overhead_cluster;
 pub mod peers;

@@ -52,6 +52,9 @@ pub enum Command {
     /// Learn the routing table of a split by measurement (fit clusters, scan, refine) on the
     /// simulator or the live router.
     Learn(Box<crate::learn::LearnArgs>),
+    /// Timing profiles from measurement: `fit` times an engine step by step and writes the
+    /// profile the sim engine and the simulator load.
+    Profile(crate::profile::ProfileArgs),
     /// Model groups' token-level handoffs: plan delayed batching, calibrate the confidence gate.
     Handoff(crate::handoff::HandoffArgs),
 }

@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use clap::Parser;
 use dolphinctl::cli::{Cli, Command, WorkersArgs};
 use dolphinctl::learn::LearnCmdError;
+use dolphinctl::profile::ProfileError;
 use dolphinctl::replay::ReplayError;
 use dolphinctl::{CtlError, classifier, learn, replay, request, tables, up, workers};
 
@@ -88,6 +89,15 @@ impl From<ReplayError> for Failure {
     }
 }
 
+impl From<ProfileError> for Failure {
+    fn from(err: ProfileError) -> Self {
+        Failure {
+            code: err.exit_code(),
+            error: err.into(),
+        }
+    }
+}
+
 async fn run(cli: Cli) -> Result<(), Failure> {
     let mut stdout = std::io::stdout();
     match cli.command {
@@ -104,6 +114,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Classifier(args) => Ok(classifier::run(args, &mut stdout).await?),
         Command::Replay(args) => Ok(replay::run(&args, &mut stdout).await?),
         Command::Learn(args) => Ok(learn::run(&args, &mut stdout).await?),
+        Command::Profile(args) => Ok(dolphinctl::profile::run(args, &mut stdout).await?),
         Command::Handoff(args) => Ok(dolphinctl::handoff::run(args, &mut stdout).await?),
     }
 }

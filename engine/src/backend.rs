@@ -180,6 +180,16 @@ impl Batch {
             .sum()
     }
 
+    /// (new prompt token, earlier context token) pairs of the step's prompt chunks: each chunk's
+    /// tokens times the tokens computed before it ([`crate::SimProfile::prefill_context_ms`]).
+    pub fn prefill_context_pairs(&self) -> u64 {
+        self.entries
+            .iter()
+            .filter(|e| e.is_prefill())
+            .map(|e| u64::from(e.len()) * u64::from(e.position))
+            .sum()
+    }
+
     /// KV blocks of `block_size` tokens that the entries' attention reads: positions
     /// `[0, position + new tokens)` of each entry ([`crate::policy::blocks_read`]).
     pub fn context_blocks(&self, block_size: u32) -> u32 {

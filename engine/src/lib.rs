@@ -14,20 +14,21 @@ mod engine;
 mod error;
 pub mod kv_pool;
 pub mod metrics;
+pub mod profile_fit;
 mod scheduler;
 pub mod sim;
 mod types;
 
 pub use backend::{Backend, BackendInfo, Batch, BatchEntry, ImportBlock, KvBlocks, SeqStart};
 #[cfg(feature = "candle")]
-pub use candle::{CandleConfig, candle_engine};
+pub use candle::{CandleConfig, candle_backend, candle_engine};
 pub use drive::{DriveStart, DrivenEnd, DrivenToken, SeqDriver, Steer};
 pub use engine::Engine;
 pub use error::{BackendError, BoxError, EngineError};
 pub use kv_pool::KvPool;
 pub use scheduler::policy;
 pub use scheduler::{BatchWait, LinkModel, Lockstep, Scheduler, SchedulerConfig, StepProfile};
-pub use sim::{SimConfig, SimProfile, sim_engine};
+pub use sim::{SimConfig, SimProfile, sim_backend, sim_engine};
 pub use types::{
     BlockId, EngineInfo, FinishReason, HandoffChoice, KvEvent, LoadSnapshot, ModelTokens,
     OutputStream, PrefillOutput, Reservation, Sampled, Sampling, SeqId, SeqOutput, SeqRequest,

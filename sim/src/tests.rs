@@ -161,6 +161,31 @@ fn the_remote_path_sends_only_what_the_decode_worker_lacks() {
 }
 
 #[test]
+fn a_chunk_after_a_cached_prefix_pays_the_profiles_context_term() {
+    let mut p = profile();
+    p.prefill_ms.tc = 2e-5;
+    let mut sim = SimCluster::new(SimClusterConfig::new(0, 1, p.clone())).expect("valid");
+    let a = tokens(1, 1000);
+    let r = run(&mut sim, &[req(0.0, &a, 8), req(60_000.0, &a, 8)]);
+    let (first, second) = (r.records[0], r.records[1]);
+    // The first prompt is one chunk from position 0: no context before it.
+    assert!(
+        close(first.ttft_ms, p.prefill_ms(1000)),
+        "{}",
+        first.ttft_ms
+    );
+    // The second finds 62 blocks cached and computes the rest after them.
+    let cached = 62 * BS;
+    let new = 1000 - cached;
+    let want = p.prefill_ms(new) + p.prefill_context_ms(u64::from(new) * u64::from(cached));
+    assert!(
+        close(second.ttft_ms, want),
+        "{} against {want}",
+        second.ttft_ms
+    );
+}
+
+#[test]
 fn a_full_pool_makes_requests_wait_for_admission_and_evicts_lru() {
     let p = profile();
     let mut cfg = SimClusterConfig::new(0, 1, profile());

@@ -305,7 +305,18 @@ impl Worker {
             self.block_size,
         );
         let occupancy = f64::from(read) / f64::from(self.pool.total());
-        Some(profile.step_ms(shape.chunk_tokens, shape.decodes, occupancy))
+        // Prompt chunks after computed context attend over it (as `Batch::prefill_context_pairs`).
+        let context_pairs: u64 = self
+            .batch
+            .iter()
+            .map(|e| (e.tokens, &self.seqs[e.seq as usize]))
+            .filter(|(_, s)| s.computed < s.prompt_len)
+            .map(|(tokens, s)| u64::from(tokens) * u64::from(s.computed))
+            .sum();
+        Some(
+            profile.step_ms(shape.chunk_tokens, shape.decodes, occupancy)
+                + profile.prefill_context_ms(context_pairs),
+        )
     }
 
     /// Applies the finished step: advances KV, caches full prompt blocks, emits tokens, ends

@@ -39,6 +39,9 @@ pub struct SimTargetConfig {
     pub classifier: Option<OutputClassifier>,
     /// The router sees each request's workload cap as `max_tokens`, not its output length.
     pub cap_max_tokens: bool,
+    /// Tokens per engine step (`None`: the simulator's default, the sim engine's 2048); set it
+    /// to model an engine run with another `--max-batched-tokens` (candle's is 256).
+    pub max_batched_tokens: Option<u32>,
 }
 
 impl SimTargetConfig {
@@ -73,6 +76,7 @@ impl SimTargetConfig {
             seed: 1,
             classifier: None,
             cap_max_tokens: false,
+            max_batched_tokens: None,
         })
     }
 
@@ -85,6 +89,9 @@ impl SimTargetConfig {
         let mut cfg =
             SimClusterConfig::new(self.split.prefill, self.split.decode, self.profile.clone());
         cfg.total_blocks = self.total_blocks;
+        if let Some(n) = self.max_batched_tokens {
+            cfg.max_batched_tokens = n;
+        }
         cfg.policy = self.policy;
         cfg.table = self.table.clone();
         if let Some(c) = &self.classifier {

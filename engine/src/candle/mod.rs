@@ -64,10 +64,7 @@ pub fn candle_engine(cfg: CandleConfig) -> Result<Arc<dyn Engine>, EngineError> 
 
 /// Like [`candle_engine`], keeping the concrete type.
 pub fn candle_scheduler(cfg: CandleConfig) -> Result<Arc<Scheduler<CandleBackend>>, EngineError> {
-    let threads = configure_threads(cfg.threads)?;
-    let backend = CandleBackend::load(&cfg)
-        .map_err(|e| EngineError::Config(dolphin_cluster::error_chain(&e)))?;
-    tracing::info!(threads, "candle engine starting");
+    let backend = candle_backend(&cfg)?;
     let sched = SchedulerConfig {
         max_batched_tokens: cfg.max_batched_tokens,
         prefill_chunk_tokens: cfg.prefill_chunk_tokens,
@@ -82,4 +79,14 @@ pub fn candle_scheduler(cfg: CandleConfig) -> Result<Arc<Scheduler<CandleBackend
             .join()
             .unwrap_or_else(|_| Err(EngineError::Config("scheduler start panicked".into())))
     })
+}
+
+/// Sets the compute threads and loads the model of `cfg`: the backend alone, without a
+/// scheduler (to drive step by step, as [`crate::profile_fit::measure`] does).
+pub fn candle_backend(cfg: &CandleConfig) -> Result<CandleBackend, EngineError> {
+    let threads = configure_threads(cfg.threads)?;
+    let backend = CandleBackend::load(cfg)
+        .map_err(|e| EngineError::Config(dolphin_cluster::error_chain(&e)))?;
+    tracing::info!(threads, "candle engine starting");
+    Ok(backend)
 }

@@ -343,6 +343,9 @@ impl Backend for SimBackend {
         let ms = self
             .profile
             .step_ms(batch.prefill_tokens(), batch.decode_seqs(), occupancy)
+            + self
+                .profile
+                .prefill_context_ms(batch.prefill_context_pairs())
             + self.profile.prefill_ms.t1 * f64::from(batch.catch_up_tokens());
         Ok(Duration::from_secs_f64(
             (ms * self.time_scale / 1e3).max(0.0),

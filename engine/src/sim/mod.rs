@@ -99,6 +99,28 @@ pub fn sim_engine(cfg: SimConfig) -> Result<Arc<dyn Engine>, EngineError> {
 
 /// Like [`sim_engine`], keeping the concrete type.
 pub fn sim_scheduler(cfg: SimConfig) -> Result<Arc<Scheduler<SimBackend>>, EngineError> {
+    let backend = sim_backend(&cfg)?;
+    // Imported KV is charged the profile's bytes over the profile's link, as the simulator
+    // charges it: the scaled-down bytes that really cross would cost almost nothing.
+    let link = (cfg.time_scale > 0.0).then_some(LinkModel {
+        bytes_per_token: cfg.profile.kv_bytes_per_token,
+        gbps: cfg.profile.link_gbps,
+        time_scale: cfg.time_scale,
+    });
+    let sched = SchedulerConfig {
+        max_batched_tokens: cfg.max_batched_tokens,
+        prefill_chunk_tokens: cfg.prefill_chunk_tokens,
+        mixed_prefill_tokens: cfg.mixed_prefill_tokens,
+        max_waiting: cfg.max_waiting,
+        link,
+        ..SchedulerConfig::default()
+    };
+    Scheduler::spawn(backend, sched)
+}
+
+/// The sim backend alone, without a scheduler (to drive step by step, as
+/// [`crate::profile_fit::measure`] does).
+pub fn sim_backend(cfg: &SimConfig) -> Result<SimBackend, EngineError> {
     cfg.validate()?;
     let info = BackendInfo {
         model: cfg.model.clone(),
@@ -111,21 +133,5 @@ pub fn sim_scheduler(cfg: SimConfig) -> Result<Arc<Scheduler<SimBackend>>, Engin
         vocab_size: cfg.vocab_size,
         eos_token_id: Some(content::EOS_TOKEN),
     };
-    // Imported KV is charged the profile's bytes over the profile's link, as the simulator
-    // charges it: the scaled-down bytes that really cross would cost almost nothing.
-    let link = (cfg.time_scale > 0.0).then_some(LinkModel {
-        bytes_per_token: cfg.profile.kv_bytes_per_token,
-        gbps: cfg.profile.link_gbps,
-        time_scale: cfg.time_scale,
-    });
-    let backend = SimBackend::new(info, cfg.profile, cfg.time_scale);
-    let sched = SchedulerConfig {
-        max_batched_tokens: cfg.max_batched_tokens,
-        prefill_chunk_tokens: cfg.prefill_chunk_tokens,
-        mixed_prefill_tokens: cfg.mixed_prefill_tokens,
-        max_waiting: cfg.max_waiting,
-        link,
-        ..SchedulerConfig::default()
-    };
-    Scheduler::spawn(backend, sched)
+    Ok(SimBackend::new(info, cfg.profile.clone(), cfg.time_scale))
 }

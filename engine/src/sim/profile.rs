@@ -25,7 +25,9 @@ const BUILTIN: &[(&str, &str)] = &[
     ),
 ];
 
-/// Prefill step time in ms: `t2 * t^2 + t1 * t + t0`, t = new prompt tokens in the step.
+/// Prefill step time in ms: `t2 * t^2 + t1 * t + t0 + tc * p`, t = new prompt tokens in the
+/// step, p = the sum over its prompt chunks of chunk tokens times the tokens already computed
+/// before the chunk (attention of the new tokens over a cached prefix or earlier chunks).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PrefillCost {
@@ -35,6 +37,10 @@ pub struct PrefillCost {
     pub t1: f64,
     /// Fixed cost of a step with prefill.
     pub t0: f64,
+    /// Cost per (new prompt token, earlier context token) pair; 0 in the shipped profiles,
+    /// whose engines' attention is a small share of a step (measured profiles fit it).
+    #[serde(default)]
+    pub tc: f64,
 }
 
 /// Decode step time in ms: `max(floor, a2 * a^2 + a1 * a + a0 + per_seq * batch)`, a = active
@@ -165,7 +171,7 @@ impl SimProfile {
         };
         let p = &self.prefill_ms;
         let d = &self.decode_ms;
-        if ![p.t2, p.t1, p.t0, d.a2, d.a1, d.a0, d.per_seq, d.floor]
+        if ![p.t2, p.t1, p.t0, p.tc, d.a2, d.a1, d.a0, d.per_seq, d.floor]
             .iter()
             .all(|c| c.is_finite())
         {
@@ -194,6 +200,12 @@ impl SimProfile {
         let t = f64::from(t);
         let c = &self.prefill_ms;
         (c.t2 * t * t + c.t1 * t + c.t0).max(0.0)
+    }
+
+    /// Extra prefill time of chunks that start after `pairs` (new token, earlier token) pairs of
+    /// context ([`PrefillCost::tc`]), ms.
+    pub fn prefill_context_ms(&self, pairs: u64) -> f64 {
+        (self.prefill_ms.tc * pairs as f64).max(0.0)
     }
 
     /// Decode time of `batch` sequences at KV occupancy `occupancy` (0..=1), ms (0 for none).

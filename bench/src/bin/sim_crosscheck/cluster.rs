@@ -1,5 +1,6 @@
 //! The live side: a local cluster started with `dolphinctl up` (the operator's launcher) on the
-//! sim engine, configured from the same numbers as the simulated cluster, and stopped again.
+//! sim engine or the real model on candle, configured from the same numbers as the simulated
+//! cluster, and stopped again.
 
 use std::path::Path;
 use std::time::Duration;
@@ -8,9 +9,10 @@ use dolphin_bench::BenchError;
 use dolphin_bench::proc_stat::CpuClock;
 use dolphin_bench::process::{ChildProcess, sibling_binary, spawn_ready};
 use dolphin_router::dolphin::Split;
+use dolphinctl::cli::Engine;
 
 /// How long `dolphinctl up` may take to report the whole cluster ready.
-const READY_TIMEOUT: Duration = Duration::from_secs(120);
+const READY_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// What every worker and the router are started with; the simulator is configured from the
 /// same values.
@@ -18,7 +20,13 @@ const READY_TIMEOUT: Duration = Duration::from_secs(120);
 pub struct LiveSetup {
     /// Prefill and decode workers.
     pub split: Split,
-    /// Shipped profile name or profile JSON path.
+    /// The workers' engine.
+    pub engine: Engine,
+    /// Candle: compute threads per worker.
+    pub threads: u32,
+    /// Candle: KV memory per worker (`--kv-bytes`).
+    pub kv_bytes: String,
+    /// Sim: shipped profile name or profile JSON path.
     pub profile: String,
     /// `--sim-time-scale`.
     pub time_scale: f64,
@@ -26,7 +34,7 @@ pub struct LiveSetup {
     pub byte_scale: f64,
     /// `--block-size` (workers and router).
     pub block_size: u32,
-    /// `--total-blocks`.
+    /// Sim: `--total-blocks` (candle sizes its pool by `kv_bytes`).
     pub total_blocks: u32,
     /// `--max-batched-tokens`.
     pub max_batched_tokens: u32,
@@ -64,17 +72,35 @@ impl LiveCluster {
             "--admin-addr=127.0.0.1:0".into(),
             "--metrics-addr=127.0.0.1:0".into(),
             format!("--policy={}", setup.policy),
-            "--engine=sim".into(),
-            format!("--sim-profile={}", setup.profile),
-            format!("--sim-time-scale={}", setup.time_scale),
             format!("--bin-dir={}", bin_dir.display()),
             format!("--log-dir={}", log_dir.display()),
             "--grace-secs=5".into(),
         ];
+        match setup.engine {
+            Engine::Sim => {
+                args.extend([
+                    "--engine=sim".into(),
+                    format!("--sim-profile={}", setup.profile),
+                    format!("--sim-time-scale={}", setup.time_scale),
+                ]);
+                args.extend(
+                    [
+                        format!("--sim-byte-scale={}", setup.byte_scale),
+                        format!("--total-blocks={}", setup.total_blocks),
+                    ]
+                    .map(|f| format!("--worker-arg={f}")),
+                );
+            }
+            Engine::Candle => args.extend([
+                "--engine=candle".into(),
+                format!("--threads={}", setup.threads),
+                format!("--kv-bytes={}", setup.kv_bytes),
+                // Loading the model and warming up take longer than a sim worker's start.
+                "--ready-timeout-secs=300".into(),
+            ]),
+        }
         for flag in [
-            format!("--sim-byte-scale={}", setup.byte_scale),
             format!("--block-size={}", setup.block_size),
-            format!("--total-blocks={}", setup.total_blocks),
             format!("--max-batched-tokens={}", setup.max_batched_tokens),
             // More than a replay ever queues: the simulator bounds no queue.
             "--max-waiting=100000".into(),

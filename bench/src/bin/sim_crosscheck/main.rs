@@ -18,6 +18,12 @@
 //! (gRPC hops, hashing and shipping the prompt, exporting and importing KV block by block): the
 //! paired comparison reports it per path and prompt size rather than folding it into the model.
 //!
+//! With `--engine candle` the live workers run the real model (SmolLM2 on candle) and the
+//! simulator runs the profile `dolphinctl profile fit` measured for it (`--profile FILE`), its
+//! pool sized from `--kv-bytes`, its steps from the engine's `--max-batched-tokens`, its KV
+//! moving the engine's real bytes per token over the loopback rate; `--length-scale` shrinks
+//! the workload to what a CPU serves.
+//!
 //! `cargo build --release -p dolphin-bench --bin sim_crosscheck` and the router, worker and
 //! dolphinctl binaries, then `target/release/sim_crosscheck [--sim-only]` (about 3 minutes).
 
@@ -31,12 +37,13 @@ use std::time::Instant;
 
 use anyhow::Context;
 use clap::Parser;
-use dolphin_engine::{SimConfig, SimProfile};
+use dolphin_engine::{CandleConfig, SimConfig, SimProfile};
 use dolphin_router::dolphin::Split;
 use dolphin_router::policy::ThresholdConfig;
 use dolphin_sim::SimClusterConfig;
+use dolphin_worker_common::args::parse_bytes;
 use dolphin_workload::{Arrivals, RequestOutcome, Slo, Workload, WorkloadSpec};
-use dolphinctl::cli::Policy;
+use dolphinctl::cli::{Engine, Policy};
 use dolphinctl::replay::{LiveConfig, SimTargetConfig, replay_live, replay_sim, router_policy};
 use serde::Serialize;
 
@@ -98,6 +105,25 @@ struct Args {
     /// worker selection alone (seed 1 is the one compared).
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
     sim_seeds: u64,
+    /// The live workers' engine: the sim engine under `--profile`, or the real model on candle
+    /// (then `--profile` should be one `dolphinctl profile fit` measured for the same
+    /// `--threads` and `--kv-bytes`).
+    #[arg(long, value_enum, default_value_t = Engine::Sim)]
+    engine: Engine,
+    /// Candle: compute threads per worker.
+    #[arg(long, default_value_t = 1)]
+    threads: u32,
+    /// Candle: KV memory per worker; the simulator's pool is this over the profile's KV bytes
+    /// per token and the block size.
+    #[arg(long, default_value = "512MiB")]
+    kv_bytes: String,
+    /// Tokens per engine step on both sides (default: the engine's, 2048 sim, 256 candle).
+    #[arg(long)]
+    max_batched_tokens: Option<u32>,
+    /// Multiplies every prompt and output length and the tokens each shared-prefix id stands
+    /// for (so prefix sharing keeps its shape): a workload a CPU-bound real model can serve.
+    #[arg(long, default_value_t = 1.0)]
+    length_scale: f64,
     /// Run the simulator only (to choose a load quickly).
     #[arg(long)]
     sim_only: bool,
@@ -112,7 +138,9 @@ struct Args {
 /// The configuration both sides share, as recorded in the result.
 #[derive(Debug, Serialize)]
 struct Config {
+    engine: &'static str,
     workload: String,
+    length_scale: f64,
     requests: usize,
     seed: u64,
     rate_per_decode: f64,
@@ -193,17 +221,50 @@ async fn main() -> anyhow::Result<()> {
         args.time_scale > 0.0 && args.time_scale.is_finite(),
         "--time-scale must be positive (the live cluster must take time)"
     );
+    anyhow::ensure!(
+        args.engine == Engine::Sim || args.time_scale == 1.0,
+        "--time-scale applies to the sim engine only (a real model takes its own time)"
+    );
     let profile = SimProfile::load(&args.profile).context("loading the profile")?;
     let mut spec = args.workload.clone();
     spec.requests = Some(args.requests);
     spec.seed = args.seed;
-    let base = spec.load().context("loading the workload")?;
+    let mut base = spec.load().context("loading the workload")?;
+    anyhow::ensure!(
+        args.length_scale > 0.0 && args.length_scale.is_finite(),
+        "--length-scale must be positive"
+    );
+    scale_lengths(&mut base, args.length_scale);
     let slo = Slo::new(args.slo_ttft_ms, args.slo_tpot_ms);
     // The engine's and the simulator's defaults for what the flags below do not cover.
     let defaults = SimClusterConfig::new(1, 1, profile.clone());
     let mut engine = SimConfig::new(profile.clone());
     engine.byte_scale = args.byte_scale;
+    let (wire_bytes, total_blocks, max_batched_tokens) = match args.engine {
+        Engine::Sim => (
+            engine.wire_bytes_per_token(),
+            args.total_blocks,
+            args.max_batched_tokens
+                .unwrap_or(defaults.max_batched_tokens),
+        ),
+        Engine::Candle => {
+            let kv_bytes = parse_bytes(&args.kv_bytes).map_err(anyhow::Error::msg)?;
+            let per_block = profile.kv_bytes_per_token * u64::from(defaults.block_size);
+            let blocks = u32::try_from(kv_bytes / per_block.max(1)).context("--kv-bytes")?;
+            let step = CandleConfig::new("model.gguf").max_batched_tokens;
+            (
+                profile.kv_bytes_per_token,
+                blocks,
+                args.max_batched_tokens.unwrap_or(step),
+            )
+        }
+    };
     let config = Config {
+        engine: match args.engine {
+            Engine::Sim => "sim",
+            Engine::Candle => "candle",
+        },
+        length_scale: args.length_scale,
         workload: base.name.clone(),
         requests: base.requests.len(),
         seed: args.seed,
@@ -213,10 +274,10 @@ async fn main() -> anyhow::Result<()> {
         policy: router_policy(args.policy, ThresholdConfig::default()).name(),
         time_scale: args.time_scale,
         block_size: defaults.block_size,
-        total_blocks: args.total_blocks,
-        max_batched_tokens: defaults.max_batched_tokens,
+        total_blocks,
+        max_batched_tokens,
         overlap_weight: defaults.overlap_weight,
-        wire_kv_bytes_per_token: engine.wire_bytes_per_token(),
+        wire_kv_bytes_per_token: wire_bytes,
         sim_link_gbps: args.loopback_gbps,
         slo,
         tolerance: args.tolerance,
@@ -242,11 +303,12 @@ async fn main() -> anyhow::Result<()> {
             profile: sim_profile,
             policy: router_policy(args.policy, ThresholdConfig::default()),
             table: None,
-            total_blocks: args.total_blocks,
+            total_blocks,
             seed: 1,
             // The live side's replay sends the output length as max_tokens: so does this one.
             classifier: None,
             cap_max_tokens: false,
+            max_batched_tokens: Some(max_batched_tokens),
         };
         let sim_run = replay_sim(&target, &w, Arrivals::Trace { time_scale: 1.0 }, slo)?;
         let sim = Side::of(&sim_run.outcomes);
@@ -271,11 +333,14 @@ async fn main() -> anyhow::Result<()> {
         if !args.sim_only {
             let setup = LiveSetup {
                 split,
+                engine: args.engine,
+                threads: args.threads,
+                kv_bytes: args.kv_bytes.clone(),
                 profile: args.profile.clone(),
                 time_scale: args.time_scale,
                 byte_scale: args.byte_scale,
                 block_size: config.block_size,
-                total_blocks: args.total_blocks,
+                total_blocks,
                 max_batched_tokens: config.max_batched_tokens,
                 policy: config.policy,
                 overlap_weight: config.overlap_weight,
@@ -325,6 +390,21 @@ async fn main() -> anyhow::Result<()> {
     let path = dolphin_bench::results::write_json("sim_crosscheck", args.out.as_deref(), &output)?;
     println!("wrote {}", path.display());
     Ok(())
+}
+
+/// Multiplies every prompt and output length (at least 1 token each) and the tokens a
+/// shared-prefix id stands for by `f`.
+fn scale_lengths(w: &mut Workload, f: f64) {
+    if f == 1.0 {
+        return;
+    }
+    let scale = |n: u32| ((f64::from(n) * f).round() as u32).max(1);
+    w.tokens_per_id = scale(w.tokens_per_id);
+    for r in &mut w.requests {
+        r.prompt_len = scale(r.prompt_len);
+        r.output_len = scale(r.output_len);
+    }
+    w.name = format!("{}x{f}", w.name);
 }
 
 /// Replays `w` on a fresh live cluster, `scale` times slower than profile time; returns the

@@ -1,4 +1,4 @@
-//! What a benchmark result records about the machine it ran on.
+//! What a benchmark result or a measured profile records about the machine it ran on.
 
 /// The CPU's model name from `/proc/cpuinfo` (`?` when unreadable).
 pub fn cpu_name() -> String {

@@ -1,0 +1,382 @@
+//! `dolphinctl profile fit`: measure an engine step by step over a grid of prefill sizes, batch
+//! sizes and KV occupancies, fit a timing profile to it, and write the profile (the JSON the sim
+//! engine and the simulator load with `--sim-profile FILE`) and a report of every measured step
+//! against it. The engine is configured with the workers' own flags, so the profile describes
+//! the engine exactly as a worker would run it: its threads, weights and KV pool.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use clap::{Args, Subcommand};
+use dolphin_engine::profile_fit::{
+    FitError, FitGrid, ProfileFit, StepSample, fit_profile, measure,
+};
+use dolphin_engine::sim::{DecodeCost, PrefillCost};
+use dolphin_engine::{Backend, SimProfile, candle_backend, sim_backend};
+use dolphin_worker_common::EngineKind;
+use dolphin_worker_common::args::EngineArgs;
+use dolphin_worker_common::engine::{candle_config, sim_config};
+use serde::Serialize;
+
+use crate::machine::{cpu_flags, cpu_name};
+
+/// `dolphinctl profile`.
+#[derive(Clone, Debug, Args)]
+pub struct ProfileArgs {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: ProfileCommand,
+}
+
+/// The profile subcommands.
+#[derive(Clone, Debug, Subcommand)]
+pub enum ProfileCommand {
+    /// Measure an engine over a grid of step shapes and fit a timing profile to it.
+    Fit(Box<FitArgs>),
+}
+
+/// `dolphinctl profile fit`.
+#[derive(Clone, Debug, Args)]
+pub struct FitArgs {
+    /// The engine, as a worker would run it (`--engine candle --threads 1 --kv-bytes 256MiB`).
+    #[command(flatten)]
+    pub engine: EngineArgs,
+    /// Where to write the profile JSON.
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Where to write every measured step against the profile (default: beside the profile,
+    /// `<out stem>.fit.json`).
+    #[arg(long)]
+    pub report: Option<PathBuf>,
+    /// The profile's name (default: `<model>-<engine>-t<threads>`).
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Bandwidth between prefill and decode workers the profile assumes, Gb/s (default: 27.3,
+    /// loopback TCP as the kv_transfer benchmark measured it on a 2-core machine).
+    #[arg(long, default_value_t = 27.3)]
+    pub link_gbps: f64,
+    /// Prompt tokens of the prefill steps, comma-separated.
+    #[arg(long, value_delimiter = ',', default_values_t = FitGrid::default().prefill_tokens)]
+    pub prefill_tokens: Vec<u32>,
+    /// Cached context before a 256-token chunk, comma-separated (fits the context term).
+    #[arg(long, value_delimiter = ',', default_values_t = FitGrid::default().prefill_context)]
+    pub prefill_context: Vec<u32>,
+    /// Sequences of the decode steps, comma-separated.
+    #[arg(long, value_delimiter = ',', default_values_t = FitGrid::default().decode_batches)]
+    pub batches: Vec<u32>,
+    /// KV occupancies of the decode steps (blocks read over the pool), comma-separated.
+    #[arg(long, value_delimiter = ',', default_values_t = FitGrid::default().occupancies)]
+    pub occupancies: Vec<f64>,
+    /// Timed runs per shape (the median is kept).
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
+    pub reps: u32,
+}
+
+/// What `profile fit` can fail with.
+#[derive(Debug, thiserror::Error)]
+pub enum ProfileError {
+    /// The flags describe no engine that can start.
+    #[error("engine: {0}")]
+    Config(String),
+    /// A measured step failed.
+    #[error("measuring a step")]
+    Step(#[source] dolphin_engine::BackendError),
+    /// The measurements do not determine a profile.
+    #[error("fitting the profile")]
+    Fit(#[source] FitError),
+    /// A flag is out of range.
+    #[error("{0}")]
+    Invalid(String),
+    /// The profile or report could not be written.
+    #[error("writing {}", path.display())]
+    Write {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl ProfileError {
+    /// The process exit code: 64 for bad flags or configuration, 1 otherwise.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            ProfileError::Config(_) | ProfileError::Invalid(_) => 64,
+            _ => 1,
+        }
+    }
+}
+
+/// The report written beside the profile.
+#[derive(Debug, Serialize)]
+struct Report<'a> {
+    cpu: String,
+    cpu_flags: Vec<&'static str>,
+    engine: &'static str,
+    threads: Option<usize>,
+    total_blocks: u32,
+    block_size: u32,
+    grid: &'a FitGrid,
+    fit: &'a ProfileFit,
+    /// Every shape with each timed run.
+    samples: &'a [StepSample],
+}
+
+/// Runs `dolphinctl profile`.
+pub async fn run(args: ProfileArgs, out: &mut impl Write) -> Result<(), ProfileError> {
+    match args.command {
+        ProfileCommand::Fit(a) => {
+            // Model steps take seconds: off the async runtime's threads.
+            let (fit, a) = tokio::task::spawn_blocking(move || fit(&a).map(|f| (f, a)))
+                .await
+                .map_err(|e| ProfileError::Config(e.to_string()))??;
+            print_fit(&fit, &a.out, out);
+            Ok(())
+        }
+    }
+}
+
+/// Measures and fits per `a`, writes the profile and the report; returns the fit.
+fn fit(a: &FitArgs) -> Result<ProfileFit, ProfileError> {
+    if !(a.link_gbps.is_finite() && a.link_gbps > 0.0) {
+        return Err(ProfileError::Invalid("--link-gbps must be positive".into()));
+    }
+    if let Some(o) = a.occupancies.iter().find(|o| !(**o > 0.0 && **o <= 1.0)) {
+        return Err(ProfileError::Invalid(format!(
+            "occupancy {o} is outside (0, 1]"
+        )));
+    }
+    let grid = FitGrid {
+        prefill_tokens: a.prefill_tokens.clone(),
+        prefill_context: a.prefill_context.clone(),
+        decode_batches: a.batches.clone(),
+        occupancies: a.occupancies.clone(),
+        reps: a.reps,
+        ..FitGrid::default()
+    };
+    let progress = |s: &StepSample| eprintln!("profile fit: {:?}: {:.2} ms", s.shape, s.ms);
+    let e = &a.engine;
+    let (engine, samples, info, prefill_chunk, mixed_prefill) = match e.engine {
+        EngineKind::Candle => {
+            let cfg = candle_config(e).map_err(|err| ProfileError::Config(err.to_string()))?;
+            let mut backend =
+                candle_backend(&cfg).map_err(|err| ProfileError::Config(err.to_string()))?;
+            let samples = measure(&mut backend, &grid, progress).map_err(ProfileError::Step)?;
+            let info = backend.info().clone();
+            (
+                "candle",
+                samples,
+                info,
+                cfg.prefill_chunk_tokens,
+                cfg.mixed_prefill_tokens,
+            )
+        }
+        EngineKind::Sim => {
+            let cfg = sim_config(e).map_err(|err| ProfileError::Config(err.to_string()))?;
+            let mut backend =
+                sim_backend(&cfg).map_err(|err| ProfileError::Config(err.to_string()))?;
+            let samples = measure(&mut backend, &grid, progress).map_err(ProfileError::Step)?;
+            let info = backend.info().clone();
+            (
+                "sim",
+                samples,
+                info,
+                cfg.prefill_chunk_tokens,
+                cfg.mixed_prefill_tokens,
+            )
+        }
+    };
+    let name = a.name.clone().unwrap_or_else(|| {
+        let threads = e
+            .threads
+            .map_or_else(|| "default".into(), |t| t.to_string());
+        format!("{}-{engine}-t{threads}", info.model)
+    });
+    let cpu = cpu_name();
+    let flags = cpu_flags();
+    let base = SimProfile {
+        name,
+        notes: vec![
+            format!(
+                "Measured by `dolphinctl profile fit` on {cpu} ({}), engine {engine}, model {}, {} compute thread(s), weights {}.",
+                flags.join(" "),
+                info.model,
+                e.threads.map_or_else(|| "default".into(), |t| t.to_string()),
+                e.weights
+            ),
+            format!(
+                "Occupancy a = KV blocks a step reads / {} blocks of {} tokens (the pool of --kv-bytes {}): run the simulator with --total-blocks {} and --block-size {}.",
+                info.total_blocks, info.block_size, e.kv_bytes, info.total_blocks, info.block_size
+            ),
+            "prefill ms = t2 t^2 + t1 t + t0 + tc t c (c: tokens computed before the chunk); decode ms = a2 a^2 + a1 a + a0 + per_seq b; a mixed step is charged the sum. Both fitted by least relative squares; the fit report gives each measured step's error.".into(),
+            format!(
+                "kv_bytes_per_token: the engine's exported KV ({} B); link_gbps: {} Gb/s as given to --link-gbps.",
+                info.kv_bytes_per_token, a.link_gbps
+            ),
+        ],
+        // Placeholders: the fit sets every coefficient.
+        prefill_ms: PrefillCost {
+            t2: 0.0,
+            t1: 0.0,
+            t0: 0.0,
+            tc: 0.0,
+        },
+        decode_ms: DecodeCost {
+            a2: 0.0,
+            a1: 0.0,
+            a0: 0.0,
+            per_seq: 0.0,
+            floor: 0.0,
+        },
+        kv_bytes_per_token: info.kv_bytes_per_token,
+        link_gbps: a.link_gbps,
+        eos_probability: 0.0,
+        prefill_chunk_tokens: prefill_chunk,
+        mixed_prefill_tokens: mixed_prefill,
+    };
+    let fit = fit_profile(base, &samples, info.total_blocks).map_err(ProfileError::Fit)?;
+    write_json(&a.out, &fit.profile)?;
+    let report_path = a.report.clone().unwrap_or_else(|| report_path(&a.out));
+    let report = Report {
+        cpu,
+        cpu_flags: flags,
+        engine,
+        threads: e.threads,
+        total_blocks: info.total_blocks,
+        block_size: info.block_size,
+        grid: &grid,
+        fit: &fit,
+        samples: &samples,
+    };
+    write_json(&report_path, &report)?;
+    Ok(fit)
+}
+
+/// `<dir>/<stem>.fit.json` for a profile at `<dir>/<stem>.json`.
+fn report_path(profile: &Path) -> PathBuf {
+    let stem = profile
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "profile".into());
+    profile.with_file_name(format!("{stem}.fit.json"))
+}
+
+fn write_json(path: &Path, value: &impl Serialize) -> Result<(), ProfileError> {
+    let json = serde_json::to_string_pretty(value).map_err(|e| ProfileError::Write {
+        path: path.to_path_buf(),
+        source: std::io::Error::other(e),
+    })?;
+    std::fs::write(path, json + "\n").map_err(|source| ProfileError::Write {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+fn print_fit(fit: &ProfileFit, path: &Path, out: &mut impl Write) {
+    let p = &fit.profile;
+    let (pf, d) = (&p.prefill_ms, &p.decode_ms);
+    let _ = writeln!(out, "wrote {} ({})", path.display(), p.name);
+    let _ = writeln!(
+        out,
+        "prefill ms = {:.4e} t^2 + {:.4e} t + {:.3} + {:.4e} t c",
+        pf.t2, pf.t1, pf.t0, pf.tc
+    );
+    let _ = writeln!(
+        out,
+        "decode ms  = {:.3} a^2 + {:.3} a + {:.3} + {:.3} b (floor {:.3})",
+        d.a2, d.a1, d.a0, d.per_seq, d.floor
+    );
+    for (what, s) in [
+        ("prefill", &fit.prefill),
+        ("decode", &fit.decode),
+        ("prefill after context", &fit.prefill_after_context),
+        ("mixed (not fitted)", &fit.mixed),
+    ] {
+        let _ = writeln!(
+            out,
+            "{what}: {} steps, |error| median {:.1}%, max {:.1}%",
+            s.steps,
+            100.0 * s.median_abs,
+            100.0 * s.max_abs
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        p: ProfileArgs,
+    }
+
+    #[tokio::test]
+    async fn fitting_the_sim_engine_writes_its_profile_and_a_report() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let out = dir.path().join("p.json");
+        let cli = Cli::parse_from([
+            "x",
+            "fit",
+            "--engine=sim",
+            "--sim-profile=dynamo-mocker",
+            "--total-blocks=1024",
+            "--reps=1",
+            &format!("--out={}", out.display()),
+        ]);
+        let mut printed = Vec::new();
+        run(cli.p, &mut printed).await.expect("fit");
+        let profile = SimProfile::load(out.to_str().expect("utf-8")).expect("a loadable profile");
+        let truth = SimProfile::builtin("dynamo-mocker").expect("shipped");
+        for t in [16, 512, 2048] {
+            let (got, want) = (profile.prefill_ms(t), truth.prefill_ms(t));
+            assert!(
+                (got - want).abs() / want < 0.01,
+                "{t}: {got} against {want}"
+            );
+        }
+        assert!(
+            profile
+                .notes
+                .iter()
+                .any(|n| n.contains("--total-blocks 1024"))
+        );
+        let report: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(dir.path().join("p.fit.json")).expect("report"),
+        )
+        .expect("json");
+        assert_eq!(report["total_blocks"], 1024);
+        assert!(
+            report["fit"]["residuals"]
+                .as_array()
+                .is_some_and(|r| r.len() > 30)
+        );
+        let text = String::from_utf8(printed).expect("utf-8");
+        assert!(text.contains("decode ms"), "{text}");
+    }
+
+    #[tokio::test]
+    async fn bad_flags_are_refused_before_anything_runs() {
+        let cli = Cli::parse_from([
+            "x",
+            "fit",
+            "--engine=sim",
+            "--occupancies=0.5,1.5",
+            "--out=/nonexistent/p.json",
+        ]);
+        let err = run(cli.p, &mut Vec::new()).await.expect_err("1.5");
+        assert!(err.to_string().contains("outside (0, 1]"), "{err}");
+        let cli = Cli::parse_from([
+            "x",
+            "fit",
+            "--engine=candle",
+            "--model-path=/nonexistent.gguf",
+            "--out=/tmp/p.json",
+        ]);
+        let err = run(cli.p, &mut Vec::new()).await.expect_err("no model");
+        assert!(err.to_string().contains("not a file"), "{err}");
+    }
+}
