@@ -12,7 +12,7 @@ use dolphin_engine::profile_fit::{
     FitError, FitGrid, ProfileFit, StepSample, fit_profile, measure,
 };
 use dolphin_engine::sim::{DecodeCost, PrefillCost};
-use dolphin_engine::{Backend, SimProfile, candle_backend, sim_backend};
+use dolphin_engine::{Backend, BackendInfo, SimProfile, candle_backend, sim_backend};
 use dolphin_worker_common::EngineKind;
 use dolphin_worker_common::args::EngineArgs;
 use dolphin_worker_common::engine::{candle_config, sim_config};
@@ -155,38 +155,24 @@ fn fit(a: &FitArgs) -> Result<ProfileFit, ProfileError> {
         reps: a.reps,
         ..FitGrid::default()
     };
-    let progress = |s: &StepSample| eprintln!("profile fit: {:?}: {:.2} ms", s.shape, s.ms);
     let e = &a.engine;
-    let (engine, samples, info, prefill_chunk, mixed_prefill) = match e.engine {
+    let config = |err: &dyn std::fmt::Display| ProfileError::Config(err.to_string());
+    // (engine, samples, backend facts, the engine's step caps the profile carries).
+    let (engine, (samples, info), caps) = match e.engine {
         EngineKind::Candle => {
-            let cfg = candle_config(e).map_err(|err| ProfileError::Config(err.to_string()))?;
-            let mut backend =
-                candle_backend(&cfg).map_err(|err| ProfileError::Config(err.to_string()))?;
-            let samples = measure(&mut backend, &grid, progress).map_err(ProfileError::Step)?;
-            let info = backend.info().clone();
-            (
-                "candle",
-                samples,
-                info,
-                cfg.prefill_chunk_tokens,
-                cfg.mixed_prefill_tokens,
-            )
+            let cfg = candle_config(e).map_err(|err| config(&err))?;
+            let backend = candle_backend(&cfg).map_err(|err| config(&err))?;
+            let caps = (cfg.prefill_chunk_tokens, cfg.mixed_prefill_tokens);
+            ("candle", time_grid(backend, &grid)?, caps)
         }
         EngineKind::Sim => {
-            let cfg = sim_config(e).map_err(|err| ProfileError::Config(err.to_string()))?;
-            let mut backend =
-                sim_backend(&cfg).map_err(|err| ProfileError::Config(err.to_string()))?;
-            let samples = measure(&mut backend, &grid, progress).map_err(ProfileError::Step)?;
-            let info = backend.info().clone();
-            (
-                "sim",
-                samples,
-                info,
-                cfg.prefill_chunk_tokens,
-                cfg.mixed_prefill_tokens,
-            )
+            let cfg = sim_config(e).map_err(|err| config(&err))?;
+            let backend = sim_backend(&cfg).map_err(|err| config(&err))?;
+            let caps = (cfg.prefill_chunk_tokens, cfg.mixed_prefill_tokens);
+            ("sim", time_grid(backend, &grid)?, caps)
         }
     };
+    let (prefill_chunk, mixed_prefill) = caps;
     let name = a.name.clone().unwrap_or_else(|| {
         let threads = e
             .threads
@@ -251,6 +237,17 @@ fn fit(a: &FitArgs) -> Result<ProfileFit, ProfileError> {
     };
     write_json(&report_path, &report)?;
     Ok(fit)
+}
+
+/// Times `grid` on `backend`, printing each shape as it is measured; the samples and the
+/// backend's facts.
+fn time_grid<B: Backend>(
+    mut backend: B,
+    grid: &FitGrid,
+) -> Result<(Vec<StepSample>, BackendInfo), ProfileError> {
+    let progress = |s: &StepSample| eprintln!("profile fit: {:?}: {:.2} ms", s.shape, s.ms);
+    let samples = measure(&mut backend, grid, progress).map_err(ProfileError::Step)?;
+    Ok((samples, backend.info().clone()))
 }
 
 /// `<dir>/<stem>.fit.json` for a profile at `<dir>/<stem>.json`.
