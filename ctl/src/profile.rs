@@ -173,12 +173,13 @@ fn fit(a: &FitArgs) -> Result<ProfileFit, ProfileError> {
         }
     };
     let (prefill_chunk, mixed_prefill) = caps;
-    let name = a.name.clone().unwrap_or_else(|| {
-        let threads = e
-            .threads
-            .map_or_else(|| "default".into(), |t| t.to_string());
-        format!("{}-{engine}-t{threads}", info.model)
-    });
+    let threads = e
+        .threads
+        .map_or_else(|| "default".into(), |t| t.to_string());
+    let name = a
+        .name
+        .clone()
+        .unwrap_or_else(|| format!("{}-{engine}-t{threads}", info.model));
     let cpu = cpu_name();
     let flags = cpu_flags();
     let base = SimProfile {
@@ -188,7 +189,7 @@ fn fit(a: &FitArgs) -> Result<ProfileFit, ProfileError> {
                 "Measured by `dolphinctl profile fit` on {cpu} ({}), engine {engine}, model {}, {} compute thread(s), weights {}.",
                 flags.join(" "),
                 info.model,
-                e.threads.map_or_else(|| "default".into(), |t| t.to_string()),
+                threads,
                 e.weights
             ),
             format!(

@@ -183,11 +183,12 @@ impl Batch {
     /// (new prompt token, earlier context token) pairs of the step's prompt chunks: each chunk's
     /// tokens times the tokens computed before it ([`crate::SimProfile::prefill_context_ms`]).
     pub fn prefill_context_pairs(&self) -> u64 {
-        self.entries
-            .iter()
-            .filter(|e| e.is_prefill())
-            .map(|e| u64::from(e.len()) * u64::from(e.position))
-            .sum()
+        crate::policy::prefill_context_pairs(
+            self.entries
+                .iter()
+                .filter(|e| e.is_prefill())
+                .map(|e| (e.len(), e.position)),
+        )
     }
 
     /// KV blocks of `block_size` tokens that the entries' attention reads: positions

@@ -19,6 +19,7 @@ use std::collections::VecDeque;
 
 use dolphin_engine::policy::{
     StepBuilder, StepLimits, Want, blocks_read, compose_step, max_cached_blocks,
+    prefill_context_pairs,
 };
 use dolphin_engine::{BlockId, KvEvent, KvPool, SimProfile};
 use dolphin_router::prefix_index::PrefixIndex;
@@ -306,13 +307,13 @@ impl Worker {
         );
         let occupancy = f64::from(read) / f64::from(self.pool.total());
         // Prompt chunks after computed context attend over it (as `Batch::prefill_context_pairs`).
-        let context_pairs: u64 = self
-            .batch
-            .iter()
-            .map(|e| (e.tokens, &self.seqs[e.seq as usize]))
-            .filter(|(_, s)| s.computed < s.prompt_len)
-            .map(|(tokens, s)| u64::from(tokens) * u64::from(s.computed))
-            .sum();
+        let context_pairs = prefill_context_pairs(
+            self.batch
+                .iter()
+                .map(|e| (e.tokens, &self.seqs[e.seq as usize]))
+                .filter(|(_, s)| s.computed < s.prompt_len)
+                .map(|(tokens, s)| (tokens, s.computed)),
+        );
         Some(
             profile.step_ms(shape.chunk_tokens, shape.decodes, occupancy)
                 + profile.prefill_context_ms(context_pairs),

@@ -111,6 +111,16 @@ pub fn blocks_read(context_ends: impl IntoIterator<Item = u32>, block_size: u32)
     context_ends.into_iter().map(|end| end.div_ceil(bs)).sum()
 }
 
+/// (new prompt token, earlier token) pairs of a step's prompt chunks, given each chunk's
+/// tokens and the tokens computed before it: the attention over earlier context that a
+/// profile's `prefill_ms.tc` charges. The engine's `Batch` and the simulator both count it here.
+pub fn prefill_context_pairs(chunks: impl IntoIterator<Item = (u32, u32)>) -> u64 {
+    chunks
+        .into_iter()
+        .map(|(tokens, before)| u64::from(tokens) * u64::from(before))
+        .sum()
+}
+
 /// The most prompt blocks a prefix-cache hit may cover at admission: the full blocks before the
 /// prompt's last token, and no more than the prompt's block hashes. At least one prompt token
 /// is always computed, because computing it yields the first output token.
