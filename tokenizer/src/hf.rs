@@ -41,7 +41,7 @@ impl PreTokenizerKind {
         }
     }
 
-    fn build(self) -> PreTokenizerWrapper {
+    pub(crate) fn build(self) -> PreTokenizerWrapper {
         // No prefix space (llama.cpp adds none), offsets trimmed, the GPT-2 regex.
         let byte_level = ByteLevel::new(false, true, true);
         match self {

@@ -19,6 +19,7 @@ mod json;
 mod locate;
 mod tokenizer;
 mod vocab;
+mod words;
 
 pub use chat::{CHATML_TEMPLATE, ChatMessage, ChatTemplate};
 pub use error::TokenizerError;

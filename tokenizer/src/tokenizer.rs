@@ -11,6 +11,7 @@ use crate::gguf::{GgufMetadata, optional};
 use crate::hf::{self, PreTokenizerKind};
 use crate::json::HfConfig;
 use crate::vocab::{GgufVocab, SpecialIds, TokenType, keys, stop_ids};
+use crate::words::{ByteChars, Words};
 
 /// A model's tokenizer. For GGUF byte-level BPE (`tokenizer.ggml.model = "gpt2"`) its ids match
 /// llama.cpp's and the model's own `tokenizer.json`.
@@ -21,9 +22,9 @@ pub struct ModelTokenizer {
     hf: Tokenizer,
     /// The same pipeline with special tokens encoded as plain text.
     hf_text: Tokenizer,
-    /// Whether long texts may be encoded in pieces cut before a newline (see [`chunks`]):
-    /// true for the pipelines built from GGUF metadata, whose pre-tokenizers are known.
-    chunked: bool,
+    /// For the pipelines built from GGUF metadata, whose pre-tokenizers are known: their words
+    /// cut on plain slices, the fast path of [`ModelTokenizer::encode`].
+    fast: Option<FastWords>,
     /// Each id's type (llama.cpp's classes; from the added tokens for a `tokenizer.json`).
     types: Vec<TokenType>,
     /// The `tokenizer.ggml.pre` name, or "tokenizer.json".
@@ -39,8 +40,8 @@ pub struct ModelTokenizer {
 /// derives the rest.
 struct Parts {
     hf: Tokenizer,
-    /// Whether the pre-tokenizer is one of the GGUF pipelines `chunks` is proved safe for.
-    chunked: bool,
+    /// The GGUF pipeline's pre-tokenizer, which [`Words`] reproduces.
+    fast: Option<PreTokenizerKind>,
     types: Vec<TokenType>,
     source: String,
     merges: usize,
@@ -85,7 +86,7 @@ impl ModelTokenizer {
         };
         Ok(Self::assemble(Parts {
             hf,
-            chunked: true,
+            fast: Some(kind),
             types: v.types,
             source: pre_name.to_string(),
             merges: v.merges.len(),
@@ -134,7 +135,7 @@ impl ModelTokenizer {
         };
         Ok(Self::assemble(Parts {
             hf,
-            chunked: false,
+            fast: None,
             types,
             source: "tokenizer.json".into(),
             merges: 0,
@@ -144,12 +145,12 @@ impl ModelTokenizer {
         }))
     }
 
-    /// The tokenizer of `parts`, with what follows from them: the text-only pipeline, whether
-    /// cutting is safe, the stop tokens.
+    /// The tokenizer of `parts`, with what follows from them: the text-only pipeline, the fast
+    /// path, the stop tokens.
     fn assemble(parts: Parts) -> ModelTokenizer {
         let Parts {
             hf,
-            chunked,
+            fast,
             types,
             source,
             merges,
@@ -159,12 +160,10 @@ impl ModelTokenizer {
         } = parts;
         let mut hf_text = hf.clone();
         hf_text.set_encode_special_tokens(true);
-        // A token with a newline in it could straddle a cut.
-        let chunked = chunked
-            && hf
-                .get_added_tokens_decoder()
-                .values()
-                .all(|t| !t.content.contains('\n') && !t.lstrip && !t.rstrip);
+        let fast = fast.map(|kind| FastWords {
+            words: Words::new(kind),
+            chars: ByteChars::new(),
+        });
         let stop_ids = stop_ids(
             special,
             |t| hf.token_to_id(t),
@@ -173,7 +172,7 @@ impl ModelTokenizer {
         ModelTokenizer {
             hf,
             hf_text,
-            chunked,
+            fast,
             types,
             source,
             merges,
@@ -200,15 +199,11 @@ impl ModelTokenizer {
         };
         // The pipeline can fail only for a model with an unknown token missing from its
         // vocabulary (a broken tokenizer.json); GGUF BPE drops bytes it lacks, as llama.cpp.
-        let encode = |t: &str| ids_of(tok, t).map_err(|e| TokenizerError::Encode(e.to_string()));
-        if !self.chunked || text.len() <= CHUNK_BYTES {
-            return encode(text);
+        match &self.fast {
+            Some(fast) => fast.ids(tok, text),
+            None => ids_of(tok, text),
         }
-        let mut ids = Vec::with_capacity(text.len() / 3);
-        for piece in chunks(text, CHUNK_BYTES) {
-            ids.extend(encode(piece)?);
-        }
-        Ok(ids)
+        .map_err(|e| TokenizerError::Encode(e.to_string()))
     }
 
     /// Text of `ids`: special tokens are skipped; ids outside the vocabulary give U+FFFD;
@@ -334,41 +329,37 @@ fn ids_of(tok: &Tokenizer, text: &str) -> tokenizers::Result<Vec<u32>> {
         .collect())
 }
 
-/// Texts longer than this are encoded in pieces of about this size (see [`chunks`]).
-const CHUNK_BYTES: usize = 4096;
+/// The pre-tokenizer of a GGUF pipeline on plain slices (see [`crate::words`]).
+#[derive(Clone, Debug)]
+struct FastWords {
+    words: Words,
+    chars: ByteChars,
+}
 
-/// Cuts `text` into pieces of at least `size` bytes (the last may be shorter), each cut just
-/// before a newline that follows a non-space character.
-///
-/// `tokenizers` spends time superlinear in the length of one input (its normalized strings keep
-/// an alignment per byte and are sliced and copied at every split): on the 32k-token prompt of
-/// the `tokenizer` bench, encoding in 4 KiB pieces is measurably faster than in one go (see
-/// docs/architecture.md). The ids are the same: for the GGUF pipelines (GPT-2 pattern, digits
-/// split, byte-level BPE within each word, no normalizer) a word never runs from a non-space
-/// character into the whitespace after it, so such a newline always starts a word, and every
-/// pattern looks only forward; no added token holds a newline or strips whitespace (checked at
-/// load).
-fn chunks(text: &str, size: usize) -> impl Iterator<Item = &str> {
-    let mut rest = text;
-    std::iter::from_fn(move || {
-        if rest.is_empty() {
-            return None;
+impl FastWords {
+    /// The ids [`ids_of`] gives for a GGUF pipeline: `tokenizers`' added tokens and BPE model,
+    /// the words between the added tokens cut by [`Words`] instead of `tokenizers`'
+    /// pre-tokenizer (the same words, proved by `words`' property tests).
+    fn ids(&self, tok: &Tokenizer, text: &str) -> tokenizers::Result<Vec<u32>> {
+        let pre = tok
+            .get_added_vocabulary()
+            .extract_and_normalize(tok.get_normalizer(), text);
+        let model = tok.get_model();
+        let mut ids = Vec::with_capacity(text.len() / 3);
+        let mut word = String::new();
+        for (piece, _, tokens) in pre.get_splits(OffsetReferential::Normalized, OffsetType::None) {
+            if let Some(tokens) = tokens {
+                ids.extend(tokens.iter().map(|t| t.id));
+                continue;
+            }
+            self.words.each(piece, |w| {
+                self.chars.write(w, &mut word);
+                ids.extend(model.tokenize(&word)?.into_iter().map(|t| t.id));
+                tokenizers::Result::Ok(())
+            })?;
         }
-        // Newlines are ASCII, so a byte search finds only real ones.
-        let b = rest.as_bytes();
-        let cut = (size.min(b.len())..b.len())
-            .find(|&at| {
-                b[at] == b'\n'
-                    && rest[..at]
-                        .chars()
-                        .next_back()
-                        .is_some_and(|c| !c.is_whitespace())
-            })
-            .unwrap_or(b.len());
-        let (piece, tail) = rest.split_at(cut);
-        rest = tail;
-        Some(piece)
-    })
+        Ok(ids)
+    }
 }
 
 #[cfg(test)]

@@ -10,6 +10,7 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 
 use dolphin_tokenizer::{ChatMessage, ModelTokenizer, SMOLLM2_FILE, model_or_skip};
+use proptest::prelude::*;
 use serde::Deserialize;
 
 #[derive(Deserialize)]
@@ -135,14 +136,44 @@ fn encode_matches_the_reference_on_every_vector() {
 }
 
 #[test]
-fn a_long_prompt_encoded_in_pieces_equals_tokenizers_in_one_go() {
+fn a_long_prompt_gives_tokenizers_own_ids() {
     let Some(t) = tokenizer() else { return };
     let v = vectors();
-    // Every vector's text, one per line: long enough to be cut into pieces many times.
+    // Every vector's text, one per line.
     let text: String = v.cases.iter().map(|c| format!("{}\n", c.text)).collect();
     assert!(text.len() > 16 * 1024, "{} bytes", text.len());
     let one_go = t.hf().encode(text.as_str(), false).expect("encodes");
     assert_eq!(t.encode(&text).expect("encodes"), one_go.get_ids());
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+    /// The encoder's own word splitter against `tokenizers`' whole pipeline on the real
+    /// vocabulary: arbitrary text, whitespace runs, digits, contractions and special tokens.
+    #[test]
+    fn arbitrary_text_gives_tokenizers_own_ids(
+        parts in proptest::collection::vec(
+            "\\PC{0,16}|\\p{Any}{0,6}|[ \t\n\u{a0}\u{3000}]{1,4}|[0-9\u{663}\u{ff11}]{1,4}|'(s|t|re|ll|d|S)|<\\|im_(start|end)\\|>|<\\|endoftext\\|>",
+            0..24,
+        ),
+        parse_special: bool,
+    ) {
+        let Some(t) = tokenizer() else { return Ok(()) };
+        let text = parts.concat();
+        // `tokenizers` with special tokens encoded as text, made once.
+        static AS_TEXT: OnceLock<tokenizers::Tokenizer> = OnceLock::new();
+        let hf = if parse_special {
+            t.hf()
+        } else {
+            AS_TEXT.get_or_init(|| {
+                let mut hf = t.hf().clone();
+                hf.set_encode_special_tokens(true);
+                hf
+            })
+        };
+        let want = hf.encode(text.as_str(), false).expect("encodes");
+        prop_assert_eq!(t.encode_with(&text, parse_special).expect("encodes"), want.get_ids());
+    }
 }
 
 #[test]

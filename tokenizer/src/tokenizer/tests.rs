@@ -25,17 +25,6 @@ fn strings(items: impl IntoIterator<Item = String>) -> Value {
     Value::Array(items.into_iter().map(Value::String).collect())
 }
 
-/// GPT-2's byte-level alphabet: the character each byte is written as in the vocabulary
-/// (printable Latin-1 as itself, the other bytes from U+0100 on, in byte order).
-fn byte_char(b: u8) -> char {
-    let printable = |b: u8| matches!(b, b'!'..=b'~' | 0xA1..=0xAC | 0xAE..=0xFF);
-    if printable(b) {
-        return char::from(b);
-    }
-    let rank = (0..b).filter(|&x| !printable(x)).count() as u32;
-    char::from_u32(256 + rank).expect("a valid char")
-}
-
 const SPECIALS: [(&str, i32); 4] = [
     ("<|endoftext|>", 3),
     ("<|im_start|>", 3),
@@ -52,8 +41,9 @@ fn tiny(
 ) -> Result<ModelTokenizer, TokenizerError> {
     let mut tokens: Vec<String> = SPECIALS.iter().map(|s| s.0.to_string()).collect();
     let mut types: Vec<i32> = SPECIALS.iter().map(|s| s.1).collect();
+    let alphabet = crate::words::ByteChars::new();
     for b in 0..=255u8 {
-        tokens.push(byte_char(b).to_string());
+        tokens.push(alphabet.of(b).to_string());
         types.push(1);
     }
     for m in MERGES {
@@ -250,7 +240,9 @@ fn inconsistent_vocabularies_are_rejected() {
 
 /// Builds a tokenizer from metadata written without the defaults of `tiny`.
 fn with_keys(model: &str, pre: &str, eos: u32) -> Result<ModelTokenizer, TokenizerError> {
-    let tokens: Vec<String> = (0..=255u8).map(|b| byte_char(b).to_string()).collect();
+    let tokens: Vec<String> = (0..=255u8)
+        .map(|b| crate::words::ByteChars::new().of(b).to_string())
+        .collect();
     let mut w = Meta::default();
     w.add(keys::MODEL, Value::String(model.into()))
         .add(keys::PRE, Value::String(pre.into()))
@@ -291,22 +283,14 @@ proptest! {
 
 proptest! {
     #[test]
-    fn encoding_in_pieces_gives_the_ids_of_one_go(
-        lines in proptest::collection::vec("\\PC{0,12}|[ \t\r\n]{0,3}|<\\|im_end\\|>|[0-9 ]{0,6}", 0..40),
-        size in 1usize..24,
+    fn the_fast_path_gives_the_ids_of_tokenizers_pipeline(
+        lines in proptest::collection::vec("\\PC{0,12}|[ \t\r\n]{0,3}|<\\|im_end\\|>|<tool>|[0-9 ]{0,6}|hello|' ?world", 0..40),
+        parse_special: bool,
     ) {
         let t = tok();
         let text = lines.join("\n");
-        let whole = ids_of(&t.hf, &text).unwrap();
-        let mut pieces = Vec::new();
-        let mut joined = String::new();
-        for piece in chunks(&text, size) {
-            prop_assert!(!piece.is_empty());
-            joined.push_str(piece);
-            pieces.extend(ids_of(&t.hf, piece).unwrap());
-        }
-        prop_assert_eq!(&joined, &text);
-        prop_assert_eq!(pieces, whole);
+        let hf = if parse_special { &t.hf } else { &t.hf_text };
+        prop_assert_eq!(t.encode_with(&text, parse_special).unwrap(), ids_of(hf, &text).unwrap());
     }
 }
 
@@ -322,9 +306,7 @@ fn the_fast_path_gives_the_ids_of_tokenizers_encode() {
         let reference = t.hf().encode(text, false).unwrap().get_ids().to_vec();
         assert_eq!(enc(&t, text), reference, "{text:?}");
     }
-    // Long enough to be cut into pieces.
     let long = "hello world 42\n".repeat(1000);
-    assert!(long.len() > CHUNK_BYTES);
     let reference = t
         .hf()
         .encode(long.as_str(), false)
