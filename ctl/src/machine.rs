@@ -26,3 +26,10 @@ pub fn cpu_flags() -> Vec<&'static str> {
         .filter(|f| flags.contains(f))
         .collect()
 }
+
+/// `/proc/loadavg` as it reads now, trimmed (`?` when unreadable): the 1, 5 and 15 minute load
+/// averages, runnable and total tasks and the last pid. Results record it, since these
+/// machines are shared.
+pub fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg").map_or_else(|_| "?".into(), |s| s.trim().to_string())
+}

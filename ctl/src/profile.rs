@@ -12,7 +12,7 @@ use dolphin_engine::profile_fit::{
     FitError, FitGrid, ProfileFit, StepSample, fit_profile, measure,
 };
 use dolphin_engine::sim::{DecodeCost, PrefillCost};
-use dolphin_engine::{Backend, BackendInfo, SimProfile, candle_backend, sim_backend};
+use dolphin_engine::{Backend, EngineInfo, SimProfile, candle_backend, sim_backend};
 use dolphin_worker_common::EngineKind;
 use dolphin_worker_common::args::EngineArgs;
 use dolphin_worker_common::engine::{candle_config, sim_config};
@@ -245,7 +245,7 @@ fn fit(a: &FitArgs) -> Result<ProfileFit, ProfileError> {
 fn time_grid<B: Backend>(
     mut backend: B,
     grid: &FitGrid,
-) -> Result<(Vec<StepSample>, BackendInfo), ProfileError> {
+) -> Result<(Vec<StepSample>, EngineInfo), ProfileError> {
     let progress = |s: &StepSample| eprintln!("profile fit: {:?}: {:.2} ms", s.shape, s.ms);
     let samples = measure(&mut backend, grid, progress).map_err(ProfileError::Step)?;
     Ok((samples, backend.info().clone()))

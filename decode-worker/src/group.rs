@@ -139,10 +139,7 @@ pub fn build_group(engine: &EngineArgs, args: &GroupArgs) -> Result<Arc<dyn Engi
                 sim_engine(cfg).map_err(WorkerError::Engine)?
             }
         };
-        subservers.push(Subserver {
-            name: s.name.clone(),
-            engine: built,
-        });
+        subservers.push(Subserver::new(s.name.clone(), built));
     }
     let options = GroupOptions {
         sync_tokens: args.sync_tokens,

@@ -25,31 +25,7 @@ use bytes::Bytes;
 use dolphin_cluster::BlockHash;
 
 use crate::error::BackendError;
-use crate::types::{BlockId, Sampled, Sampling, SeqId};
-
-/// Fixed facts about a backend. The pool geometry is the backend's: it sized the KV memory.
-#[derive(Clone, Debug)]
-pub struct BackendInfo {
-    /// Served model name.
-    pub model: String,
-    /// Implementation name ("sim", "candle").
-    pub engine: &'static str,
-    /// Tokens per KV block.
-    pub block_size: u32,
-    /// Blocks of KV memory.
-    pub total_blocks: u32,
-    /// Bytes of one token's KV as exported.
-    pub kv_bytes_per_token: u64,
-    /// How exported KV blocks are laid out (engine, dtype, geometry), e.g.
-    /// `candle/f32/layers=30/kv_heads=3/head_dim=64`: blocks move only between equal layouts.
-    pub kv_layout: String,
-    /// Longest prompt plus output supported.
-    pub context_length: u32,
-    /// Token ids are below this.
-    pub vocab_size: u32,
-    /// End-of-sequence token, if any.
-    pub eos_token_id: Option<u32>,
-}
+use crate::types::{BlockId, EngineInfo, Sampled, Sampling, SeqId};
 
 /// One sequence's share of a step.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -266,7 +242,7 @@ pub trait Backend: Send + 'static {
     type Blocks: KvBlocks;
 
     /// Fixed facts, including the pool geometry the scheduler must use.
-    fn info(&self) -> &BackendInfo;
+    fn info(&self) -> &EngineInfo;
 
     /// A handle on the KV memory (taken once, when the scheduler starts).
     fn blocks(&self) -> Arc<Self::Blocks>;

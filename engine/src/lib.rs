@@ -19,7 +19,7 @@ mod scheduler;
 pub mod sim;
 mod types;
 
-pub use backend::{Backend, BackendInfo, Batch, BatchEntry, ImportBlock, KvBlocks, SeqStart};
+pub use backend::{Backend, Batch, BatchEntry, ImportBlock, KvBlocks, SeqStart};
 #[cfg(feature = "candle")]
 pub use candle::{CandleConfig, candle_backend, candle_engine};
 pub use drive::{DriveStart, DrivenEnd, DrivenToken, SeqDriver, Steer};

@@ -169,7 +169,8 @@ pub struct LoadSnapshot {
     pub max_batched_tokens: u32,
 }
 
-/// What the engine serves.
+/// What an engine serves, as its backend reports it (the pool geometry is the backend's: it
+/// sized the KV memory) and the scheduler passes it on.
 #[derive(Clone, Debug)]
 pub struct EngineInfo {
     /// Served model name.
@@ -178,11 +179,12 @@ pub struct EngineInfo {
     pub engine: &'static str,
     /// Tokens per KV block.
     pub block_size: u32,
-    /// Blocks in the pool.
+    /// Blocks of KV memory in the pool.
     pub total_blocks: u32,
-    /// KV bytes per token as moved on the wire (after the sim's byte scale).
+    /// Bytes of one token's KV as exported and moved on the wire (after the sim's byte scale).
     pub kv_bytes_per_token: u64,
-    /// Layout of exported KV blocks (see `BackendInfo::kv_layout`).
+    /// How exported KV blocks are laid out (engine, dtype, geometry), e.g.
+    /// `candle/f32/layers=30/kv_heads=3/head_dim=64`: blocks move only between equal layouts.
     pub kv_layout: String,
     /// Longest prompt plus output the engine accepts.
     pub context_length: u32,

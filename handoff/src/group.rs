@@ -32,6 +32,24 @@ pub struct Subserver {
     pub engine: Arc<dyn Engine>,
 }
 
+impl Subserver {
+    /// The engine `engine`, named `name`.
+    pub fn new(name: impl Into<String>, engine: Arc<dyn Engine>) -> Subserver {
+        Subserver {
+            name: name.into(),
+            engine,
+        }
+    }
+
+    /// The usual two-model group: `small`, then `large`.
+    pub fn small_large(small: Arc<dyn Engine>, large: Arc<dyn Engine>) -> Vec<Subserver> {
+        vec![
+            Subserver::new("small", small),
+            Subserver::new("large", large),
+        ]
+    }
+}
+
 impl std::fmt::Debug for Subserver {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Subserver")

@@ -36,16 +36,7 @@ fn pair(path: &PathBuf) -> Arc<ModelGroup> {
 fn pair_with(path: &PathBuf, options: GroupOptions) -> Arc<ModelGroup> {
     ModelGroup::with_options(
         "smollm2-duo",
-        vec![
-            Subserver {
-                name: "small".into(),
-                engine: engine(path, Some(SMALL_LAYERS)),
-            },
-            Subserver {
-                name: "large".into(),
-                engine: engine(path, None),
-            },
-        ],
+        Subserver::small_large(engine(path, Some(SMALL_LAYERS)), engine(path, None)),
         "entropy".parse::<AlgorithmSpec>().expect("spec"),
         options,
     )

@@ -27,16 +27,7 @@ fn group(time_scale: f64) -> Arc<ModelGroup> {
 fn group_with(time_scale: f64, options: GroupOptions) -> Arc<ModelGroup> {
     ModelGroup::with_options(
         "duo",
-        vec![
-            Subserver {
-                name: "small".into(),
-                engine: sim("small", time_scale),
-            },
-            Subserver {
-                name: "large".into(),
-                engine: sim("large", time_scale),
-            },
-        ],
+        Subserver::small_large(sim("small", time_scale), sim("large", time_scale)),
         "entropy".parse::<AlgorithmSpec>().expect("spec"),
         options,
     )

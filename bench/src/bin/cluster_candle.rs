@@ -141,10 +141,6 @@ struct Report {
     command: String,
 }
 
-fn load_avg() -> String {
-    std::fs::read_to_string("/proc/loadavg").map_or_else(|_| "?".into(), |s| s.trim().to_string())
-}
-
 /// One prefill run's figures for a prompt of `tokens`.
 fn prefill_run(t: &Timed, tokens: usize) -> anyhow::Result<PrefillRun> {
     ensure!(t.first_token.is_some(), "no token");
@@ -315,7 +311,7 @@ async fn main() -> anyhow::Result<()> {
         kv_bytes: args.kv_bytes.clone(),
         max_batched_tokens: Some(args.max_batched_tokens),
     };
-    let load_avg_before = load_avg();
+    let load_avg_before = dolphin_bench::machine::load_average();
     let started = Instant::now();
     let cluster = candle_cluster::start(&log_dir, &launch).await?;
     cluster.wait_for_workers().await?;
@@ -403,7 +399,7 @@ async fn main() -> anyhow::Result<()> {
         cpu: dolphin_bench::machine::cpu_name(),
         cpu_flags: dolphin_bench::machine::cpu_flags(),
         load_avg_before,
-        load_avg_after: load_avg(),
+        load_avg_after: dolphin_bench::machine::load_average(),
         prefill_tokens: args.m.prefill_tokens,
         prefill_local: summarize(local),
         prefill_remote: summarize(remote),

@@ -92,10 +92,6 @@ struct Targets {
     batch_gain: f64,
 }
 
-fn load_avg() -> String {
-    std::fs::read_to_string("/proc/loadavg").map_or_else(|_| "?".into(), |s| s.trim().to_string())
-}
-
 fn request(id: String, prompt: Vec<u32>, max_tokens: u32) -> SeqRequest {
     SeqRequest {
         request_id: id,
@@ -213,7 +209,7 @@ async fn main() -> anyhow::Result<()> {
     let (tiled_q8, tiled_q4) = (cfg.tiled_q8(), cfg.tiled_q4());
     cfg.max_batched_tokens = args.m.prefill_tokens.max(512) as u32;
     let padded = cfg.pads();
-    let load_avg_before = load_avg();
+    let load_avg_before = dolphin_bench::machine::load_average();
     let t = Instant::now();
     let engine = tokio::task::spawn_blocking(move || candle_engine(cfg)).await??;
     eprintln!(
@@ -289,7 +285,7 @@ async fn main() -> anyhow::Result<()> {
         cpu: dolphin_bench::machine::cpu_name(),
         cpu_flags: dolphin_bench::machine::cpu_flags(),
         load_avg_before,
-        load_avg_after: load_avg(),
+        load_avg_after: dolphin_bench::machine::load_average(),
         prefill_tokens: args.m.prefill_tokens,
         prefill_tok_s: wall(&prefill_runs),
         decode_b1_tok_s: wall(&b1),

@@ -255,16 +255,7 @@ async fn handoff_cost_with(
     let large = engine(path, None)?;
     let group = ModelGroup::with_options(
         "cost",
-        vec![
-            Subserver {
-                name: "small".into(),
-                engine: small.clone(),
-            },
-            Subserver {
-                name: "large".into(),
-                engine: large.clone(),
-            },
-        ],
+        Subserver::small_large(small.clone(), large.clone()),
         "random:to_large=0.2,to_small=0.4".parse::<AlgorithmSpec>()?,
         GroupOptions { sync_tokens },
     )?;
@@ -315,16 +306,7 @@ async fn main() -> anyhow::Result<()> {
         .collect::<Result<_, _>>()?;
     let small = engine(&path, Some(args.layers))?;
     let large = engine(&path, None)?;
-    let pair = vec![
-        Subserver {
-            name: "small".into(),
-            engine: small.clone(),
-        },
-        Subserver {
-            name: "large".into(),
-            engine: large.clone(),
-        },
-    ];
+    let pair = Subserver::small_large(small.clone(), large.clone());
     let group = ModelGroup::new(
         "smollm2-duo",
         pair.clone(),
@@ -529,16 +511,7 @@ async fn main() -> anyhow::Result<()> {
         let s = engine(&path, Some(d))?;
         let g = ModelGroup::new(
             "sweep",
-            vec![
-                Subserver {
-                    name: "small".into(),
-                    engine: s,
-                },
-                Subserver {
-                    name: "large".into(),
-                    engine: large.clone(),
-                },
-            ],
+            Subserver::small_large(s, large.clone()),
             "always-small".parse::<AlgorithmSpec>()?,
         )?;
         let b = Bench {

@@ -21,7 +21,7 @@ use clap::Parser;
 use dolphin_bench::machine;
 use dolphin_engine::sim::SimBackend;
 use dolphin_engine::{
-    BackendInfo, BatchWait, Engine, Lockstep, Scheduler, SchedulerConfig, SeqOutput, SeqRequest,
+    BatchWait, Engine, EngineInfo, Lockstep, Scheduler, SchedulerConfig, SeqOutput, SeqRequest,
     SimProfile,
 };
 use dolphin_handoff::algorithms::RandomHandoff;
@@ -65,7 +65,7 @@ const BLOCKS: u32 = 8192;
 
 fn engine(profile: &str, lockstep: Option<Arc<Lockstep>>) -> Arc<dyn Engine> {
     let profile = SimProfile::builtin(profile).expect("shipped profile");
-    let info = BackendInfo {
+    let info = EngineInfo {
         model: profile.name.clone(),
         engine: "sim",
         block_size: 16,
@@ -85,16 +85,7 @@ fn engine(profile: &str, lockstep: Option<Arc<Lockstep>>) -> Arc<dyn Engine> {
 
 fn pair(lockstep: bool) -> Vec<Subserver> {
     let clock = lockstep.then(|| Arc::new(Lockstep::new()));
-    vec![
-        Subserver {
-            name: "small".into(),
-            engine: engine(SMALL, clock.clone()),
-        },
-        Subserver {
-            name: "large".into(),
-            engine: engine(LARGE, clock),
-        },
-    ]
+    Subserver::small_large(engine(SMALL, clock.clone()), engine(LARGE, clock))
 }
 
 /// How a configuration serves a request.

@@ -129,9 +129,7 @@ fn main() -> anyhow::Result<()> {
         args.reps
     );
 
-    let load_average_before = std::fs::read_to_string("/proc/loadavg")
-        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_default();
+    let load_average_before = dolphin_bench::machine::load_average();
     let clock = CpuClock::new(std::process::id());
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -319,10 +319,7 @@ async fn start_peers(
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let loadavg = std::fs::read_to_string("/proc/loadavg")
-        .unwrap_or_default()
-        .trim()
-        .to_string();
+    let loadavg = dolphin_bench::machine::load_average();
     let log_dir =
         std::env::temp_dir().join(format!("dolphin-router-overhead-{}", std::process::id()));
     // Started from the main thread: the children's PDEATHSIG follows the thread that forked them.

@@ -132,10 +132,7 @@ struct IndexSize {
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let loadavg = std::fs::read_to_string("/proc/loadavg")
-        .unwrap_or_default()
-        .trim()
-        .to_string();
+    let loadavg = dolphin_bench::machine::load_average();
     let cfg = args.run.workload();
     ensure!(
         args.run.iterations > 0 && cfg.prompts > 0,

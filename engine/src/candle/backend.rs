@@ -13,14 +13,14 @@ use super::error::LoadError;
 use super::kv_store::{KvStore, compute};
 use super::model::{Llama, LoadOptions};
 use super::sampler::{Sampler, token_stats};
-use crate::backend::{Backend, BackendInfo, Batch, ImportBlock, KvBlocks, SeqStart};
+use crate::backend::{Backend, Batch, ImportBlock, KvBlocks, SeqStart};
 use crate::error::BackendError;
-use crate::types::{BlockId, Sampled, SeqId};
+use crate::types::{BlockId, EngineInfo, Sampled, SeqId};
 
 /// A llama model on candle with its KV memory, under the shared scheduler.
 #[derive(Debug)]
 pub struct CandleBackend {
-    info: BackendInfo,
+    info: EngineInfo,
     model: Llama,
     kv: Arc<CandleBlocks>,
     /// Per started sequence: its sampler and whether it wants token statistics.
@@ -68,7 +68,7 @@ impl CandleBackend {
             p.kv_dim(),
             &device,
         )?;
-        let info = BackendInfo {
+        let info = EngineInfo {
             model: cfg.model.clone(),
             engine: "candle",
             block_size: cfg.block_size,
@@ -154,7 +154,7 @@ impl KvBlocks for CandleBlocks {
 impl Backend for CandleBackend {
     type Blocks = CandleBlocks;
 
-    fn info(&self) -> &BackendInfo {
+    fn info(&self) -> &EngineInfo {
         &self.info
     }
 

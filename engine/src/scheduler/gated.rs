@@ -14,9 +14,9 @@ use bytes::Bytes;
 use parking_lot::{Condvar, Mutex};
 
 use super::{Scheduler, SchedulerConfig};
-use crate::backend::{Backend, BackendInfo, Batch, ImportBlock, KvBlocks, SeqStart};
+use crate::backend::{Backend, Batch, ImportBlock, KvBlocks, SeqStart};
 use crate::error::BackendError;
-use crate::types::{BlockId, SeqId};
+use crate::types::{BlockId, EngineInfo, SeqId};
 
 pub(super) const BS: u32 = 4;
 /// The watchdog's patience: only reached when a call waits for the step (a failure).
@@ -152,7 +152,7 @@ impl KvBlocks for Slots {
 /// Steps wait at the gate; tokens are `3 + position % 90`.
 #[derive(Debug)]
 pub(super) struct Gated {
-    info: BackendInfo,
+    info: EngineInfo,
     gate: Arc<Gate>,
     slots: Arc<Slots>,
     /// Per started sequence, the tokens whose KV it has (prompt, then what steps fed it).
@@ -166,7 +166,7 @@ fn slot(table: &[BlockId], pos: u32) -> usize {
 impl Backend for Gated {
     type Blocks = Slots;
 
-    fn info(&self) -> &BackendInfo {
+    fn info(&self) -> &EngineInfo {
         &self.info
     }
     fn blocks(&self) -> Arc<Slots> {
@@ -225,7 +225,7 @@ impl Backend for Gated {
 /// An engine on its own thread over a gated backend with `total_blocks` blocks.
 pub(super) fn engine(total_blocks: u32, gate: &Arc<Gate>) -> Arc<Scheduler<Gated>> {
     let backend = Gated {
-        info: BackendInfo {
+        info: EngineInfo {
             model: "gated".into(),
             engine: "test",
             block_size: BS,

@@ -167,17 +167,7 @@ impl<B: Backend> Scheduler<B> {
         if cfg.event_capacity == 0 {
             return config("event_capacity must be at least 1");
         }
-        let info = EngineInfo {
-            model: bi.model.clone(),
-            engine: bi.engine,
-            block_size: bi.block_size,
-            total_blocks: bi.total_blocks,
-            kv_bytes_per_token: bi.kv_bytes_per_token,
-            kv_layout: bi.kv_layout.clone(),
-            context_length: bi.context_length,
-            vocab_size: bi.vocab_size,
-            eos_token_id: bi.eos_token_id,
-        };
+        let info = bi.clone();
         let (events, _) = broadcast::channel(cfg.event_capacity);
         let shared = Arc::new(Shared {
             core: Mutex::new(Core::new(&backend, cfg, events)),

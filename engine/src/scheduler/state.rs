@@ -12,11 +12,13 @@ use tokio::time::Instant;
 use super::SchedulerConfig;
 use super::policy::max_cached_blocks;
 use super::seq::{Kind, Phase, Seq};
-use crate::backend::{Backend, BackendInfo};
+use crate::backend::Backend;
 use crate::error::{BackendError, EngineError};
 use crate::kv_pool::KvPool;
 use crate::metrics as m;
-use crate::types::{BlockId, KvEvent, LoadSnapshot, OutputStream, Reservation, SeqId, SeqRequest};
+use crate::types::{
+    BlockId, EngineInfo, KvEvent, LoadSnapshot, OutputStream, Reservation, SeqId, SeqRequest,
+};
 
 /// Everything the scheduler owns, behind one lock. The backend itself is not here: the loop owns
 /// it and computes steps without the lock; what the backend must learn meanwhile (sequences to
@@ -26,7 +28,7 @@ pub(crate) struct Core<B: Backend> {
     /// The backend's KV memory, for imports and exports (also while a step runs).
     pub(super) kv: Arc<B::Blocks>,
     pub(super) pool: KvPool,
-    pub(super) info: BackendInfo,
+    pub(super) info: EngineInfo,
     pub(super) cfg: SchedulerConfig,
     pub(super) seqs: HashMap<SeqId, Seq>,
     pub(super) by_request: HashMap<String, SeqId>,

@@ -10,9 +10,9 @@ use dolphin_cluster::block_hashes;
 use parking_lot::Mutex;
 
 use super::*;
-use crate::backend::{BackendInfo, Batch, ImportBlock, KvBlocks, SeqStart};
+use crate::backend::{Batch, ImportBlock, KvBlocks, SeqStart};
 use crate::error::BackendError;
-use crate::types::{BlockId, FinishReason, Sampling, SeqOutput, SeqUsage};
+use crate::types::{BlockId, EngineInfo, FinishReason, Sampling, SeqOutput, SeqUsage};
 
 const STEP: Duration = Duration::from_millis(10);
 const EOS: u32 = 2;
@@ -23,7 +23,7 @@ type StepLog = Vec<(SeqId, u32, u32, bool)>;
 /// Tokens are `3 + position % 90` (EOS at `eos_at`); records every step.
 #[derive(Debug)]
 struct Recorder {
-    info: BackendInfo,
+    info: EngineInfo,
     log: Arc<Mutex<Vec<StepLog>>>,
     eos_at: Option<u32>,
 }
@@ -47,7 +47,7 @@ impl KvBlocks for RecorderBlocks {
 impl Backend for Recorder {
     type Blocks = RecorderBlocks;
 
-    fn info(&self) -> &BackendInfo {
+    fn info(&self) -> &EngineInfo {
         &self.info
     }
     fn blocks(&self) -> Arc<RecorderBlocks> {
@@ -107,7 +107,7 @@ const BS: u32 = 4;
 
 fn engine(s: Setup) -> (Arc<Scheduler<Recorder>>, Arc<Mutex<Vec<StepLog>>>) {
     let log = Arc::new(Mutex::new(Vec::new()));
-    let info = BackendInfo {
+    let info = EngineInfo {
         model: "test".into(),
         engine: "test",
         block_size: BS,

@@ -22,9 +22,9 @@ use parking_lot::Mutex;
 
 use super::content::{self, EOS_TOKEN};
 use super::profile::SimProfile;
-use crate::backend::{Backend, BackendInfo, Batch, ImportBlock, KvBlocks, SeqStart};
+use crate::backend::{Backend, Batch, ImportBlock, KvBlocks, SeqStart};
 use crate::error::BackendError;
-use crate::types::{BlockId, Sampled, SeqId, TokenStats};
+use crate::types::{BlockId, EngineInfo, Sampled, SeqId, TokenStats};
 
 /// What a block "holds".
 #[derive(Clone, Copy, Debug, Default)]
@@ -116,7 +116,7 @@ impl KvBlocks for SimBlocks {
 /// The simulated model.
 #[derive(Debug)]
 pub struct SimBackend {
-    info: BackendInfo,
+    info: EngineInfo,
     profile: SimProfile,
     time_scale: f64,
     blocks: Arc<SimBlocks>,
@@ -126,7 +126,7 @@ pub struct SimBackend {
 impl SimBackend {
     /// A backend with `info`'s geometry, timed by `profile` scaled by `time_scale` (0: no delay).
     /// `info.kv_bytes_per_token` is the exported size of one token's KV.
-    pub fn new(info: BackendInfo, profile: SimProfile, time_scale: f64) -> Self {
+    pub fn new(info: EngineInfo, profile: SimProfile, time_scale: f64) -> Self {
         let blocks = SimBlocks {
             memory: Mutex::new(vec![BlockMem::default(); info.total_blocks as usize]),
             bytes_per_token: info.kv_bytes_per_token.max(1) as usize,
@@ -229,7 +229,7 @@ fn short_table(seq: SeqId, pos: usize) -> BackendError {
 impl Backend for SimBackend {
     type Blocks = SimBlocks;
 
-    fn info(&self) -> &BackendInfo {
+    fn info(&self) -> &EngineInfo {
         &self.info
     }
 

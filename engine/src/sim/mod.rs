@@ -12,10 +12,10 @@ use std::sync::Arc;
 pub use backend::{SimBackend, SimBlocks};
 pub use profile::{DecodeCost, PrefillCost, ProfileError, SimProfile, line_time};
 
-use crate::backend::BackendInfo;
 use crate::engine::Engine;
 use crate::error::EngineError;
 use crate::scheduler::{LinkModel, Scheduler, SchedulerConfig};
+use crate::types::EngineInfo;
 
 /// Everything a simulated engine is made of.
 #[derive(Clone, Debug)]
@@ -122,7 +122,7 @@ pub fn sim_scheduler(cfg: SimConfig) -> Result<Arc<Scheduler<SimBackend>>, Engin
 /// [`crate::profile_fit::measure`] does).
 pub fn sim_backend(cfg: &SimConfig) -> Result<SimBackend, EngineError> {
     cfg.validate()?;
-    let info = BackendInfo {
+    let info = EngineInfo {
         model: cfg.model.clone(),
         engine: "sim",
         block_size: cfg.block_size,

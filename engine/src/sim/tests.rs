@@ -273,7 +273,7 @@ async fn imported_kv_is_charged_the_profiles_link_whatever_bytes_moved() {
 #[test]
 fn a_mixed_step_costs_prefill_plus_decode() {
     let profile = SimProfile::builtin("dynamo-mocker").expect("shipped");
-    let info = BackendInfo {
+    let info = EngineInfo {
         model: "m".into(),
         engine: "sim",
         block_size: 16,

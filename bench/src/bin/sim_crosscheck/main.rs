@@ -282,7 +282,7 @@ async fn main() -> anyhow::Result<()> {
         slo,
         tolerance: args.tolerance,
     };
-    let load_average_before = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let load_average_before = dolphin_bench::machine::load_average();
     let log_root = args.log_dir.clone().unwrap_or_else(|| {
         std::env::temp_dir().join(format!("dolphin-crosscheck-{}", std::process::id()))
     });
