@@ -16,7 +16,11 @@ use tonic::{Request, Response, Status};
 
 use crate::BenchError;
 use crate::routing_workload::{WorkerContents, Workload};
-use dolphin_router::workers::WorkerRegistry;
+use dolphin_router::dispatch::{DispatchConfig, Dispatcher};
+use dolphin_router::policy::Policy;
+use dolphin_router::request_log::RequestLog;
+use dolphin_router::tokenizer::SimTokenizer;
+use dolphin_router::workers::{RegistryConfig, WorkerRegistry};
 
 /// Total KV blocks the fake reports (load reports carry it).
 const TOTAL_BLOCKS: u32 = 65_536;
@@ -299,5 +303,70 @@ mod tests {
         );
         assert_eq!(d1.waiting, workload.decode[1].load.waiting);
         registry.clear();
+    }
+}
+
+/// A router's dispatcher in front of fake pools holding a workload's blocks: what the
+/// routing-decision benches time (`Dispatcher::route` with the real registry and indexes, token
+/// ids as prompts, no request log).
+#[derive(Debug)]
+pub struct FakeRouter {
+    /// One worker thread, like one serving shard; the registry's subscriber tasks run on it.
+    pub rt: tokio::runtime::Runtime,
+    /// The registry the fake pools joined.
+    pub registry: Arc<WorkerRegistry>,
+    /// The dispatcher under test.
+    pub dispatcher: Dispatcher,
+    /// Kept alive for the whole run: their event streams must stay connected.
+    _fakes: Vec<FakeWorker>,
+}
+
+impl FakeRouter {
+    /// Starts the fake pools of `workload` (waiting up to `timeout` until the registry has
+    /// indexed them) and a dispatcher routing by `policy`.
+    pub fn start(
+        workload: &Workload,
+        model: &str,
+        block_size: u32,
+        policy: Policy,
+        overlap_weight: f64,
+        timeout: Duration,
+    ) -> Result<FakeRouter, BenchError> {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .map_err(|source| BenchError::Io {
+                what: "starting the runtime".into(),
+                source,
+            })?;
+        let registry = WorkerRegistry::new(RegistryConfig {
+            model: model.into(),
+            block_size,
+            load_interval_ms: 100,
+            connector: dolphin_tls::GrpcConnector::plain(Duration::from_secs(5)),
+        });
+        let fakes = rt.block_on(start_pools(&registry, workload, model, block_size, timeout))?;
+        let dispatcher = Dispatcher::new(
+            registry.clone(),
+            Arc::new(SimTokenizer),
+            policy,
+            DispatchConfig {
+                model: model.into(),
+                max_prompt_tokens: 1 << 20,
+                max_output_tokens: 1 << 16,
+                overlap_weight,
+                block_size,
+                max_migrations: 3,
+                request_timeout: None,
+            },
+            RequestLog::disabled(),
+        );
+        Ok(FakeRouter {
+            rt,
+            registry,
+            dispatcher,
+            _fakes: fakes,
+        })
     }
 }

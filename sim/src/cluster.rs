@@ -54,6 +54,32 @@ struct ReqState {
     done_ms: f64,
 }
 
+impl ReqState {
+    /// TTFT, TPOT and end-to-end latency in ms of a finished request of `output_len` tokens
+    /// (TPOT 0 for one token): what the report records and the online learner judges.
+    fn latencies(&self, output_len: u32) -> (f64, f64, f64) {
+        let tpot = if output_len > 1 {
+            (self.done_ms - self.first_ms) / f64::from(output_len - 1)
+        } else {
+            0.0
+        };
+        (
+            self.first_ms - self.sent_ms,
+            tpot,
+            self.done_ms - self.sent_ms,
+        )
+    }
+
+    /// The path the router chose.
+    fn decision(&self) -> Decision {
+        if self.remote {
+            Decision::Remote
+        } else {
+            Decision::Local
+        }
+    }
+}
+
 /// A simulated cluster; [`run`](Self::run) replays a workload on it from a cold start.
 #[derive(Debug)]
 pub struct SimCluster {
@@ -449,13 +475,7 @@ impl<'a> Run<'a> {
             return;
         };
         let r = &self.reqs[req as usize];
-        let ttft = st.first_ms - st.sent_ms;
-        let e2e = st.done_ms - st.sent_ms;
-        let tpot = if r.output_len > 1 {
-            (st.done_ms - st.first_ms) / f64::from(r.output_len - 1)
-        } else {
-            0.0
-        };
+        let (ttft, tpot, e2e) = st.latencies(r.output_len);
         let slo = TableSlo {
             ttft_ms: r.slo.ttft_ms,
             tpot_ms: r.slo.tpot_ms,
@@ -468,12 +488,7 @@ impl<'a> Run<'a> {
         let (Some(cluster), true) = (st.cluster, st.learns) else {
             return;
         };
-        let path = if st.remote {
-            Decision::Remote
-        } else {
-            Decision::Local
-        };
-        let flip = o.learner.observe(cluster, path, reward);
+        let flip = o.learner.observe(cluster, st.decision(), reward);
         o.explorer.set_share(cluster, o.learner.share(cluster));
         if let Some(flip) = flip {
             o.flips.push(FlipRecord {
@@ -519,13 +534,7 @@ impl<'a> Run<'a> {
             .iter()
             .zip(&self.state)
             .map(|(r, st)| {
-                let ttft = st.first_ms - st.sent_ms;
-                let e2e = st.done_ms - st.sent_ms;
-                let tpot = if r.output_len > 1 {
-                    (st.done_ms - st.first_ms) / f64::from(r.output_len - 1)
-                } else {
-                    0.0
-                };
+                let (ttft, tpot, e2e) = st.latencies(r.output_len);
                 RequestRecord {
                     arrival_ms: st.sent_ms,
                     kind: r.kind,
@@ -533,11 +542,7 @@ impl<'a> Run<'a> {
                     prefill_worker: st.prefill,
                     features: st.features,
                     cluster: st.cluster,
-                    decision: if st.remote {
-                        Decision::Remote
-                    } else {
-                        Decision::Local
-                    },
+                    decision: st.decision(),
                     path: match (st.remote, st.held) {
                         (false, _) => PrefillPath::Local,
                         (true, false) => PrefillPath::Remote,

@@ -3,8 +3,6 @@
 //! statistics and per-cluster attainment are `dolphin_workload`'s, so a simulated replay and a
 //! live one report alike ([`SimReport::outcomes`]).
 
-use std::collections::BTreeMap;
-
 use dolphin_router::dolphin::RoutingTable;
 use dolphin_router::policy::{Decision, Features, PrefillPath};
 pub use dolphin_workload::{ClusterAttainment, Percentiles};
@@ -115,26 +113,11 @@ impl SimReport {
         v.clear();
         v.extend(records.iter().map(|r| r.e2e_ms));
         let e2e = Percentiles::of(&mut v);
-        let mut clusters: BTreeMap<Option<u32>, ClusterAttainment> = BTreeMap::new();
-        for r in &records {
-            let c = clusters.entry(r.cluster).or_insert(ClusterAttainment {
-                cluster: r.cluster,
-                requests: 0,
-                met: 0,
-                attainment: 0.0,
-                remote: 0,
-            });
-            c.requests += 1;
-            c.met += u64::from(r.met);
-            c.remote += u64::from(r.decision == Decision::Remote);
-        }
-        let per_cluster: Vec<ClusterAttainment> = clusters
-            .into_values()
-            .map(|mut c| {
-                c.attainment = c.met as f64 / c.requests as f64;
-                c
-            })
-            .collect();
+        let per_cluster = ClusterAttainment::tally(
+            records
+                .iter()
+                .map(|r| (r.cluster, r.met, r.decision == Decision::Remote)),
+        );
         let n = records.len() as f64;
         let met = per_cluster.iter().map(|c| c.met).sum::<u64>() as f64;
         let secs = makespan_ms / 1e3;

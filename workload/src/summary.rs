@@ -54,6 +54,35 @@ pub struct ClusterAttainment {
     pub remote: u64,
 }
 
+impl ClusterAttainment {
+    /// Per cluster, in ascending order (`None` first), from each request's `(cluster, met,
+    /// remote)`.
+    pub fn tally(
+        requests: impl IntoIterator<Item = (Option<u32>, bool, bool)>,
+    ) -> Vec<ClusterAttainment> {
+        let mut clusters: BTreeMap<Option<u32>, ClusterAttainment> = BTreeMap::new();
+        for (cluster, met, remote) in requests {
+            let c = clusters.entry(cluster).or_insert(ClusterAttainment {
+                cluster,
+                requests: 0,
+                met: 0,
+                attainment: 0.0,
+                remote: 0,
+            });
+            c.requests += 1;
+            c.met += u64::from(met);
+            c.remote += u64::from(remote);
+        }
+        clusters
+            .into_values()
+            .map(|mut c| {
+                c.attainment = c.met as f64 / c.requests as f64;
+                c
+            })
+            .collect()
+    }
+}
+
 /// Latency and attainment of one kind of request.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct KindSummary {
@@ -117,26 +146,8 @@ impl Summary {
             let mut v: Vec<f64> = rows.iter().map(|o| f(o)).collect();
             Percentiles::of(&mut v)
         };
-        let mut clusters: BTreeMap<Option<u32>, ClusterAttainment> = BTreeMap::new();
-        for o in outcomes {
-            let c = clusters.entry(o.cluster).or_insert(ClusterAttainment {
-                cluster: o.cluster,
-                requests: 0,
-                met: 0,
-                attainment: 0.0,
-                remote: 0,
-            });
-            c.requests += 1;
-            c.met += u64::from(o.met);
-            c.remote += u64::from(o.remote);
-        }
-        let per_cluster: Vec<ClusterAttainment> = clusters
-            .into_values()
-            .map(|mut c| {
-                c.attainment = c.met as f64 / c.requests as f64;
-                c
-            })
-            .collect();
+        let per_cluster =
+            ClusterAttainment::tally(outcomes.iter().map(|o| (o.cluster, o.met, o.remote)));
         let per_kind = RequestKind::ALL
             .iter()
             .filter_map(|&kind| {

@@ -13,15 +13,14 @@
 //!
 //! `cargo run --release -p dolphin-bench --bin dolphin_decision [-- --iterations 100000]`
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure};
 use clap::Parser;
-use dolphin_bench::fake_worker;
+use dolphin_bench::fake_worker::FakeRouter;
 use dolphin_bench::routing_workload::{self, DecisionArgs, WorkloadConfig};
 use dolphin_bench::stats::{self, Summary};
-use dolphin_router::dispatch::{DispatchConfig, Dispatcher};
+use dolphin_router::dispatch::Dispatcher;
 use dolphin_router::dolphin::admission::InputShape;
 use dolphin_router::dolphin::assign::CompiledTable;
 use dolphin_router::dolphin::table::{
@@ -32,10 +31,7 @@ use dolphin_router::dolphin::{Admission, OutputClassifier};
 use dolphin_router::policy::{
     Decision, DolphinConfig, FallbackKind, Features, Policy, PoolState, ThresholdConfig,
 };
-use dolphin_router::request_log::RequestLog;
 use dolphin_router::route;
-use dolphin_router::tokenizer::SimTokenizer;
-use dolphin_router::workers::{RegistryConfig, WorkerRegistry};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
@@ -92,43 +88,19 @@ fn main() -> anyhow::Result<()> {
     ensure!(args.run.iterations > 0, "need iterations");
     let bs = cfg.block_size as u32;
     let workload = routing_workload::build(&cfg);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()?;
-    let registry = WorkerRegistry::new(RegistryConfig {
-        model: MODEL.into(),
-        block_size: bs,
-        load_interval_ms: 100,
-        connector: dolphin_tls::GrpcConnector::plain(Duration::from_secs(5)),
-    });
-    // Kept alive for the whole run: their event streams must stay connected.
-    let _fakes = rt.block_on(fake_worker::start_pools(
-        &registry,
+    let router = FakeRouter::start(
         &workload,
         MODEL,
         bs,
+        Policy::Threshold(ThresholdConfig::default()),
+        1.0,
         Duration::from_secs(180),
-    ))?;
+    )?;
+    let (registry, dispatcher) = (&router.registry, &router.dispatcher);
     ensure!(
         registry.split().to_string() == format!("{0}p{0}d", workload.prefill.len()),
         "unexpected split {}",
         registry.split()
-    );
-    let dispatcher = Dispatcher::new(
-        registry.clone(),
-        Arc::new(SimTokenizer),
-        Policy::Threshold(ThresholdConfig::default()),
-        DispatchConfig {
-            model: MODEL.into(),
-            max_prompt_tokens: 1 << 20,
-            max_output_tokens: 1 << 16,
-            overlap_weight: 1.0,
-            block_size: bs,
-            max_migrations: 3,
-            request_timeout: None,
-        },
-        RequestLog::disabled(),
     );
     let split = registry.split();
     let classifier = trained_shape_classifier(256, 256);
@@ -194,13 +166,7 @@ fn main() -> anyhow::Result<()> {
                 .install(split, name, &t.to_json_pretty())?;
         }
         dispatcher.set_policy(policy);
-        let r = whole(
-            &args,
-            &workload.prompts,
-            &dispatcher,
-            policy,
-            t.map(|x| x.0),
-        )?;
+        let r = whole(&args, &workload.prompts, dispatcher, policy, t.map(|x| x.0))?;
         println!(
             "{:<10} {:<7} {}  best-per-prompt median {:.2} us; {} remote / {} local; {} clusters; p99 {}",
             r.policy,

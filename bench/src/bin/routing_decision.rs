@@ -10,22 +10,18 @@
 //!
 //! `cargo run --release -p dolphin-bench --bin routing_decision [-- --iterations 100000]`
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, ensure};
 use clap::Parser;
-use dolphin_bench::fake_worker;
+use dolphin_bench::fake_worker::FakeRouter;
 use dolphin_bench::routing_workload::{self, DecisionArgs, WorkerContents, WorkloadConfig};
 use dolphin_bench::stats::{self, Summary};
 use dolphin_cluster::block_hashes_into;
-use dolphin_router::dispatch::{DispatchConfig, Dispatcher};
+use dolphin_router::dispatch::Dispatcher;
 use dolphin_router::policy::{Decision, Features, Policy, PoolState, ThresholdConfig};
 use dolphin_router::prefix_index::PrefixIndex;
-use dolphin_router::request_log::RequestLog;
 use dolphin_router::selection::{self, Candidate, Choice};
-use dolphin_router::tokenizer::SimTokenizer;
-use dolphin_router::workers::{RegistryConfig, WorkerRegistry};
 use serde::Serialize;
 
 const MODEL: &str = "sim-model";
@@ -143,43 +139,19 @@ fn main() -> anyhow::Result<()> {
     let workload = routing_workload::build(&cfg);
     println!("workload built in {:.1?}", t.elapsed());
 
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()?;
-    let registry = WorkerRegistry::new(RegistryConfig {
-        model: MODEL.into(),
-        block_size: bs,
-        load_interval_ms: 100,
-        connector: dolphin_tls::GrpcConnector::plain(Duration::from_secs(5)),
-    });
-    // Kept alive for the whole run: their event streams must stay connected.
-    let _fakes = rt.block_on(fake_worker::start_pools(
-        &registry,
+    let router = FakeRouter::start(
         &workload,
         MODEL,
         bs,
+        Policy::AlwaysLocal,
+        OVERLAP_WEIGHT,
         Duration::from_secs(120),
-    ))?;
+    )?;
+    let dispatcher = &router.dispatcher;
     let mirror_prefill = MirrorPool::build(&workload.prefill, bs)?;
     let mirror_decode = MirrorPool::build(&workload.decode, bs)?;
-    let dispatcher = Dispatcher::new(
-        registry.clone(),
-        Arc::new(SimTokenizer),
-        Policy::AlwaysLocal,
-        DispatchConfig {
-            model: MODEL.into(),
-            max_prompt_tokens: 1 << 20,
-            max_output_tokens: 1 << 16,
-            overlap_weight: OVERLAP_WEIGHT,
-            block_size: bs,
-            max_migrations: 3,
-            request_timeout: None,
-        },
-        RequestLog::disabled(),
-    );
     check_mirror(
-        &dispatcher,
+        dispatcher,
         &workload.prompts,
         &mirror_decode,
         &mirror_prefill,
@@ -215,7 +187,7 @@ fn main() -> anyhow::Result<()> {
             bs,
             &mut r,
         );
-        whole(&args, &workload.prompts, &dispatcher, &mut r)?;
+        whole(&args, &workload.prompts, dispatcher, &mut r)?;
         println!("policy {} {}", r.policy, r.params);
         println!("  hashing             {}", r.hashing.line());
         println!("  lookup (both pools) {}", r.lookup_both_pools.line());
