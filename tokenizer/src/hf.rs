@@ -41,6 +41,34 @@ impl PreTokenizerKind {
         }
     }
 
+    /// The kind `pre` is, if it is one of these (as a `tokenizer.json` from GPT-2, SmolLM2 or
+    /// StarCoder writes it): compared as `tokenizers` serializes them, less `trim_offsets`,
+    /// which moves offsets, never ids.
+    pub fn of(pre: &PreTokenizerWrapper) -> Option<PreTokenizerKind> {
+        fn ids_part(mut v: serde_json::Value) -> serde_json::Value {
+            match &mut v {
+                serde_json::Value::Object(m) => {
+                    m.remove("trim_offsets");
+                    for x in m.values_mut() {
+                        *x = ids_part(x.take());
+                    }
+                }
+                serde_json::Value::Array(a) => {
+                    for x in a.iter_mut() {
+                        *x = ids_part(x.take());
+                    }
+                }
+                _ => {}
+            }
+            v
+        }
+        let json = |p: &PreTokenizerWrapper| serde_json::to_value(p).ok().map(ids_part);
+        let want = json(pre)?;
+        [PreTokenizerKind::Gpt2, PreTokenizerKind::Gpt2SplitDigits]
+            .into_iter()
+            .find(|k| json(&k.build()).as_ref() == Some(&want))
+    }
+
     pub(crate) fn build(self) -> PreTokenizerWrapper {
         // No prefix space (llama.cpp adds none), offsets trimmed, the GPT-2 regex.
         let byte_level = ByteLevel::new(false, true, true);

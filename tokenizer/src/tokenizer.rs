@@ -22,8 +22,9 @@ pub struct ModelTokenizer {
     hf: Tokenizer,
     /// The same pipeline with special tokens encoded as plain text.
     hf_text: Tokenizer,
-    /// For the pipelines built from GGUF metadata, whose pre-tokenizers are known: their words
-    /// cut on plain slices, the fast path of [`ModelTokenizer::encode`].
+    /// For the pre-tokenizers of the GGUF pipelines (built from GGUF metadata, or found in a
+    /// `tokenizer.json`): their words cut on plain slices, the fast path of
+    /// [`ModelTokenizer::encode`].
     fast: Option<FastWords>,
     /// Each id's type (llama.cpp's classes; from the added tokens for a `tokenizer.json`).
     types: Vec<TokenType>,
@@ -40,7 +41,7 @@ pub struct ModelTokenizer {
 /// derives the rest.
 struct Parts {
     hf: Tokenizer,
-    /// The GGUF pipeline's pre-tokenizer, which [`Words`] reproduces.
+    /// The pre-tokenizer, when it is one [`Words`] reproduces.
     fast: Option<PreTokenizerKind>,
     types: Vec<TokenType>,
     source: String,
@@ -133,9 +134,11 @@ impl ModelTokenizer {
             )?,
             None => ChatTemplate::chatml(),
         };
+        // A pre-tokenizer the GGUF pipelines use takes their fast path here too.
+        let fast = hf.get_pre_tokenizer().and_then(PreTokenizerKind::of);
         Ok(Self::assemble(Parts {
             hf,
-            fast: None,
+            fast,
             types,
             source: "tokenizer.json".into(),
             merges: 0,
@@ -161,6 +164,7 @@ impl ModelTokenizer {
         let mut hf_text = hf.clone();
         hf_text.set_encode_special_tokens(true);
         let fast = fast.map(|kind| FastWords {
+            kind,
             words: Words::new(kind),
             chars: ByteChars::new(),
         });
@@ -276,6 +280,12 @@ impl ModelTokenizer {
         self.add_bos
     }
 
+    /// The pre-tokenizer that [`encode`](Self::encode) runs on plain slices instead of through
+    /// `tokenizers` (see `words.rs`), or `None` when `tokenizers` runs the whole pipeline.
+    pub fn fast_pre_tokenizer(&self) -> Option<PreTokenizerKind> {
+        self.fast.as_ref().map(|f| f.kind)
+    }
+
     /// Where the pipeline came from: the `tokenizer.ggml.pre` name it was built for, or
     /// "tokenizer.json".
     pub fn source(&self) -> &str {
@@ -329,17 +339,18 @@ fn ids_of(tok: &Tokenizer, text: &str) -> tokenizers::Result<Vec<u32>> {
         .collect())
 }
 
-/// The pre-tokenizer of a GGUF pipeline on plain slices (see [`crate::words`]).
+/// A GGUF pipeline's pre-tokenizer on plain slices (see [`crate::words`]).
 #[derive(Clone, Debug)]
 struct FastWords {
+    kind: PreTokenizerKind,
     words: Words,
     chars: ByteChars,
 }
 
 impl FastWords {
-    /// The ids [`ids_of`] gives for a GGUF pipeline: `tokenizers`' added tokens and BPE model,
-    /// the words between the added tokens cut by [`Words`] instead of `tokenizers`'
-    /// pre-tokenizer (the same words, proved by `words`' property tests).
+    /// The ids [`ids_of`] gives: `tokenizers`' added tokens, normalizer and model, the words
+    /// between the added tokens cut by [`Words`] instead of `tokenizers`' pre-tokenizer (the
+    /// same words, proved by `words`' property tests).
     fn ids(&self, tok: &Tokenizer, text: &str) -> tokenizers::Result<Vec<u32>> {
         let pre = tok
             .get_added_vocabulary()

@@ -146,6 +146,28 @@ fn a_long_prompt_gives_tokenizers_own_ids() {
     assert_eq!(t.encode(&text).expect("encodes"), one_go.get_ids());
 }
 
+#[test]
+fn the_models_tokenizer_json_takes_the_same_fast_path() {
+    let Some(t) = tokenizer() else { return };
+    let dir = tempfile::tempdir().expect("dir");
+    let json = dir.path().join("tokenizer.json");
+    t.hf().save(&json, false).expect("save");
+    let j = ModelTokenizer::from_tokenizer_json(&json).expect("loads");
+    assert_eq!(
+        j.fast_pre_tokenizer(),
+        Some(dolphin_tokenizer::PreTokenizerKind::Gpt2SplitDigits)
+    );
+    let text: String = vectors()
+        .cases
+        .iter()
+        .map(|c| format!("{}\n", c.text))
+        .collect();
+    assert_eq!(
+        j.encode(&text).expect("encodes"),
+        t.encode(&text).expect("encodes")
+    );
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
     /// The encoder's own word splitter against `tokenizers`' whole pipeline on the real

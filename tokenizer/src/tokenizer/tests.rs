@@ -190,6 +190,12 @@ fn a_saved_tokenizer_json_loads_with_its_config() {
     t.hf().save(&json, false).expect("save");
     // Without tokenizer_config.json: the same ids, ChatML, no special ids.
     let j = ModelTokenizer::from_tokenizer_json(&json).expect("load");
+    // Its pre-tokenizer is the GGUF pipeline's, so it takes the same fast path.
+    assert_eq!(
+        t.fast_pre_tokenizer(),
+        Some(PreTokenizerKind::Gpt2SplitDigits)
+    );
+    assert_eq!(j.fast_pre_tokenizer(), t.fast_pre_tokenizer());
     let text = "<|im_start|>hello world<tool> 42<|im_end|>";
     assert_eq!(enc(&j, text), enc(&t, text));
     assert_eq!(
@@ -217,6 +223,19 @@ fn a_saved_tokenizer_json_loads_with_its_config() {
     assert_eq!(j.stop_token_ids(), [2, 0]);
     let msgs = [ChatMessage::new("user", "hi")];
     assert_eq!(j.render_chat(&msgs).unwrap(), "<|im_end|>hi");
+    // Another pre-tokenizer: tokenizers' whole pipeline.
+    let mut other = t.hf().clone();
+    other.with_pre_tokenizer(Some(tokenizers::pre_tokenizers::whitespace::Whitespace));
+    let other_json = dir.path().join("other.json");
+    other.save(&other_json, false).expect("save");
+    let o = ModelTokenizer::from_tokenizer_json(&other_json).expect("load");
+    assert_eq!(o.fast_pre_tokenizer(), None);
+    let want = other
+        .encode(text, false)
+        .expect("encodes")
+        .get_ids()
+        .to_vec();
+    assert_eq!(enc(&o, text), want);
     // Broken files are errors that name the file.
     std::fs::write(dir.path().join("tokenizer_config.json"), "{").expect("write");
     let e = ModelTokenizer::from_tokenizer_json(&json).unwrap_err();
