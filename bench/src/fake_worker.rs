@@ -312,7 +312,7 @@ mod tests {
 #[derive(Debug)]
 pub struct FakeRouter {
     /// One worker thread, like one serving shard; the registry's subscriber tasks run on it.
-    pub rt: tokio::runtime::Runtime,
+    _rt: tokio::runtime::Runtime,
     /// The registry the fake pools joined.
     pub registry: Arc<WorkerRegistry>,
     /// The dispatcher under test.
@@ -363,7 +363,7 @@ impl FakeRouter {
             RequestLog::disabled(),
         );
         Ok(FakeRouter {
-            rt,
+            _rt: rt,
             registry,
             dispatcher,
             _fakes: fakes,

@@ -164,7 +164,6 @@ impl ModelTokenizer {
         let mut hf_text = hf.clone();
         hf_text.set_encode_special_tokens(true);
         let fast = fast.map(|kind| FastWords {
-            kind,
             words: Words::new(kind),
             chars: ByteChars::new(),
         });
@@ -283,7 +282,7 @@ impl ModelTokenizer {
     /// The pre-tokenizer that [`encode`](Self::encode) runs on plain slices instead of through
     /// `tokenizers` (see `words.rs`), or `None` when `tokenizers` runs the whole pipeline.
     pub fn fast_pre_tokenizer(&self) -> Option<PreTokenizerKind> {
-        self.fast.as_ref().map(|f| f.kind)
+        self.fast.as_ref().map(|f| f.words.kind())
     }
 
     /// Where the pipeline came from: the `tokenizer.ggml.pre` name it was built for, or
@@ -342,7 +341,6 @@ fn ids_of(tok: &Tokenizer, text: &str) -> tokenizers::Result<Vec<u32>> {
 /// A GGUF pipeline's pre-tokenizer on plain slices (see [`crate::words`]).
 #[derive(Clone, Debug)]
 struct FastWords {
-    kind: PreTokenizerKind,
     words: Words,
     chars: ByteChars,
 }

@@ -23,8 +23,9 @@ const GPT2: &str = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]
 #[derive(Clone, Debug)]
 pub(crate) struct Words {
     gpt2: Regex,
-    /// Every number character is a word of its own first (`Digits` with individual digits).
-    split_digits: bool,
+    /// With `Gpt2SplitDigits`, every number character is a word of its own first (`Digits`
+    /// with individual digits).
+    kind: PreTokenizerKind,
 }
 
 impl Words {
@@ -32,8 +33,13 @@ impl Words {
         Words {
             // A constant pattern: it compiles or no test passes.
             gpt2: Regex::new(GPT2).expect("the GPT-2 pattern compiles"),
-            split_digits: kind == PreTokenizerKind::Gpt2SplitDigits,
+            kind,
         }
+    }
+
+    /// The pre-tokenizer these words reproduce.
+    pub(crate) fn kind(&self) -> PreTokenizerKind {
+        self.kind
     }
 
     /// Calls `f` with each word of `text`, in order; the words concatenate to `text`.
@@ -42,7 +48,7 @@ impl Words {
         text: &str,
         mut f: impl FnMut(&str) -> Result<(), E>,
     ) -> Result<(), E> {
-        if !self.split_digits {
+        if self.kind != PreTokenizerKind::Gpt2SplitDigits {
             return self.gpt2(text, &mut f);
         }
         // `Digits` tests `char::is_numeric`, which need not be the pattern's `\p{N}`; the same

@@ -259,9 +259,8 @@ fn inconsistent_vocabularies_are_rejected() {
 
 /// Builds a tokenizer from metadata written without the defaults of `tiny`.
 fn with_keys(model: &str, pre: &str, eos: u32) -> Result<ModelTokenizer, TokenizerError> {
-    let tokens: Vec<String> = (0..=255u8)
-        .map(|b| crate::words::ByteChars::new().of(b).to_string())
-        .collect();
+    let alphabet = crate::words::ByteChars::new();
+    let tokens: Vec<String> = (0..=255u8).map(|b| alphabet.of(b).to_string()).collect();
     let mut w = Meta::default();
     w.add(keys::MODEL, Value::String(model.into()))
         .add(keys::PRE, Value::String(pre.into()))
