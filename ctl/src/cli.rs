@@ -131,7 +131,8 @@ pub struct UpArgs {
     /// Candle: the GGUF model file (default: SmolLM2 where `scripts/fetch-model.sh` puts it).
     #[arg(long, env = "DOLPHIN_MODEL_PATH")]
     pub model_path: Option<PathBuf>,
-    /// Candle: weight format of every worker (q8_0, keep, q4k, f32). Default: the workers'.
+    /// Candle: weight format of every worker (auto, q8_0, keep, q4k, f32). Default: the
+    /// workers' (auto).
     #[arg(long)]
     pub weights: Option<String>,
     /// Candle: compute threads per worker. Default: the workers' (`DOLPHIN_THREADS`, else one

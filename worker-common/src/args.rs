@@ -83,9 +83,10 @@ pub struct EngineArgs {
     /// Candle: the GGUF model file (default: SmolLM2 where `scripts/fetch-model.sh` puts it).
     #[arg(long, env = "DOLPHIN_MODEL_PATH")]
     pub model_path: Option<PathBuf>,
-    /// Candle: how weights are held after loading: q8_0 (re-quantized; fast kernels), keep (as
-    /// stored), q4k, f32.
-    #[arg(long, env = "DOLPHIN_WEIGHTS", default_value = "q8_0", value_parser = parse_weights)]
+    /// Candle: how weights are held after loading: auto (a Q4_1 file's own weights where the
+    /// tiled Q4_1 kernel runs on AVX-512 VNNI, else q8_0), q8_0 (re-quantized; fast kernels),
+    /// keep (as stored), q4k, f32.
+    #[arg(long, env = "DOLPHIN_WEIGHTS", default_value = "auto", value_parser = parse_weights)]
     pub weights: WeightFormat,
     /// Candle: compute threads (default: `DOLPHIN_THREADS`, else 1: on a busy machine candle's
     /// threads wait on each other every kernel, and 2 threads measured slower than 1).
@@ -99,9 +100,10 @@ pub struct EngineArgs {
     /// (auto, on, off).
     #[arg(long, env = "DOLPHIN_PADDING", default_value = "auto", value_parser = parse_padding)]
     pub padding: Padding,
-    /// Candle: kernels of the quantized matmuls on the CPU: auto (Dolphin's tiled AVX2 kernels
-    /// for Q4_1 weights, and for Q8_0 on x86 CPUs without VNNI; candle's elsewhere), candle,
-    /// tiled. For Q8_0 both give the same results.
+    /// Candle: kernels of the quantized matmuls on the CPU: auto (Dolphin's tiled kernels for
+    /// Q4_1 weights, on AVX-512 VNNI where the CPU has it, and for Q8_0 on x86 CPUs without
+    /// VNNI; candle's elsewhere), candle, tiled, tiled-avx2 (the tiled kernels on AVX2 only).
+    /// For Q8_0 candle's and the tiled kernel give the same results.
     #[arg(long, env = "DOLPHIN_MATMUL", default_value = "auto", value_parser = parse_matmul)]
     pub matmul: MatmulKernel,
     /// Candle: cpu, cuda or cuda:N (CUDA needs a build with the `cuda` feature).
@@ -411,7 +413,7 @@ mod tests {
         assert_eq!(args.engine.block_size, 16);
         assert_eq!(args.engine.model, None);
         assert_eq!(args.engine.model_path, None);
-        assert_eq!(args.engine.weights, WeightFormat::Q8_0);
+        assert_eq!(args.engine.weights, WeightFormat::Auto);
         assert_eq!(args.engine.kv_bytes, DEFAULT_CANDLE_KV_BYTES);
         assert_eq!(args.engine.threads, None);
         assert!(args.etcd_config().is_none());

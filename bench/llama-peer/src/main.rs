@@ -8,12 +8,16 @@
 //!
 //! ```text
 //! cargo build --release -p dolphin-bench --bin engine_candle
-//! cargo run --release --manifest-path bench/llama-peer/Cargo.toml -- --threads 1
+//! RUSTFLAGS="-C target-cpu=native" cargo run --release --manifest-path bench/llama-peer/Cargo.toml -- --threads 1
 //! ```
 //!
 //! Prompts are synthetic token ids (the same recipe for both engines, differing per repetition
 //! so nothing is cached); decoding is greedy; each number is the median of `--reps` runs, and the
 //! engines take turns repetition by repetition.
+//!
+//! Build llama.cpp for the CPU it runs on (`target-cpu=native`, so ggml compiles its AVX-512
+//! and VNNI paths where the CPU has them): the workspace's `.cargo/config.toml` would otherwise
+//! give it x86-64-v3, AVX2 only. The JSON records what it was built for.
 
 use std::num::NonZeroU32;
 use std::path::{Path, PathBuf};
@@ -58,6 +62,10 @@ struct Args {
     /// Extra arguments for Dolphin's `engine_candle` (e.g. `--dolphin-arg=--weights=keep`).
     #[arg(long = "dolphin-arg", allow_hyphen_values = true)]
     dolphin_args: Vec<String>,
+    /// Dolphin's `engine_candle` binary (default: `$CARGO_TARGET_DIR/release/engine_candle`, else
+    /// the workspace's `target/release/engine_candle`).
+    #[arg(long)]
+    dolphin_bin: Option<PathBuf>,
     /// Skip Dolphin's engine (llama.cpp only).
     #[arg(long)]
     no_dolphin: bool,
@@ -92,6 +100,10 @@ struct Report {
     llamacpp: Numbers,
     llamacpp_reps: Vec<Numbers>,
     llamacpp_crate: &'static str,
+    /// The x86 features llama.cpp was compiled for: this crate's target features, which
+    /// `llama-cpp-sys-2` hands to ggml's build (`RUSTFLAGS="-C target-cpu=native"` gives
+    /// GGML_NATIVE, the CPU's own).
+    llamacpp_built_for: Vec<&'static str>,
     /// Medians over the repetitions (each a fresh `engine_candle` process, run in turn with
     /// llama.cpp's repetition of the same index).
     dolphin_median: Option<Numbers>,
@@ -103,6 +115,22 @@ struct Report {
     ratio_decode_b1: Option<f64>,
     ratio_batch_gain: Option<f64>,
     ahead_on_all: Option<bool>,
+}
+
+/// The SIMD features this crate (and so llama.cpp) was compiled with.
+fn built_for() -> Vec<&'static str> {
+    [
+        ("avx2", cfg!(target_feature = "avx2")),
+        ("fma", cfg!(target_feature = "fma")),
+        ("f16c", cfg!(target_feature = "f16c")),
+        ("avx512f", cfg!(target_feature = "avx512f")),
+        ("avx512bw", cfg!(target_feature = "avx512bw")),
+        ("avx512vnni", cfg!(target_feature = "avx512vnni")),
+        ("avxvnni", cfg!(target_feature = "avxvnni")),
+    ]
+    .into_iter()
+    .filter_map(|(name, on)| on.then_some(name))
+    .collect()
 }
 
 fn repo_root() -> PathBuf {
@@ -292,7 +320,11 @@ fn dolphin_numbers(v: &serde_json::Value) -> anyhow::Result<Numbers> {
 
 /// One `engine_candle` run of one repetition (a fresh process, as a deployment would load it).
 fn run_dolphin(args: &Args, model_path: &Path) -> anyhow::Result<serde_json::Value> {
-    let bin = repo_root().join("target/release/engine_candle");
+    let bin = match (&args.dolphin_bin, std::env::var_os("CARGO_TARGET_DIR")) {
+        (Some(bin), _) => bin.clone(),
+        (None, Some(dir)) => PathBuf::from(dir).join("release/engine_candle"),
+        (None, None) => repo_root().join("target/release/engine_candle"),
+    };
     if !bin.is_file() {
         bail!(
             "{} not found: cargo build --release -p dolphin-bench --bin engine_candle",
@@ -384,6 +416,7 @@ fn main() -> anyhow::Result<()> {
         llamacpp: llama,
         llamacpp_reps: llama_reps,
         llamacpp_crate: "llama-cpp-2 0.1.160",
+        llamacpp_built_for: built_for(),
         dolphin_median,
         dolphin_reps,
         dolphin,

@@ -30,14 +30,14 @@ struct Args {
     /// Compute threads (default: DOLPHIN_THREADS, else 1).
     #[arg(long)]
     threads: Option<usize>,
-    /// Weight format: keep, q8_0, q4k, f32.
-    #[arg(long, default_value = "q8_0")]
+    /// Weight format: auto (the workers' default), keep, q8_0, q4k, f32.
+    #[arg(long, default_value = "auto")]
     weights: WeightFormat,
     /// Inner-dimension padding to multiples of 256: auto, on, off.
     #[arg(long, default_value = "auto")]
     padding: Padding,
-    /// Quantized matmul kernels: auto (the tiled AVX2 kernels for Q4_1, and for Q8_0 on x86
-    /// without VNNI), candle, tiled.
+    /// Quantized matmul kernels: auto (the tiled kernels for Q4_1, and for Q8_0 on x86 without
+    /// VNNI), candle, tiled, tiled-avx2 (the tiled kernels on AVX2 instructions only).
     #[arg(long, default_value = "auto")]
     matmul: MatmulKernel,
     /// What is measured: prompt and output sizes, batch, runs.
@@ -55,8 +55,10 @@ struct Report {
     padded: bool,
     /// Whether the Q8_0 matmuls ran on the tiled AVX2 kernel (else candle's).
     tiled_q8: bool,
-    /// Whether Q4_1 matmuls (`--weights keep`) ran on the tiled AVX2 kernel.
+    /// Whether Q4_1 matmuls (`--weights keep`) ran on the tiled kernel.
     tiled_q4: bool,
+    /// Its instructions: "avx512vnni" or "avx2" (absent where Q4_1 ran on candle's).
+    tiled_q4_isa: Option<&'static str>,
     threads: usize,
     cpu: String,
     cpu_flags: Vec<&'static str>,
@@ -206,9 +208,11 @@ async fn main() -> anyhow::Result<()> {
     cfg.weights = args.weights;
     cfg.padding = args.padding;
     cfg.matmul = args.matmul;
-    let (tiled_q8, tiled_q4) = (cfg.tiled_q8(), cfg.tiled_q4());
+    let mut cfg = cfg.resolved()?;
+    let (tiled_q8, tiled_q4, tiled_q4_isa) = (cfg.tiled_q8(), cfg.tiled_q4(), cfg.tiled_q4_isa());
     cfg.max_batched_tokens = args.m.prefill_tokens.max(512) as u32;
     let padded = cfg.pads();
+    let cfg_weights = cfg.weights;
     let load_avg_before = dolphin_bench::machine::load_average();
     let t = Instant::now();
     let engine = tokio::task::spawn_blocking(move || candle_engine(cfg)).await??;
@@ -277,10 +281,11 @@ async fn main() -> anyhow::Result<()> {
     let cpu = |rs: &[Rate]| median(rs.iter().map(|r| r.cpu));
     let report = Report {
         model: info.model,
-        weights: args.weights.to_string(),
+        weights: cfg_weights.to_string(),
         padded,
         tiled_q8,
         tiled_q4,
+        tiled_q4_isa,
         threads,
         cpu: dolphin_bench::machine::cpu_name(),
         cpu_flags: dolphin_bench::machine::cpu_flags(),

@@ -34,6 +34,7 @@ pub struct CandleBackend {
 impl CandleBackend {
     /// Loads the model of `cfg` and allocates its KV memory.
     pub fn load(cfg: &CandleConfig) -> Result<CandleBackend, LoadError> {
+        let cfg = &cfg.resolved()?;
         let device = match cfg.device {
             DeviceKind::Cpu => Device::Cpu,
             DeviceKind::Cuda(i) => Device::new_cuda(i)?,
@@ -143,7 +144,7 @@ impl KvBlocks for CandleBlocks {
         _index: u32,
         filled: u32,
     ) -> Result<Bytes, BackendError> {
-        self.0.export_block(block, filled as usize).map(Bytes::from)
+        self.0.export_block(block, filled as usize)
     }
 
     fn import_block(&self, import: ImportBlock<'_>, data: &[u8]) -> Result<(), BackendError> {

@@ -9,10 +9,14 @@ use super::linear::TiledKernels;
 /// How weights are held in memory after loading.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum WeightFormat {
-    /// As stored in the file (Q4_1 for SmolLM2: only scalar kernels in candle, slow).
-    Keep,
-    /// Re-quantized to Q8_0 at load: candle has SIMD kernels for it (the default).
+    /// The default: a Q4_1 file's own weights where the tiled Q4_1 kernel runs on AVX-512 VNNI
+    /// (there ahead of Q8_0 on batch-1 decode, which reads every weight per token, and close on
+    /// prefill), Q8_0 elsewhere. [`CandleConfig::resolved`] decides, from the file.
     #[default]
+    Auto,
+    /// As stored in the file (Q4_1 for SmolLM2: Dolphin's tiled kernel; candle's is scalar).
+    Keep,
+    /// Re-quantized to Q8_0 at load: candle has SIMD kernels for it.
     Q8_0,
     /// Re-quantized to Q4_K (needs inner dimensions that are multiples of 256: padding on).
     Q4K,
@@ -21,9 +25,10 @@ pub enum WeightFormat {
 }
 
 impl WeightFormat {
-    /// The name used by flags: `keep`, `q8_0`, `q4k`, `f32`.
+    /// The name used by flags: `auto`, `keep`, `q8_0`, `q4k`, `f32`.
     pub fn as_str(self) -> &'static str {
         match self {
+            WeightFormat::Auto => "auto",
             WeightFormat::Keep => "keep",
             WeightFormat::Q8_0 => "q8_0",
             WeightFormat::Q4K => "q4k",
@@ -51,6 +56,7 @@ impl FromStr for WeightFormat {
     type Err = ParseConfigError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s.to_ascii_lowercase().as_str() {
+            "auto" => Ok(WeightFormat::Auto),
             "keep" => Ok(WeightFormat::Keep),
             "q8_0" | "q8" => Ok(WeightFormat::Q8_0),
             "q4k" | "q4_k" => Ok(WeightFormat::Q4K),
@@ -58,7 +64,7 @@ impl FromStr for WeightFormat {
             _ => Err(ParseConfigError {
                 what: "weight format",
                 value: s.into(),
-                expected: "keep, q8_0, q4k or f32",
+                expected: "auto, keep, q8_0, q4k or f32",
             }),
         }
     }
@@ -165,15 +171,19 @@ pub struct CandleConfig {
 /// The CPU kernels of quantized matmuls.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum MatmulKernel {
-    /// The tiled AVX2 kernels for Q4_1 weights (candle's is scalar) and, on x86 CPUs without
-    /// VNNI, for Q8_0; candle's elsewhere.
+    /// The tiled kernels for Q4_1 weights (candle's is scalar; on AVX-512 VNNI CPUs their wide
+    /// variant) and for Q8_0 where candle's repacked VNNI kernels cannot run (no VNNI, or an
+    /// inner dimension left unpadded); candle's elsewhere.
     #[default]
     Auto,
     /// candle's own (for Q8_0: on VNNI CPUs its repacked kernels, on AVX2 one dot product per
     /// row and token; for Q4_1 a scalar loop).
     Candle,
-    /// The tiled AVX2 kernels wherever the build has them.
+    /// The tiled kernels wherever the build has them (Q4_1 on AVX-512 VNNI where the CPU has it).
     Tiled,
+    /// The tiled kernels on AVX2 instructions only, even where the CPU has AVX-512: what an
+    /// AVX2-only CPU runs, measured on this one.
+    TiledAvx2,
 }
 
 impl std::str::FromStr for MatmulKernel {
@@ -184,8 +194,9 @@ impl std::str::FromStr for MatmulKernel {
             "auto" => Ok(Self::Auto),
             "candle" => Ok(Self::Candle),
             "tiled" => Ok(Self::Tiled),
+            "tiled-avx2" => Ok(Self::TiledAvx2),
             other => Err(format!(
-                "unknown matmul kernel {other:?} (auto, candle, tiled)"
+                "unknown matmul kernel {other:?} (auto, candle, tiled, tiled-avx2)"
             )),
         }
     }
@@ -197,6 +208,7 @@ impl std::fmt::Display for MatmulKernel {
             Self::Auto => "auto",
             Self::Candle => "candle",
             Self::Tiled => "tiled",
+            Self::TiledAvx2 => "tiled-avx2",
         })
     }
 }
@@ -234,7 +246,30 @@ impl CandleConfig {
         }
     }
 
-    /// Whether matmul inner dimensions are padded to multiples of 256 under this config.
+    /// This config with [`WeightFormat::Auto`] decided for its model file (read for its tensor
+    /// index): the file's own weights where its layers are Q4_1 and the tiled Q4_1 kernel runs
+    /// on AVX-512 VNNI here, Q8_0 otherwise. Other formats are left as they are.
+    pub fn resolved(&self) -> Result<CandleConfig, super::LoadError> {
+        let mut cfg = self.clone();
+        if cfg.weights != WeightFormat::Auto {
+            return Ok(cfg);
+        }
+        cfg.weights = WeightFormat::Q8_0;
+        if cfg.tiled_q4_isa() == Some("avx512vnni") {
+            let (content, _) = super::weights::read_content(&cfg.model_path)?;
+            let q4_1 = content
+                .tensor_infos
+                .get("blk.0.attn_q.weight")
+                .is_some_and(|t| t.ggml_dtype == candle_core::quantized::GgmlDType::Q4_1);
+            if q4_1 {
+                cfg.weights = WeightFormat::Keep;
+            }
+        }
+        Ok(cfg)
+    }
+
+    /// Whether matmul inner dimensions are padded to multiples of 256 under this config (a
+    /// [`resolved`](Self::resolved) one: `Auto` counts as not padded).
     pub fn pads(&self) -> bool {
         match self.padding {
             Padding::On => true,
@@ -253,11 +288,14 @@ impl CandleConfig {
         TiledKernels {
             q8: cpu
                 && match self.matmul {
-                    MatmulKernel::Auto => !cpu_has_vnni(),
+                    // candle's repacked VNNI kernels need the padded inner dimension;
+                    // unpadded, candle runs its one-row-one-token kernel.
+                    MatmulKernel::Auto => !cpu_has_vnni() || !self.pads(),
                     MatmulKernel::Candle => false,
-                    MatmulKernel::Tiled => true,
+                    MatmulKernel::Tiled | MatmulKernel::TiledAvx2 => true,
                 },
             q4: cpu && self.matmul != MatmulKernel::Candle,
+            wide: self.matmul != MatmulKernel::TiledAvx2,
         }
     }
 
@@ -266,9 +304,25 @@ impl CandleConfig {
         self.tiled().q8
     }
 
-    /// Whether Q4_1 matmuls (`--weights keep` on a Q4_1 file) run on the tiled AVX2 kernel.
+    /// Whether Q4_1 matmuls (`--weights keep` on a Q4_1 file) run on the tiled kernel.
     pub fn tiled_q4(&self) -> bool {
         self.tiled().q4
+    }
+
+    /// The instructions of the tiled Q4_1 kernel here (`"avx512vnni"`, `"avx2"`); `None` where
+    /// Q4_1 stays with candle.
+    pub fn tiled_q4_isa(&self) -> Option<&'static str> {
+        let tiled = self.tiled();
+        #[cfg(all(
+            target_arch = "x86_64",
+            target_feature = "avx2",
+            target_feature = "fma"
+        ))]
+        if tiled.q4 {
+            return Some(super::q4::isa(tiled.wide));
+        }
+        let _ = tiled;
+        None
     }
 
     /// Blocks of KV memory for a model with `bytes_per_token` of KV per token.

@@ -9,8 +9,12 @@
 //! `n_layer * 2 * filled * kv_dim * 4` bytes (46,080 bytes per token for SmolLM2-135M). Keys are
 //! stored after RoPE, at their absolute positions, so blocks move between engines unchanged.
 
+use std::sync::Arc;
+
+use bytes::Bytes;
 use candle_core::{DType, Device, Result, Tensor};
 
+use super::export_buffers::ExportBuffers;
 use crate::error::BackendError;
 use crate::types::BlockId;
 
@@ -30,7 +34,13 @@ pub(crate) struct KvStore {
     block_size: usize,
     kv_dim: usize,
     total_blocks: usize,
+    /// Buffers of exported blocks, reused once the transport dropped them.
+    exports: Arc<ExportBuffers>,
 }
+
+/// Idle export buffers kept per KV memory: 32 MiB, 45 SmolLM2-135M blocks, more than a
+/// 512-token prefill's 32 (what streams out while the next chunk computes).
+const EXPORT_BUFFERS_BYTES: usize = 32 << 20;
 
 impl KvStore {
     /// Zeroed memory for `total_blocks` blocks of every layer.
@@ -54,7 +64,16 @@ impl KvStore {
             block_size,
             kv_dim,
             total_blocks,
+            exports: ExportBuffers::new(EXPORT_BUFFERS_BYTES),
         })
+    }
+
+    /// The same memory, exporting every block into a fresh allocation (what export did
+    /// before its buffers were reused): the A of `kv_block_copy_speed`'s A/B.
+    #[cfg(test)]
+    pub fn without_export_reuse(mut self) -> KvStore {
+        self.exports = ExportBuffers::new(0);
+        self
     }
 
     /// Layer `l`'s K and V storage.
@@ -94,22 +113,23 @@ impl KvStore {
 
     /// The first `filled` tokens of `block`, in the export format. On the CPU the rows are
     /// copied once, straight from the KV memory into the output (a block is
-    /// `filled * kv_dim` consecutive floats per tensor); elsewhere through a host copy.
+    /// `filled * kv_dim` consecutive floats per tensor); elsewhere through a host copy. The
+    /// output's buffer is reused from an earlier export once that one's `Bytes` are dropped.
     pub fn export_block(
         &self,
         block: BlockId,
         filled: usize,
-    ) -> std::result::Result<Vec<u8>, BackendError> {
+    ) -> std::result::Result<Bytes, BackendError> {
         self.check_block(block, filled)?;
         let start = block as usize * self.block_size * self.kv_dim;
         let len = filled * self.kv_dim;
-        let mut out = Vec::with_capacity(filled * self.bytes_per_token());
+        let mut out = self.exports.take(filled * self.bytes_per_token());
         for (k, v) in self.k.iter().zip(&self.v) {
             for t in [k, v] {
                 append_rows(t, start, len, &mut out)?;
             }
         }
-        Ok(out)
+        Ok(self.exports.seal(out))
     }
 
     /// Writes exported bytes of `filled` tokens into `block`. Rejects a wrong length and

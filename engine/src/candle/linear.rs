@@ -19,6 +19,8 @@ pub(crate) struct TiledKernels {
     pub q8: bool,
     /// Q4_1 weights.
     pub q4: bool,
+    /// AVX-512 VNNI for the Q4_1 kernel where the CPU has it (else AVX2).
+    pub wide: bool,
 }
 
 /// A weight matrix `[rows, k]`; `forward` computes `x @ w^T`.
@@ -64,7 +66,7 @@ impl Linear {
         ))]
         if tiled.q4
             && let QMatMul::QTensor(t) = &m
-            && let Some(q4) = Q4Matrix::from_qtensor(t)?
+            && let Some(q4) = Q4Matrix::from_qtensor(t, tiled.wide)?
         {
             return Ok(Linear::TiledQ4(q4));
         }

@@ -19,6 +19,7 @@ mod attention;
 mod backend;
 mod config;
 mod error;
+mod export_buffers;
 mod kv_store;
 mod linear;
 mod model;

@@ -18,11 +18,17 @@
 //!
 //! Each token's result is computed by the same operations in the same order whether it shares a
 //! tile with another token or not, so batched, chunked and single-token steps agree bit for bit.
+//!
+//! On CPUs with AVX-512 VNNI the same layout runs through [`avx512`]: a block pair per register
+//! and one `vpdpbusd` per pair, where AVX2 takes a `maddubs` and a `madd` per block.
+
+mod avx512;
 
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{Result, Tensor};
 use core::arch::x86_64::{__m256, __m256i};
 use pulp::x86::V3;
+use std::ops::Range;
 
 /// Values per block.
 const BLOCK: usize = 32;
@@ -40,21 +46,25 @@ const TOKENS: usize = 4;
 pub(crate) struct Q4Matrix {
     /// Proof of AVX2 and FMA.
     simd: V3,
+    /// Proof of AVX-512 VNNI, where the wider kernel runs.
+    wide: Option<avx512::Avx512Vnni>,
     rows: usize,
     k: usize,
     /// `groups * pairs` entries: pair `p` of the group's rows, byte `j` holding element `j` of
     /// block `2p` (low nibble) and of block `2p + 1` (high nibble).
     qs: Vec<[[u8; BLOCK]; ROWS]>,
-    /// The matching scales, as f32: `[block 2p, block 2p + 1]` per row.
-    d: Vec<[[f32; ROWS]; 2]>,
-    /// `rows * k / 32`: each row's block minimums, row by row.
-    mins: Vec<f32>,
+    /// The matching scales, f16 bits as the file stores them: `[block 2p, block 2p + 1]` per
+    /// row. (As f32 they made a row of 576 weights 488 bytes instead of the file's 360, and
+    /// batch-1 decode runs at the speed memory delivers them.)
+    d: Vec<[[u16; ROWS]; 2]>,
+    /// Each row's block minimums (f16 bits), row by row: `k / 32` per row.
+    mins: Vec<u16>,
 }
 
 impl Q4Matrix {
     /// Repacks a Q4_1 tensor of shape `[rows, k]`; `None` for any other dtype or shape, or a CPU
-    /// without AVX2 and FMA.
-    pub fn from_qtensor(t: &QTensor) -> Result<Option<Q4Matrix>> {
+    /// without AVX2 and FMA. With `wide`, it runs on AVX-512 VNNI where the CPU has it.
+    pub fn from_qtensor(t: &QTensor, wide: bool) -> Result<Option<Q4Matrix>> {
         let &[rows, k] = t.shape().dims() else {
             return Ok(None);
         };
@@ -72,9 +82,9 @@ impl Q4Matrix {
         }
         let groups = rows.div_ceil(ROWS);
         let mut qs = vec![[[0u8; BLOCK]; ROWS]; groups * pairs];
-        let mut d = vec![[[0f32; ROWS]; 2]; groups * pairs];
-        let mut mins = vec![0f32; rows * kb];
-        let f16 = |b: &[u8]| half::f16::from_le_bytes([b[0], b[1]]).to_f32();
+        let mut d = vec![[[0u16; ROWS]; 2]; groups * pairs];
+        let mut mins = vec![0u16; rows * kb];
+        let f16 = |b: &[u8]| u16::from_le_bytes([b[0], b[1]]);
         for (row, blocks) in data.chunks_exact(kb * BLOCK_BYTES).enumerate() {
             let (g, i) = (row / ROWS, row % ROWS);
             for (b, block) in blocks.chunks_exact(BLOCK_BYTES).enumerate() {
@@ -92,6 +102,11 @@ impl Q4Matrix {
         }
         Ok(Some(Q4Matrix {
             simd,
+            wide: if wide {
+                avx512::Avx512Vnni::try_new()
+            } else {
+                None
+            },
             rows,
             k,
             qs,
@@ -137,11 +152,32 @@ impl Q4Matrix {
     }
 
     /// Every token against row groups `groups`; `put(token, row, value)` for the real rows.
-    fn compute(
+    fn compute(&self, acts: &Q8_1, groups: Range<usize>, put: impl FnMut(usize, usize, f32)) {
+        if let Some(wide) = self.wide {
+            return wide.compute(self, acts, groups, put);
+        }
+        self.drive(
+            acts,
+            groups,
+            put,
+            |w, a| self.tile::<TOKENS>(w, a),
+            |w, a| self.tile::<1>(w, a),
+            |mins, s| min_term(self.simd, mins, s),
+        );
+    }
+
+    /// The loop over row groups and token tiles, around one instruction set's tiles of
+    /// [`TOKENS`] and of one token and its minimums' dot product. Inlined into its caller, so
+    /// the AVX-512 path's closures are compiled with that path's features.
+    #[inline(always)]
+    fn drive(
         &self,
         acts: &Q8_1,
-        groups: std::ops::Range<usize>,
+        groups: Range<usize>,
         mut put: impl FnMut(usize, usize, f32),
+        tile: impl Fn(Weights<'_>, [Acts<'_>; TOKENS]) -> [[f32; TOKENS]; ROWS],
+        tile_one: impl Fn(Weights<'_>, [Acts<'_>; 1]) -> [[f32; 1]; ROWS],
+        min_term: impl Fn(&[u16], &[f32]) -> f32,
     ) {
         let kb = self.k / BLOCK;
         let pairs = kb.div_ceil(2);
@@ -165,12 +201,12 @@ impl Q4Matrix {
             };
             while t + TOKENS <= acts.m {
                 let a = std::array::from_fn(|j| acts.token(t + j));
-                put_tile(t, &self.tile::<TOKENS>(w, a), TOKENS);
+                put_tile(t, &tile(w, a), TOKENS);
                 t += TOKENS;
             }
             // The rest one by one: each token's operations are the same in any tile width.
             while t < acts.m {
-                let one = self.tile::<1>(w, [acts.token(t)]);
+                let one = tile_one(w, [acts.token(t)]);
                 let mut sums = [[0f32; TOKENS]; ROWS];
                 for (dst, src) in sums.iter_mut().zip(one) {
                     dst[0] = src[0];
@@ -188,6 +224,7 @@ impl Q4Matrix {
         let zero = v.avx._mm256_setzero_ps();
         let mut acc = [[zero; N]; ROWS];
         for (p, (wq, wd)) in w.0.iter().zip(w.1).enumerate() {
+            let wd = scales_of(*wd);
             let x: [[__m256i; 2]; N] = std::array::from_fn(|j| bytemuck::cast(a[j].0[p]));
             let dx: [[f32; 2]; N] = std::array::from_fn(|j| a[j].1[p]);
             for i in 0..ROWS {
@@ -203,8 +240,24 @@ impl Q4Matrix {
     }
 }
 
-/// A group's quant block pairs and scales.
-type Weights<'a> = (&'a [[[u8; BLOCK]; ROWS]], &'a [[[f32; ROWS]; 2]]);
+/// Which instructions the tiles run on here, AVX-512 VNNI allowed (`wide`) or not: `"avx512vnni"`
+/// or `"avx2"`.
+pub(crate) fn isa(wide: bool) -> &'static str {
+    if wide && avx512::Avx512Vnni::try_new().is_some() {
+        "avx512vnni"
+    } else {
+        "avx2"
+    }
+}
+
+/// An f16's value (exact as f32).
+#[inline(always)]
+fn f32_of(bits: u16) -> f32 {
+    half::f16::from_bits(bits).to_f32()
+}
+
+/// A group's quant block pairs and scales (f16 bits).
+type Weights<'a> = (&'a [[[u8; BLOCK]; ROWS]], &'a [[[u16; ROWS]; 2]]);
 /// A token's quant block pairs and scales.
 type Acts<'a> = (&'a [[[i8; BLOCK]; 2]], &'a [[f32; 2]]);
 
@@ -242,10 +295,35 @@ fn hsum(v: V3, x: __m256) -> f32 {
         ._mm_cvtss_f32(v.sse._mm_add_ss(res, v.sse3._mm_movehdup_ps(res)))
 }
 
-/// `sum_b m_w[b] * s_x[b]`: the minimums' share of a row's dot product with a token.
+/// `sum_b m_w[b] * s_x[b]`: the minimums' share of a row's dot product with a token, 8 lanes
+/// at a time and the last `kb % 8` one by one.
 #[inline(always)]
-fn min_term(mins: &[f32], s: &[f32]) -> f32 {
-    mins.iter().zip(s).map(|(m, s)| m * s).sum()
+fn min_term(v: V3, mins: &[u16], s: &[f32]) -> f32 {
+    let (m8, m_rest) = mins.as_chunks::<8>();
+    let (s8, s_rest) = s.as_chunks::<8>();
+    let mut acc = v.avx._mm256_setzero_ps();
+    for (m, s) in m8.iter().zip(s8) {
+        acc = v.fma._mm256_fmadd_ps(f32x8_of(*m), bytemuck::cast(*s), acc);
+    }
+    let rest: f32 = m_rest.iter().zip(s_rest).map(|(&m, s)| f32_of(m) * s).sum();
+    hsum(v, acc) + rest
+}
+
+/// Eight f16s as f32 (exact; `half` converts them with one F16C instruction where the build
+/// has it, as x86-64-v3 does).
+#[inline(always)]
+fn f32x8_of(bits: [u16; 8]) -> __m256 {
+    use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
+    let mut out = [0f32; 8];
+    bits.reinterpret_cast::<half::f16>()
+        .convert_to_f32_slice(&mut out);
+    bytemuck::cast(out)
+}
+
+/// A group pair's scales as f32.
+#[inline(always)]
+fn scales_of(bits: [[u16; ROWS]; 2]) -> [[f32; ROWS]; 2] {
+    bytemuck::cast(f32x8_of(bytemuck::cast(bits)))
 }
 
 /// Activations quantized to Q8_1: per block `d = max|x| / 127`, quants `round(x / d)` and
@@ -267,7 +345,7 @@ impl Q8_1 {
         let pairs = kb.div_ceil(2);
         let mut qs = vec![[[0i8; BLOCK]; 2]; m * pairs];
         let mut d = vec![[0f32; 2]; m * pairs];
-        let mut s = Vec::with_capacity(m * kb);
+        let mut s = vec![0f32; m * kb];
         for (t, token) in x.chunks_exact(k).enumerate() {
             for (b, block) in token.chunks_exact(BLOCK).enumerate() {
                 let amax = block.iter().fold(0f32, |a, &v| a.max(v.abs()));
@@ -280,7 +358,7 @@ impl Q8_1 {
                     sum += i32::from(*dst);
                 }
                 d[t * pairs + b / 2][b % 2] = scale;
-                s.push(scale * sum as f32);
+                s[t * kb + b] = scale * sum as f32;
             }
         }
         Q8_1 {
@@ -336,10 +414,18 @@ mod tests {
 
     /// The tiled result, candle's Q4_1 result (its scalar kernel on the same weights) and the
     /// exact product of the dequantized weights with `x`.
-    fn three(rows: usize, k: usize, m: usize, seed: u32) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+    fn three(
+        rows: usize,
+        k: usize,
+        m: usize,
+        seed: u32,
+        wide: bool,
+    ) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
         let w = QTensor::quantize(&matrix(rows, k, seed), GgmlDType::Q4_1).expect("quantize");
         let exact_w = w.dequantize(&Device::Cpu).expect("dequantize");
-        let tiled = Q4Matrix::from_qtensor(&w).expect("repack").expect("q4_1");
+        let tiled = Q4Matrix::from_qtensor(&w, wide)
+            .expect("repack")
+            .expect("q4_1");
         let candle = QMatMul::from_qtensor(w).expect("qmatmul");
         let x = matrix(m, k, seed ^ 0x5bd1);
         let got = flat(tiled.forward(&x).expect("tiled"));
@@ -357,14 +443,38 @@ mod tests {
 
     #[test]
     fn matches_candle_and_the_exact_product_on_model_shapes() {
-        for (rows, k) in [(960, 576), (576, 1536)] {
-            for m in [1, 8, 33] {
-                let (got, want, exact) = three(rows, k, m, 7);
-                // Both quantize the activations to 8 bits (candle through f16 scales): they
-                // differ from each other and from the exact product by that rounding alone.
-                assert!(err(&got, &want, &exact) < 1e-2, "{rows}x{k} m={m}");
-                assert!(err(&got, &exact, &exact) < 1e-2, "{rows}x{k} m={m}");
+        for wide in [false, true] {
+            for (rows, k) in [(960, 576), (576, 1536)] {
+                for m in [1, 8, 33] {
+                    let (got, want, exact) = three(rows, k, m, 7, wide);
+                    // Both quantize the activations to 8 bits (candle through f16 scales): they
+                    // differ from each other and from the exact product by that rounding alone.
+                    assert!(err(&got, &want, &exact) < 1e-2, "{rows}x{k} m={m} {wide}");
+                    assert!(err(&got, &exact, &exact) < 1e-2, "{rows}x{k} m={m} {wide}");
+                }
             }
+        }
+    }
+
+    /// Where the CPU has AVX-512 VNNI, the wide path computes the AVX2 path's products (the
+    /// same integer dot products and scales) and differs only in the order of the float sums.
+    #[test]
+    fn the_wide_path_agrees_with_the_avx2_path() {
+        if isa(true) != "avx512vnni" {
+            println!("skipped: this CPU has no AVX-512 VNNI, both paths are the AVX2 one");
+            return;
+        }
+        for (rows, k, m) in [(960, 576, 1), (576, 1536, 9), (7, 96, 5)] {
+            let w = QTensor::quantize(&matrix(rows, k, 11), GgmlDType::Q4_1).expect("quantize");
+            let x = matrix(m, k, 13);
+            let out = |wide| {
+                let tiled = Q4Matrix::from_qtensor(&w, wide)
+                    .expect("repack")
+                    .expect("q4_1");
+                flat(tiled.forward(&x).expect("forward"))
+            };
+            let (narrow, wide) = (out(false), out(true));
+            assert!(err(&narrow, &wide, &narrow) < 1e-5, "{rows}x{k} m={m}");
         }
     }
 
@@ -377,11 +487,12 @@ mod tests {
             blocks in 1usize..5,
             m in 1usize..6,
             seed in any::<u32>(),
+            wide in any::<bool>(),
         ) {
             let k = blocks * BLOCK;
             let w = QTensor::quantize(&matrix(rows, k, seed), GgmlDType::Q4_1).expect("quantize");
             let exact_w = w.dequantize(&Device::Cpu).expect("dequantize");
-            let tiled = Q4Matrix::from_qtensor(&w).expect("repack").expect("q4_1");
+            let tiled = Q4Matrix::from_qtensor(&w, wide).expect("repack").expect("q4_1");
             let x = matrix(m, k, seed ^ 0x5bd1);
             let got = flat(tiled.forward(&x).expect("tiled"));
             let exact = flat(x.matmul(&exact_w.t().expect("t")).expect("matmul"));
@@ -396,10 +507,11 @@ mod tests {
             blocks in 1usize..4,
             m in 2usize..6,
             seed in any::<u32>(),
+            wide in any::<bool>(),
         ) {
             let k = blocks * BLOCK;
             let w = QTensor::quantize(&matrix(rows, k, seed), GgmlDType::Q4_1).expect("quantize");
-            let tiled = Q4Matrix::from_qtensor(&w).expect("repack").expect("q4_1");
+            let tiled = Q4Matrix::from_qtensor(&w, wide).expect("repack").expect("q4_1");
             let x = matrix(m, k, seed ^ 3);
             let batch = flat(tiled.forward(&x).expect("batch"));
             for t in 0..m {
@@ -414,16 +526,23 @@ mod tests {
     #[test]
     fn other_dtypes_and_shapes_are_left_to_candle() {
         let w = QTensor::quantize(&matrix(4, 64, 1), GgmlDType::Q8_0).expect("quantize");
-        assert!(Q4Matrix::from_qtensor(&w).expect("no error").is_none());
+        assert!(
+            Q4Matrix::from_qtensor(&w, true)
+                .expect("no error")
+                .is_none()
+        );
         let w = QTensor::quantize(&matrix(4, 64, 1), GgmlDType::Q4_1).expect("quantize");
-        let tiled = Q4Matrix::from_qtensor(&w).expect("repack").expect("q4_1");
+        let tiled = Q4Matrix::from_qtensor(&w, true)
+            .expect("repack")
+            .expect("q4_1");
         assert!(
             tiled.forward(&matrix(2, 32, 1)).is_err(),
             "wrong inner size"
         );
     }
 
-    /// Time per matmul, candle's Q4_1 against the tiled kernel, at SmolLM2's shapes: a
+    /// Time per matmul, candle's Q4_1 against the tiled kernel on AVX2 and on the widest
+    /// instructions here, at SmolLM2's shapes: a
     /// measurement. `cargo test --release -p dolphin-engine --features candle --lib --
     /// --ignored --nocapture q4_speed`.
     #[test]
@@ -431,7 +550,12 @@ mod tests {
     fn q4_speed() {
         for (rows, k) in [(960, 576), (3072, 576), (576, 1536), (49152, 576)] {
             let w = QTensor::quantize(&matrix(rows, k, 3), GgmlDType::Q4_1).expect("quantize");
-            let tiled = Q4Matrix::from_qtensor(&w).expect("repack").expect("q4_1");
+            let tiled = Q4Matrix::from_qtensor(&w, false)
+                .expect("repack")
+                .expect("q4_1");
+            let wide = Q4Matrix::from_qtensor(&w, true)
+                .expect("repack")
+                .expect("q4_1");
             let candle = QMatMul::from_qtensor(w).expect("qmatmul");
             for m in [1, 8, 128] {
                 let x = matrix(m, k, 5);
@@ -446,9 +570,13 @@ mod tests {
                 };
                 let c = time(&|| candle.forward(&x).expect("candle"));
                 let q = time(&|| tiled.forward(&x).expect("tiled"));
+                let v = time(&|| wide.forward(&x).expect("wide"));
                 println!(
-                    "{rows}x{k} m={m}: candle {c:.1} us, tiled {q:.1} us ({:.2}x)",
-                    c / q
+                    "{rows}x{k} m={m}: candle {c:.1} us, tiled avx2 {q:.1} us ({:.2}x), \
+                     tiled {} {v:.1} us ({:.2}x)",
+                    c / q,
+                    isa(true),
+                    c / v
                 );
             }
         }

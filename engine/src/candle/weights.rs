@@ -58,7 +58,8 @@ impl Layout {
     /// unpadded, candle's generic Q8_0 kernel took 30% of a decode step at batch 8.
     pub fn head_format(&self) -> WeightFormat {
         match self.format {
-            WeightFormat::Q4K => WeightFormat::Q8_0,
+            // An unresolved `Auto` loads as its fallback, Q8_0.
+            WeightFormat::Q4K | WeightFormat::Auto => WeightFormat::Q8_0,
             f => f,
         }
     }
@@ -161,7 +162,7 @@ impl Loader<'_> {
             WeightFormat::Keep | WeightFormat::F32 => {
                 return Ok(QMatMul::Tensor(w.to_device(self.device)?));
             }
-            WeightFormat::Q8_0 => GgmlDType::Q8_0,
+            WeightFormat::Q8_0 | WeightFormat::Auto => GgmlDType::Q8_0,
             WeightFormat::Q4K => GgmlDType::Q4K,
         };
         if !k_pad.is_multiple_of(dtype.block_size()) {

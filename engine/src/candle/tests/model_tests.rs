@@ -164,7 +164,7 @@ fn tensor_attention_matches_the_cpu_kernel() {
 }
 
 /// Exported bytes of the blocks covering `tokens` positions.
-fn export(kv: &KvStore, table: &[BlockId], tokens: usize) -> Vec<Vec<u8>> {
+fn export(kv: &KvStore, table: &[BlockId], tokens: usize) -> Vec<bytes::Bytes> {
     (0..tokens.div_ceil(BS))
         .map(|i| {
             let filled = (tokens - i * BS).min(BS);
@@ -269,7 +269,7 @@ fn import_rejects_wrong_sizes_and_non_finite_values() {
     kv.import_block(5, 16, &full).expect("import");
     assert_eq!(kv.export_block(5, 16).expect("export"), full);
     assert!(kv.import_block(6, 16, &full[..full.len() - 4]).is_err());
-    let mut nan = part.clone();
+    let mut nan = part.to_vec();
     nan[8..12].copy_from_slice(&f32::NAN.to_le_bytes());
     assert!(matches!(
         kv.import_block(6, 4, &nan),
@@ -291,17 +291,27 @@ fn import_rejects_wrong_sizes_and_non_finite_values() {
 #[test]
 #[ignore = "a measurement; run by hand"]
 fn kv_block_copy_speed() {
-    let kv = KvStore::new(30, 64, BS, 192, &candle_core::Device::Cpu).expect("kv");
     let blocks = 32u32;
     let rounds = 20;
-    let started = std::time::Instant::now();
-    let mut exported = Vec::new();
-    for _ in 0..rounds {
-        exported = (0..blocks)
-            .map(|b| kv.export_block(b, BS).expect("export"))
-            .collect::<Vec<_>>();
-    }
-    let export = started.elapsed();
+    // As a streaming prefill exports: a round's blocks are still on their way (held) while the
+    // next round's are exported, and dropped after.
+    let export = |kv: &KvStore| {
+        let mut exported = Vec::new();
+        let started = std::time::Instant::now();
+        for _ in 0..rounds {
+            exported = (0..blocks)
+                .map(|b| kv.export_block(b, BS).expect("export"))
+                .collect::<Vec<_>>();
+        }
+        (started.elapsed(), exported)
+    };
+    let fresh = KvStore::new(30, 64, BS, 192, &candle_core::Device::Cpu)
+        .expect("kv")
+        .without_export_reuse();
+    let (export_fresh, _) = export(&fresh);
+    drop(fresh);
+    let kv = KvStore::new(30, 64, BS, 192, &candle_core::Device::Cpu).expect("kv");
+    let (export_reused, exported) = export(&kv);
     let started = std::time::Instant::now();
     for _ in 0..rounds {
         for (b, data) in exported.iter().enumerate() {
@@ -309,11 +319,13 @@ fn kv_block_copy_speed() {
         }
     }
     let import = started.elapsed();
-    let bytes = (rounds * exported.iter().map(Vec::len).sum::<usize>()) as f64;
+    let bytes = (rounds * exported.iter().map(bytes::Bytes::len).sum::<usize>()) as f64;
+    let gbs = |d: std::time::Duration| bytes / d.as_secs_f64() / 1e9;
     println!(
-        "kv block export {:.2} GB/s, import {:.2} GB/s ({} bytes per block)",
-        bytes / export.as_secs_f64() / 1e9,
-        bytes / import.as_secs_f64() / 1e9,
+        "kv block export {:.2} GB/s (fresh buffers {:.2} GB/s), import {:.2} GB/s ({} bytes per block)",
+        gbs(export_reused),
+        gbs(export_fresh),
+        gbs(import),
         exported[0].len()
     );
 }
@@ -327,6 +339,18 @@ fn kv_block_copy_speed() {
 ))]
 #[test]
 fn q4_1_weights_on_the_tiled_kernel() {
+    // On AVX2, and on AVX-512 VNNI where this CPU has it (else AVX2 twice).
+    for wide in [false, true] {
+        q4_1_weights_on_the_tiled_kernel_with(wide);
+    }
+}
+
+#[cfg(all(
+    target_arch = "x86_64",
+    target_feature = "avx2",
+    target_feature = "fma"
+))]
+fn q4_1_weights_on_the_tiled_kernel_with(wide: bool) {
     let m = TinyModel::new(TinySpec {
         q4_1: true,
         seed: 5,
@@ -335,6 +359,7 @@ fn q4_1_weights_on_the_tiled_kernel() {
     let tiled = TiledKernels {
         q8: false,
         q4: true,
+        wide,
     };
     let (model, kv) = load_with(&m, WeightFormat::Keep, false, tiled);
     let prompt = tokens(40, m.spec.vocab, 4, m.spec.eos);
