@@ -81,3 +81,97 @@ async fn smollm2_answers_remote_equals_local_and_long_prompts_work() {
     assert_eq!(remote(&*pre, &*dec, req).await, local_long);
     eprintln!("long prompt answer: {:?}", tok.decode(&local_long));
 }
+
+/// How close each weight format's next-token predictions stay to the file's exact weights
+/// (dequantized to f32, f32 activations), teacher-forced over real English text (this
+/// repository's README): top-1 agreement with the exact model, the mean KL divergence from its
+/// distribution, and each format's perplexity of the text. A measurement, not a check: `cargo
+/// test --release -p dolphin-engine --features candle --lib -- --ignored --nocapture
+/// weight_formats_against_the_exact_weights`.
+#[test]
+#[ignore = "a measurement; run by hand"]
+fn weight_formats_against_the_exact_weights() {
+    use crate::candle::MatmulKernel;
+    use crate::candle::attention::Span;
+    use crate::candle::kv_store::KvStore;
+    use crate::candle::model::{Llama, LoadOptions};
+
+    let Some(path) = model() else { return };
+    let tok = ModelTokenizer::from_file(&path).expect("tokenizer");
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"))
+        .expect("README");
+    let mut text = tok.encode(&readme).expect("encodes");
+    text.truncate(1024);
+    let n = text.len();
+    let logits = |weights: WeightFormat, matmul: MatmulKernel| {
+        let mut cfg = CandleConfig::new(&path);
+        cfg.weights = weights;
+        cfg.matmul = matmul;
+        let cfg = cfg.resolved().expect("resolve");
+        let opts = LoadOptions {
+            format: cfg.weights,
+            pad: cfg.pads(),
+            block_size: 16,
+            max_context: None,
+            layers: None,
+            tiled: cfg.tiled(),
+        };
+        let device = candle_core::Device::Cpu;
+        let model = Llama::load(&path, opts, &device).expect("load");
+        let p = &model.params;
+        let blocks = n.div_ceil(16);
+        let kv = KvStore::new(p.n_layer, blocks, 16, p.kv_dim(), &device).expect("kv");
+        let table: Vec<u32> = (0..blocks as u32).collect();
+        let span = Span {
+            start: 0,
+            len: n,
+            position: 0,
+            table: &table,
+        };
+        let rows: Vec<usize> = (0..n - 1).collect();
+        let out = model
+            .forward(&kv, &text, &[span], &rows)
+            .expect("forward")
+            .expect("logits");
+        (cfg.weights, out.to_vec2::<f32>().expect("rows"))
+    };
+    let log_softmax = |row: &[f32]| {
+        let max = row.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
+        let sum: f64 = row.iter().map(|&x| f64::from(x - max).exp()).sum();
+        let log_z = f64::from(max) + sum.ln();
+        row.iter()
+            .map(|&x| f64::from(x) - log_z)
+            .collect::<Vec<f64>>()
+    };
+    let argmax = |row: &[f32]| crate::candle::sampler::argmax(row);
+    let (_, exact) = logits(WeightFormat::F32, MatmulKernel::Auto);
+    for (weights, matmul) in [
+        (WeightFormat::F32, MatmulKernel::Auto),
+        (WeightFormat::Keep, MatmulKernel::Auto),
+        (WeightFormat::Keep, MatmulKernel::TiledAvx2),
+        (WeightFormat::Keep, MatmulKernel::Candle),
+        (WeightFormat::Q8_0, MatmulKernel::Auto),
+        (WeightFormat::Q8_0, MatmulKernel::TiledAvx2),
+    ] {
+        let (resolved, got) = logits(weights, matmul);
+        let (mut agree, mut kl, mut nll) = (0usize, 0f64, 0f64);
+        for (t, (e, g)) in exact.iter().zip(&got).enumerate() {
+            agree += usize::from(argmax(e) == argmax(g));
+            let (le, lg) = (log_softmax(e), log_softmax(g));
+            kl += le
+                .iter()
+                .zip(&lg)
+                .map(|(a, b)| a.exp() * (a - b))
+                .sum::<f64>();
+            nll -= lg[text[t + 1] as usize];
+        }
+        let m = got.len() as f64;
+        println!(
+            "{resolved} --matmul {matmul}: top-1 agreement with f32 {:.1}%, mean KL {:.5}, \
+             perplexity {:.3}",
+            100.0 * agree as f64 / m,
+            kl / m,
+            (nll / m).exp()
+        );
+    }
+}
