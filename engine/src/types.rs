@@ -34,6 +34,9 @@ pub struct Sampling {
     /// On a model group: the handoff algorithm for this request (`None`: the group's default).
     /// Engines serving one model ignore it.
     pub handoff: Option<HandoffChoice>,
+    /// Trace replay: end (reason `Stop`, as at end of sequence) after this many tokens, the
+    /// traced output's length; admission still reserves `max_tokens`, the client's cap.
+    pub end_after: Option<u32>,
 }
 
 /// A request's choice of token-level handoff algorithm.
@@ -58,6 +61,7 @@ impl Default for Sampling {
             ignore_eos: false,
             stop_token_ids: Vec::new(),
             handoff: None,
+            end_after: None,
         }
     }
 }

@@ -40,6 +40,8 @@ struct Shared {
     tokens: Vec<u32>,
     prompt_len: u32,
     max_tokens: u32,
+    /// Trace replay's end (`Sampling::end_after`).
+    end_after: Option<u32>,
     stops: Vec<u32>,
     span_start: usize,
     models: usize,
@@ -74,8 +76,10 @@ impl SeqDriver for SpanDriver {
             tokens,
             prompt_len,
         });
-        let ends =
-            s.stops.contains(&t.token) || s.tokens.len() as u32 + 1 - s.prompt_len >= s.max_tokens;
+        let generated = s.tokens.len() as u32 + 1 - s.prompt_len;
+        let ends = s.stops.contains(&t.token)
+            || generated >= s.max_tokens
+            || s.end_after.is_some_and(|n| generated >= n);
         let (to, keep) = match route {
             Route::Handoff { to, keep } if to != self.model && to < models && !(keep && ends) => {
                 (to, keep)
@@ -132,6 +136,7 @@ impl Dispatcher {
             tokens: req.prompt.clone(),
             prompt_len: req.prompt.len() as u32,
             max_tokens: req.sampling.max_tokens,
+            end_after: req.sampling.end_after,
             stops,
             span_start: req.prompt.len(),
             models: self.subservers.len(),
@@ -180,6 +185,10 @@ async fn run(
         };
         let mut sampling = req.sampling.clone();
         sampling.max_tokens = req.sampling.max_tokens - generated;
+        sampling.end_after = req
+            .sampling
+            .end_after
+            .map(|n| n.saturating_sub(generated).max(1));
         let span_req = SeqRequest {
             request_id: span_id.clone(),
             prompt,

@@ -339,6 +339,7 @@ impl ModelGroup {
             request_id: req.request_id.clone(),
             prompt_len: req.prompt.len() as u32,
             max_tokens: s.max_tokens,
+            end_after: s.end_after,
             stops,
             names: self.names.clone(),
             algorithm: spec,

@@ -22,6 +22,8 @@ pub(crate) struct RequestInfo {
     pub request_id: String,
     pub prompt_len: u32,
     pub max_tokens: u32,
+    /// Trace replay's end (`Sampling::end_after`).
+    pub end_after: Option<u32>,
     /// Tokens that end the request (end of sequence unless ignored, stop tokens).
     pub stops: Vec<u32>,
     /// Subserver names, by index.
@@ -222,8 +224,10 @@ impl Request {
 
     /// Whether accepting `token` ends the request (the engine then finishes it).
     fn ends(&self, s: &State, token: u32) -> bool {
+        let generated = s.tokens.len() as u32 + 1 - self.info.prompt_len;
         self.info.stops.contains(&token)
-            || s.tokens.len() as u32 + 1 - self.info.prompt_len >= self.info.max_tokens
+            || generated >= self.info.max_tokens
+            || self.info.end_after.is_some_and(|n| generated >= n)
     }
 
     /// Ends the request with `message` from inside a step: the sequence pauses, and every

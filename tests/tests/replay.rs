@@ -145,6 +145,54 @@ async fn replays_a_synthetic_workload_on_a_live_cluster() -> anyhow::Result<()> 
     Ok(())
 }
 
+/// With `--max-tokens-cap` the router sees only the workload's cap as `max_tokens`, and every
+/// request still ends at its traced length (through `replay_output_tokens`).
+#[tokio::test]
+async fn a_capped_live_replay_ends_each_request_at_its_traced_length() -> anyhow::Result<()> {
+    let cluster = TestCluster::start(ClusterConfig::default()).await?;
+    let dir = tempfile::tempdir()?;
+    let mut runs = Vec::new();
+    for cap in [false, true] {
+        let json = dir.path().join(format!("replay-{cap}.json"));
+        let json_arg = json.display().to_string();
+        let mut args = vec![
+            "replay",
+            "--workload",
+            "humaneval",
+            "--requests",
+            "12",
+            "--arrivals",
+            "closed:4",
+            "--router-grpc",
+            cluster.grpc_addr(),
+            "--json",
+            &json_arg,
+        ];
+        if cap {
+            args.push("--max-tokens-cap");
+        }
+        let out = dolphinctl(&args).await?;
+        anyhow::ensure!(out.status.success(), "replay failed: {}", text(&out));
+        let v: Value = serde_json::from_slice(&std::fs::read(&json)?)?;
+        check_report(&v, 12)?;
+        // Recorded when set.
+        let recorded = v["config"]["max_tokens_cap"].as_bool().unwrap_or(false);
+        assert_eq!(recorded, cap, "{}", v["config"]);
+        runs.push(v);
+    }
+    let tokens = |v: &Value| -> Vec<u64> {
+        v["outcomes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|o| o["output_tokens"].as_u64().unwrap_or(0))
+            .collect()
+    };
+    assert_eq!(tokens(&runs[0]), tokens(&runs[1]), "the traced lengths");
+    cluster.passed();
+    Ok(())
+}
+
 #[tokio::test]
 async fn replays_on_the_simulator() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;

@@ -55,6 +55,11 @@ pub fn sampling_from(params: &v1::SamplingParams) -> Result<Sampling, BadRequest
     if params.max_tokens == 0 {
         return Err(BadRequest("sampling.max_tokens must be at least 1".into()));
     }
+    if params.replay_output_tokens == Some(0) {
+        return Err(BadRequest(
+            "sampling.replay_output_tokens must be at least 1".into(),
+        ));
+    }
     if !params.temperature.is_finite() || params.temperature < 0.0 {
         return Err(BadRequest(format!(
             "sampling.temperature must be a finite number >= 0, got {}",
@@ -84,6 +89,7 @@ pub fn sampling_from(params: &v1::SamplingParams) -> Result<Sampling, BadRequest
             algorithm: h.algorithm.clone(),
             threshold: h.threshold,
         }),
+        end_after: params.replay_output_tokens,
     })
 }
 

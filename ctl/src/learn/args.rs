@@ -88,8 +88,9 @@ pub struct LearnArgs {
     /// prior, which places a request by its `max_tokens`.
     #[arg(long)]
     pub classifier: Option<PathBuf>,
-    /// Sim: the router sees each request's `max_tokens` as its workload's fixed cap, not its
-    /// output length (the simulated model still ends it at the trace's length).
+    /// The router sees each request's `max_tokens` as its workload's fixed cap, not its output
+    /// length (the model still ends it at the trace's length; live: through
+    /// `replay_output_tokens`, which the router does not read).
     #[arg(long)]
     pub max_tokens_cap: bool,
     /// Refinement: probability that a cluster tries its other bit.

@@ -215,6 +215,7 @@ impl LiveTarget {
                 vocab_size: None,
                 max_in_flight: args.max_in_flight,
                 progress: false,
+                cap_max_tokens: args.max_tokens_cap,
             },
             workload: workload.clone(),
             arrivals: args.arrivals,

@@ -177,9 +177,9 @@ pub async fn run(args: &LearnArgs, out: &mut impl Write) -> Result<(), LearnCmdE
             Measure::Sim(Box::new(target))
         }
         Target::Live => {
-            if args.classifier.is_some() || args.max_tokens_cap {
+            if args.classifier.is_some() {
                 return Err(ReplayError::Usage(
-                    "--classifier and --max-tokens-cap only apply to --target sim (the live router uses its own classifier)".into(),
+                    "--classifier only applies to --target sim (the live router uses its own classifier)".into(),
                 )
                 .into());
             }

@@ -85,9 +85,10 @@ pub struct ReplayArgs {
     /// prior, which places a request by its `max_tokens`.
     #[arg(long)]
     pub classifier: Option<PathBuf>,
-    /// Sim: the router sees each request's `max_tokens` as its workload's fixed cap (ArXiv,
-    /// HumanEval, Azure 1024, L-Eval 512, Mooncake 2048), not its output length; the simulated
-    /// model still ends it at the trace's length.
+    /// The router sees each request's `max_tokens` as its workload's fixed cap (ArXiv,
+    /// HumanEval, Azure 1024, L-Eval 512, Mooncake 2048; live: within the context the prompt
+    /// leaves), not its output length; the model still ends it at the trace's length (live:
+    /// through `replay_output_tokens`, which the router does not read).
     #[arg(long)]
     pub max_tokens_cap: bool,
     /// Sim: KV blocks (of 16 tokens) per worker (default 100000).
@@ -188,7 +189,7 @@ pub struct ConfigRecord {
     /// Sim: the output classifier file.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub classifier: Option<PathBuf>,
-    /// Sim: `max_tokens` was each workload's cap, not the output length.
+    /// `max_tokens` was each workload's cap, not the output length.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub max_tokens_cap: bool,
 }
@@ -258,7 +259,6 @@ impl ReplayArgs {
                     ("--table", self.table.is_some()),
                     ("--total-blocks", self.total_blocks.is_some()),
                     ("--classifier", self.classifier.is_some()),
-                    ("--max-tokens-cap", self.max_tokens_cap),
                 ];
                 if let Some((flag, _)) = sim_only.iter().find(|(_, set)| *set) {
                     return Err(usage(format!(
@@ -271,7 +271,9 @@ impl ReplayArgs {
                     vocab_size: self.vocab_size,
                     max_in_flight: self.max_in_flight,
                     progress: !self.no_progress,
+                    cap_max_tokens: self.max_tokens_cap,
                 };
+                record.max_tokens_cap = self.max_tokens_cap;
                 record.router_grpc = Some(live.router_grpc.clone());
                 record.max_in_flight = Some(arrivals.concurrency().unwrap_or(live.max_in_flight));
                 record.model = live.model.clone();

@@ -46,6 +46,23 @@ pub struct LiveConfig {
     pub max_in_flight: u32,
     /// Draw a progress bar on stderr.
     pub progress: bool,
+    /// Send each workload's `max_tokens` cap (not the output length) and end each request at
+    /// its traced length through `replay_output_tokens`, which the router does not read.
+    pub cap_max_tokens: bool,
+}
+
+/// What every wire request of one replay shares.
+#[derive(Clone, Debug)]
+pub struct WireShape {
+    /// The model to ask for.
+    pub model: String,
+    /// Prompt token ids are below this.
+    pub vocab: u32,
+    /// The model's context length (0: unknown); a capped `max_tokens` fits in what the prompt
+    /// leaves, as a client sizes it.
+    pub context: u32,
+    /// See [`LiveConfig::cap_max_tokens`].
+    pub cap_max_tokens: bool,
 }
 
 /// What the client saw of one request, times in ms since it was sent.
@@ -130,7 +147,7 @@ pub async fn replay_live(
     for _ in 0..limit.div_ceil(STREAMS_PER_CONNECTION) {
         channels.push(client::connect(&cfg.router_grpc).await?);
     }
-    let (model, reported) = model_card(channels[0].clone(), cfg.model.as_deref()).await?;
+    let (model, reported, context) = model_card(channels[0].clone(), cfg.model.as_deref()).await?;
     let vocab = match cfg.vocab_size {
         Some(v) if v > reported => {
             return Err(ReplayError::Model(format!(
@@ -139,6 +156,12 @@ pub async fn replay_live(
         }
         Some(v) => v,
         None => reported,
+    };
+    let shape = WireShape {
+        model,
+        vocab,
+        context,
+        cap_max_tokens: cfg.cap_max_tokens,
     };
 
     let start = Instant::now();
@@ -160,7 +183,7 @@ pub async fn replay_live(
             if !closed && due > Instant::now() {
                 break;
             }
-            let req = generate_request(&w, next, &model, vocab, &slo);
+            let req = generate_request(&w, next, &shape, &slo);
             let channel = channels[next % channels.len()].clone();
             set.spawn(send(InferenceClient::new(channel), req, next, start));
             next += 1;
@@ -215,8 +238,11 @@ fn offset(r: &WorkloadRequest) -> Duration {
     Duration::try_from_secs_f64(r.arrival_ms / 1e3).unwrap_or_default()
 }
 
-/// The model to ask for and its vocabulary size, from ListModels.
-async fn model_card(channel: Channel, want: Option<&str>) -> Result<(String, u32), ReplayError> {
+/// The model to ask for, its vocabulary size and context length, from ListModels.
+async fn model_card(
+    channel: Channel,
+    want: Option<&str>,
+) -> Result<(String, u32, u32), ReplayError> {
     let models = InferenceClient::new(channel)
         .list_models(ListModelsRequest {})
         .await
@@ -240,28 +266,39 @@ async fn model_card(channel: Channel, want: Option<&str>) -> Result<(String, u32
             card.id
         )));
     }
-    Ok((card.id.clone(), card.vocab_size))
+    Ok((card.id.clone(), card.vocab_size, card.context_length))
 }
 
-/// The wire request for request `index`: its prompt expanded into token ids below `vocab`,
-/// exactly `output_len` tokens (greedy, past end-of-sequence), and the SLO.
+/// The wire request for request `index`: its prompt expanded into token ids below the
+/// vocabulary, exactly `output_len` tokens (greedy, past end-of-sequence), and the SLO. With
+/// `cap_max_tokens`, `max_tokens` is the workload's cap (within the context the prompt leaves,
+/// never below the output) and the output length travels as `replay_output_tokens`.
 pub fn generate_request(
     w: &Workload,
     index: usize,
-    model: &str,
-    vocab: u32,
+    shape: &WireShape,
     slo: &Slo,
 ) -> GenerateRequest {
     let r = &w.requests[index];
+    let ids = w.prompt_tokens(index, 0..shape.vocab);
+    let (max_tokens, replay_output_tokens) = if shape.cap_max_tokens {
+        let room = match shape.context {
+            0 => u32::MAX,
+            c => c.saturating_sub(ids.len() as u32),
+        };
+        let cap = r.kind.max_tokens_cap().min(room).max(r.output_len);
+        (cap, Some(r.output_len))
+    } else {
+        (r.output_len, None)
+    };
     GenerateRequest {
-        model: model.to_owned(),
-        input: Some(Input::TokenIds(TokenIds {
-            ids: w.prompt_tokens(index, 0..vocab),
-        })),
+        model: shape.model.clone(),
+        input: Some(Input::TokenIds(TokenIds { ids })),
         sampling: Some(SamplingParams {
             temperature: 0.0,
-            max_tokens: r.output_len,
+            max_tokens,
             ignore_eos: true,
+            replay_output_tokens,
             ..SamplingParams::default()
         }),
         slo: Some(SloClass {

@@ -77,7 +77,13 @@ fn the_wire_request_asks_for_exactly_the_output() {
         tokens_per_id: 512,
         requests: vec![request()],
     };
-    let req = generate_request(&w, 0, "m", 99, &Slo::new(5000.0, 250.0));
+    let shape = WireShape {
+        model: "m".into(),
+        vocab: 99,
+        context: 0,
+        cap_max_tokens: false,
+    };
+    let req = generate_request(&w, 0, &shape, &Slo::new(5000.0, 250.0));
     let Some(Input::TokenIds(ids)) = &req.input else {
         panic!("no token ids")
     };
@@ -86,9 +92,34 @@ fn the_wire_request_asks_for_exactly_the_output() {
     assert_eq!(ids.ids, w.prompt_tokens(0, 0..99));
     let s = req.sampling.unwrap();
     assert_eq!((s.max_tokens, s.ignore_eos, s.temperature), (11, true, 0.0));
+    assert_eq!(s.replay_output_tokens, None);
     let slo = req.slo.unwrap();
     assert_eq!((slo.ttft_ms, slo.tpot_ms), (5000, 250));
     assert_eq!(req.model, "m");
+}
+
+#[test]
+fn a_capped_wire_request_hides_the_output_length_from_max_tokens() {
+    let w = Workload {
+        name: "t".into(),
+        tokens_per_id: 512,
+        requests: vec![request()],
+    };
+    let cap = w.requests[0].kind.max_tokens_cap();
+    let shape = |context| WireShape {
+        model: "m".into(),
+        vocab: 99,
+        context,
+        cap_max_tokens: true,
+    };
+    let slo = Slo::new(5000.0, 250.0);
+    let s = generate_request(&w, 0, &shape(0), &slo).sampling.unwrap();
+    assert_eq!((s.max_tokens, s.replay_output_tokens), (cap, Some(11)));
+    // Within the context the 700-token prompt leaves, never below the output.
+    let s = generate_request(&w, 0, &shape(900), &slo).sampling.unwrap();
+    assert_eq!((s.max_tokens, s.replay_output_tokens), (200, Some(11)));
+    let s = generate_request(&w, 0, &shape(705), &slo).sampling.unwrap();
+    assert_eq!(s.max_tokens, 11);
 }
 
 #[test]

@@ -114,6 +114,7 @@ fn live(addr: SocketAddr) -> LiveConfig {
         vocab_size: None,
         max_in_flight: 8,
         progress: false,
+        cap_max_tokens: false,
     }
 }
 

@@ -161,6 +161,7 @@ impl Seq {
     pub fn stop_reason(&self, token: u32, eos: Option<u32>) -> Option<FinishReason> {
         if (!self.sampling.ignore_eos && eos == Some(token))
             || self.sampling.stop_token_ids.contains(&token)
+            || self.sampling.end_after.is_some_and(|n| self.generated >= n)
         {
             Some(FinishReason::Stop)
         } else if self.generated >= self.sampling.max_tokens {

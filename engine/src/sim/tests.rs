@@ -127,6 +127,30 @@ async fn remote_prefill_yields_the_local_tokens() {
 }
 
 #[tokio::test]
+async fn a_replayed_request_ends_at_its_traced_length_under_a_larger_cap() {
+    let (local, p, d) = (engine(), engine(), engine());
+    let full = request("full", prompt(4, 37), 40);
+    let (expected, _, _) = collect(local.generate(full.clone()).await.expect("ok")).await;
+    for n in [1, 7] {
+        let mut req = request(&format!("local-{n}"), full.prompt.clone(), 40);
+        req.sampling.end_after = Some(n);
+        req.sampling.ignore_eos = true;
+        let (tokens, reason, usage) = collect(local.generate(req.clone()).await.expect("ok")).await;
+        assert_eq!((reason, usage.completion_tokens), (FinishReason::Stop, n));
+        assert_eq!(tokens, expected[..n as usize]);
+        // Remote: the prefill worker writes the first token, the decode worker the rest.
+        req.request_id = format!("remote-{n}");
+        let (r, out) = ship(&*p, &*d, req).await;
+        let (tokens, reason, _) =
+            collect(d.resume(r.seq, out.first_token).await.expect("resumed")).await;
+        assert_eq!(
+            (reason, tokens.as_slice()),
+            (FinishReason::Stop, &expected[..n as usize])
+        );
+    }
+}
+
+#[tokio::test]
 async fn remote_prefill_skips_blocks_the_decode_worker_holds() {
     let (local, p, d) = (engine(), engine(), engine());
     let shared = prompt(2, 48);

@@ -96,6 +96,8 @@ fn build(
                 algorithm: h.algorithm,
                 threshold: h.threshold,
             }),
+            // Trace replay's end is a gRPC field of `dolphinctl replay`, not an OpenAI one.
+            replay_output_tokens: None,
         },
         force,
         slo: None,

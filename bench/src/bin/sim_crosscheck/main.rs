@@ -423,6 +423,8 @@ async fn live(
         vocab_size: None,
         max_in_flight: 100_000,
         progress: std::io::stderr().is_terminal(),
+        // As the simulated side: the router sees the output length (both sides alike).
+        cap_max_tokens: false,
     };
     let before = cluster.cpu_seconds();
     let started = Instant::now();
