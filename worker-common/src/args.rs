@@ -84,7 +84,7 @@ pub struct EngineArgs {
     #[arg(long, env = "DOLPHIN_MODEL_PATH")]
     pub model_path: Option<PathBuf>,
     /// Candle: how weights are held after loading: auto (a Q4_1 file's own weights where the
-    /// tiled Q4_1 kernel runs on AVX-512 VNNI, else q8_0), q8_0 (re-quantized; fast kernels),
+    /// tiled Q4_1 kernel runs, on x86 CPUs with AVX2; else q8_0), q8_0 (re-quantized),
     /// keep (as stored), q4k, f32.
     #[arg(long, env = "DOLPHIN_WEIGHTS", default_value = "auto", value_parser = parse_weights)]
     pub weights: WeightFormat,

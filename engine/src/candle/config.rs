@@ -9,9 +9,10 @@ use super::linear::TiledKernels;
 /// How weights are held in memory after loading.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum WeightFormat {
-    /// The default: a Q4_1 file's own weights where the tiled Q4_1 kernel runs on AVX-512 VNNI
-    /// (there ahead of Q8_0 on batch-1 decode, which reads every weight per token, and close on
-    /// prefill), Q8_0 elsewhere. [`CandleConfig::resolved`] decides, from the file.
+    /// The default: a Q4_1 file's own weights where the tiled Q4_1 kernel runs (x86 CPUs with
+    /// AVX2; its AVX-512 VNNI path where the CPU has it): closer to the file's exact weights
+    /// than Q8_0 and ahead of it on batch-1 decode, which reads every weight per token. Q8_0
+    /// elsewhere. [`CandleConfig::resolved`] decides, from the file.
     #[default]
     Auto,
     /// As stored in the file (Q4_1 for SmolLM2: Dolphin's tiled kernel; candle's is scalar).
@@ -248,14 +249,14 @@ impl CandleConfig {
 
     /// This config with [`WeightFormat::Auto`] decided for its model file (read for its tensor
     /// index): the file's own weights where its layers are Q4_1 and the tiled Q4_1 kernel runs
-    /// on AVX-512 VNNI here, Q8_0 otherwise. Other formats are left as they are.
+    /// here, Q8_0 otherwise. Other formats are left as they are.
     pub fn resolved(&self) -> Result<CandleConfig, super::LoadError> {
         let mut cfg = self.clone();
         if cfg.weights != WeightFormat::Auto {
             return Ok(cfg);
         }
         cfg.weights = WeightFormat::Q8_0;
-        if cfg.tiled_q4_isa() == Some("avx512vnni") {
+        if cfg.tiled_q4_isa().is_some() {
             let (content, _) = super::weights::read_content(&cfg.model_path)?;
             let q4_1 = content
                 .tensor_infos
