@@ -9,8 +9,8 @@
 //! blocks share 32 bytes (block `2p` in the low nibbles, `2p + 1` in the high ones, each in
 //! element order), so a mask and a shift unpack them in place: the file's layout (elements `j`
 //! and `j + 16` in one byte) needs a lane-crossing insert per block, which made the kernel 30%
-//! slower than the Q8_0 one on compute-bound sizes. Scales become f32; each row's minimums get a
-//! row of their own. Activations are
+//! slower than the Q8_0 one on compute-bound sizes. Scales and minimums stay the file's f16
+//! (widened as they are used), each row's minimums in a row of their own. Activations are
 //! quantized to Q8_1 (per block of 32: `d = max|x| / 127`, quants `round(x / d)`, and
 //! `s = d * sum(quants)`), so one block's dot product is
 //! `d_w * d_x * sum(q_w * q_x) + m_w * s_x` with `q_w` in 0..=15: AVX2's `maddubs` (unsigned by

@@ -1,8 +1,8 @@
 //! The Q4_1 tile on AVX-512 with VNNI. A block pair's 64 quants fill one register (block `2p`'s
 //! in the low half, `2p + 1`'s in the high one), so one `vpdpbusd` per (row, token, pair) does
 //! what AVX2 needs a `maddubs` and a `madd` per block for, and the two blocks' scales are applied
-//! by one multiply and one FMA on 16 lanes. The minimums' share is a 16-lane dot product where
-//! the AVX2 path sums a scalar chain.
+//! by one multiply and one FMA on 16 lanes. The minimums' share is a 16-lane dot product (8 on
+//! the AVX2 path).
 //!
 //! Like the AVX2 tile, each token's result is computed by the same operations in the same order
 //! in any tile width, so a token gets the same bits alone or in a batch. The two paths do not
