@@ -426,3 +426,50 @@ fn q4_1_weights_on_the_tiled_kernel_with(wide: bool) {
         }
     }
 }
+
+/// `--weights auto` keeps a Q4_1 file's weights where the tiled Q4_1 kernel runs, re-quantizes
+/// anything else (and Q4_1 where only candle's kernels run) to Q8_0, and leaves an explicit
+/// format alone.
+#[test]
+fn auto_weights_keep_a_q4_1_file_where_the_tiled_kernel_runs() {
+    use crate::candle::{CandleConfig, MatmulKernel};
+    let q4_1 = TinyModel::new(TinySpec {
+        q4_1: true,
+        ..TinySpec::default()
+    });
+    let f32_file = TinyModel::new(TinySpec::default());
+    let resolve = |m: &TinyModel, matmul: MatmulKernel, weights: WeightFormat| {
+        let mut cfg = CandleConfig::new(&m.path);
+        cfg.matmul = matmul;
+        cfg.weights = weights;
+        cfg.resolved().expect("resolves").weights
+    };
+    let tiled_here = crate::candle::linear::TILED_BUILT;
+    let want = if tiled_here {
+        WeightFormat::Keep
+    } else {
+        WeightFormat::Q8_0
+    };
+    for matmul in [MatmulKernel::Auto, MatmulKernel::TiledAvx2] {
+        assert_eq!(resolve(&q4_1, matmul, WeightFormat::Auto), want, "{matmul}");
+    }
+    let auto = WeightFormat::Auto;
+    assert_eq!(
+        resolve(&q4_1, MatmulKernel::Candle, auto),
+        WeightFormat::Q8_0
+    );
+    assert_eq!(
+        resolve(&f32_file, MatmulKernel::Auto, auto),
+        WeightFormat::Q8_0
+    );
+    for explicit in [WeightFormat::Q8_0, WeightFormat::Keep, WeightFormat::F32] {
+        assert_eq!(resolve(&q4_1, MatmulKernel::Auto, explicit), explicit);
+    }
+    // An unreadable file is an error only when the choice depends on it.
+    let mut missing = CandleConfig::new("/nonexistent/model.gguf");
+    if tiled_here {
+        assert!(missing.resolved().is_err());
+    }
+    missing.weights = WeightFormat::Q8_0;
+    assert!(missing.resolved().is_ok());
+}
