@@ -12,6 +12,7 @@ pub mod block_map;
 pub mod discovery;
 pub mod etcd;
 pub mod hash_map;
+pub mod hot_metrics;
 pub mod keys;
 pub mod otel;
 pub mod prefetch;

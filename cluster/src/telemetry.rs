@@ -91,13 +91,20 @@ pub fn init_tracing(json: bool, service: &str) -> crate::otel::TraceGuard {
     crate::otel::TraceGuard(guard)
 }
 
+/// The handle of the recorder [`init_metrics`] installed.
+static METRICS: OnceLock<PrometheusHandle> = OnceLock::new();
+
+/// Whether [`init_metrics`] has run: a global recorder is installed, for good.
+pub(crate) fn metrics_installed() -> bool {
+    METRICS.get().is_some()
+}
+
 /// Installs the Prometheus recorder (metrics-exporter-prometheus, no HTTP listener) and returns a
 /// handle whose `render()` gives the exposition text; idempotent (returns the same handle).
 ///
 /// If some other recorder was installed first, the returned handle renders an empty registry.
 pub fn init_metrics() -> PrometheusHandle {
-    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
-    HANDLE
+    METRICS
         .get_or_init(|| {
             let recorder = histogram_buckets(PrometheusBuilder::new()).build_recorder();
             let handle = recorder.handle();

@@ -20,6 +20,7 @@ use pin_project_lite::pin_project;
 use crate::error::DispatchError;
 use crate::metrics as m;
 use crate::stream::Api;
+use dolphin_cluster::hot_metrics as hot;
 
 /// Slots for requests in flight, shared by every listener and shard of one router.
 #[derive(Clone, Debug)]
@@ -49,7 +50,7 @@ impl InflightLimit {
                 (n < slots.limit).then_some(n + 1)
             })?;
         debug_assert!(taken < slots.limit);
-        metrics::gauge!(m::INFLIGHT_REQUESTS).increment(1.0);
+        hot::gauge(m::INFLIGHT_REQUESTS, []).increment(1.0);
         Ok(Permit(Arc::clone(&self.0)))
     }
 
@@ -83,7 +84,7 @@ pub struct Permit(Arc<Slots>);
 impl Drop for Permit {
     fn drop(&mut self) {
         self.0.taken.fetch_sub(1, Ordering::AcqRel);
-        metrics::gauge!(m::INFLIGHT_REQUESTS).decrement(1.0);
+        hot::gauge(m::INFLIGHT_REQUESTS, []).decrement(1.0);
     }
 }
 

@@ -32,6 +32,7 @@ use crate::route::{PrefillChoice, Route, RouteError, RouteInput, route};
 use crate::stream::{Api, RequestMeta, ResponseStream};
 use crate::tokenizer::{ChatMessage, Tokenizer};
 use crate::workers::{InflightGuard, Routed, WorkerRegistry};
+use dolphin_cluster::hot_metrics as hot;
 
 /// Limits and weights of the dispatcher.
 #[derive(Clone, Debug)]
@@ -435,8 +436,11 @@ impl Dispatcher {
         let result = self.start(p, span.clone()).instrument(span).await;
         if let Err(e) = &result {
             // Requests that never streamed; the stream records the others when it ends.
-            metrics::counter!(m::REQUESTS_TOTAL, "api" => api.as_str(), "outcome" => e.outcome())
-                .increment(1);
+            hot::counter(
+                m::REQUESTS_TOTAL,
+                [("api", api.as_str()), ("outcome", e.outcome())],
+            )
+            .increment(1);
         }
         result
     }
@@ -472,7 +476,7 @@ impl Dispatcher {
             drop(tokenize);
             tokens?
         };
-        metrics::counter!(m::PROMPT_TOKENS_TOTAL).increment(tokens.len() as u64);
+        hot::counter(m::PROMPT_TOKENS_TOTAL, []).increment(tokens.len() as u64);
         let mut exclude: Vec<WorkerId> = Vec::new();
         let mut failed: Option<DispatchError> = None;
         let attempt = loop {
@@ -495,8 +499,11 @@ impl Dispatcher {
                 Err(e) => return Err(e),
             }
         };
-        metrics::counter!(m::DECISIONS_TOTAL, "mode" => attempt.route.decision.as_str())
-            .increment(1);
+        hot::counter(
+            m::DECISIONS_TOTAL,
+            [("mode", attempt.route.decision.as_str())],
+        )
+        .increment(1);
         count_dolphin_decision(&attempt.route);
         let meta = RequestMeta {
             request_id: p.request_id,
@@ -545,7 +552,7 @@ impl Dispatcher {
         let started = Instant::now();
         let route = tracing::trace_span!(target: otel::TARGET, "router.route")
             .in_scope(|| self.route(tokens, sampling.max_tokens, force, exclude))?;
-        metrics::histogram!(m::ROUTE_SECONDS).record(started.elapsed().as_secs_f64());
+        hot::histogram(m::ROUTE_SECONDS, []).record(started.elapsed().as_secs_f64());
         // Count the request against the worker from now on, so a burst spreads out.
         let guard = route.decode.worker.begin_request(tokens.len() as u32);
         let engine_id = new_request_id();
@@ -663,12 +670,16 @@ fn internal(e: impl std::fmt::Display) -> DispatchError {
 /// Per-cluster and fallback counters of the `dolphin` policy.
 fn count_dolphin_decision(route: &RouteDecision) {
     match route.decided_by {
-        DecidedBy::Table => metrics::counter!(m::DOLPHIN_DECISIONS_TOTAL,
-            "cluster" => m::cluster_label(route.cluster),
-            "decision" => route.decision.as_str())
+        DecidedBy::Table => hot::counter(
+            m::DOLPHIN_DECISIONS_TOTAL,
+            [
+                ("cluster", m::cluster_label(route.cluster)),
+                ("decision", route.decision.as_str()),
+            ],
+        )
         .increment(1),
         DecidedBy::Fallback(f) => {
-            metrics::counter!(m::DOLPHIN_FALLBACK_TOTAL, "fallback" => f.as_str()).increment(1);
+            hot::counter(m::DOLPHIN_FALLBACK_TOTAL, [("fallback", f.as_str())]).increment(1);
         }
         DecidedBy::Distrusted(_, why) => metrics::counter!(m::DOLPHIN_DISTRUSTED_TOTAL,
             "cluster" => m::cluster_label(route.cluster),

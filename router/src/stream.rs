@@ -25,6 +25,7 @@ use crate::request_log::{RequestLog, RequestRecord};
 use crate::stop::StopMatcher;
 use crate::tokenizer::{IncrementalDetokenizer, Tokenizer};
 use crate::workers::InflightGuard;
+use dolphin_cluster::hot_metrics as hot;
 
 /// The front end a request came through.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -439,23 +440,29 @@ impl ResponseStream {
     /// Metrics and the request-log line of a request that ended (or was dropped).
     fn record(&self, outcome: &'static str, finish: Option<&Finish>) {
         let mode = self.route.decision.as_str();
-        metrics::counter!(m::REQUESTS_TOTAL, "api" => self.meta.api.as_str(), "outcome" => outcome)
-            .increment(1);
-        metrics::counter!(m::PREFILL_PATHS_TOTAL, "mode" => mode, "path" => self.path().as_str())
-            .increment(1);
-        metrics::counter!(m::COMPLETION_TOKENS_TOTAL).increment(u64::from(self.completion_tokens));
+        hot::counter(
+            m::REQUESTS_TOTAL,
+            [("api", self.meta.api.as_str()), ("outcome", outcome)],
+        )
+        .increment(1);
+        hot::counter(
+            m::PREFILL_PATHS_TOTAL,
+            [("mode", mode), ("path", self.path().as_str())],
+        )
+        .increment(1);
+        hot::counter(m::COMPLETION_TOKENS_TOTAL, []).increment(u64::from(self.completion_tokens));
         let e2e = self.meta.arrived.elapsed();
         let ttft = self.first_token_at.map(|t| t - self.meta.arrived);
         let tpot =
             finish.and_then(|f| (f.timings.tpot_us > 0).then_some(f.timings.tpot_us as f64 / 1e6));
         if outcome == "ok" {
             if let Some(t) = ttft {
-                metrics::histogram!(m::TTFT_SECONDS, "mode" => mode).record(t.as_secs_f64());
+                hot::histogram(m::TTFT_SECONDS, [("mode", mode)]).record(t.as_secs_f64());
             }
             if let Some(t) = tpot {
-                metrics::histogram!(m::TPOT_SECONDS, "mode" => mode).record(t);
+                hot::histogram(m::TPOT_SECONDS, [("mode", mode)]).record(t);
             }
-            metrics::histogram!(m::E2E_SECONDS, "mode" => mode).record(e2e.as_secs_f64());
+            hot::histogram(m::E2E_SECONDS, [("mode", mode)]).record(e2e.as_secs_f64());
         }
         let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
         if let Some(ticket) = &self.route.learn
