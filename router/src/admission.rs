@@ -169,7 +169,7 @@ where
             Err(in_flight) => {
                 let e = DispatchError::RouterBusy(in_flight);
                 let api = self.layer.api.as_str();
-                metrics::counter!(m::REQUESTS_TOTAL, "api" => api, "outcome" => e.outcome())
+                hot::counter(m::REQUESTS_TOTAL, [("api", api), ("outcome", e.outcome())])
                     .increment(1);
                 ResponseFuture::Refused {
                     response: Some((self.layer.refuse)(e)),

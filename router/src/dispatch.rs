@@ -681,13 +681,21 @@ fn count_dolphin_decision(route: &RouteDecision) {
         DecidedBy::Fallback(f) => {
             hot::counter(m::DOLPHIN_FALLBACK_TOTAL, [("fallback", f.as_str())]).increment(1);
         }
-        DecidedBy::Distrusted(_, why) => metrics::counter!(m::DOLPHIN_DISTRUSTED_TOTAL,
-            "cluster" => m::cluster_label(route.cluster),
-            "reason" => why.as_str())
+        DecidedBy::Distrusted(_, why) => hot::counter(
+            m::DOLPHIN_DISTRUSTED_TOTAL,
+            [
+                ("cluster", m::cluster_label(route.cluster)),
+                ("reason", why.as_str()),
+            ],
+        )
         .increment(1),
-        DecidedBy::Explored => metrics::counter!(m::ONLINE_EXPLORED_TOTAL,
-            "cluster" => m::cluster_label(route.cluster),
-            "decision" => route.decision.as_str())
+        DecidedBy::Explored => hot::counter(
+            m::ONLINE_EXPLORED_TOTAL,
+            [
+                ("cluster", m::cluster_label(route.cluster)),
+                ("decision", route.decision.as_str()),
+            ],
+        )
         .increment(1),
         DecidedBy::Forced | DecidedBy::Policy(_) => {}
     }

@@ -70,8 +70,8 @@ fn a_failure_is_an_unmet_outcome_without_routing() {
     );
 }
 
-#[test]
-fn the_wire_request_asks_for_exactly_the_output() {
+/// One request's workload, and the wire shape of model "m" with 99 ids.
+fn one_request(context: u32, cap_max_tokens: bool) -> (Workload, WireShape) {
     let w = Workload {
         name: "t".into(),
         tokens_per_id: 512,
@@ -80,9 +80,15 @@ fn the_wire_request_asks_for_exactly_the_output() {
     let shape = WireShape {
         model: "m".into(),
         vocab: 99,
-        context: 0,
-        cap_max_tokens: false,
+        context,
+        cap_max_tokens,
     };
+    (w, shape)
+}
+
+#[test]
+fn the_wire_request_asks_for_exactly_the_output() {
+    let (w, shape) = one_request(0, false);
     let req = generate_request(&w, 0, &shape, &Slo::new(5000.0, 250.0));
     let Some(Input::TokenIds(ids)) = &req.input else {
         panic!("no token ids")
@@ -100,25 +106,18 @@ fn the_wire_request_asks_for_exactly_the_output() {
 
 #[test]
 fn a_capped_wire_request_hides_the_output_length_from_max_tokens() {
-    let w = Workload {
-        name: "t".into(),
-        tokens_per_id: 512,
-        requests: vec![request()],
-    };
-    let cap = w.requests[0].kind.max_tokens_cap();
-    let shape = |context| WireShape {
-        model: "m".into(),
-        vocab: 99,
-        context,
-        cap_max_tokens: true,
-    };
     let slo = Slo::new(5000.0, 250.0);
-    let s = generate_request(&w, 0, &shape(0), &slo).sampling.unwrap();
+    let sampling = |context| {
+        let (w, shape) = one_request(context, true);
+        generate_request(&w, 0, &shape, &slo).sampling.unwrap()
+    };
+    let cap = request().kind.max_tokens_cap();
+    let s = sampling(0);
     assert_eq!((s.max_tokens, s.replay_output_tokens), (cap, Some(11)));
     // Within the context the 700-token prompt leaves, never below the output.
-    let s = generate_request(&w, 0, &shape(900), &slo).sampling.unwrap();
+    let s = sampling(900);
     assert_eq!((s.max_tokens, s.replay_output_tokens), (200, Some(11)));
-    let s = generate_request(&w, 0, &shape(705), &slo).sampling.unwrap();
+    let s = sampling(705);
     assert_eq!(s.max_tokens, 11);
 }
 

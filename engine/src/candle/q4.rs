@@ -305,8 +305,13 @@ fn min_term(v: V3, mins: &[u16], s: &[f32]) -> f32 {
     for (m, s) in m8.iter().zip(s8) {
         acc = v.fma._mm256_fmadd_ps(f32x8_of(*m), bytemuck::cast(*s), acc);
     }
-    let rest: f32 = m_rest.iter().zip(s_rest).map(|(&m, s)| f32_of(m) * s).sum();
-    hsum(v, acc) + rest
+    hsum(v, acc) + min_term_scalar(m_rest, s_rest)
+}
+
+/// The minimums' share over blocks left after the SIMD chunks, one by one (both paths).
+#[inline(always)]
+fn min_term_scalar(mins: &[u16], s: &[f32]) -> f32 {
+    mins.iter().zip(s).map(|(&m, s)| f32_of(m) * s).sum()
 }
 
 /// Eight f16s as f32 (exact; `half` converts them with one F16C instruction where the build

@@ -131,12 +131,7 @@ fn min_term(mins: &[u16], s: &[f32]) -> f32 {
         let m = _mm512_cvtph_ps(bytemuck::cast::<_, __m256i>(*m));
         acc = _mm512_fmadd_ps(m, bytemuck::cast::<_, __m512>(*s), acc);
     }
-    let rest: f32 = m_rest
-        .iter()
-        .zip(s_rest)
-        .map(|(&m, s)| super::f32_of(m) * s)
-        .sum();
-    _mm512_reduce_add_ps(acc) + rest
+    _mm512_reduce_add_ps(acc) + super::min_term_scalar(m_rest, s_rest)
 }
 
 /// f32 lanes of a register.
