@@ -171,6 +171,10 @@ pub struct LoadSnapshot {
     pub queued_prefill_tokens: u64,
     /// Tokens one step computes at most (`max_batched_tokens`; 0: unknown).
     pub max_batched_tokens: u32,
+    /// Most prompt tokens of one request per step (0: no cap beyond `max_batched_tokens`).
+    pub prefill_chunk_tokens: u32,
+    /// Most prompt tokens in a step that also decodes (0: no cap beyond the budget).
+    pub mixed_prefill_tokens: u32,
 }
 
 /// What an engine serves, as its backend reports it (the pool geometry is the backend's: it

@@ -75,6 +75,9 @@ mod tests {
             active_tokens: 5,
             queued_prefill_tokens: 6,
             max_batched_tokens: 7,
+            // Not on the load report: `Worker.Info` carries the step caps.
+            prefill_chunk_tokens: 8,
+            mixed_prefill_tokens: 9,
         };
         assert_eq!(
             load_report(load, true),

@@ -177,6 +177,7 @@ impl WorkerState {
     /// The answer to `Worker.Info`.
     pub fn info(&self) -> v1::WorkerInfo {
         let info = self.engine.info();
+        let load = self.engine.load();
         v1::WorkerInfo {
             worker_id: self.identity.id.0.clone(),
             role: i32::from(self.identity.role),
@@ -191,6 +192,9 @@ impl WorkerState {
             vocab_size: info.vocab_size,
             version: self.compat.version.clone(),
             kv_layout: self.compat.kv_layout.clone(),
+            max_batched_tokens: load.max_batched_tokens,
+            prefill_chunk_tokens: load.prefill_chunk_tokens,
+            mixed_prefill_tokens: load.mixed_prefill_tokens,
         }
     }
 

@@ -1,8 +1,11 @@
 //! `dolphinctl profile fit`: measure an engine step by step over a grid of prefill sizes, batch
 //! sizes and KV occupancies, fit a timing profile to it, and write the profile (the JSON the sim
 //! engine and the simulator load with `--sim-profile FILE`) and a report of every measured step
-//! against it. The engine is configured with the workers' own flags, so the profile describes
-//! the engine exactly as a worker would run it: its threads, weights and KV pool.
+//! against it. The engine is either built here with the workers' own flags, so the profile
+//! describes the engine exactly as a worker would run it (its threads, weights and KV pool), or
+//! a running decode worker measured over gRPC (`--worker`, [`live`]).
+
+pub mod live;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -39,8 +42,23 @@ pub enum ProfileCommand {
 #[derive(Clone, Debug, Args)]
 pub struct FitArgs {
     /// The engine, as a worker would run it (`--engine candle --threads 1 --kv-bytes 256MiB`).
+    /// Not used with `--worker`.
     #[command(flatten)]
     pub engine: EngineArgs,
+    /// Measure this running decode worker over gRPC (`host:port`, or `https://host:port` with
+    /// the `--tls-*` flags) instead of an engine built here: prefill steps from the TTFT of
+    /// single requests, decode steps from the TPOT of concurrent ones, as the worker reports
+    /// them. The worker must be otherwise idle.
+    #[arg(long)]
+    pub worker: Option<String>,
+    /// With `--worker`: tokens each decode request generates (its TPOT covers all but the
+    /// first).
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(3..))]
+    pub decode_tokens: u32,
+    /// With `--worker`: the longest cached prefix prefilled (once) for the context and decode
+    /// shapes; contexts beyond it are skipped. Its prefill takes a while on a CPU engine.
+    #[arg(long, default_value_t = 2048)]
+    pub max_prefix: u32,
     /// Where to write the profile JSON.
     #[arg(long)]
     pub out: PathBuf,
@@ -81,6 +99,19 @@ pub enum ProfileError {
     /// A measured step failed.
     #[error("measuring a step")]
     Step(#[source] dolphin_engine::BackendError),
+    /// The worker to measure cannot be reached.
+    #[error("connecting to the worker")]
+    Connect(#[source] crate::CtlError),
+    /// The worker refused or failed a call.
+    #[error("the worker's {call}: {code:?}: {message}")]
+    Worker {
+        /// The RPC.
+        call: &'static str,
+        /// Its status code.
+        code: tonic::Code,
+        /// Its message.
+        message: String,
+    },
     /// The measurements do not determine a profile.
     #[error("fitting the profile")]
     Fit(#[source] FitError),
@@ -99,6 +130,14 @@ pub enum ProfileError {
 }
 
 impl ProfileError {
+    fn worker(call: &'static str, status: &tonic::Status) -> Self {
+        ProfileError::Worker {
+            call,
+            code: status.code(),
+            message: status.message().to_owned(),
+        }
+    }
+
     /// The process exit code: 64 for bad flags or configuration, 1 otherwise.
     pub fn exit_code(&self) -> u8 {
         match self {
@@ -111,9 +150,12 @@ impl ProfileError {
 /// The report written beside the profile.
 #[derive(Debug, Serialize)]
 struct Report<'a> {
+    /// The CPU of the machine that measured: the engine's own with an in-process fit.
     cpu: String,
     cpu_flags: Vec<&'static str>,
-    engine: &'static str,
+    engine: &'a str,
+    /// The worker measured over gRPC (`--worker`), if one was.
+    worker: Option<&'a str>,
     threads: Option<usize>,
     total_blocks: u32,
     block_size: u32,
@@ -127,18 +169,26 @@ struct Report<'a> {
 pub async fn run(args: ProfileArgs, out: &mut impl Write) -> Result<(), ProfileError> {
     match args.command {
         ProfileCommand::Fit(a) => {
-            // Model steps take seconds: off the async runtime's threads.
-            let (fit, a) = tokio::task::spawn_blocking(move || fit(&a).map(|f| (f, a)))
-                .await
-                .map_err(|e| ProfileError::Config(e.to_string()))??;
+            check(&a)?;
+            let measured = match &a.worker {
+                Some(url) => measure_worker(url, &a).await?,
+                None => {
+                    // Model steps take seconds: off the async runtime's threads.
+                    let b = a.clone();
+                    tokio::task::spawn_blocking(move || measure_here(&b))
+                        .await
+                        .map_err(|e| ProfileError::Config(e.to_string()))??
+                }
+            };
+            let fit = fit_and_write(&a, measured)?;
             print_fit(&fit, &a.out, out);
             Ok(())
         }
     }
 }
 
-/// Measures and fits per `a`, writes the profile and the report; returns the fit.
-fn fit(a: &FitArgs) -> Result<ProfileFit, ProfileError> {
+/// The flags' ranges, before anything runs.
+fn check(a: &FitArgs) -> Result<(), ProfileError> {
     if !(a.link_gbps.is_finite() && a.link_gbps > 0.0) {
         return Err(ProfileError::Invalid("--link-gbps must be positive".into()));
     }
@@ -147,14 +197,40 @@ fn fit(a: &FitArgs) -> Result<ProfileFit, ProfileError> {
             "occupancy {o} is outside (0, 1]"
         )));
     }
-    let grid = FitGrid {
+    Ok(())
+}
+
+fn grid(a: &FitArgs) -> FitGrid {
+    FitGrid {
         prefill_tokens: a.prefill_tokens.clone(),
         prefill_context: a.prefill_context.clone(),
         decode_batches: a.batches.clone(),
         occupancies: a.occupancies.clone(),
         reps: a.reps,
         ..FitGrid::default()
-    };
+    }
+}
+
+/// The measured steps and what the profile says about the engine that ran them.
+struct Measured {
+    samples: Vec<StepSample>,
+    engine: String,
+    model: String,
+    total_blocks: u32,
+    block_size: u32,
+    kv_bytes_per_token: u64,
+    /// The engine's step caps (prefill chunk, mixed prefill), which the profile carries.
+    caps: (u32, u32),
+    /// The default profile name's tail: `t<threads>` here, `live` for a worker.
+    how: String,
+    /// The first note: what was measured, where.
+    source: String,
+    grid: FitGrid,
+}
+
+/// Builds the engine per the flags and times the grid on it.
+fn measure_here(a: &FitArgs) -> Result<Measured, ProfileError> {
+    let grid = grid(a);
     let e = &a.engine;
     let config = |err: &dyn std::fmt::Display| ProfileError::Config(err.to_string());
     // (engine, samples, backend facts, the engine's step caps the profile carries).
@@ -172,34 +248,77 @@ fn fit(a: &FitArgs) -> Result<ProfileFit, ProfileError> {
             ("sim", time_grid(backend, &grid)?, caps)
         }
     };
-    let (prefill_chunk, mixed_prefill) = caps;
     let threads = e
         .threads
         .map_or_else(|| "default".into(), |t| t.to_string());
+    let source = format!(
+        "Measured by `dolphinctl profile fit` on {} ({}), engine {engine}, model {}, {} compute thread(s), weights {}.",
+        cpu_name(),
+        cpu_flags().join(" "),
+        info.model,
+        threads,
+        e.weights
+    );
+    Ok(Measured {
+        samples,
+        engine: engine.into(),
+        model: info.model.clone(),
+        total_blocks: info.total_blocks,
+        block_size: info.block_size,
+        kv_bytes_per_token: info.kv_bytes_per_token,
+        caps,
+        how: format!("t{threads}"),
+        source,
+        grid,
+    })
+}
+
+/// Times the grid on the decode worker at `url`.
+async fn measure_worker(url: &str, a: &FitArgs) -> Result<Measured, ProfileError> {
+    let grid = grid(a);
+    let opts = live::LiveOptions {
+        decode_tokens: a.decode_tokens,
+        max_prefix: a.max_prefix,
+    };
+    let progress = |s: &StepSample| eprintln!("profile fit: {:?}: {:.2} ms", s.shape, s.ms);
+    let live::Measured { info, samples } = live::measure(url, &grid, opts, progress).await?;
+    let source = format!(
+        "Measured by `dolphinctl profile fit --worker {url}` over gRPC from the timings the worker reports (prefill: TTFT of one request with nothing cached or a cached prefix; decode: TPOT of concurrent requests over a cached prefix): worker {}, engine {}, model {}, version {}.",
+        info.worker_id, info.engine, info.model, info.version
+    );
+    Ok(Measured {
+        samples,
+        engine: info.engine.clone(),
+        model: info.model.clone(),
+        total_blocks: info.total_blocks,
+        block_size: info.block_size,
+        kv_bytes_per_token: info.kv_bytes_per_token,
+        caps: (info.prefill_chunk_tokens, info.mixed_prefill_tokens),
+        how: "live".into(),
+        source,
+        grid,
+    })
+}
+
+/// Fits the profile to `m`, writes it and the report; returns the fit.
+fn fit_and_write(a: &FitArgs, m: Measured) -> Result<ProfileFit, ProfileError> {
+    let (prefill_chunk, mixed_prefill) = m.caps;
     let name = a
         .name
         .clone()
-        .unwrap_or_else(|| format!("{}-{engine}-t{threads}", info.model));
-    let cpu = cpu_name();
-    let flags = cpu_flags();
+        .unwrap_or_else(|| format!("{}-{}-{}", m.model, m.engine, m.how));
     let base = SimProfile {
         name,
         notes: vec![
+            m.source.clone(),
             format!(
-                "Measured by `dolphinctl profile fit` on {cpu} ({}), engine {engine}, model {}, {} compute thread(s), weights {}.",
-                flags.join(" "),
-                info.model,
-                threads,
-                e.weights
-            ),
-            format!(
-                "Occupancy a = KV blocks a step reads / {} blocks of {} tokens (the pool of --kv-bytes {}): run the simulator with --total-blocks {} and --block-size {}.",
-                info.total_blocks, info.block_size, e.kv_bytes, info.total_blocks, info.block_size
+                "Occupancy a = KV blocks a step reads / {} blocks of {} tokens (the engine's pool): run the simulator with --total-blocks {} and --block-size {}.",
+                m.total_blocks, m.block_size, m.total_blocks, m.block_size
             ),
             "prefill ms = t2 t^2 + t1 t + t0 + tc t c (c: tokens computed before the chunk); decode ms = a2 a^2 + a1 a + a0 + per_seq b; a mixed step is charged the sum. Both fitted by least relative squares; the fit report gives each measured step's error.".into(),
             format!(
                 "kv_bytes_per_token: the engine's exported KV ({} B); link_gbps: {} Gb/s as given to --link-gbps.",
-                info.kv_bytes_per_token, a.link_gbps
+                m.kv_bytes_per_token, a.link_gbps
             ),
         ],
         // Placeholders: the fit sets every coefficient.
@@ -216,25 +335,26 @@ fn fit(a: &FitArgs) -> Result<ProfileFit, ProfileError> {
             per_seq: 0.0,
             floor: 0.0,
         },
-        kv_bytes_per_token: info.kv_bytes_per_token,
+        kv_bytes_per_token: m.kv_bytes_per_token,
         link_gbps: a.link_gbps,
         eos_probability: 0.0,
         prefill_chunk_tokens: prefill_chunk,
         mixed_prefill_tokens: mixed_prefill,
     };
-    let fit = fit_profile(base, &samples, info.total_blocks).map_err(ProfileError::Fit)?;
+    let fit = fit_profile(base, &m.samples, m.total_blocks).map_err(ProfileError::Fit)?;
     write_json(&a.out, &fit.profile)?;
     let report_path = a.report.clone().unwrap_or_else(|| report_path(&a.out));
     let report = Report {
-        cpu,
-        cpu_flags: flags,
-        engine,
-        threads: e.threads,
-        total_blocks: info.total_blocks,
-        block_size: info.block_size,
-        grid: &grid,
+        cpu: cpu_name(),
+        cpu_flags: cpu_flags(),
+        engine: &m.engine,
+        worker: a.worker.as_deref(),
+        threads: a.worker.is_none().then_some(a.engine.threads).flatten(),
+        total_blocks: m.total_blocks,
+        block_size: m.block_size,
+        grid: &m.grid,
         fit: &fit,
-        samples: &samples,
+        samples: &m.samples,
     };
     write_json(&report_path, &report)?;
     Ok(fit)
