@@ -330,14 +330,16 @@ fn lookup_in<B: Bits>(
     hashes: &[BlockHash],
     out: &mut [u32],
 ) {
-    touch_first(map, hashes);
+    for &h in hashes.iter().take(TOUCH_AHEAD) {
+        map.touch_home(h);
+    }
     let mut live = B::from_slots(registered);
     // Touch a few hashes ahead of the one compared: the probes are independent, so the cache
     // misses of a large index overlap instead of being paid one after another. At most
     // TOUCH_AHEAD probes are wasted past the point where no worker matches.
     for (i, &h) in hashes.iter().enumerate() {
         if let Some(&ahead) = hashes.get(i + TOUCH_AHEAD) {
-            map.touch(ahead);
+            map.touch_home(ahead);
         }
         let next = match map.get(h) {
             Some(set) => live.both(&set),
