@@ -4,12 +4,14 @@
 //! saturation (where Dynamo 1.6 meets the SLO for 50, 80 and 95% of requests), the step
 //! limits' TTFT/TPOT trade, tables serving traffic unlike their training traffic, online
 //! learning after a split change, and the ablations (K, no scan, no output-length feature,
-//! k-means against GMM). Writes
+//! k-means against GMM), and the simulator against the live real-model cluster under a measured
+//! profile (read from its last result, or measured with `--run-crosscheck`). Writes
 //! `docs/results/results.json`, the charts (`docs/results/*.png`) and the tables
 //! (`docs/results/tables.md`), and prints the tables.
 //!
 //! ```sh
 //! cargo run --release -p dolphin-bench --bin paper_results            # about 5 minutes
+//! cargo run --release -p dolphin-bench --bin paper_results -- --run-crosscheck  # 25, with SmolLM2
 //! ```
 //!
 //! Every table is learned on one sample of a workload (seed 1, or the trace's first N rows) and
@@ -22,10 +24,11 @@ use std::path::PathBuf;
 use clap::Parser;
 use dolphin_bench::BenchError;
 use dolphin_bench::experiments::{
-    Ablation, Baseline, ClassRow, Comparison, FlipRow, LoadKind, OnlineRow, OperatingPoint,
-    Samples, Setup, ShiftRow, StepLimitRow, ablations, attainment_bars, best_baseline, cdfs,
-    change_pct, find_load, flip, learn, operating_points, operating_table, output_classes,
-    run_baseline, run_table, split, split_change, step_limit_trade, traffic_shift,
+    Ablation, Baseline, ClassRow, Comparison, CrosscheckRow, FlipRow, LoadKind, OnlineRow,
+    OperatingPoint, Samples, Setup, ShiftRow, StepLimitRow, ablations, attainment_bars,
+    best_baseline, cdfs, change_pct, crosscheck_section, find_load, flip, learn, operating_points,
+    operating_table, output_classes, run_baseline, run_crosscheck, run_table, split, split_change,
+    step_limit_trade, traffic_shift,
 };
 use dolphin_engine::SimProfile;
 use dolphin_learn::fit::FitConfig;
@@ -84,6 +87,24 @@ struct Args {
     /// Only the online-learning experiment (for exploring its settings).
     #[arg(long)]
     online_only: bool,
+    /// Also measure the candle engine's profile and run the simulator against the live
+    /// real-model cluster (`dolphinctl profile fit`, then `sim_crosscheck --engine candle`:
+    /// about 20 minutes, needs SmolLM2 from scripts/fetch-model.sh). Without it the section
+    /// is read from `--crosscheck`.
+    #[arg(long)]
+    run_crosscheck: bool,
+    /// Only the cross-check's section (with `--run-crosscheck`: measured first).
+    #[arg(long)]
+    crosscheck_only: bool,
+    /// The cross-check's result, written with `--run-crosscheck`, read otherwise.
+    #[arg(long, default_value = "bench/results/sim_crosscheck_candle.json")]
+    crosscheck: PathBuf,
+    /// The profile `--run-crosscheck` measures and the cross-check uses.
+    #[arg(
+        long,
+        default_value = "bench/results/profile_fit/smollm2-candle-t1.json"
+    )]
+    crosscheck_profile: PathBuf,
 }
 
 #[derive(Serialize)]
@@ -101,6 +122,7 @@ struct Results {
     online: Vec<OnlineRow>,
     output_classes: Vec<ClassRow>,
     ablations: Vec<Ablation>,
+    crosscheck: Vec<CrosscheckRow>,
 }
 
 fn main() {
@@ -117,6 +139,14 @@ fn run(args: Args) -> Result<(), BenchError> {
     std::fs::create_dir_all(&args.out)
         .map_err(BenchError::io(format!("create {}", args.out.display())))?;
     let mut md = String::new();
+    if args.run_crosscheck {
+        run_crosscheck(&args.crosscheck_profile, &args.crosscheck)?;
+    }
+    if args.crosscheck_only {
+        crosscheck_section(&args.crosscheck, &mut md)?;
+        println!("{md}");
+        return Ok(());
+    }
     let setup = |split: Split, concurrency: u32| Setup {
         profile: profile.clone(),
         split,
@@ -424,6 +454,8 @@ fn run(args: Args) -> Result<(), BenchError> {
         &mut md,
     )?;
 
+    let crosscheck = crosscheck_section(&args.crosscheck, &mut md)?;
+
     let results = Results {
         profile: profile.name.clone(),
         requests: args.requests,
@@ -438,6 +470,7 @@ fn run(args: Args) -> Result<(), BenchError> {
         online,
         output_classes: classes,
         ablations,
+        crosscheck,
     };
     let json = args.out.join("results.json");
     dolphin_bench::results::write_json("paper_results", Some(&json), &results)?;

@@ -20,6 +20,7 @@ use crate::BenchError;
 mod ablation;
 mod charts;
 mod classes;
+mod crosscheck;
 mod flip;
 mod online;
 mod operating;
@@ -28,6 +29,7 @@ mod shift;
 pub use ablation::{Ablation, ablations};
 pub use charts::{attainment_bars, cdfs};
 pub use classes::{ClassRow, capped_records, output_classes};
+pub use crosscheck::{CrosscheckRow, crosscheck_section, run_crosscheck};
 pub use flip::{FlipRow, flip};
 pub use online::{OnlineRow, OnlineSeries, split_change};
 pub use operating::{

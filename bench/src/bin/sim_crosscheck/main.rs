@@ -203,6 +203,10 @@ struct SplitResult {
 struct Output {
     config: Config,
     splits: Vec<SplitResult>,
+    cpu: String,
+    cpu_flags: Vec<&'static str>,
+    /// When the run ended, seconds since the Unix epoch.
+    written_unix_s: u64,
     cpus: usize,
     load_average_before: String,
     notes: &'static str,
@@ -383,6 +387,11 @@ async fn main() -> anyhow::Result<()> {
     let output = Output {
         config,
         splits: results,
+        cpu: dolphin_bench::machine::cpu_name(),
+        cpu_flags: dolphin_bench::machine::cpu_flags(),
+        written_unix_s: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
         cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
         load_average_before: load_average_before.trim().to_string(),
         notes: NOTES,
