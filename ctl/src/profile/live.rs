@@ -231,6 +231,16 @@ impl Probe {
                 one(self.client.clone(), id, prompt, decode_tokens)
             });
             let outcomes = try_join_all(calls.collect::<Vec<_>>()).await?;
+            // A prefix evicted meanwhile would be prefilled again by every request, and those
+            // prefills would land in the others' decode steps.
+            if let Some(o) = outcomes.iter().find(|o| (o.cached as usize) < prefix.len()) {
+                eprintln!(
+                    "profile fit: warning: a decode request found {} of its {} prefix tokens \
+                     cached; its batch's steps include prefill work",
+                    o.cached,
+                    prefix.len()
+                );
+            }
             if run >= self.warmup {
                 let mut tpots: Vec<f64> = outcomes.iter().map(|o| o.tpot_ms).collect();
                 runs.push(median(&mut tpots));
