@@ -148,7 +148,9 @@ mod tests {
 
     #[test]
     fn in_place_and_copied_bytes_hash_alike() {
-        let tokens: Vec<u32> = (0..1000).map(|i| i * 2_654_435_761).collect();
+        let tokens: Vec<u32> = (0..1000u32)
+            .map(|i| i.wrapping_mul(2_654_435_761))
+            .collect();
         for len in [0, 1, 16, 60, 64, 65, 200, 1000] {
             assert_eq!(
                 chain_hash(Some(7), &tokens[..len]),

@@ -340,9 +340,9 @@ async fn one(
         }
     }
     let msg = last
-        .ok_or_else(|| ProfileError::Invalid("the worker's stream ended without timings".into()))?;
+        .ok_or_else(|| ProfileError::Measure("the worker's stream ended without timings".into()))?;
     if msg.finish_reason == v1::FinishReason::Error as i32 {
-        return Err(ProfileError::Invalid(
+        return Err(ProfileError::Measure(
             "the worker ended a request with an error".into(),
         ));
     }

@@ -66,7 +66,8 @@ pub struct FitArgs {
     /// `<out stem>.fit.json`).
     #[arg(long)]
     pub report: Option<PathBuf>,
-    /// The profile's name (default: `<model>-<engine>-t<threads>`).
+    /// The profile's name (default: `<model>-<engine>-t<threads>`, `<model>-<engine>-live` for
+    /// a worker).
     #[arg(long)]
     pub name: Option<String>,
     /// Bandwidth between prefill and decode workers the profile assumes, Gb/s (default: 27.3,
@@ -112,6 +113,9 @@ pub enum ProfileError {
         /// Its message.
         message: String,
     },
+    /// A measured request did not give what a measurement needs.
+    #[error("measuring: {0}")]
+    Measure(String),
     /// The measurements do not determine a profile.
     #[error("fitting the profile")]
     Fit(#[source] FitError),
