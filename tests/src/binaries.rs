@@ -1,5 +1,6 @@
 //! Finding the real binaries: the tests run `target/<profile>/dolphin-*`, built beside the test
-//! executable by `cargo build --workspace --bins` (scripts/test.sh does that first).
+//! executable by `cargo build --workspace --bins` (scripts/test.sh does that first), and
+//! `dolphinctl` commands run to their end ([`dolphinctl`]).
 
 use std::path::PathBuf;
 
@@ -41,6 +42,21 @@ pub fn binary(name: &str) -> anyhow::Result<PathBuf> {
         );
     }
     Ok(path)
+}
+
+/// Runs `dolphinctl` with `args` to its end and returns what it printed and its status. It is
+/// killed if it runs past [`GENEROUS`](crate::wait::GENEROUS) or the test drops the call.
+pub async fn dolphinctl<I, S>(args: I) -> anyhow::Result<std::process::Output>
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<std::ffi::OsStr>,
+{
+    let mut cmd = tokio::process::Command::new(binary(DOLPHINCTL)?);
+    cmd.args(args).kill_on_drop(true);
+    tokio::time::timeout(crate::wait::GENEROUS, cmd.output())
+        .await
+        .context("dolphinctl did not finish")?
+        .context("cannot run dolphinctl")
 }
 
 #[cfg(test)]

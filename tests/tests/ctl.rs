@@ -3,11 +3,10 @@
 //! that dies while the rest keeps serving, and its children do not outlive it even when it is
 //! SIGKILLed.
 
-use std::process::Output;
-
 use anyhow::Context;
 use dolphin_proto::v1::PrefillMode;
 use dolphin_proto::v1::inference_client::InferenceClient;
+use dolphin_tests::binaries::dolphinctl;
 use dolphin_tests::cluster::{READY_TIMEOUT, spawn};
 use dolphin_tests::wait::{self, GENEROUS};
 use dolphin_tests::{EtcdServer, binaries, grpc, http};
@@ -140,14 +139,6 @@ fn is_gone(pid: Pid) -> bool {
         std::fs::read_to_string(format!("/proc/{}/stat", pid.as_raw_nonzero())).unwrap_or_default();
     stat.rsplit_once(')')
         .is_none_or(|(_, rest)| rest.trim_start().starts_with('Z'))
-}
-
-async fn dolphinctl(args: &[&str]) -> anyhow::Result<Output> {
-    let mut cmd = tokio::process::Command::new(binaries::binary(binaries::DOLPHINCTL)?);
-    cmd.args(args).kill_on_drop(true);
-    Ok(tokio::time::timeout(GENEROUS, cmd.output())
-        .await
-        .context("dolphinctl did not finish")??)
 }
 
 #[tokio::test]

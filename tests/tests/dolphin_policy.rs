@@ -6,10 +6,10 @@
 //! table, and the fallback decides again.
 
 use std::path::{Path, PathBuf};
-use std::process::Output;
 
 use anyhow::Context;
 use dolphin_proto::v1::{PrefillMode, PutTableRequest};
+use dolphin_tests::binaries::dolphinctl;
 use dolphin_tests::cluster::{READY_TIMEOUT, spawn};
 use dolphin_tests::wait::{self, GENEROUS};
 use dolphin_tests::{ClusterConfig, TestCluster, binaries, grpc, http};
@@ -21,16 +21,6 @@ const FALLBACK: &str = "dolphin-fallback/threshold";
 const FIT_REQUESTS: usize = 12;
 /// Requests sent per checked phase.
 const PHASE_REQUESTS: usize = 4;
-
-/// Runs `dolphinctl args...` to completion.
-async fn dolphinctl(args: &[&str]) -> anyhow::Result<Output> {
-    let mut cmd = tokio::process::Command::new(binaries::binary(binaries::DOLPHINCTL)?);
-    cmd.args(args).kill_on_drop(true);
-    tokio::time::timeout(GENEROUS, cmd.output())
-        .await
-        .context("dolphinctl did not finish")?
-        .context("cannot run dolphinctl")
-}
 
 /// Runs a `dolphinctl tables` command against the cluster's router; it must succeed. Returns
 /// its stdout.

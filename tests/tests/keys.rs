@@ -4,19 +4,11 @@
 
 use dolphin_proto::v1::router_admin_client::RouterAdminClient;
 use dolphin_proto::v1::{ListModelsRequest, ListWorkersRequest, PrefillMode};
-use dolphin_tests::{ClusterConfig, TestCluster, binaries, grpc, http};
+use dolphin_tests::binaries::dolphinctl;
+use dolphin_tests::{ClusterConfig, TestCluster, grpc, http};
 
 const API_KEY: &str = "sk-dolphin-user-1";
 const ADMIN_KEY: &str = "sk-dolphin-admin-1";
-
-async fn dolphinctl(args: &[&str]) -> anyhow::Result<std::process::Output> {
-    Ok(
-        tokio::process::Command::new(binaries::binary(binaries::DOLPHINCTL)?)
-            .args(args)
-            .output()
-            .await?,
-    )
-}
 
 #[tokio::test]
 async fn public_and_admin_apis_take_only_their_own_keys() -> anyhow::Result<()> {

@@ -12,8 +12,9 @@ use std::process::Output;
 use anyhow::Context;
 use dolphin_proto::v1::{GetPolicyRequest, GetTableRequest, ListTablesRequest, PolicyConfig};
 use dolphin_router::dolphin::{CompiledTable, RoutingTable};
+use dolphin_tests::binaries::dolphinctl;
 use dolphin_tests::wait::{self, GENEROUS};
-use dolphin_tests::{ClusterConfig, TestCluster, binaries};
+use dolphin_tests::{ClusterConfig, TestCluster};
 use serde_json::Value;
 
 /// The simulator run of these tests. The SLOs are tight for the fast dynamo-mocker profile so
@@ -42,16 +43,6 @@ const SIM: [&str; 19] = [
 
 /// Rounds of the simulator run (patience is 8, so the search runs them all).
 const SIM_ROUNDS: usize = 8;
-
-/// Runs `dolphinctl args...` to completion.
-async fn dolphinctl(args: &[String]) -> anyhow::Result<Output> {
-    let mut cmd = tokio::process::Command::new(binaries::binary(binaries::DOLPHINCTL)?);
-    cmd.args(args).kill_on_drop(true);
-    tokio::time::timeout(GENEROUS, cmd.output())
-        .await
-        .context("dolphinctl did not finish")?
-        .context("cannot run dolphinctl")
-}
 
 fn text(out: &Output) -> String {
     format!(

@@ -5,25 +5,15 @@
 //! together or an occupancy computed differently would each be off by far more), and the fitted
 //! profile must load. A refused call (a prefill worker) is an error that names the reason.
 
-use std::process::Output;
-
 use anyhow::Context;
 use dolphin_engine::SimProfile;
-use dolphin_tests::wait::GENEROUS;
-use dolphin_tests::{ClusterConfig, TestCluster, binaries};
+use dolphin_tests::binaries::dolphinctl;
+use dolphin_tests::{ClusterConfig, TestCluster};
 use serde_json::Value;
 
 /// The decode worker's pool: small, so the occupancies below need short contexts.
 const TOTAL_BLOCKS: u32 = 256;
 const BLOCK_SIZE: u32 = 16;
-
-async fn dolphinctl(args: &[String]) -> anyhow::Result<Output> {
-    let mut cmd = tokio::process::Command::new(binaries::binary(binaries::DOLPHINCTL)?);
-    cmd.args(args).kill_on_drop(true);
-    Ok(tokio::time::timeout(GENEROUS, cmd.output())
-        .await
-        .context("dolphinctl did not finish")??)
-}
 
 #[tokio::test]
 async fn a_live_decode_worker_is_measured_as_its_engine_runs() -> anyhow::Result<()> {

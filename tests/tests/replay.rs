@@ -7,8 +7,8 @@ use std::path::Path;
 use std::process::Output;
 
 use anyhow::Context;
-use dolphin_tests::wait::GENEROUS;
-use dolphin_tests::{ClusterConfig, TestCluster, binaries};
+use dolphin_tests::binaries::dolphinctl;
+use dolphin_tests::{ClusterConfig, TestCluster};
 use serde_json::Value;
 
 const CHARTS: [&str; 4] = [
@@ -17,14 +17,6 @@ const CHARTS: [&str; 4] = [
     "e2e_cdf.png",
     "cluster_attainment.png",
 ];
-
-async fn dolphinctl(args: &[&str]) -> anyhow::Result<Output> {
-    let mut cmd = tokio::process::Command::new(binaries::binary(binaries::DOLPHINCTL)?);
-    cmd.args(args).kill_on_drop(true);
-    Ok(tokio::time::timeout(GENEROUS, cmd.output())
-        .await
-        .context("dolphinctl did not finish")??)
-}
 
 fn text(out: &Output) -> String {
     format!(

@@ -9,6 +9,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 use std::process::Command;
 
+use dolphin_router::request_log::rfc3339;
 use serde::Serialize;
 use serde_json::Value;
 
@@ -165,18 +166,11 @@ pub fn crosscheck_section(
     Ok(rows)
 }
 
-/// `YYYY-MM-DD` (UTC) of a Unix time (Howard Hinnant's days-to-civil).
+/// `YYYY-MM-DD` (UTC) of a Unix time.
 fn utc_date(unix_s: u64) -> String {
-    let z = (unix_s / 86_400) as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!("{year:04}-{month:02}-{day:02}")
+    let mut date = rfc3339(unix_s);
+    date.truncate("YYYY-MM-DD".len());
+    date
 }
 
 /// The rows of a live cross-check, `None` if any split lacks its live side.
