@@ -11,7 +11,7 @@
 //!
 //! ```sh
 //! cargo run --release -p dolphin-bench --bin paper_results            # about 5 minutes
-//! cargo run --release -p dolphin-bench --bin paper_results -- --run-crosscheck  # 25, with SmolLM2
+//! cargo run --release -p dolphin-bench --bin paper_results -- --run-crosscheck  # +20, SmolLM2
 //! ```
 //!
 //! Every table is learned on one sample of a workload (seed 1, or the trace's first N rows) and

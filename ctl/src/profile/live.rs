@@ -191,19 +191,18 @@ struct Probe {
 impl Probe {
     /// A prefill of `tokens` fresh tokens after `prefix` (cached or not): the median TTFT.
     async fn prefill(&mut self, prefix: &[u32], tokens: u32) -> Result<StepSample, ProfileError> {
+        let len = prefix.len() as u32 + tokens;
         let mut runs = Vec::new();
         let mut cached = Vec::new();
         for run in 0..self.warmup + self.reps {
             let mut prompt = prefix.to_vec();
             prompt.extend(self.tokens.fresh(tokens));
-            let len = prompt.len() as u32;
             let o = self.one(prompt, 1).await?;
             if run >= self.warmup {
                 runs.push(o.ttft_ms);
                 cached.push(o.cached.min(len - 1));
             }
         }
-        let len = prefix.len() as u32 + tokens;
         let context = median_u32(&mut cached);
         Ok(sample(
             StepShape::Prefill {
