@@ -2,6 +2,8 @@
 
 use std::sync::Arc;
 
+use dolphin_kv_block::KvBlock;
+
 use crate::drive::{DriveStart, SeqDriver};
 use crate::error::EngineError;
 use crate::scheduler::{BatchWait, StepProfile};
@@ -40,7 +42,7 @@ pub trait Engine: Send + Sync + 'static {
         &self,
         req: SeqRequest,
         skip_blocks: u32,
-        blocks: tokio::sync::mpsc::UnboundedSender<bytes::Bytes>,
+        blocks: tokio::sync::mpsc::UnboundedSender<KvBlock>,
     ) -> Result<PrefillOutput, EngineError> {
         let mut out = self.prefill(req, skip_blocks).await?;
         for b in std::mem::take(&mut out.blocks) {

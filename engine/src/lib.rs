@@ -22,6 +22,7 @@ mod types;
 pub use backend::{Backend, Batch, BatchEntry, ImportBlock, KvBlocks, SeqStart};
 #[cfg(feature = "candle")]
 pub use candle::{CandleConfig, candle_backend, candle_engine};
+pub use dolphin_kv_block::KvBlock;
 pub use drive::{DriveStart, DrivenEnd, DrivenToken, SeqDriver, Steer};
 pub use engine::Engine;
 pub use error::{BackendError, BoxError, EngineError};

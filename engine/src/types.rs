@@ -3,8 +3,8 @@
 use std::num::NonZeroU32;
 use std::time::Duration;
 
-use bytes::Bytes;
 use dolphin_cluster::BlockHash;
+use dolphin_kv_block::KvBlock;
 
 /// Engine-internal id of a request, unique for the engine's lifetime.
 pub type SeqId = u64;
@@ -210,7 +210,8 @@ pub struct PrefillOutput {
     /// Prompt tokens found in this engine's prefix cache.
     pub cached_tokens: u32,
     /// Blocks `[skip_blocks, ceil(prompt / block_size))` of the prompt; the last may be partial.
-    pub blocks: Vec<Bytes>,
+    /// Each carries the checksum taken when it was exported.
+    pub blocks: Vec<KvBlock>,
     /// Time from arrival to admission.
     pub queued: Duration,
     /// Time from admission to the first token.

@@ -99,7 +99,8 @@ pub(crate) async fn discard<S: AsyncRead + Unpin>(
 }
 
 /// Writes all of `slices` with vectored writes (headers and payloads go out in one call, the
-/// payloads straight from their `Bytes`). Empty slices must be left out by the caller.
+/// payloads straight from their `Bytes`). Empty slices must be left out by the caller. Does
+/// not flush: call [`flush`] before waiting for the peer's answer.
 pub(crate) async fn write_all_vectored<S: AsyncWrite + Unpin>(
     stream: &mut S,
     mut slices: &mut [IoSlice<'_>],
@@ -116,14 +117,29 @@ pub(crate) async fn write_all_vectored<S: AsyncWrite + Unpin>(
     Ok(())
 }
 
-/// Writes a small buffer (preface, begin or ack frame).
+/// Pushes out what the stream still holds. This matters over TLS: a TLS stream takes plaintext
+/// it cannot yet send as records (the socket is full) and reports it written, so without a
+/// flush the last records would wait in its buffer while this side waits for the peer's
+/// answer to them, until the timeout. On plain TCP it is free. Between the writes of one
+/// transfer it is not needed: each write first sends what the last one left.
+pub(crate) async fn flush<S: AsyncWrite + Unpin>(
+    stream: &mut S,
+    after: Duration,
+    op: &'static str,
+) -> Result<(), TransferError> {
+    timed(after, op, stream.flush()).await
+}
+
+/// Writes a small buffer (preface, begin or ack frame) and flushes it: every such frame is
+/// followed by a wait for the peer.
 pub(crate) async fn write_all<S: AsyncWrite + Unpin>(
     stream: &mut S,
     buf: &[u8],
     after: Duration,
     op: &'static str,
 ) -> Result<(), TransferError> {
-    timed(after, op, stream.write_all(buf)).await
+    timed(after, op, stream.write_all(buf)).await?;
+    flush(stream, after, op).await
 }
 
 #[cfg(test)]
@@ -172,6 +188,54 @@ mod tests {
             .unwrap();
         drop(a);
         assert_eq!(reader.await.unwrap(), b"headerpayload bytesend");
+    }
+
+    /// A writer that, like a TLS stream, takes bytes into a buffer of its own and passes them
+    /// on only when flushed.
+    #[derive(Default)]
+    struct Buffering {
+        held: Vec<u8>,
+        wire: Vec<u8>,
+    }
+
+    impl AsyncWrite for Buffering {
+        fn poll_write(
+            mut self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+            buf: &[u8],
+        ) -> std::task::Poll<io::Result<usize>> {
+            self.held.extend_from_slice(buf);
+            std::task::Poll::Ready(Ok(buf.len()))
+        }
+
+        fn poll_flush(
+            mut self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<io::Result<()>> {
+            let held = std::mem::take(&mut self.held);
+            self.wire.extend_from_slice(&held);
+            std::task::Poll::Ready(Ok(()))
+        }
+
+        fn poll_shutdown(
+            self: std::pin::Pin<&mut Self>,
+            cx: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<io::Result<()>> {
+            self.poll_flush(cx)
+        }
+    }
+
+    #[tokio::test]
+    async fn small_frames_are_flushed_and_flush_empties_the_buffer() {
+        let mut w = Buffering::default();
+        let parts: [&[u8]; 2] = [b"blocks", b"end"];
+        write_all_vectored(&mut w, &mut parts.map(IoSlice::new), T, "test")
+            .await
+            .unwrap();
+        flush(&mut w, T, "test").await.unwrap();
+        assert_eq!((&w.held[..], &w.wire[..]), (&b""[..], &b"blocksend"[..]));
+        write_all(&mut w, b"ack", T, "test").await.unwrap();
+        assert_eq!((&w.held[..], &w.wire[..]), (&b""[..], &b"blocksendack"[..]));
     }
 
     #[tokio::test]

@@ -7,7 +7,8 @@
 //! described in [`frame`].
 //!
 //! Guarantees:
-//! - every payload is checksummed (CRC-32 over transfer id, index and bytes);
+//! - every payload is checksummed (CRC-32 over transfer id, index and bytes), from the
+//!   checksum its exporter took ([`KvBlock`]) to the receiver's check of the bytes it read;
 //! - a transfer id is delivered at most once; unknown or rejected transfers are drained and
 //!   answered with an error ack, so the connection stays usable;
 //! - memory is bounded: a block longer than `max_block_bytes` is refused before allocation, and
@@ -32,6 +33,7 @@ mod slot;
 mod transport;
 
 pub use config::TransferConfig;
+pub use dolphin_kv_block::KvBlock;
 pub use error::TransferError;
 pub use frame::AckCode;
 pub use receiver::KvReceiver;

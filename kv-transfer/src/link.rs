@@ -6,6 +6,7 @@ use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use dolphin_kv_block::KvBlock;
 use dolphin_tls::{Dialer, MaybeTlsStream};
 use tokio::io::ReadBuf;
 use tokio::sync::{mpsc, oneshot};
@@ -18,7 +19,7 @@ use crate::frame::{
     AckCode, Frame, FrameError, HEADER_LEN, MAX_TRAILER_BYTES, PREFACE_LEN, Preface, VERSION,
     end_frame,
 };
-use crate::io::{read_exact, write_all, write_all_vectored};
+use crate::io::{flush, read_exact, write_all, write_all_vectored};
 
 /// A connected, handshaken socket to one receiver (TLS on it when the sender has TLS).
 #[derive(Debug)]
@@ -101,7 +102,7 @@ impl Link {
     pub(crate) async fn transfer(
         &mut self,
         id: TransferId,
-        blocks: &[Bytes],
+        blocks: &[KvBlock],
         trailer: &Bytes,
         cfg: &TransferConfig,
     ) -> Result<(), TransferError> {
@@ -127,13 +128,13 @@ impl Link {
         &mut self,
         id: TransferId,
         n_blocks: u32,
-        blocks: &mut mpsc::UnboundedReceiver<Bytes>,
+        blocks: &mut mpsc::UnboundedReceiver<KvBlock>,
         trailer: &mut oneshot::Receiver<Bytes>,
         cfg: &TransferConfig,
     ) -> Result<(u32, u64), TransferError> {
         let mut sent = 0u32;
         let mut bytes = 0u64;
-        let mut batch: Vec<Bytes> = Vec::with_capacity(BATCH_BLOCKS);
+        let mut batch: Vec<KvBlock> = Vec::with_capacity(BATCH_BLOCKS);
         let ended = |sent| TransferError::SourceEnded {
             id,
             sent,
@@ -235,7 +236,7 @@ impl Link {
         id: TransferId,
         n_blocks: u32,
         first: u32,
-        batch: &[Bytes],
+        batch: &[KvBlock],
         trailer: Option<&Bytes>,
         after: Duration,
     ) -> Result<(), TransferError> {
@@ -261,7 +262,7 @@ impl Link {
         for (header, block) in headers.iter().zip(batch) {
             push(&mut slices, &mut n, header);
             if !block.is_empty() {
-                push(&mut slices, &mut n, block);
+                push(&mut slices, &mut n, block.bytes());
             }
         }
         if first as usize + batch.len() == n_blocks as usize
@@ -278,7 +279,7 @@ impl Link {
     async fn write_transfer(
         &mut self,
         id: TransferId,
-        blocks: &[Bytes],
+        blocks: &[KvBlock],
         trailer: &Bytes,
         after: Duration,
     ) -> Result<(), TransferError> {
@@ -314,13 +315,15 @@ impl Link {
         Ok(())
     }
 
-    /// Reads the ack of transfer `id`. The outer error is a broken link; the inner one the
+    /// Reads the ack of transfer `id`, after flushing what was written (the receiver acks
+    /// only once it has everything). The outer error is a broken link; the inner one the
     /// receiver's refusal, after which the link may still be usable.
     async fn read_ack(
         &mut self,
         id: TransferId,
         after: Duration,
     ) -> Result<Result<(), TransferError>, TransferError> {
+        flush(&mut self.stream, after, "flush transfer").await?;
         let mut b = [0u8; HEADER_LEN];
         read_exact(&mut self.stream, &mut b, after, "read ack").await?;
         match Frame::decode(&b, 0)? {

@@ -30,12 +30,13 @@ use std::time::Instant;
 use bytes::Bytes;
 use cudarc::driver::{CudaContext, CudaStream};
 use cudarc::nccl::{Comm, Id};
+use dolphin_kv_block::KvBlock;
 use parking_lot::Mutex;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::TransferId;
 use crate::error::TransferError;
-use crate::frame::{AckCode, MAX_TRAILER_BYTES, TRAILER_INDEX, block_checksum};
+use crate::frame::{AckCode, MAX_TRAILER_BYTES, TRAILER_INDEX, block_checksum, block_checksum_of};
 use crate::sender::SendStats;
 use crate::slot::{Claim, Registry, SlotSink};
 use crate::transport::{KvTransport, SendFuture};
@@ -218,7 +219,7 @@ fn u64_at(b: &[u8], at: usize) -> u64 {
 struct Job {
     id: TransferId,
     n_blocks: u32,
-    blocks: mpsc::UnboundedReceiver<Bytes>,
+    blocks: mpsc::UnboundedReceiver<KvBlock>,
     trailer: oneshot::Receiver<Bytes>,
     reply: oneshot::Sender<Result<SendStats, TransferError>>,
 }
@@ -271,7 +272,7 @@ fn send_job(
     rank: &Rank,
     id: TransferId,
     n_blocks: u32,
-    mut blocks: mpsc::UnboundedReceiver<Bytes>,
+    mut blocks: mpsc::UnboundedReceiver<KvBlock>,
     trailer: oneshot::Receiver<Bytes>,
 ) -> Result<(u32, u64), TransferError> {
     rank.send(&header(id, n_blocks))?;
@@ -296,9 +297,9 @@ fn send_job(
             len: block.len(),
             max: MAX_BLOCK_BYTES,
         })?;
-        rank.send(&descriptor(len, block_checksum(id, sent, &block)))?;
+        rank.send(&descriptor(len, block_checksum_of(id, sent, &block)))?;
         if len > 0 {
-            rank.send(&block)?;
+            rank.send(block.bytes())?;
         }
         bytes += u64::from(len);
         sent += 1;
@@ -389,7 +390,7 @@ impl KvTransport for NcclSender {
         target: &'a str,
         id: TransferId,
         n_blocks: u32,
-        blocks: mpsc::UnboundedReceiver<Bytes>,
+        blocks: mpsc::UnboundedReceiver<KvBlock>,
         trailer: oneshot::Receiver<Bytes>,
     ) -> SendFuture<'a> {
         Box::pin(async move {
@@ -443,7 +444,7 @@ impl KvTransport for NcclOrTcp {
         target: &'a str,
         id: TransferId,
         n_blocks: u32,
-        blocks: mpsc::UnboundedReceiver<Bytes>,
+        blocks: mpsc::UnboundedReceiver<KvBlock>,
         trailer: oneshot::Receiver<Bytes>,
     ) -> SendFuture<'a> {
         if self.nccl.has_link(target) {

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use dolphin_kv_block::KvBlock;
 use dolphin_tls::{Dialer, Tls, TlsError};
 use parking_lot::Mutex;
 
@@ -77,7 +78,7 @@ impl KvSender {
         &self,
         target: &str,
         id: TransferId,
-        blocks: &[Bytes],
+        blocks: &[KvBlock],
     ) -> Result<SendStats, TransferError> {
         self.send_with_trailer(target, id, blocks, &Bytes::new())
             .await
@@ -89,7 +90,7 @@ impl KvSender {
         &self,
         target: &str,
         id: TransferId,
-        blocks: &[Bytes],
+        blocks: &[KvBlock],
         trailer: &Bytes,
     ) -> Result<SendStats, TransferError> {
         let result = self.push(target, id, blocks, trailer).await;
@@ -101,7 +102,7 @@ impl KvSender {
         &self,
         target: &str,
         id: TransferId,
-        blocks: &[Bytes],
+        blocks: &[KvBlock],
         trailer: &Bytes,
     ) -> Result<SendStats, TransferError> {
         let started = Instant::now();
@@ -170,7 +171,7 @@ impl KvSender {
         target: &str,
         id: TransferId,
         n_blocks: u32,
-        blocks: tokio::sync::mpsc::UnboundedReceiver<Bytes>,
+        blocks: tokio::sync::mpsc::UnboundedReceiver<KvBlock>,
         trailer: tokio::sync::oneshot::Receiver<Bytes>,
     ) -> Result<SendStats, TransferError> {
         if n_blocks == 0 {
@@ -198,7 +199,7 @@ impl KvSender {
         target: &str,
         id: TransferId,
         n_blocks: u32,
-        mut blocks: tokio::sync::mpsc::UnboundedReceiver<Bytes>,
+        mut blocks: tokio::sync::mpsc::UnboundedReceiver<KvBlock>,
         mut trailer: tokio::sync::oneshot::Receiver<Bytes>,
     ) -> Result<SendStats, TransferError> {
         let started = Instant::now();

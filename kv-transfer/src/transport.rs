@@ -6,6 +6,7 @@ use std::future::Future;
 use std::pin::Pin;
 
 use bytes::Bytes;
+use dolphin_kv_block::KvBlock;
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::sync::oneshot;
 
@@ -34,7 +35,7 @@ pub trait KvTransport: Debug + Send + Sync {
         target: &'a str,
         id: TransferId,
         n_blocks: u32,
-        blocks: UnboundedReceiver<Bytes>,
+        blocks: UnboundedReceiver<KvBlock>,
         trailer: oneshot::Receiver<Bytes>,
     ) -> SendFuture<'a>;
 }
@@ -49,7 +50,7 @@ impl KvTransport for KvSender {
         target: &'a str,
         id: TransferId,
         n_blocks: u32,
-        blocks: UnboundedReceiver<Bytes>,
+        blocks: UnboundedReceiver<KvBlock>,
         trailer: oneshot::Receiver<Bytes>,
     ) -> SendFuture<'a> {
         Box::pin(KvSender::send_stream(

@@ -9,7 +9,7 @@ use dolphin_kv_transfer::frame::{
     AckCode, Frame, FrameError, HEADER_LEN, PREFACE_LEN, Preface, TRAILER_INDEX, block_checksum,
     end_frame,
 };
-use dolphin_kv_transfer::{KvReceiver, KvSender, TransferConfig, TransferError};
+use dolphin_kv_transfer::{KvBlock, KvReceiver, KvSender, TransferConfig, TransferError};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// A transfer that must succeed, proving the receiver still serves.
@@ -392,8 +392,8 @@ async fn oversized_frame_is_refused_before_allocation() {
 async fn sender_refuses_oversized_blocks_locally() {
     let tx = KvSender::new(cfg());
     let big = vec![
-        bytes::Bytes::new(),
-        bytes::Bytes::from(vec![0u8; (1 << 20) + 1]),
+        KvBlock::from(Vec::new()),
+        KvBlock::from(vec![0u8; (1 << 20) + 1]),
     ];
     // Nothing listens on port 9 of this address; the check comes before connecting.
     let err = tx

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{block, blocks, cfg, collect, collect_after, receiver};
-use dolphin_kv_transfer::{KvSender, TransferConfig};
+use dolphin_kv_transfer::{KvBlock, KvSender, TransferConfig};
 use tokio::sync::Barrier;
 
 #[tokio::test]
@@ -76,7 +76,7 @@ async fn concurrent_transfers_use_separate_connections() {
             let first = slot.recv().await.expect("a block").expect("intact");
             barrier.wait().await;
             assert_eq!(first.0, 0);
-            collect_after(&mut slot, vec![first.1])
+            collect_after(&mut slot, vec![KvBlock::new(first.1)])
                 .await
                 .expect("transfer")
         });
@@ -122,7 +122,7 @@ async fn slow_consumer_holds_back_the_sender() {
         async move { tx.send(&target, 5, &sent).await }
     });
     let first = slot.recv().await.expect("a block").expect("intact");
-    assert_eq!(first, (0, sent[0].clone()));
+    assert_eq!(first, (0, sent[0].bytes().clone()));
     // Give an unbounded transport ample time to finish. The assertion cannot fail spuriously:
     // with backpressure the send cannot complete while the consumer does not read.
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -130,7 +130,7 @@ async fn slow_consumer_holds_back_the_sender() {
         !send.is_finished(),
         "send completed while the consumer was stalled"
     );
-    let got = collect_after(&mut slot, vec![first.1])
+    let got = collect_after(&mut slot, vec![KvBlock::new(first.1)])
         .await
         .expect("transfer");
     assert_eq!(got, sent);

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use common::{blocks, cfg, collect, collect_after, ready, receiver};
-use dolphin_kv_transfer::{KvSender, TransferError};
+use dolphin_kv_transfer::{KvBlock, KvSender, TransferError};
 use tokio::sync::{mpsc, oneshot};
 
 #[tokio::test]
@@ -31,8 +31,8 @@ async fn blocks_go_out_as_they_are_produced() {
     let mut got = Vec::new();
     for i in 0..5 {
         let (index, b) = slot.recv().await.expect("a block").expect("intact");
-        assert_eq!((index, &b), (i, &sent[i as usize]));
-        got.push(b);
+        assert_eq!((index, &b), (i, sent[i as usize].bytes()));
+        got.push(KvBlock::new(b));
     }
     for b in &sent[5..] {
         tokio::time::sleep(Duration::from_millis(2)).await;
@@ -41,8 +41,8 @@ async fn blocks_go_out_as_they_are_produced() {
     // Every block is out, but the transfer is not complete before its result is.
     for i in 5..12 {
         let (index, b) = slot.recv().await.expect("a block").expect("intact");
-        assert_eq!((index, &b), (i, &sent[i as usize]));
-        got.push(b);
+        assert_eq!((index, &b), (i, sent[i as usize].bytes()));
+        got.push(KvBlock::new(b));
     }
     assert!(
         tokio::time::timeout(Duration::from_millis(50), slot.recv())

@@ -140,3 +140,42 @@ async fn a_tls_sender_does_not_talk_to_a_plaintext_receiver() {
     let tx = sender(&load(&pki.member("prefill")));
     assert!(transfer(&rx, &tx, &target, 1).await.is_err());
 }
+
+/// A transfer that fills the socket while the consumer is behind: TLS takes the last blocks
+/// into its own buffer when the socket is full, and the sender must flush them before it
+/// waits for the ack (without the flush it waited until the timeout).
+#[tokio::test]
+async fn a_transfer_held_back_by_a_slow_consumer_completes_over_tls() {
+    let pki = TestPki::new();
+    let cfg = dolphin_kv_transfer::TransferConfig {
+        io_timeout: std::time::Duration::from_secs(10),
+        ..cfg()
+    };
+    let rx = KvReceiver::bind_with_tls(localhost(), cfg.clone(), Some(&load(&pki.member("d"))))
+        .await
+        .expect("bind receiver");
+    let tx = KvSender::with_tls(cfg, Some(&load(&pki.member("p")))).expect("TLS sender");
+    let target = rx.local_addr().to_string();
+    for id in 0..3 {
+        let sent = blocks(id, 40);
+        let mut slot = rx.expect(id, 40);
+        let consumer = tokio::spawn(async move {
+            let mut got = Vec::new();
+            while let Some(item) = slot.recv().await {
+                let (_, b) = item.expect("intact");
+                if got.len() % 10 == 9 {
+                    // Behind: the channel fills, the receiver stops reading, the socket fills.
+                    tokio::time::sleep(std::time::Duration::from_millis(150)).await;
+                }
+                got.push(dolphin_kv_transfer::KvBlock::new(b));
+            }
+            got
+        });
+        let started = std::time::Instant::now();
+        tx.send(&target, id, &sent)
+            .await
+            .expect("transfer over TLS");
+        assert!(started.elapsed() < std::time::Duration::from_secs(5));
+        assert_eq!(consumer.await.expect("consumer"), sent);
+    }
+}

@@ -99,7 +99,11 @@ async fn the_cluster_serves_with_mutual_tls_and_refuses_strangers() -> anyhow::R
     let cfg = dolphin_kv_transfer::TransferConfig::default();
     let sender = dolphin_kv_transfer::KvSender::with_tls(cfg, Some(&load(&pki.anonymous("kv"))))?;
     let pushed = sender
-        .send(&kv_addr, 42, &[bytes::Bytes::from_static(b"kv")])
+        .send(
+            &kv_addr,
+            42,
+            &[dolphin_kv_transfer::KvBlock::from(&b"kv"[..])],
+        )
         .await;
     assert!(pushed.is_err(), "a KV sender without a certificate got in");
 

@@ -72,7 +72,7 @@ impl Engine for WithStopTokens {
         &self,
         req: SeqRequest,
         skip_blocks: u32,
-        blocks: tokio::sync::mpsc::UnboundedSender<bytes::Bytes>,
+        blocks: tokio::sync::mpsc::UnboundedSender<dolphin_engine::KvBlock>,
     ) -> Result<PrefillOutput, EngineError> {
         self.inner
             .prefill_streaming(self.with_stops(req), skip_blocks, blocks)

@@ -34,7 +34,7 @@ use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use bytes::Bytes;
+use dolphin_kv_block::KvBlock;
 use parking_lot::{Mutex, MutexGuard};
 use tokio::sync::{Notify, broadcast, oneshot};
 
@@ -288,7 +288,7 @@ impl<B: Backend> Engine for Scheduler<B> {
         &self,
         req: SeqRequest,
         skip_blocks: u32,
-        blocks: tokio::sync::mpsc::UnboundedSender<Bytes>,
+        blocks: tokio::sync::mpsc::UnboundedSender<KvBlock>,
     ) -> Result<PrefillOutput, EngineError> {
         self.enqueue_and_wait(req, |tx| Kind::Prefill {
             skip_blocks,

@@ -2,9 +2,8 @@
 
 use std::sync::Arc;
 
-use bytes::Bytes;
-
 use dolphin_cluster::BlockHash;
+use dolphin_kv_block::KvBlock;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
@@ -36,7 +35,7 @@ pub(crate) enum Kind {
         skip_blocks: u32,
         reply: Option<oneshot::Sender<Result<PrefillOutput, EngineError>>>,
         /// Streamed: blocks go here as they become final instead of into the reply.
-        stream: Option<tokio::sync::mpsc::UnboundedSender<Bytes>>,
+        stream: Option<tokio::sync::mpsc::UnboundedSender<KvBlock>>,
         /// Streamed: blocks below this index were handed over.
         exported: u32,
     },

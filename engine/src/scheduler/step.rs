@@ -3,6 +3,7 @@
 //! once the backend returns, free what was released meanwhile; then apply the results (tokens,
 //! stop conditions, finished prefills).
 
+use dolphin_kv_block::KvBlock;
 use tokio::time::Instant;
 
 use std::collections::HashMap;
@@ -194,7 +195,8 @@ impl<B: Backend> Core<B> {
         for i in first..blocks_total {
             let filled = (seq.prompt_len - i * bs).min(bs);
             match self.kv.export_block(seq.table[i as usize], i, filled) {
-                Ok(b) => blocks.push(b),
+                // Checksummed now, while the copy is still in cache.
+                Ok(b) => blocks.push(KvBlock::new(b)),
                 Err(e) => {
                     result = Err(e);
                     break;
@@ -240,7 +242,7 @@ fn stream_full_blocks(kv: &dyn KvBlocks, seq: &mut Seq, bs: u32) -> Result<(), B
     let full = (seq.computed / bs).min(blocks_total.saturating_sub(1));
     let start = (*exported).max(*skip_blocks);
     for i in start..full {
-        let b = kv.export_block(seq.table[i as usize], i, bs)?;
+        let b = KvBlock::new(kv.export_block(seq.table[i as usize], i, bs)?);
         if tx.send(b).is_err() {
             // The transfer is gone; the prefill's caller will see it and cancel.
             break;

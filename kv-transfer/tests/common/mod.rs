@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use bytes::Bytes;
-use dolphin_kv_transfer::{KvReceiver, TransferConfig, TransferError, TransferSlot};
+use dolphin_kv_transfer::{KvBlock, KvReceiver, TransferConfig, TransferError, TransferSlot};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -37,7 +37,7 @@ pub async fn receiver(cfg: TransferConfig) -> KvReceiver {
 }
 
 /// Deterministic content that differs per transfer, block and byte.
-pub fn block(transfer: u64, index: u32, len: usize) -> Bytes {
+pub fn block(transfer: u64, index: u32, len: usize) -> KvBlock {
     let mut x = transfer.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ u64::from(index).wrapping_add(1);
     (0..len)
         .map(|_| {
@@ -51,7 +51,7 @@ pub fn block(transfer: u64, index: u32, len: usize) -> Bytes {
 }
 
 /// Blocks of varied sizes, some empty, the largest at the limit of `cfg()`.
-pub fn blocks(transfer: u64, n: u32) -> Vec<Bytes> {
+pub fn blocks(transfer: u64, n: u32) -> Vec<KvBlock> {
     (0..n)
         .map(|i| {
             let len = match i % 5 {
@@ -66,20 +66,21 @@ pub fn blocks(transfer: u64, n: u32) -> Vec<Bytes> {
         .collect()
 }
 
-/// Reads a slot to its end, checking that indexes arrive in order.
-pub async fn collect(slot: &mut TransferSlot) -> Result<Vec<Bytes>, TransferError> {
+/// Reads a slot to its end, checking that indexes arrive in order (as blocks, so they compare
+/// with the blocks sent: same bytes, same checksum).
+pub async fn collect(slot: &mut TransferSlot) -> Result<Vec<KvBlock>, TransferError> {
     collect_after(slot, Vec::new()).await
 }
 
 /// Like [`collect`], after the blocks in `got` were already read.
 pub async fn collect_after(
     slot: &mut TransferSlot,
-    mut got: Vec<Bytes>,
-) -> Result<Vec<Bytes>, TransferError> {
+    mut got: Vec<KvBlock>,
+) -> Result<Vec<KvBlock>, TransferError> {
     while let Some(item) = slot.recv().await {
         let (index, bytes) = item?;
         assert_eq!(index as usize, got.len(), "blocks out of order");
-        got.push(bytes);
+        got.push(KvBlock::new(bytes));
     }
     Ok(got)
 }
