@@ -9,10 +9,12 @@
 //! Both sides get the same configuration: the profile, KV blocks per worker, block size, tokens
 //! per step, router policy and overlap weight are passed to the workers and the router as
 //! flags and set in the simulator from the same values; the simulator models the router's
-//! periodic load reports (100 ms). The KV link is the one the live cluster really has: the
-//! workers move `kv_bytes_per_token x --sim-byte-scale` bytes per token over loopback TCP, so
-//! the simulator is given those bytes and a loopback rate (not the profile's 100 Gb/s NIC
-//! moving the full bytes, which the live cluster never does).
+//! periodic load reports (100 ms). The KV link is the one each live engine charges: sim-engine
+//! workers move `kv_bytes_per_token x --sim-byte-scale` bytes per token over loopback TCP but
+//! charge an imported prompt the profile's bytes over the profile's link (`LinkModel`, as the
+//! simulator does), so the simulator keeps the profile's bytes and link; candle workers charge
+//! nothing but the real transfer, so there the simulator is given the engine's real bytes per
+//! token and a loopback rate.
 //!
 //! What the simulator leaves out on purpose is the live implementation's own cost per request
 //! (gRPC hops, hashing and shipping the prompt, exporting and importing KV block by block): the
@@ -85,8 +87,9 @@ struct Args {
     /// The workers' `--sim-byte-scale` (KV bytes moved per token, relative to the profile's).
     #[arg(long, default_value_t = 0.001)]
     byte_scale: f64,
-    /// Rate of the live KV path (loopback TCP), Gb/s, for the simulator's link: the median of
-    /// the kv_transfer benchmark on the 2-core machine (3.41 GB/s).
+    /// Rate of the live KV path (loopback TCP), Gb/s, for the simulator's link with `--engine
+    /// candle` (sim-engine workers charge the profile's link): the median of the kv_transfer
+    /// benchmark on the 2-core machine (3.41 GB/s).
     #[arg(long, default_value_t = 27.3)]
     loopback_gbps: f64,
     /// KV blocks per worker.
@@ -152,7 +155,11 @@ struct Config {
     total_blocks: u32,
     max_batched_tokens: u32,
     overlap_weight: f64,
+    /// KV bytes per token the live workers really move.
     wire_kv_bytes_per_token: u64,
+    /// KV bytes per token and link rate the simulator charges a remote prefill (what the live
+    /// engine charges: the profile's for sim workers, the real bytes at loopback for candle).
+    sim_kv_bytes_per_token: u64,
     sim_link_gbps: f64,
     slo: Slo,
     tolerance: f64,
@@ -244,9 +251,11 @@ async fn main() -> anyhow::Result<()> {
     let defaults = SimClusterConfig::new(1, 1, profile.clone());
     let mut engine = SimConfig::new(profile.clone());
     engine.byte_scale = args.byte_scale;
-    let (wire_bytes, total_blocks, max_batched_tokens) = match args.engine {
+    // (bytes per token on the wire, the simulator's bytes per token and link, blocks, step)
+    let (wire_bytes, sim_link, total_blocks, max_batched_tokens) = match args.engine {
         Engine::Sim => (
             engine.wire_bytes_per_token(),
+            (profile.kv_bytes_per_token, profile.link_gbps),
             args.total_blocks,
             args.max_batched_tokens
                 .unwrap_or(defaults.max_batched_tokens),
@@ -258,6 +267,7 @@ async fn main() -> anyhow::Result<()> {
             let step = CandleConfig::new("model.gguf").max_batched_tokens;
             (
                 profile.kv_bytes_per_token,
+                (profile.kv_bytes_per_token, args.loopback_gbps),
                 blocks,
                 args.max_batched_tokens.unwrap_or(step),
             )
@@ -282,7 +292,8 @@ async fn main() -> anyhow::Result<()> {
         max_batched_tokens,
         overlap_weight: defaults.overlap_weight,
         wire_kv_bytes_per_token: wire_bytes,
-        sim_link_gbps: args.loopback_gbps,
+        sim_kv_bytes_per_token: sim_link.0,
+        sim_link_gbps: sim_link.1,
         slo,
         tolerance: args.tolerance,
     };
@@ -300,7 +311,7 @@ async fn main() -> anyhow::Result<()> {
         }
         .apply(&mut w);
         let mut sim_profile = profile.clone();
-        sim_profile.kv_bytes_per_token = config.wire_kv_bytes_per_token;
+        sim_profile.kv_bytes_per_token = config.sim_kv_bytes_per_token;
         sim_profile.link_gbps = config.sim_link_gbps;
         let mut target = SimTargetConfig {
             split,
