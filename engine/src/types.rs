@@ -6,6 +6,8 @@ use std::time::Duration;
 use dolphin_cluster::BlockHash;
 use dolphin_kv_block::KvBlock;
 
+use crate::scheduler::policy::StepLimits;
+
 /// Engine-internal id of a request, unique for the engine's lifetime.
 pub type SeqId = u64;
 
@@ -200,6 +202,10 @@ pub struct EngineInfo {
     pub vocab_size: u32,
     /// End-of-sequence token, if the model has one.
     pub eos_token_id: Option<u32>,
+    /// What one step may compute, fixed when the scheduler that runs the backend starts (it
+    /// sets them; a backend reports `None`). Static, unlike [`LoadSnapshot`], so reading them
+    /// takes no lock.
+    pub step_limits: Option<StepLimits>,
 }
 
 /// KV blocks of a prompt prefilled here, ready to push to a decode worker.

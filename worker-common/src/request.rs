@@ -108,6 +108,7 @@ mod tests {
             context_length: 4096,
             vocab_size: 100,
             eos_token_id: None,
+            step_limits: None,
         }
     }
 

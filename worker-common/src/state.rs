@@ -7,6 +7,7 @@ use dolphin_cluster::{
     Advertise, AdvertiseError, BUILD_VERSION, KvCompat, Role, WorkerId, WorkerRecord, advertised,
 };
 use dolphin_engine::Engine;
+use dolphin_engine::policy::StepLimits;
 use dolphin_proto::v1;
 use tokio_util::sync::CancellationToken;
 use tonic_health::{ServingStatus, server::HealthReporter};
@@ -177,7 +178,11 @@ impl WorkerState {
     /// The answer to `Worker.Info`.
     pub fn info(&self) -> v1::WorkerInfo {
         let info = self.engine.info();
-        let load = self.engine.load();
+        let limits = info.step_limits.unwrap_or(StepLimits {
+            max_batched_tokens: 0,
+            prefill_chunk_tokens: 0,
+            mixed_prefill_tokens: 0,
+        });
         v1::WorkerInfo {
             worker_id: self.identity.id.0.clone(),
             role: i32::from(self.identity.role),
@@ -192,9 +197,9 @@ impl WorkerState {
             vocab_size: info.vocab_size,
             version: self.compat.version.clone(),
             kv_layout: self.compat.kv_layout.clone(),
-            max_batched_tokens: load.max_batched_tokens,
-            prefill_chunk_tokens: load.prefill_chunk_tokens,
-            mixed_prefill_tokens: load.mixed_prefill_tokens,
+            max_batched_tokens: limits.max_batched_tokens,
+            prefill_chunk_tokens: limits.prefill_chunk_tokens,
+            mixed_prefill_tokens: limits.mixed_prefill_tokens,
         }
     }
 

@@ -75,6 +75,7 @@ fn engine(profile: &str, lockstep: Option<Arc<Lockstep>>) -> Arc<dyn Engine> {
         context_length: 32768,
         vocab_size: 355,
         eos_token_id: None,
+        step_limits: None,
     };
     let cfg = SchedulerConfig {
         lockstep,

@@ -79,6 +79,7 @@ impl CandleBackend {
             context_length: model.max_positions() as u32,
             vocab_size: p.vocab_size as u32,
             eos_token_id: p.eos_token_id,
+            step_limits: None,
         };
         tracing::info!(model = %info.model, path = %cfg.model_path.display(), weights = %cfg.weights,
             padded = cfg.pads(), layers = p.n_layer, hidden = p.hidden, total_blocks,

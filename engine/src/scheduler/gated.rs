@@ -235,6 +235,7 @@ pub(super) fn engine(total_blocks: u32, gate: &Arc<Gate>) -> Arc<Scheduler<Gated
             context_length: 1024,
             vocab_size: 100,
             eos_token_id: None,
+            step_limits: None,
         },
         gate: gate.clone(),
         slots: Arc::new(Slots(Mutex::new(vec![None; (total_blocks * BS) as usize]))),

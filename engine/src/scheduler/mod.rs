@@ -39,6 +39,7 @@ use parking_lot::{Mutex, MutexGuard};
 use tokio::sync::{Notify, broadcast, oneshot};
 
 pub use self::pace::{BatchWait, Lockstep, StepProfile};
+use self::policy::StepLimits;
 use self::seq::Kind;
 use self::state::Core;
 use crate::backend::Backend;
@@ -167,7 +168,14 @@ impl<B: Backend> Scheduler<B> {
         if cfg.event_capacity == 0 {
             return config("event_capacity must be at least 1");
         }
-        let info = bi.clone();
+        let info = EngineInfo {
+            step_limits: Some(StepLimits {
+                max_batched_tokens: cfg.max_batched_tokens,
+                prefill_chunk_tokens: cfg.prefill_chunk_tokens,
+                mixed_prefill_tokens: cfg.mixed_prefill_tokens,
+            }),
+            ..bi.clone()
+        };
         let (events, _) = broadcast::channel(cfg.event_capacity);
         let shared = Arc::new(Shared {
             core: Mutex::new(Core::new(&backend, cfg, events)),

@@ -117,6 +117,7 @@ fn engine(s: Setup) -> (Arc<Scheduler<Recorder>>, Arc<Mutex<Vec<StepLog>>>) {
         context_length: 1024,
         vocab_size: 100,
         eos_token_id: Some(EOS),
+        step_limits: None,
     };
     let backend = Recorder {
         info,
@@ -170,6 +171,21 @@ async fn until(engine: &Scheduler<Recorder>, cond: impl Fn(&LoadSnapshot) -> boo
 
 fn expected_tokens(prompt_len: u32, n: u32) -> Vec<u32> {
     (prompt_len..prompt_len + n).map(|p| 3 + p % 90).collect()
+}
+
+#[tokio::test]
+async fn info_carries_the_step_limits_the_scheduler_runs_with() {
+    let (engine, _) = engine(Setup {
+        max_batched_tokens: 48,
+        ..Setup::default()
+    });
+    let limits = engine.info().step_limits.expect("set by the scheduler");
+    assert_eq!(limits, crate::policy::StepLimits::new(48));
+    let load = engine.load();
+    assert_eq!(
+        (load.max_batched_tokens, load.prefill_chunk_tokens),
+        (limits.max_batched_tokens, limits.prefill_chunk_tokens)
+    );
 }
 
 #[tokio::test(start_paused = true)]

@@ -132,6 +132,7 @@ pub fn sim_backend(cfg: &SimConfig) -> Result<SimBackend, EngineError> {
         context_length: cfg.context_length,
         vocab_size: cfg.vocab_size,
         eos_token_id: Some(content::EOS_TOKEN),
+        step_limits: None,
     };
     Ok(SimBackend::new(info, cfg.profile.clone(), cfg.time_scale))
 }

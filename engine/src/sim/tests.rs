@@ -307,6 +307,7 @@ fn a_mixed_step_costs_prefill_plus_decode() {
         context_length: 4096,
         vocab_size: 99,
         eos_token_id: Some(content::EOS_TOKEN),
+        step_limits: None,
     };
     let mut b = SimBackend::new(info, profile.clone(), 2.0);
     let sampling = Sampling::default();
