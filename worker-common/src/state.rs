@@ -178,11 +178,8 @@ impl WorkerState {
     /// The answer to `Worker.Info`.
     pub fn info(&self) -> v1::WorkerInfo {
         let info = self.engine.info();
-        let limits = info.step_limits.unwrap_or(StepLimits {
-            max_batched_tokens: 0,
-            prefill_chunk_tokens: 0,
-            mixed_prefill_tokens: 0,
-        });
+        // 0: unknown (an engine no scheduler runs).
+        let limits = info.step_limits.unwrap_or(StepLimits::new(0));
         v1::WorkerInfo {
             worker_id: self.identity.id.0.clone(),
             role: i32::from(self.identity.role),
