@@ -171,12 +171,6 @@ pub struct LoadSnapshot {
     pub active_tokens: u64,
     /// Prompt tokens queued or admitted and not yet prefilled.
     pub queued_prefill_tokens: u64,
-    /// Tokens one step computes at most (`max_batched_tokens`; 0: unknown).
-    pub max_batched_tokens: u32,
-    /// Most prompt tokens of one request per step (0: no cap beyond `max_batched_tokens`).
-    pub prefill_chunk_tokens: u32,
-    /// Most prompt tokens in a step that also decodes (0: no cap beyond the budget).
-    pub mixed_prefill_tokens: u32,
 }
 
 /// What an engine serves, as its backend reports it (the pool geometry is the backend's: it
@@ -203,8 +197,8 @@ pub struct EngineInfo {
     /// End-of-sequence token, if the model has one.
     pub eos_token_id: Option<u32>,
     /// What one step may compute, fixed when the scheduler that runs the backend starts (it
-    /// sets them; a backend reports `None`). Static, unlike [`LoadSnapshot`], so reading them
-    /// takes no lock.
+    /// sets them; a backend reports `None`). Static, so they are here and not in
+    /// [`LoadSnapshot`], and reading them takes no lock.
     pub step_limits: Option<StepLimits>,
 }
 

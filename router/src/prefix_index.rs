@@ -288,7 +288,7 @@ impl PrefixIndex {
 }
 
 fn stored_in<B: Bits>(map: &mut BlockMap<B>, slot: usize, hashes: &[BlockHash], held: &mut usize) {
-    touch_first(map, hashes);
+    touch_first(hashes, |h| map.touch(h));
     for (i, &h) in hashes.iter().enumerate() {
         if let Some(&ahead) = hashes.get(i + TOUCH_AHEAD) {
             map.touch(ahead);
@@ -302,7 +302,7 @@ fn stored_in<B: Bits>(map: &mut BlockMap<B>, slot: usize, hashes: &[BlockHash], 
 }
 
 fn removed_in<B: Bits>(map: &mut BlockMap<B>, slot: usize, hashes: &[BlockHash], held: &mut usize) {
-    touch_first(map, hashes);
+    touch_first(hashes, |h| map.touch(h));
     for (i, &h) in hashes.iter().enumerate() {
         if let Some(&ahead) = hashes.get(i + TOUCH_AHEAD) {
             map.touch(ahead);
@@ -317,10 +317,11 @@ fn removed_in<B: Bits>(map: &mut BlockMap<B>, slot: usize, hashes: &[BlockHash],
     }
 }
 
-/// Touches the first [`TOUCH_AHEAD`] hashes (a walk touches the rest ahead of itself).
-fn touch_first<B: Bits>(map: &BlockMap<B>, hashes: &[BlockHash]) {
+/// Touches the first [`TOUCH_AHEAD`] hashes with `touch` (a walk touches the rest ahead of
+/// itself).
+fn touch_first(hashes: &[BlockHash], touch: impl Fn(BlockHash)) {
     for &h in hashes.iter().take(TOUCH_AHEAD) {
-        map.touch(h);
+        touch(h);
     }
 }
 
@@ -330,9 +331,7 @@ fn lookup_in<B: Bits>(
     hashes: &[BlockHash],
     out: &mut [u32],
 ) {
-    for &h in hashes.iter().take(TOUCH_AHEAD) {
-        map.touch_home(h);
-    }
+    touch_first(hashes, |h| map.touch_home(h));
     let mut live = B::from_slots(registered);
     // Touch a few hashes ahead of the one compared: the probes are independent, so the cache
     // misses of a large index overlap instead of being paid one after another. At most

@@ -17,8 +17,9 @@ pub fn kv_event(event: KvEvent) -> Event {
     }
 }
 
-/// The wire form of a load snapshot.
-pub fn load_report(load: LoadSnapshot, draining: bool) -> Event {
+/// The wire form of a load snapshot, with the engine's tokens per step (`EngineInfo`'s step
+/// limits; 0: unknown), which load-aware policies compare the prefill backlog with.
+pub fn load_report(load: LoadSnapshot, max_batched_tokens: u32, draining: bool) -> Event {
     Event::Load(v1::LoadReport {
         running: load.running,
         waiting: load.waiting,
@@ -26,7 +27,7 @@ pub fn load_report(load: LoadSnapshot, draining: bool) -> Event {
         total_blocks: load.total_blocks,
         active_tokens: load.active_tokens,
         queued_prefill_tokens: load.queued_prefill_tokens,
-        max_batched_tokens: load.max_batched_tokens,
+        max_batched_tokens,
         draining,
     })
 }
@@ -74,13 +75,9 @@ mod tests {
             total_blocks: 4,
             active_tokens: 5,
             queued_prefill_tokens: 6,
-            max_batched_tokens: 7,
-            // Not on the load report: `Worker.Info` carries the step caps.
-            prefill_chunk_tokens: 8,
-            mixed_prefill_tokens: 9,
         };
         assert_eq!(
-            load_report(load, true),
+            load_report(load, 7, true),
             Event::Load(v1::LoadReport {
                 running: 1,
                 waiting: 2,

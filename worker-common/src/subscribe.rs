@@ -70,9 +70,15 @@ impl Emitter {
     }
 
     async fn send_load(&mut self) -> bool {
-        let load = self.state.engine().load();
+        let engine = self.state.engine();
+        let load = engine.load();
+        let max_batched_tokens = engine
+            .info()
+            .step_limits
+            .map_or(0, |l| l.max_batched_tokens);
         let draining = self.state.admission().is_draining();
-        self.send(events::load_report(load, draining)).await
+        self.send(events::load_report(load, max_batched_tokens, draining))
+            .await
     }
 }
 

@@ -293,9 +293,6 @@ impl<B: Backend> Core<B> {
             waiting: self.waiting.len() as u32,
             free_blocks: self.pool.available(),
             total_blocks: self.pool.total(),
-            max_batched_tokens: self.cfg.max_batched_tokens,
-            prefill_chunk_tokens: self.cfg.prefill_chunk_tokens,
-            mixed_prefill_tokens: self.cfg.mixed_prefill_tokens,
             ..LoadSnapshot::default()
         };
         for seq in self.seqs.values() {
