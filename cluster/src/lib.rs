@@ -14,6 +14,7 @@ pub mod etcd;
 pub mod hash_map;
 pub mod hot_metrics;
 pub mod keys;
+pub mod layers;
 pub mod otel;
 pub mod prefetch;
 pub mod signal;

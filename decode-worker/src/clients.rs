@@ -1,4 +1,6 @@
-//! gRPC channels to prefill workers, one per address, reused across requests.
+//! gRPC channels to prefill workers, one per address, reused across requests, each behind the
+//! cluster's client layers (`dolphin_cluster::layers`): a deadline on every call, the trace
+//! context on every call.
 
 use std::{
     collections::HashMap,
@@ -6,6 +8,7 @@ use std::{
     time::Duration,
 };
 
+use dolphin_cluster::layers::{Outbound, outbound};
 use dolphin_proto::v1::prefill_worker_client::PrefillWorkerClient;
 use dolphin_tls::{GrpcConnector, Tls, TlsError};
 use dolphin_worker_common::BadRequest;
@@ -17,6 +20,13 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// Channels kept at most. Addresses come from the router's view of the cluster, so this only
 /// bounds memory against churn (restarted workers on new ports).
 const MAX_CHANNELS: usize = 256;
+/// The deadline of a call to a prefill worker that sets none of its own. A prefill call
+/// always carries what its request has left (`grpc-timeout`); opening an NCCL link does not,
+/// and its answer (a unique id) comes at once from a healthy worker.
+const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A client of one prefill worker: its shared channel behind the deadline and trace layers.
+pub type PrefillClient = PrefillWorkerClient<Outbound<Channel>>;
 
 /// Cached channels to prefill workers, keyed by address.
 #[derive(Debug)]
@@ -37,10 +47,10 @@ impl PrefillClients {
 
     /// A client for the prefill worker at `addr` (`host:port`, or a URL with a scheme). The
     /// channel connects lazily and reconnects on its own; clients share it (HTTP/2 multiplexes).
-    pub fn client(&self, addr: &str) -> Result<PrefillWorkerClient<Channel>, BadRequest> {
+    pub fn client(&self, addr: &str) -> Result<PrefillClient, BadRequest> {
         let mut channels = self.channels.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(channel) = channels.get(addr) {
-            return Ok(PrefillWorkerClient::new(channel.clone()));
+            return Ok(layered(channel.clone()));
         }
         let channel = endpoint(addr, self.connector.scheme())?
             .connect_with_connector_lazy(self.connector.clone());
@@ -49,7 +59,7 @@ impl PrefillClients {
             channels.clear();
         }
         channels.insert(addr.to_owned(), channel.clone());
-        Ok(PrefillWorkerClient::new(channel))
+        Ok(layered(channel))
     }
 
     /// Channels cached now.
@@ -64,6 +74,12 @@ impl PrefillClients {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+}
+
+/// A client over `channel`, behind the layers. The deadline sits in this process, above tonic's
+/// channel, so it bounds the wait for a connection too.
+fn layered(channel: Channel) -> PrefillClient {
+    PrefillWorkerClient::new(outbound(channel, Some(DEFAULT_CALL_TIMEOUT)))
 }
 
 /// The endpoint for a prefill worker address (the connector sets TCP_NODELAY: small

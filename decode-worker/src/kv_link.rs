@@ -8,8 +8,7 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use dolphin_kv_transfer::nccl::{NcclAcceptor, NcclId};
-use dolphin_proto::v1::{self, prefill_worker_client::PrefillWorkerClient};
-use tonic::transport::Channel;
+use dolphin_proto::v1;
 
 /// The prefill workers asked for a communicator, and the CUDA device to join on.
 #[derive(Debug)]
@@ -34,7 +33,7 @@ impl NcclLinks {
     pub fn ensure(
         self: &Arc<Self>,
         prefill_addr: &str,
-        mut client: PrefillWorkerClient<Channel>,
+        mut client: crate::clients::PrefillClient,
         kv_addr: &str,
     ) {
         if !self

@@ -10,13 +10,13 @@ use std::time::{Duration, Instant};
 use dolphin_engine::{Engine, EngineError, OutputStream, Reservation, SeqId};
 use dolphin_kv_transfer::{TransferError, TransferSlot};
 use dolphin_proto::prost::Message;
-use dolphin_proto::v1::{self, PrefillPath, prefill_worker_client::PrefillWorkerClient};
+use dolphin_proto::v1::{self, PrefillPath};
 use dolphin_worker_common::{
     engine_status,
     metrics::{self as m, fallback_reason},
 };
 use tokio_util::sync::CancellationToken;
-use tonic::{Status, transport::Channel};
+use tonic::Status;
 
 use crate::{forward::PrefillTimings, service::DecodeContext};
 
@@ -24,7 +24,7 @@ use crate::{forward::PrefillTimings, service::DecodeContext};
 #[derive(Debug)]
 pub struct PrefillCall {
     /// Client of the chosen prefill worker.
-    pub client: PrefillWorkerClient<Channel>,
+    pub client: crate::clients::PrefillClient,
     /// Its address, for logs.
     pub prefill_addr: String,
     /// Request id, prompt and sampling; transfer id, target and skip are filled in here.
@@ -105,11 +105,10 @@ pub async fn prefill(
         .await;
     }
     let started = Instant::now();
-    let timeout = call.timeout;
     let prefill_addr = call.prefill_addr.clone();
-    let attempt = tokio::time::timeout(timeout, attempt(ctx, &reservation, call));
     let result = tokio::select! {
-        result = attempt => result.unwrap_or(Err(RemoteFailure::Timeout(timeout))),
+        // Bounded by the call's deadline (see `attempt`).
+        result = attempt(ctx, &reservation, call) => result,
         // Drain grace period over: the caller cancels the reservation.
         () = abort.cancelled() => return Err(Status::unavailable("the decode worker is stopping")),
     };
@@ -211,14 +210,12 @@ async fn attempt(
     request.target_kv_addr = ctx.kv_addr().to_string();
     request.decode_compat = Some(ctx.kv_compat().clone());
     let mut request = tonic::Request::new(request);
-    // The prefill worker stops working on it when we stop waiting.
-    request.set_timeout(call.timeout);
-    // Its spans go under this worker's remote-prefill span.
-    for (k, v) in dolphin_cluster::otel::headers(&tracing::Span::current()) {
-        if let Ok(v) = v.parse() {
-            request.metadata_mut().insert(k, v);
-        }
-    }
+    // The client's deadline layer ends the call (and with it this attempt) when the time is
+    // up, and the prefill worker stops working on it then too; its trace layer puts the
+    // prefill worker's spans under this worker's remote-prefill span.
+    let timeout = call.timeout;
+    let deadline = tokio::time::Instant::now() + timeout;
+    request.set_timeout(timeout);
     let mut client = call.client;
     let prefill_addr = call.prefill_addr;
     #[cfg(feature = "nccl")]
@@ -251,7 +248,9 @@ async fn attempt(
             answer = &mut rpc => {
                 answer?;
                 replied = true;
-                import.await?
+                tokio::time::timeout_at(deadline, import)
+                    .await
+                    .map_err(|_| RemoteFailure::Timeout(timeout))??
             }
         }
     };

@@ -212,12 +212,10 @@ impl DecodeWorker for DecodeService {
             .admit()
             .inspect_err(|_| count(outcome::REJECTED))?;
         let deadline = dolphin_proto::deadline::of(request.metadata());
-        // The request's trace span on this worker, under the router's dispatch span: admit
-        // (queue and reservation), then the remote prefill wait, then decode.
+        // The request's trace span on this worker, under the call's span (`ServerSpanLayer`,
+        // itself under the router's dispatch span): admit (queue and reservation), then the
+        // remote prefill wait, then decode.
         let trace = tracing::trace_span!(target: otel::TARGET, "decode.request");
-        otel::set_parent(&trace, &|k| {
-            request.metadata().get(k)?.to_str().ok().map(str::to_owned)
-        });
         let req = request.into_inner();
         let mode = if req.remote.is_some() {
             "remote"

@@ -173,12 +173,9 @@ impl PrefillWorker for PrefillService {
                 return Err(status);
             }
         };
-        // The trace continues under the decode worker's remote-prefill span: compute and the
-        // KV transfer, which overlap.
+        // The trace continues under the call's span (`ServerSpanLayer`, itself under the
+        // decode worker's remote-prefill span): compute and the KV transfer, which overlap.
         let trace = tracing::trace_span!(target: dolphin_cluster::otel::TARGET, "prefill.request");
-        dolphin_cluster::otel::set_parent(&trace, &|k| {
-            request.metadata().get(k)?.to_str().ok().map(str::to_owned)
-        });
         let req = request.into_inner();
         let span = tracing::info_span!(
             "prefill",

@@ -120,12 +120,10 @@ impl Inference for InferenceService {
     ) -> Result<Response<GenerateStream>, Status> {
         // The client's deadline, as gRPC carries it.
         let timeout = dolphin_proto::deadline::of(req.metadata());
-        let trace = crate::dispatch::TraceHeaders::read(|k| {
-            req.metadata().get(k)?.to_str().ok().map(str::to_owned)
-        });
+        // The request's spans go under the call's (`ServerSpanLayer`), which continues the
+        // client's `traceparent`: no trace headers for the dispatcher to read.
         let mut p = params(req.into_inner())?;
         p.timeout = timeout;
-        p.trace = trace;
         let stream = self.dispatcher.generate(p).await?;
         Ok(Response::new(responses(stream)))
     }
@@ -325,6 +323,8 @@ pub(crate) async fn serve(
         health_and_reflection::<v1::inference_server::InferenceServer<InferenceService>>().await;
     tonic::transport::Server::builder()
         .tcp_nodelay(true)
+        // Outermost: the call's span covers the key check and the in-flight limit too.
+        .layer(dolphin_cluster::layers::ServerSpanLayer)
         .add_routes(common)
         .add_service(inference_service(dispatcher, api_keys, &limit))
         .serve_with_incoming_shutdown(incoming, shutdown.cancelled_owned())
@@ -342,6 +342,7 @@ pub(crate) async fn serve_admin(
     let common =
         health_and_reflection::<v1::router_admin_server::RouterAdminServer<AdminService>>().await;
     tonic::transport::Server::builder()
+        .layer(dolphin_cluster::layers::ServerSpanLayer)
         .add_routes(common)
         .add_service(
             v1::router_admin_server::RouterAdminServer::with_interceptor(

@@ -15,6 +15,7 @@
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use dolphin_cluster::layers::{Outbound, outbound};
 use dolphin_proto::v1;
 use dolphin_proto::v1::worker_client::WorkerClient;
 use dolphin_tls::GrpcConnector;
@@ -31,6 +32,10 @@ const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(5);
 /// How long a ping may go unanswered before the connection and its streams are closed. A
 /// worker that left etcd but still answers (only its etcd link is cut) keeps its streams.
 const KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a `Worker` call may wait for its answer (the opening of `Subscribe`'s stream):
+/// a worker that accepts the call but never answers would otherwise hold its event stream
+/// down without a reconnect. Pings do not notice it: the connection is alive.
+const WORKER_CALL_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The HTTP/2 client type under [`WorkerChannel`].
 pub type HttpClient = Client<GrpcConnector, tonic::body::Body>;
@@ -121,9 +126,13 @@ impl WorkerChannel {
             .clone()
     }
 
-    /// A `Worker` client over this thread's connection.
-    pub fn worker(&self) -> WorkerClient<HttpClient> {
-        WorkerClient::with_origin(self.client(), self.origin.clone())
+    /// A `Worker` client over this thread's connection, behind the cluster's client layers
+    /// (a deadline, the trace context).
+    pub fn worker(&self) -> WorkerClient<Outbound<HttpClient>> {
+        WorkerClient::with_origin(
+            outbound(self.client(), Some(WORKER_CALL_TIMEOUT)),
+            self.origin.clone(),
+        )
     }
 }
 

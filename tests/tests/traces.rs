@@ -3,9 +3,13 @@
 //! spans of a remote-prefill request from the router, the decode worker and the prefill worker,
 //! and they form one trace under the client's own `traceparent`:
 //!
-//! client span → router.request → router.dispatch → decode.request → decode.remote_prefill →
-//! prefill.request → prefill.compute and prefill.kv_transfer (router.tokenize and router.route
-//! under router.request, decode.admit and decode.generate under decode.request).
+//! client span → `dolphin.v1.Inference/Generate` (the router's server span) → router.request →
+//! router.dispatch → `dolphin.v1.DecodeWorker/Decode` → decode.request → decode.remote_prefill →
+//! `dolphin.v1.PrefillWorker/Prefill` → prefill.request → prefill.compute and
+//! prefill.kv_transfer (router.tokenize and router.route under router.request, decode.admit and
+//! decode.generate under decode.request). Each gRPC call's server span comes from
+//! `ServerSpanLayer`; the decode worker's call to the prefill worker carries its trace context
+//! through `PropagateTraceLayer`.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -20,6 +24,11 @@ use opentelemetry_proto::tonic::collector::trace::v1::{
     ExportTraceServiceRequest, ExportTraceServiceResponse,
 };
 use parking_lot::Mutex;
+
+/// The server spans of the three calls, named `package.Service/Method`.
+const GENERATE: &str = "dolphin.v1.Inference/Generate";
+const DECODE: &str = "dolphin.v1.DecodeWorker/Decode";
+const PREFILL: &str = "dolphin.v1.PrefillWorker/Prefill";
 
 /// One received span: its service, name, ids.
 #[derive(Clone, Debug)]
@@ -104,6 +113,9 @@ async fn one_trace_spans_router_decode_and_prefill_workers() -> anyhow::Result<(
     while stream.message().await?.is_some() {}
 
     let want = [
+        GENERATE,
+        DECODE,
+        PREFILL,
         "router.request",
         "router.tokenize",
         "router.route",
@@ -156,22 +168,27 @@ async fn one_trace_spans_router_decode_and_prefill_workers() -> anyhow::Result<(
         .map(|i| u8::from_str_radix(&client_span[2 * i..2 * i + 2], 16).expect("hex"))
         .collect();
     assert_eq!(
-        spans["router.request"].parent, client_bytes,
+        spans[GENERATE].parent, client_bytes,
         "under the client's span"
     );
+    parent_of("router.request", GENERATE);
     parent_of("router.tokenize", "router.request");
     parent_of("router.route", "router.request");
     parent_of("router.dispatch", "router.request");
-    parent_of("decode.request", "router.dispatch");
+    parent_of(DECODE, "router.dispatch");
+    parent_of("decode.request", DECODE);
     parent_of("decode.admit", "decode.request");
     parent_of("decode.remote_prefill", "decode.request");
     parent_of("decode.generate", "decode.request");
-    parent_of("prefill.request", "decode.remote_prefill");
+    parent_of(PREFILL, "decode.remote_prefill");
+    parent_of("prefill.request", PREFILL);
     parent_of("prefill.compute", "prefill.request");
     parent_of("prefill.kv_transfer", "prefill.request");
     // Each process reports under its own service name.
     for (span, service) in [
+        (GENERATE, "dolphin-router"),
         ("router.request", "dolphin-router"),
+        (DECODE, "dolphin-decode-worker"),
         ("decode.request", "dolphin-decode-worker"),
         ("prefill.request", "dolphin-prefill-worker"),
     ] {

@@ -80,7 +80,10 @@ impl RunningWorker {
             let exited = exited.clone();
             tokio::spawn(async move {
                 let _exited = exited.drop_guard();
-                let server = Server::builder().add_routes(routes);
+                // Outermost: the call's span covers everything the server does for it.
+                let server = Server::builder()
+                    .layer(dolphin_cluster::layers::ServerSpanLayer)
+                    .add_routes(routes);
                 match tls {
                     None => {
                         let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
