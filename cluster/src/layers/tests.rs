@@ -257,3 +257,55 @@ async fn server_spans_continue_the_callers_trace_and_record_the_status() {
     ));
     assert_eq!(spans[1].status, opentelemetry::trace::Status::Unset);
 }
+
+/// A body whose one data frame is produced inside a span of its own, as a streaming handler's
+/// work is (it runs when the body is polled, after the handler returned).
+struct Streaming(bool);
+
+impl http_body::Body for Streaming {
+    type Data = bytes::Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<bytes::Bytes>, Infallible>>> {
+        if std::mem::replace(&mut self.0, true) {
+            return Poll::Ready(None);
+        }
+        tracing::trace_span!(target: otel::TARGET, "streamed").in_scope(|| {});
+        Poll::Ready(Some(Ok(http_body::Frame::data(bytes::Bytes::from_static(
+            b"x",
+        )))))
+    }
+}
+
+#[tokio::test]
+async fn spans_opened_while_the_body_streams_are_the_calls_children() {
+    let (_guard, exporter, _provider) = traced();
+    let svc = service_fn(|_: http::Request<()>| async move {
+        Ok::<_, Infallible>(http::Response::new(Streaming(false)))
+    });
+    let mut svc = ServerSpanLayer.layer(svc);
+    let req = http::Request::builder()
+        .uri("/dolphin.v1.DecodeWorker/Decode")
+        .body(())
+        .unwrap();
+    let body = svc
+        .ready()
+        .await
+        .unwrap()
+        .call(req)
+        .await
+        .unwrap()
+        .into_body();
+    drain(body).await;
+    let spans = exporter.0.lock().unwrap().clone();
+    let names: Vec<&str> = spans.iter().map(|s| s.name.as_ref()).collect();
+    assert_eq!(names, ["streamed", "dolphin.v1.DecodeWorker/Decode"]);
+    assert_eq!(spans[0].parent_span_id, spans[1].span_context.span_id());
+    assert_eq!(
+        spans[0].span_context.trace_id(),
+        spans[1].span_context.trace_id()
+    );
+}

@@ -168,8 +168,8 @@ where
 }
 
 pin_project_lite::pin_project! {
-    /// A response body that keeps its call's span open until it is dropped, and records the
-    /// status its trailers carry.
+    /// A response body that keeps its call's span open until it is dropped, is polled inside
+    /// it, and records the status its trailers carry.
     pub struct SpanBody<B> {
         #[pin]
         inner: B,
@@ -186,7 +186,11 @@ impl<B: http_body::Body> http_body::Body for SpanBody<B> {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
         let this = self.project();
-        let frame = std::task::ready!(this.inner.poll_frame(cx));
+        // A stream's work runs as its body is polled: spans it opens are the call's children.
+        let frame = {
+            let _entered = this.span.enter();
+            std::task::ready!(this.inner.poll_frame(cx))
+        };
         if let Some(Ok(frame)) = &frame
             && let Some(status) = frame.trailers_ref().and_then(|t| t.get("grpc-status"))
         {
