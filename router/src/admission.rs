@@ -54,6 +54,20 @@ impl InflightLimit {
         Ok(Permit(Arc::clone(&self.0)))
     }
 
+    /// Takes a slot for a request of `api`, or refuses it with `RouterBusy` (counted as that
+    /// API's request with the refusal's outcome).
+    pub fn try_admit(&self, api: Api) -> Result<Permit, DispatchError> {
+        self.try_acquire().map_err(|in_flight| {
+            let e = DispatchError::RouterBusy(in_flight);
+            hot::counter(
+                m::REQUESTS_TOTAL,
+                [("api", api.as_str()), ("outcome", e.outcome())],
+            )
+            .increment(1);
+            e
+        })
+    }
+
     /// Requests in flight now.
     pub fn in_flight(&self) -> u32 {
         self.0.taken.load(Ordering::Acquire)
@@ -161,20 +175,14 @@ where
                 permit: None,
             };
         }
-        match self.layer.limit.try_acquire() {
+        match self.layer.limit.try_admit(self.layer.api) {
             Ok(permit) => ResponseFuture::Admitted {
                 inner: self.inner.call(req),
                 permit: Some(permit),
             },
-            Err(in_flight) => {
-                let e = DispatchError::RouterBusy(in_flight);
-                let api = self.layer.api.as_str();
-                hot::counter(m::REQUESTS_TOTAL, [("api", api), ("outcome", e.outcome())])
-                    .increment(1);
-                ResponseFuture::Refused {
-                    response: Some((self.layer.refuse)(e)),
-                }
-            }
+            Err(e) => ResponseFuture::Refused {
+                response: Some((self.layer.refuse)(e)),
+            },
         }
     }
 }
@@ -221,6 +229,13 @@ pin_project! {
         #[pin]
         inner: B,
         permit: Option<Permit>,
+    }
+}
+
+impl<B> PermitBody<B> {
+    /// `inner`, holding `permit` (if any) until it ends or is dropped.
+    pub fn new(inner: B, permit: Option<Permit>) -> Self {
+        Self { inner, permit }
     }
 }
 

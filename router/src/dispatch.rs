@@ -433,7 +433,10 @@ impl Dispatcher {
             request_id = tracing::field::Empty,
         );
         otel::set_parent(&span, &|k| p.trace.get(k));
-        let result = self.start(p, span.clone()).instrument(span).await;
+        // Boxed, as the decode call below: a future moved into a wrapper (here the span's) is
+        // laid out twice in its parent (rust-lang/rust#62958), and every caller's future held
+        // this one whole (the HTTP handler's was 45 KB, copied when hyper boxed it).
+        let result = Box::pin(self.start(p, span.clone()).instrument(span)).await;
         if let Err(e) = &result {
             // Requests that never streamed; the stream records the others when it ends.
             hot::counter(
@@ -562,9 +565,12 @@ impl Dispatcher {
             decode_worker = %route.decode.worker.id,
             mode = route.decision.as_str(),
         );
-        let call = self
-            .call(&engine_id, tokens, sampling, &route, deadline)
-            .instrument(dispatch);
+        // Boxed: the call's state (request, metadata, the h2 stream) is 2 KB, held twice over
+        // here by the span and the deadline wrappers unboxed (rust-lang/rust#62958).
+        let call = Box::pin(
+            self.call(&engine_id, tokens, sampling, &route, deadline)
+                .instrument(dispatch),
+        );
         let answered = match deadline {
             // The deadline bounds the wait for the worker's first message as well.
             Some(at) => tokio::time::timeout_at(at, call)

@@ -85,8 +85,70 @@ pub struct Delta {
 }
 
 /// A running request's output.
+///
+/// Boxed: its state is about 1 KB, and every future that hands the stream on (the dispatcher's,
+/// the handlers') held a copy of it and moved it on; with the rest of those futures the HTTP
+/// handler's future was 45 KB (rust-lang/rust#62958: a future moved into a wrapper is laid out
+/// twice in its parent), copied whole when hyper boxed it.
 #[derive(Debug)]
-pub struct ResponseStream {
+pub struct ResponseStream(Box<Running>);
+
+impl ResponseStream {
+    pub(crate) fn new(
+        meta: RequestMeta,
+        attempt: Attempt,
+        tokenizer: Arc<dyn Tokenizer>,
+        log: RequestLog,
+        online: OnlineSink,
+        migration: Migration,
+        deadline: Option<tokio::time::Instant>,
+    ) -> Self {
+        Self(Box::new(Running::new(
+            meta, attempt, tokenizer, log, online, migration, deadline,
+        )))
+    }
+
+    /// The request id.
+    pub fn request_id(&self) -> &str {
+        &self.0.meta.request_id
+    }
+
+    /// How the request was routed.
+    pub fn route(&self) -> &RouteDecision {
+        &self.0.route
+    }
+
+    /// Times the request moved to another decode worker.
+    pub fn migrations(&self) -> u32 {
+        self.0.migration.count()
+    }
+
+    /// The prefill path the request really took: as its decode worker reported it, else what
+    /// the decision and a reported fallback imply.
+    pub fn path(&self) -> PrefillPath {
+        self.0.path()
+    }
+
+    /// Routing info as the public API reports it.
+    pub fn routing(&self) -> v1::RoutingInfo {
+        self.0.routing()
+    }
+
+    /// The next delta; `None` after the last one. Errors end the stream.
+    pub async fn next(&mut self) -> Option<Result<Delta, DispatchError>> {
+        std::future::poll_fn(|cx| self.0.poll_delta(cx)).await
+    }
+
+    /// Turns the stream into a `futures::Stream` (it is one already; kept for callers that want
+    /// an opaque type).
+    pub fn into_stream(self) -> impl Stream<Item = Result<Delta, DispatchError>> + Send + 'static {
+        self
+    }
+}
+
+/// A [`ResponseStream`]'s state.
+#[derive(Debug)]
+struct Running {
     meta: RequestMeta,
     /// The current decode worker's route (another one's after a migration).
     route: RouteDecision,
@@ -117,8 +179,8 @@ pub struct ResponseStream {
     deferred: Option<DispatchError>,
 }
 
-impl ResponseStream {
-    pub(crate) fn new(
+impl Running {
+    fn new(
         meta: RequestMeta,
         attempt: Attempt,
         tokenizer: Arc<dyn Tokenizer>,
@@ -150,24 +212,7 @@ impl ResponseStream {
         }
     }
 
-    /// The request id.
-    pub fn request_id(&self) -> &str {
-        &self.meta.request_id
-    }
-
-    /// How the request was routed.
-    pub fn route(&self) -> &RouteDecision {
-        &self.route
-    }
-
-    /// Times the request moved to another decode worker.
-    pub fn migrations(&self) -> u32 {
-        self.migration.count()
-    }
-
-    /// The prefill path the request really took: as its decode worker reported it, else what
-    /// the decision and a reported fallback imply.
-    pub fn path(&self) -> PrefillPath {
+    fn path(&self) -> PrefillPath {
         self.path.unwrap_or(if self.fell_back {
             PrefillPath::LocalFallback
         } else {
@@ -175,8 +220,7 @@ impl ResponseStream {
         })
     }
 
-    /// Routing info as the public API reports it.
-    pub fn routing(&self) -> v1::RoutingInfo {
+    fn routing(&self) -> v1::RoutingInfo {
         let r = &self.route;
         let remote = r.decision == Decision::Remote;
         v1::RoutingInfo {
@@ -206,17 +250,6 @@ impl ResponseStream {
             migrations: self.migration.count(),
             path: wire_path(self.path()) as i32,
         }
-    }
-
-    /// The next delta; `None` after the last one. Errors end the stream.
-    pub async fn next(&mut self) -> Option<Result<Delta, DispatchError>> {
-        std::future::poll_fn(|cx| self.poll_delta(cx)).await
-    }
-
-    /// Turns the stream into a `futures::Stream` (it is one already; kept for callers that want
-    /// an opaque type).
-    pub fn into_stream(self) -> impl Stream<Item = Result<Delta, DispatchError>> + Send + 'static {
-        self
     }
 
     /// Polls for the next delta. Every message the worker has already sent is merged into it, so
@@ -538,11 +571,11 @@ impl Stream for ResponseStream {
     type Item = Result<Delta, DispatchError>;
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        self.get_mut().poll_delta(cx)
+        self.get_mut().0.poll_delta(cx)
     }
 }
 
-impl Drop for ResponseStream {
+impl Drop for Running {
     fn drop(&mut self) {
         if !self.done {
             // The client went away: the worker stream is dropped with us, cancelling the request.

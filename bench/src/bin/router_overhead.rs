@@ -46,6 +46,9 @@ const TARGET_CPU_VS_NGINX_REMOTE: f64 = 1.2;
 const TARGET_CPU_VS_SMG: f64 = 0.5;
 const TARGET_ADDED_P50_MS: f64 = 0.1;
 
+/// nginx's worker processes in this benchmark (`peers::nginx_conf`: no master, one worker).
+const NGINX_WORKER_PROCESSES: usize = 1;
+
 const DEFAULT_MODES: &str = "direct_grpc,mock_http,mock_http_sse,router_grpc,router_http,\
 router_http_sse,remote_grpc,remote_http,remote_http_sse,nginx_http,nginx_http_sse,smg_http,\
 smg_http_sse,smg_pd_http,smg_pd_http_sse";
@@ -75,9 +78,12 @@ struct Args {
     /// Distinct prompts cycled through.
     #[arg(long, default_value_t = 256)]
     prompts: usize,
-    /// Serving threads of the router (DOLPHIN_WORKER_THREADS; default: one per core).
-    #[arg(long)]
-    router_worker_threads: Option<usize>,
+    /// Serving threads of Dolphin's routers (`--worker-threads`). 1 by default, as nginx runs one
+    /// worker process here: CPU per request is compared like for like. 0: the router's own
+    /// default, one per core (on 2 cores its CPU per request at 16 connections measured 1.3x
+    /// that of one thread, the shards sleeping and waking apart).
+    #[arg(long, default_value_t = NGINX_WORKER_PROCESSES)]
+    router_worker_threads: usize,
     /// Run the local-path router under this command (split on spaces), e.g. for a profile:
     /// "perf record -g -o /tmp/router.perf". The router is stopped with SIGTERM at the end so
     /// such a tool can write its output.
@@ -141,6 +147,9 @@ struct Report {
     warmup_secs: f64,
     cpu_tick_us: f64,
     loadavg_at_start: String,
+    /// Serving threads of Dolphin's routers (0: one per core) and nginx's worker processes.
+    router_worker_threads: usize,
+    nginx_worker_processes: usize,
     /// Peers that could not be started, and why (their modes are not in `phases`).
     missing: BTreeMap<String, String>,
     smg_version: &'static str,
@@ -319,12 +328,13 @@ async fn start_peers(
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    let router_threads = (args.router_worker_threads > 0).then_some(args.router_worker_threads);
     let loadavg = dolphin_bench::machine::load_average();
     let log_dir =
         std::env::temp_dir().join(format!("dolphin-router-overhead-{}", std::process::id()));
     // Started from the main thread: the children's PDEATHSIG follows the thread that forked them.
     let launch = RouterLaunch {
-        worker_threads: args.router_worker_threads,
+        worker_threads: router_threads,
         wrapper: args
             .router_wrapper
             .as_deref()
@@ -345,7 +355,7 @@ fn main() -> anyhow::Result<()> {
         .any(|m| m.target() == Target::DolphinRemote);
     let remote = if wants_remote {
         let plain = RouterLaunch {
-            worker_threads: args.router_worker_threads,
+            worker_threads: router_threads,
             wrapper: Vec::new(),
         };
         let workers = (cluster.decode.grpc_addr()?, cluster.prefill.grpc_addr()?);
@@ -509,6 +519,8 @@ fn main() -> anyhow::Result<()> {
         warmup_secs: args.warmup_secs,
         cpu_tick_us: clocks.decode.resolution().as_secs_f64() * 1e6,
         loadavg_at_start: loadavg,
+        router_worker_threads: args.router_worker_threads,
+        nginx_worker_processes: NGINX_WORKER_PROCESSES,
         missing,
         smg_version: peers::SMG_VERSION,
         idle_cpu_us_per_s,

@@ -3,7 +3,6 @@
 use std::collections::VecDeque;
 use std::convert::Infallible;
 
-use axum::extract::State;
 use axum::http::{HeaderMap, HeaderName, HeaderValue};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -11,7 +10,7 @@ use dolphin_proto::v1::{self, FinishReason};
 use futures::Stream;
 
 use super::AppState;
-use super::error::{ApiError, ApiJson};
+use super::error::ApiError;
 use super::types::*;
 use crate::dispatch::{GenerateParams, Prompt};
 use crate::policy::Decision;
@@ -25,8 +24,10 @@ const COMPLETIONS_DEFAULT_MAX_TOKENS: u32 = 16;
 const CHAT_DEFAULT_MAX_TOKENS: u32 = 1024;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Endpoint {
+pub(crate) enum Endpoint {
+    /// `/v1/completions`.
     Completions,
+    /// `/v1/chat/completions`.
     Chat,
 }
 
@@ -109,12 +110,21 @@ fn build(
     })
 }
 
-/// `POST /v1/completions`.
-pub(crate) async fn completions(
-    State(st): State<AppState>,
-    headers: HeaderMap,
-    ApiJson(req): ApiJson<CompletionRequest>,
-) -> Result<Response, ApiError> {
+/// A request checked and turned into dispatcher parameters, ready to [`run`].
+pub(crate) struct Prepared {
+    params: GenerateParams,
+    endpoint: Endpoint,
+    stream: bool,
+    include_usage: bool,
+}
+
+/// `POST /v1/completions`, up to the dispatch (kept out of the async part: what a future holds
+/// across its awaits, it holds for the whole request).
+pub(crate) fn completions(
+    st: &AppState,
+    headers: &HeaderMap,
+    req: CompletionRequest,
+) -> Result<Prepared, ApiError> {
     let prompt = match req.prompt {
         PromptInput::Text(t) => Prompt::Text(t),
         PromptInput::Tokens(t) => Prompt::Tokens(t),
@@ -132,23 +142,20 @@ pub(crate) async fn completions(
         req.sampling.stream,
         req.sampling.stream_options.unwrap_or_default(),
     );
-    let params = build(&st, &headers, req.model, prompt, max_tokens, req.sampling)?;
-    run(
-        st,
-        params,
-        Endpoint::Completions,
-        stream_mode,
-        opts.include_usage,
-    )
-    .await
+    Ok(Prepared {
+        params: build(st, headers, req.model, prompt, max_tokens, req.sampling)?,
+        endpoint: Endpoint::Completions,
+        stream: stream_mode,
+        include_usage: opts.include_usage,
+    })
 }
 
-/// `POST /v1/chat/completions`.
-pub(crate) async fn chat(
-    State(st): State<AppState>,
-    headers: HeaderMap,
-    ApiJson(req): ApiJson<ChatRequest>,
-) -> Result<Response, ApiError> {
+/// `POST /v1/chat/completions`, up to the dispatch.
+pub(crate) fn chat(
+    st: &AppState,
+    headers: &HeaderMap,
+    req: ChatRequest,
+) -> Result<Prepared, ApiError> {
     let mut messages = Vec::with_capacity(req.messages.len());
     for m in req.messages {
         let content = match m.content {
@@ -182,24 +189,29 @@ pub(crate) async fn chat(
         req.sampling.stream,
         req.sampling.stream_options.unwrap_or_default(),
     );
-    let params = build(
-        &st,
-        &headers,
-        req.model,
-        Prompt::Chat(messages),
-        max_tokens,
-        req.sampling,
-    )?;
-    run(st, params, Endpoint::Chat, stream_mode, opts.include_usage).await
+    Ok(Prepared {
+        params: build(
+            st,
+            headers,
+            req.model,
+            Prompt::Chat(messages),
+            max_tokens,
+            req.sampling,
+        )?,
+        endpoint: Endpoint::Chat,
+        stream: stream_mode,
+        include_usage: opts.include_usage,
+    })
 }
 
-async fn run(
-    st: AppState,
-    params: GenerateParams,
-    ep: Endpoint,
-    stream: bool,
-    include_usage: bool,
-) -> Result<Response, ApiError> {
+/// Dispatches a prepared request and answers it, whole or as server-sent events.
+pub(crate) async fn run(st: &AppState, prepared: Prepared) -> Result<Response, ApiError> {
+    let Prepared {
+        params,
+        endpoint: ep,
+        stream,
+        include_usage,
+    } = prepared;
     let model = params.model.clone();
     let rs = st.dispatcher.generate(params).await?;
     let headers = routing_headers(&rs);

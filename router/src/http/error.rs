@@ -1,12 +1,9 @@
 //! Errors in OpenAI's JSON shape, `{"error":{"message","type","param","code"}}`, with the
-//! matching HTTP status; and a JSON body extractor whose rejections use the same shape.
+//! matching HTTP status.
 
-use axum::body::Bytes;
-use axum::extract::{FromRequest, Request};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
-use serde::de::DeserializeOwned;
 
 use crate::error::{DispatchError, ErrorKind};
 
@@ -116,36 +113,6 @@ impl IntoResponse for ApiError {
             self.to_json(),
         )
             .into_response()
-    }
-}
-
-/// A JSON request body. Any content type is accepted (clients often omit it); bad JSON, bad
-/// fields and oversized bodies all answer in OpenAI's error shape.
-#[derive(Debug)]
-pub struct ApiJson<T>(pub T);
-
-impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for ApiJson<T> {
-    type Rejection = ApiError;
-
-    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
-        let bytes = Bytes::from_request(req, state).await.map_err(|rej| {
-            let status = rej.status();
-            let message = if status == StatusCode::PAYLOAD_TOO_LARGE {
-                "the request body is too large".to_string()
-            } else {
-                format!("cannot read the request body: {}", rej.body_text())
-            };
-            ApiError {
-                status,
-                message,
-                kind: "invalid_request_error",
-                param: None,
-                code: None,
-            }
-        })?;
-        serde_json::from_slice(&bytes)
-            .map(ApiJson)
-            .map_err(|e| ApiError::invalid(format!("invalid JSON body: {e}"), None))
     }
 }
 

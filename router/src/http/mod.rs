@@ -3,6 +3,7 @@
 
 mod completions;
 pub mod error;
+mod public;
 pub mod types;
 
 use std::sync::Arc;
@@ -11,7 +12,7 @@ use axum::Router;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{any, get};
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -19,8 +20,8 @@ use crate::admission::InflightLimit;
 use crate::auth::{KeySet, Verdict};
 use crate::dispatch::Dispatcher;
 use crate::shard::ShardListener;
-use crate::stream::Api;
 use error::ApiError;
+pub use public::PublicApi;
 
 /// Largest request body: a 128k-token prompt as JSON token ids is under 1 MiB; leave room.
 pub const MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
@@ -38,18 +39,12 @@ pub struct AppState {
     pub limit: InflightLimit,
 }
 
-/// The public HTTP routes.
-pub fn router(state: AppState) -> Router {
-    Router::new()
-        .route("/v1/completions", post(completions::completions))
-        .route("/v1/chat/completions", post(completions::chat))
-        // The inference routes only: a slot of the router's in-flight limit, held until the
-        // response body ends (a whole SSE stream), or 429 before the body is read.
-        .route_layer(
-            state
-                .limit
-                .layer(Api::Http, |e| ApiError::from(e).into_response(), &[]),
-        )
+/// The public HTTP API: the inference routes' POSTs straight from hyper's request (see
+/// `public.rs`), the rest through axum.
+pub fn router(state: AppState) -> PublicApi {
+    let rest = Router::new()
+        .route("/v1/completions", any(public::post_only))
+        .route("/v1/chat/completions", any(public::post_only))
         .route("/v1/models", get(models))
         // First thing on every route (unknown paths too): no key, no answer beyond 401.
         .layer(axum::middleware::from_fn_with_state(
@@ -68,7 +63,8 @@ pub fn router(state: AppState) -> Router {
         })
         // Bodies past the limit are refused with 413 before any parsing.
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
-        .with_state(state)
+        .with_state(state.clone());
+    PublicApi::new(state, rest)
 }
 
 /// The operators' routes: `/metrics` and `/health`, on their own listener.
@@ -90,8 +86,16 @@ async fn require_api_key(
         .headers()
         .get(header::AUTHORIZATION)
         .map(|v| v.as_bytes());
-    let message = match Verdict::of(st.api_keys.as_ref(), value) {
-        Verdict::Admitted => return next.run(req).await,
+    match key_refusal(Verdict::of(st.api_keys.as_ref(), value)) {
+        None => next.run(req).await,
+        Some(refusal) => refusal,
+    }
+}
+
+/// The 401 a request without a valid key gets (`None`: admitted).
+fn key_refusal(verdict: Verdict) -> Option<Response> {
+    let message = match verdict {
+        Verdict::Admitted => return None,
         Verdict::Missing => {
             "You didn't provide an API key. Send it in the Authorization header: \
              `Authorization: Bearer YOUR_KEY`."
@@ -110,7 +114,7 @@ async fn require_api_key(
         header::WWW_AUTHENTICATE,
         axum::http::HeaderValue::from_static("Bearer"),
     );
-    resp
+    Some(resp)
 }
 
 async fn models(State(st): State<AppState>) -> Response {
@@ -154,7 +158,7 @@ async fn metrics_text(State(st): State<AppState>) -> Response {
 /// connections then finish their requests.
 pub(crate) async fn serve(
     listener: ShardListener,
-    app: Router,
+    app: PublicApi,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
     axum::serve(listener, app)

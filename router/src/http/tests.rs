@@ -111,6 +111,34 @@ async fn call_with(
     )
 }
 
+/// POSTs `len` bytes in 64 KiB chunks (no Content-Length) over a raw connection; returns the
+/// status code of the answer.
+async fn chunked_post(addr: SocketAddr, path: &str, len: usize) -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut conn = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let head = format!("POST {path} HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n");
+    conn.write_all(head.as_bytes()).await.expect("head");
+    let chunk = vec![b'x'; 64 << 10];
+    let mut sent = 0;
+    while sent < len {
+        let n = chunk.len().min(len - sent);
+        let framed = [format!("{n:x}\r\n").as_bytes(), &chunk[..n], b"\r\n"].concat();
+        // The server may answer and close before the whole body is sent.
+        if conn.write_all(&framed).await.is_err() {
+            break;
+        }
+        sent += n;
+    }
+    let _ = conn.write_all(b"0\r\n\r\n").await;
+    let mut answer = vec![0; 64];
+    let n = conn.read(&mut answer).await.expect("answer");
+    let line = String::from_utf8_lossy(&answer[..n]).into_owned();
+    line.split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .expect(&line)
+}
+
 async fn post(addr: SocketAddr, path: &str, body: Value) -> (StatusCode, HeaderMap, String) {
     call(addr, Method::POST, path, body.to_string()).await
 }
@@ -422,6 +450,20 @@ async fn bad_requests_get_openai_errors() {
     assert_error(status, &body, StatusCode::NOT_FOUND);
     let (status, _, body) = call(a, Method::GET, "/v1/completions", "").await;
     assert_error(status, &body, StatusCode::METHOD_NOT_ALLOWED);
+    let (status, headers, body) = call(a, Method::PUT, "/v1/chat/completions", "{}").await;
+    assert_error(status, &body, StatusCode::METHOD_NOT_ALLOWED);
+    assert_eq!(headers["allow"], "POST");
+    let (status, _, body) = call(a, Method::POST, "/v1/completions", "{\"prompt\": ").await;
+    let e = assert_error(status, &body, StatusCode::BAD_REQUEST);
+    assert!(
+        e["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("invalid JSON body")),
+        "{body}"
+    );
+    // No announced length: the limit stops the read once the body passes it.
+    let status = chunked_post(a, "/v1/chat/completions", super::MAX_BODY_BYTES + 1).await;
+    assert_eq!(status, 413);
     assert!(
         fake.state.calls.lock().is_empty(),
         "no bad request reached the worker"

@@ -1,0 +1,184 @@
+//! The public listener's service: `POST /v1/completions` and `POST /v1/chat/completions` straight
+//! from hyper's request, every other request through axum's [`Router`].
+//!
+//! Why not axum for the two inference routes too: callgrind counted about 11k instructions a
+//! request in axum's routing, its middleware (`from_fn` for the keys, the route layer for the
+//! in-flight limit, the body limit) and its extractors (a `HeaderMap` clone, the body collected
+//! through two boxes), beside a handler of 60k: the largest piece of the router's CPU per
+//! request that was not the request's own work (`docs/dev/profiling.md`). The two routes do the
+//! same checks in the same order here (key, then a slot of the in-flight limit, then the body
+//! limit), with the same answers, in straight-line code.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::Request;
+use axum::http::{Method, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use http_body::Body as _;
+use http_body_util::{BodyExt, LengthLimitError, Limited};
+use tower::ServiceExt;
+
+use super::completions::{self, Endpoint};
+use super::error::ApiError;
+use super::{AppState, MAX_BODY_BYTES};
+use crate::admission::PermitBody;
+use crate::auth::Verdict;
+use crate::stream::Api;
+
+/// The public HTTP API (see the module doc). Cheap to clone: hyper clones the service for
+/// every request.
+#[derive(Clone, Debug)]
+pub struct PublicApi(Arc<Inner>);
+
+#[derive(Debug)]
+struct Inner {
+    state: AppState,
+    /// Everything but the two inference routes' POSTs.
+    rest: Router,
+}
+
+impl PublicApi {
+    /// The two inference routes over `state`, and `rest` for every other request.
+    pub(crate) fn new(state: AppState, rest: Router) -> Self {
+        Self(Arc::new(Inner { state, rest }))
+    }
+}
+
+/// The inference route a request is for, if it is a POST to one.
+fn inference_route(req: &Request) -> Option<Endpoint> {
+    if req.method() != Method::POST {
+        return None;
+    }
+    match req.uri().path() {
+        "/v1/completions" => Some(Endpoint::Completions),
+        "/v1/chat/completions" => Some(Endpoint::Chat),
+        _ => None,
+    }
+}
+
+type ResponseFuture = Pin<Box<dyn Future<Output = Result<Response, Infallible>> + Send>>;
+
+impl tower::Service<Request> for PublicApi {
+    type Response = Response;
+    type Error = Infallible;
+    type Future = ResponseFuture;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Request) -> ResponseFuture {
+        match inference_route(&req) {
+            Some(endpoint) => {
+                let inner = Arc::clone(&self.0);
+                Box::pin(async move { Ok(inner.inference(endpoint, req).await) })
+            }
+            None => Box::pin(self.0.rest.clone().oneshot(req)),
+        }
+    }
+}
+
+impl Inner {
+    /// A request for one of the inference routes, answered in full.
+    async fn inference(&self, endpoint: Endpoint, req: Request) -> Response {
+        let st = &self.state;
+        // First: no key, no answer beyond 401 (as on every other route).
+        let key = req
+            .headers()
+            .get(header::AUTHORIZATION)
+            .map(|v| v.as_bytes());
+        if let Some(refusal) = super::key_refusal(Verdict::of(st.api_keys.as_ref(), key)) {
+            return refusal;
+        }
+        // Then a slot, before the body is read: a full router answers 429 at once. The slot
+        // travels in the response body and is freed when the body ends (a whole SSE stream).
+        let permit = match st.limit.try_admit(Api::Http) {
+            Ok(permit) => permit,
+            Err(busy) => return ApiError::from(busy).into_response(),
+        };
+        let (parts, body) = req.into_parts();
+        let prepared = read_body(body).await.and_then(|bytes| match endpoint {
+            Endpoint::Completions => completions::completions(st, &parts.headers, parse(&bytes)?),
+            Endpoint::Chat => completions::chat(st, &parts.headers, parse(&bytes)?),
+        });
+        let answered = match prepared {
+            Ok(prepared) => completions::run(st, prepared).await,
+            Err(e) => Err(e),
+        };
+        match answered {
+            Ok(response) => response.map(|body| Body::new(PermitBody::new(body, Some(permit)))),
+            Err(e) => e.into_response(),
+        }
+    }
+}
+
+/// The whole request body, at most [`MAX_BODY_BYTES`] (413 past it, before reading when the
+/// length is announced).
+async fn read_body(body: Body) -> Result<Bytes, ApiError> {
+    let too_large = || ApiError {
+        status: StatusCode::PAYLOAD_TOO_LARGE,
+        message: "the request body is too large".into(),
+        kind: "invalid_request_error",
+        param: None,
+        code: None,
+    };
+    if body.size_hint().lower() > MAX_BODY_BYTES as u64 {
+        return Err(too_large());
+    }
+    match Limited::new(body, MAX_BODY_BYTES).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e) if e.is::<LengthLimitError>() => Err(too_large()),
+        Err(e) => Err(ApiError {
+            status: StatusCode::BAD_REQUEST,
+            message: format!("cannot read the request body: {e}"),
+            kind: "invalid_request_error",
+            param: None,
+            code: None,
+        }),
+    }
+}
+
+/// A JSON request body (any content type: clients often omit it).
+fn parse<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    serde_json::from_slice(bytes)
+        .map_err(|e| ApiError::invalid(format!("invalid JSON body: {e}"), None))
+}
+
+/// 405 for the inference routes' paths with a method other than POST (the POSTs never reach
+/// axum's router, which lists the paths only for this).
+pub(crate) async fn post_only() -> Response {
+    let mut resp = ApiError {
+        status: StatusCode::METHOD_NOT_ALLOWED,
+        message: "method not allowed".into(),
+        kind: "invalid_request_error",
+        param: None,
+        code: None,
+    }
+    .into_response();
+    resp.headers_mut()
+        .insert(header::ALLOW, header::HeaderValue::from_static("POST"));
+    resp
+}
+
+/// `axum::serve` asks for a service per connection: the same one.
+impl<'a, L: axum::serve::Listener> tower::Service<axum::serve::IncomingStream<'a, L>>
+    for PublicApi
+{
+    type Response = PublicApi;
+    type Error = Infallible;
+    type Future = std::future::Ready<Result<PublicApi, Infallible>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _: axum::serve::IncomingStream<'a, L>) -> Self::Future {
+        std::future::ready(Ok(self.clone()))
+    }
+}
