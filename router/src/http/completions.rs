@@ -1,16 +1,14 @@
 //! `/v1/completions` and `/v1/chat/completions`, streamed (SSE) or whole.
 
 use std::collections::VecDeque;
-use std::convert::Infallible;
 
-use axum::http::{HeaderMap, HeaderName, HeaderValue};
-use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use dolphin_proto::v1::{self, FinishReason};
-use futures::Stream;
 
 use super::AppState;
 use super::error::ApiError;
+use super::sse::SseBody;
 use super::types::*;
 use crate::dispatch::{GenerateParams, Prompt};
 use crate::policy::Decision;
@@ -215,26 +213,26 @@ pub(crate) async fn run(st: &AppState, prepared: Prepared) -> Result<Response, A
     let model = params.model.clone();
     let rs = st.dispatcher.generate(params).await?;
     let headers = routing_headers(&rs);
-    let enc = Encoder {
-        ep,
-        id: format!(
-            "{}-{}",
-            if ep == Endpoint::Chat {
-                "chatcmpl"
-            } else {
-                "cmpl"
-            },
-            rs.request_id()
-        ),
-        model,
-        created: crate::request_log::unix_ms() / 1000,
-        include_usage,
-        sent_role: false,
-    };
+    let id = format!(
+        "{}-{}",
+        if ep == Endpoint::Chat {
+            "chatcmpl"
+        } else {
+            "cmpl"
+        },
+        rs.request_id()
+    );
+    let created = crate::request_log::unix_ms() / 1000;
+    let enc = Encoder::new(ep, id, model, created, include_usage);
     let mut resp = if stream {
-        Sse::new(sse_events(rs, enc))
-            .keep_alive(KeepAlive::default())
-            .into_response()
+        let mut resp = Response::new(axum::body::Body::new(SseBody::new(rs, enc)));
+        let h = resp.headers_mut();
+        h.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/event-stream"),
+        );
+        h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+        resp
     } else {
         whole(rs, enc).await?
     };
@@ -242,25 +240,57 @@ pub(crate) async fn run(st: &AppState, prepared: Prepared) -> Result<Response, A
     Ok(resp)
 }
 
+// Response headers, named once (`from_static` checks its name at compile time in a const).
+const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+const X_DECODE_WORKER: HeaderName = HeaderName::from_static("x-dolphin-decode-worker");
+const X_PREFILL_MODE: HeaderName = HeaderName::from_static("x-dolphin-prefill-mode");
+const X_POLICY: HeaderName = HeaderName::from_static("x-dolphin-policy");
+const X_PREFILL_WORKER: HeaderName = HeaderName::from_static("x-dolphin-prefill-worker");
+const X_PREFILL_PATH: HeaderName = HeaderName::from_static("x-dolphin-prefill-path");
+
 /// Where the request went, as response headers (useful to tests and operators).
 fn routing_headers(rs: &ResponseStream) -> HeaderMap {
-    let mut h = HeaderMap::new();
+    let mut h = HeaderMap::with_capacity(8);
     let r = rs.route();
-    let mut put = |name: &'static str, value: &str| {
+    let mut put = |name: HeaderName, value: &str| {
         if let Ok(v) = HeaderValue::from_str(value) {
-            h.insert(HeaderName::from_static(name), v);
+            h.insert(name, v);
         }
     };
-    put("x-request-id", rs.request_id());
-    put("x-dolphin-decode-worker", r.decode.worker.id.as_str());
-    put("x-dolphin-prefill-mode", r.decision.as_str());
-    put("x-dolphin-policy", r.decided_by.label());
+    put(X_REQUEST_ID, rs.request_id());
+    put(X_DECODE_WORKER, r.decode.worker.id.as_str());
+    put(X_PREFILL_MODE, r.decision.as_str());
+    put(X_POLICY, r.decided_by.label());
     if r.decision == Decision::Remote
         && let Some(p) = &r.prefill
     {
-        put("x-dolphin-prefill-worker", p.worker.id.as_str());
+        put(X_PREFILL_WORKER, p.worker.id.as_str());
     }
     h
+}
+
+/// A JSON answer, serialized straight into a buffer of about its size (axum's `Json` grows a
+/// 128-byte one through an `io::Write` adapter).
+fn json_response<T: serde::Serialize>(value: &T, size_hint: usize) -> Response {
+    let mut body = Vec::with_capacity(size_hint);
+    match serde_json::to_writer(&mut body, value) {
+        Ok(()) => {
+            let mut resp = Response::new(axum::body::Body::from(body));
+            resp.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            );
+            resp
+        }
+        Err(e) => ApiError {
+            status: axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+            message: format!("cannot write the response: {e}"),
+            kind: "server_error",
+            param: None,
+            code: None,
+        }
+        .into_response(),
+    }
 }
 
 fn finish_str(r: FinishReason) -> &'static str {
@@ -271,7 +301,7 @@ fn finish_str(r: FinishReason) -> &'static str {
 }
 
 /// Builds response bodies and stream chunks for one request.
-struct Encoder {
+pub(crate) struct Encoder {
     ep: Endpoint,
     id: String,
     model: String,
@@ -281,8 +311,26 @@ struct Encoder {
 }
 
 impl Encoder {
+    /// An encoder for a response `id` of `model`, made at `created` (Unix seconds).
+    pub(crate) fn new(
+        ep: Endpoint,
+        id: String,
+        model: String,
+        created: u64,
+        include_usage: bool,
+    ) -> Self {
+        Self {
+            ep,
+            id,
+            model,
+            created,
+            include_usage,
+            sent_role: false,
+        }
+    }
+
     /// JSON chunks for one delta (none when it carries no text and does not finish).
-    fn chunks(&mut self, d: &Delta, out: &mut VecDeque<String>) {
+    pub(crate) fn chunks(&mut self, d: &Delta, out: &mut VecDeque<String>) {
         let finish = d.finish.as_ref().map(|f| finish_str(f.reason));
         if d.text.is_empty()
             && finish.is_none()
@@ -352,38 +400,44 @@ impl Encoder {
     fn whole(&self, text: String, reason: FinishReason, usage: &v1::Usage) -> Response {
         let usage = UsageOut::from(usage);
         let finish_reason = Some(finish_str(reason));
+        // The fixed fields, ids and counts take about 300 bytes; the text may need escapes.
+        let size = 384 + self.id.len() + self.model.len() + text.len() + text.len() / 8;
         match self.ep {
-            Endpoint::Completions => axum::Json(CompletionResponse {
-                id: self.id.clone(),
-                object: "text_completion",
-                created: self.created,
-                model: self.model.clone(),
-                choices: vec![CompletionChoice {
-                    index: 0,
-                    text,
-                    logprobs: None,
-                    finish_reason,
-                }],
-                usage: Some(usage),
-            })
-            .into_response(),
-            Endpoint::Chat => axum::Json(ChatResponse {
-                id: self.id.clone(),
-                object: "chat.completion",
-                created: self.created,
-                model: self.model.clone(),
-                choices: vec![ChatChoice {
-                    index: 0,
-                    message: ChatMessageOut {
-                        role: "assistant",
-                        content: text,
-                    },
-                    logprobs: None,
-                    finish_reason,
-                }],
-                usage,
-            })
-            .into_response(),
+            Endpoint::Completions => json_response(
+                &CompletionResponse {
+                    id: self.id.clone(),
+                    object: "text_completion",
+                    created: self.created,
+                    model: self.model.clone(),
+                    choices: vec![CompletionChoice {
+                        index: 0,
+                        text,
+                        logprobs: None,
+                        finish_reason,
+                    }],
+                    usage: Some(usage),
+                },
+                size,
+            ),
+            Endpoint::Chat => json_response(
+                &ChatResponse {
+                    id: self.id.clone(),
+                    object: "chat.completion",
+                    created: self.created,
+                    model: self.model.clone(),
+                    choices: vec![ChatChoice {
+                        index: 0,
+                        message: ChatMessageOut {
+                            role: "assistant",
+                            content: text,
+                        },
+                        logprobs: None,
+                        finish_reason,
+                    }],
+                    usage,
+                },
+                size,
+            ),
         }
     }
 }
@@ -397,59 +451,12 @@ async fn whole(mut rs: ResponseStream, enc: Encoder) -> Result<Response, ApiErro
         if let Some(f) = d.finish {
             let mut resp = enc.whole(text, f.reason, &f.usage);
             // Known once the decode worker answered: only a whole response can carry it.
-            resp.headers_mut().insert(
-                HeaderName::from_static("x-dolphin-prefill-path"),
-                HeaderValue::from_static(rs.path().as_str()),
-            );
+            resp.headers_mut()
+                .insert(X_PREFILL_PATH, HeaderValue::from_static(rs.path().as_str()));
             return Ok(resp);
         }
     }
     Err(ApiError::from(crate::error::DispatchError::Truncated {
         worker: rs.route().decode.worker.id.0.clone(),
     }))
-}
-
-struct SseState {
-    rs: ResponseStream,
-    enc: Encoder,
-    queue: VecDeque<String>,
-    ended: bool,
-}
-
-/// Server-sent events: one chunk per delta, `[DONE]` after the last; an error becomes an error
-/// event and ends the stream.
-fn sse_events(
-    rs: ResponseStream,
-    enc: Encoder,
-) -> impl Stream<Item = Result<Event, Infallible>> + Send {
-    let state = SseState {
-        rs,
-        enc,
-        queue: VecDeque::new(),
-        ended: false,
-    };
-    futures::stream::unfold(state, |mut st| async move {
-        loop {
-            if let Some(data) = st.queue.pop_front() {
-                return Some((Ok(Event::default().data(data)), st));
-            }
-            if st.ended {
-                return None;
-            }
-            match st.rs.next().await {
-                Some(Ok(d)) => {
-                    st.enc.chunks(&d, &mut st.queue);
-                    if d.finish.is_some() {
-                        st.queue.push_back("[DONE]".into());
-                        st.ended = true;
-                    }
-                }
-                Some(Err(e)) => {
-                    st.queue.push_back(ApiError::from(e).to_json());
-                    st.ended = true;
-                }
-                None => st.ended = true,
-            }
-        }
-    })
 }

@@ -4,6 +4,7 @@
 mod completions;
 pub mod error;
 mod public;
+mod sse;
 pub mod types;
 
 use std::sync::Arc;
