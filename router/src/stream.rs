@@ -103,9 +103,27 @@ impl ResponseStream {
         migration: Migration,
         deadline: Option<tokio::time::Instant>,
     ) -> Self {
-        Self(Box::new(Running::new(
-            meta, attempt, tokenizer, log, online, migration, deadline,
-        )))
+        Self(Box::new(Running {
+            meta,
+            route: attempt.route,
+            stream: Some(attempt.stream),
+            pending: Some(attempt.first),
+            tokenizer,
+            detok: IncrementalDetokenizer::new(),
+            stop: StopMatcher::new(migration.stop_strings()),
+            log,
+            online,
+            _guard: attempt.guard,
+            migration,
+            deadline: deadline.map(|at| Box::pin(tokio::time::sleep_until(at))),
+            first_token_at: None,
+            last_token_at: None,
+            completion_tokens: 0,
+            fell_back: false,
+            path: None,
+            done: false,
+            deferred: None,
+        }))
     }
 
     /// The request id.
@@ -180,38 +198,6 @@ struct Running {
 }
 
 impl Running {
-    fn new(
-        meta: RequestMeta,
-        attempt: Attempt,
-        tokenizer: Arc<dyn Tokenizer>,
-        log: RequestLog,
-        online: OnlineSink,
-        migration: Migration,
-        deadline: Option<tokio::time::Instant>,
-    ) -> Self {
-        Self {
-            meta,
-            route: attempt.route,
-            stream: Some(attempt.stream),
-            pending: Some(attempt.first),
-            tokenizer,
-            detok: IncrementalDetokenizer::new(),
-            stop: StopMatcher::new(migration.stop_strings()),
-            log,
-            online,
-            _guard: attempt.guard,
-            migration,
-            deadline: deadline.map(|at| Box::pin(tokio::time::sleep_until(at))),
-            first_token_at: None,
-            last_token_at: None,
-            completion_tokens: 0,
-            fell_back: false,
-            path: None,
-            done: false,
-            deferred: None,
-        }
-    }
-
     fn path(&self) -> PrefillPath {
         self.path.unwrap_or(if self.fell_back {
             PrefillPath::LocalFallback

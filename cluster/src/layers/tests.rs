@@ -188,6 +188,24 @@ async fn drain<B: http_body::Body + Unpin>(mut body: B) {
     {}
 }
 
+/// Calls `svc` with `req` and reads its answer's body to the end.
+async fn answer<S, B>(svc: &mut S, req: http::Request<()>)
+where
+    S: tower::Service<http::Request<()>, Response = http::Response<B>>,
+    S::Error: std::fmt::Debug,
+    B: http_body::Body + Unpin,
+{
+    let body = svc
+        .ready()
+        .await
+        .unwrap()
+        .call(req)
+        .await
+        .unwrap()
+        .into_body();
+    drain(body).await;
+}
+
 #[tokio::test]
 async fn server_spans_continue_the_callers_trace_and_record_the_status() {
     let (_guard, exporter, _provider) = traced();
@@ -209,15 +227,7 @@ async fn server_spans_continue_the_callers_trace_and_record_the_status() {
             .header("traceparent", parent)
             .body(())
             .unwrap();
-        let body = svc
-            .ready()
-            .await
-            .unwrap()
-            .call(req)
-            .await
-            .unwrap()
-            .into_body();
-        drain(body).await;
+        answer(&mut svc, req).await;
     }
     let spans = exporter.0.lock().unwrap().clone();
     let names: Vec<&str> = spans.iter().map(|s| s.name.as_ref()).collect();
@@ -291,15 +301,7 @@ async fn spans_opened_while_the_body_streams_are_the_calls_children() {
         .uri("/dolphin.v1.DecodeWorker/Decode")
         .body(())
         .unwrap();
-    let body = svc
-        .ready()
-        .await
-        .unwrap()
-        .call(req)
-        .await
-        .unwrap()
-        .into_body();
-    drain(body).await;
+    answer(&mut svc, req).await;
     let spans = exporter.0.lock().unwrap().clone();
     let names: Vec<&str> = spans.iter().map(|s| s.name.as_ref()).collect();
     assert_eq!(names, ["streamed", "dolphin.v1.DecodeWorker/Decode"]);

@@ -48,6 +48,17 @@ impl ApiError {
         }
     }
 
+    /// A 405 for a method the path does not serve.
+    pub fn method_not_allowed() -> Self {
+        Self {
+            status: StatusCode::METHOD_NOT_ALLOWED,
+            message: "method not allowed".into(),
+            kind: "invalid_request_error",
+            param: None,
+            code: None,
+        }
+    }
+
     /// A 404 for an unknown path.
     pub fn no_route(path: &str) -> Self {
         Self {

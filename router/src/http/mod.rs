@@ -53,15 +53,7 @@ pub fn router(state: AppState) -> PublicApi {
             require_api_key,
         ))
         .fallback(|uri: Uri| async move { ApiError::no_route(uri.path()) })
-        .method_not_allowed_fallback(|| async {
-            ApiError {
-                status: StatusCode::METHOD_NOT_ALLOWED,
-                message: "method not allowed".into(),
-                kind: "invalid_request_error",
-                param: None,
-                code: None,
-            }
-        })
+        .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
         // Bodies past the limit are refused with 413 before any parsing.
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(state.clone());

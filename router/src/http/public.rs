@@ -153,14 +153,7 @@ fn parse<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
 /// 405 for the inference routes' paths with a method other than POST (the POSTs never reach
 /// axum's router, which lists the paths only for this).
 pub(crate) async fn post_only() -> Response {
-    let mut resp = ApiError {
-        status: StatusCode::METHOD_NOT_ALLOWED,
-        message: "method not allowed".into(),
-        kind: "invalid_request_error",
-        param: None,
-        code: None,
-    }
-    .into_response();
+    let mut resp = ApiError::method_not_allowed().into_response();
     resp.headers_mut()
         .insert(header::ALLOW, header::HeaderValue::from_static("POST"));
     resp
