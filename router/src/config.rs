@@ -410,7 +410,8 @@ pub struct OnlineArgs {
     #[arg(long, env = "DOLPHIN_ONLINE_HALF_LIFE", default_value_t = 2000)]
     pub online_half_life: u32,
     /// Longest uncached prompt (tokens, on the chosen decode worker) explored by local
-    /// prefill: a long local prefill stalls every decode on its worker.
+    /// prefill: a long local prefill stalls every decode on its worker. A cluster without
+    /// evidence yet explores longer ones while its prefill worker has more than a step waiting.
     #[arg(
         long,
         env = "DOLPHIN_ONLINE_EXPLORE_LOCAL_MAX_TOKENS",

@@ -9,6 +9,11 @@
 //!   (`explore_local_max_tokens`): each such trial stalls every decode on its worker. Remote
 //!   prefill is not explored onto a prefill worker with more than a step of prompt tokens
 //!   waiting: near saturation one such trial can tip the pool into a queue it never leaves.
+//!   The one exception to the length limit is the mirror of that guard: a cluster without
+//!   evidence on this split (the fallback routes it) explores local prefill of a long prompt
+//!   while its prefill worker has more than a step waiting, when remote is the costly path.
+//!   Without it a new split never tries what its offline table finds there (long prompts on
+//!   the decode workers): measured in `docs/results.md`, "Online learning".
 //! - **Rewards that see the neighbours.** A request prefilled on its decode worker meets its
 //!   own SLO easily while it stalls every decode beside it; crediting each request with its own
 //!   outcome alone made the learner flip clusters to local prefill that cost the rest of the
@@ -69,6 +74,8 @@ pub struct OnlineConfig {
     /// Longest uncached prompt (on the decode worker) explored by local prefill. A long local
     /// prefill stalls every decode on its worker for several steps; exploring it at 5% of a
     /// decode-bound split's long prompts cost 23 points of attainment (`docs/results.md`).
+    /// Not applied to a cluster without evidence while its prefill worker is busy (see
+    /// [`explore`]).
     pub explore_local_max_tokens: u32,
 }
 
@@ -233,8 +240,10 @@ impl<K: Hash + Eq> Neighbourhood<K> {
 /// Sends `route` by the other path when the schedule says so and the table's learner may: its
 /// decision is flipped and it is marked [`DecidedBy::Explored`]. `pools`: the chosen workers'
 /// load; remote is explored only when a prefill worker was chosen and it has at most one step
-/// of prompt tokens waiting, local only for prompts of at most `explore_local_max_tokens`
-/// uncached tokens on the decode worker. Returns whether it explored.
+/// of prompt tokens waiting ([`EXPLORE_BUSY_STEPS`]), local only for prompts of at most
+/// `explore_local_max_tokens` uncached tokens on the decode worker, or longer ones of a cluster
+/// the fallback routes for thin evidence while that prefill worker has more than a step
+/// waiting. Returns whether it explored.
 pub fn explore(route: &mut Route, pools: PoolState, explorer: &Explorer) -> bool {
     let Some(cluster) = route.cluster else {
         return false;
@@ -243,11 +252,17 @@ pub fn explore(route: &mut Route, pools: PoolState, explorer: &Explorer) -> bool
     {
         return false;
     }
-    let too_long = route.features.eff_isl_decode > explorer.local_max_tokens;
+    let prefill_busy = pools.prefill_busy(EXPLORE_BUSY_STEPS);
+    let untested = matches!(
+        route.decided_by,
+        DecidedBy::Distrusted(_, Distrust::ThinEvidence)
+    );
+    let too_long =
+        route.features.eff_isl_decode > explorer.local_max_tokens && !(untested && prefill_busy);
     match route.decision {
         Decision::Remote if too_long => return false,
         // Never onto a prefill worker with more than a step of work waiting.
-        Decision::Local if pools.prefill_busy(1.0) => return false,
+        Decision::Local if prefill_busy => return false,
         _ => {}
     }
     if !explorer.explore(cluster) {
@@ -257,6 +272,11 @@ pub fn explore(route: &mut Route, pools: PoolState, explorer: &Explorer) -> bool
     route.decided_by = DecidedBy::Explored;
     true
 }
+
+/// Steps of prompt tokens waiting on the chosen prefill worker beyond which it is busy for
+/// exploration: remote is not explored onto it, and an untested cluster's long prompts may be
+/// explored locally instead (Dynamo's `prefill_load` default, `ThresholdConfig`).
+pub const EXPLORE_BUSY_STEPS: f64 = 1.0;
 
 /// The other path.
 pub fn other(d: Decision) -> Decision {

@@ -106,6 +106,30 @@ fn explore_flips_only_what_the_table_decided() {
             .count(),
         2
     );
+    // Except for a cluster without evidence while its prefill worker is busy: remote is then
+    // the costly path, and the one its learner must compare against.
+    let untested = |uncached| Route {
+        decided_by: DecidedBy::Distrusted(FallbackKind::Threshold, Distrust::ThinEvidence),
+        ..long(uncached)
+    };
+    let trials =
+        |r: &dyn Fn() -> Route, pools| (0..4).filter(|_| explore(&mut r(), pools, &e)).count();
+    assert_eq!(trials(&|| untested(8192), busy), 2);
+    assert_eq!(trials(&|| untested(8192), PoolState::IDLE), 0);
+    assert_eq!(
+        trials(&|| long(8192), busy),
+        0,
+        "a trusted bit's long prompts stay remote"
+    );
+    let explored = {
+        let mut r = untested(8192);
+        while !explore(&mut r, busy, &e) {}
+        r
+    };
+    assert_eq!(
+        (explored.decision, explored.decided_by),
+        (Decision::Local, DecidedBy::Explored)
+    );
 }
 
 #[test]
