@@ -25,6 +25,7 @@ mod flip;
 mod online;
 mod operating;
 mod shift;
+mod tpot_slo;
 
 pub use ablation::{Ablation, ablations};
 pub use charts::{attainment_bars, cdfs};
@@ -37,6 +38,7 @@ pub use operating::{
     step_limit_trade,
 };
 pub use shift::{Samples, ShiftRow, traffic_shift};
+pub use tpot_slo::{TpotSloRow, TpotSloTable, tpot_slo_sweep};
 
 /// Where and how a workload is replayed.
 #[derive(Clone, Debug)]

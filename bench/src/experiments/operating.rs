@@ -77,7 +77,7 @@ impl OperatingPoint {
 }
 
 /// Seed of the training sample's Poisson gaps; the test sample's is the next one.
-const TRAIN_SEED: u64 = 1;
+pub(super) const TRAIN_SEED: u64 = 1;
 
 /// Bisection steps once the load is bracketed.
 const BISECTION_STEPS: u32 = 10;
