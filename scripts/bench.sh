@@ -17,6 +17,9 @@
 # load, etcd down for 30 s; needs etcd from scripts/install-deps.sh, about 3 minutes);
 # tokenizer (SmolLM2's tokenizer on 1k- and 32k-token prompts; needs the model, seconds).
 # A benchmark that fails does not stop the others; the script then exits 1.
+# BENCH_PROFILE picks the cargo profile (default release); `BENCH_PROFILE=dist` measures what the
+# container image ships (fat LTO, one codegen unit: several minutes more to build), as the
+# router_overhead results in docs/architecture.md do.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -31,8 +34,10 @@ if [ ${#benches[@]} -eq 0 ]; then
     benches=(routing_decision dolphin_decision router_overhead kv_transfer)
 fi
 
+profile="${BENCH_PROFILE:-release}"
+
 # Only the binaries needed: router_overhead starts the router and the workers from
-# target/release, beside itself.
+# target/<profile>, beside itself.
 bins=(--bin dolphin-router --bin dolphin-decode-worker --bin dolphin-prefill-worker)
 pkgs=(-p dolphin-router -p dolphin-decode-worker -p dolphin-prefill-worker -p dolphin-bench)
 for b in "${benches[@]}"; do
@@ -49,13 +54,13 @@ for b in "${benches[@]}"; do
         pkgs+=(-p dolphinctl)
     fi
 done
-cargo build --release --locked "${bins[@]}" "${pkgs[@]}"
+cargo build --profile "$profile" --locked "${bins[@]}" "${pkgs[@]}"
 
 failed=()
 for b in "${benches[@]}"; do
     echo
     echo "=== $b"
-    if ! "target/release/$b" "$@"; then
+    if ! "${CARGO_TARGET_DIR:-target}/$profile/$b" "$@"; then
         failed+=("$b")
     fi
 done

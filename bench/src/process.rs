@@ -38,6 +38,15 @@ pub fn router_listener_args() -> Vec<String> {
     .collect()
 }
 
+/// The cargo profile the running benchmark was built with: its directory's name
+/// (`target/<profile>/`), which holds the binaries it starts.
+pub fn build_profile() -> String {
+    std::env::current_exe()
+        .ok()
+        .and_then(|exe| Some(exe.parent()?.file_name()?.to_string_lossy().into_owned()))
+        .unwrap_or_else(|| "unknown".to_owned())
+}
+
 /// Path of a release binary built beside the running benchmark (`target/release/<name>`).
 pub fn sibling_binary(name: &str) -> Result<PathBuf, BenchError> {
     let exe = std::env::current_exe().map_err(BenchError::io("locate the benchmark binary"))?;

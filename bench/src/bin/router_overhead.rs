@@ -150,6 +150,9 @@ struct Report {
     /// Serving threads of Dolphin's routers (0: one per core) and nginx's worker processes.
     router_worker_threads: usize,
     nginx_worker_processes: usize,
+    /// Cargo profile the Dolphin binaries were built with (`release`, `dist`: the directory
+    /// they run from).
+    build_profile: String,
     /// Peers that could not be started, and why (their modes are not in `phases`).
     missing: BTreeMap<String, String>,
     smg_version: &'static str,
@@ -521,6 +524,7 @@ fn main() -> anyhow::Result<()> {
         loadavg_at_start: loadavg,
         router_worker_threads: args.router_worker_threads,
         nginx_worker_processes: NGINX_WORKER_PROCESSES,
+        build_profile: dolphin_bench::process::build_profile(),
         missing,
         smg_version: peers::SMG_VERSION,
         idle_cpu_us_per_s,
