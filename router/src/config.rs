@@ -397,7 +397,7 @@ pub struct OnlineArgs {
     #[arg(long, env = "DOLPHIN_ONLINE_LEARNING")]
     pub online_learning: bool,
     /// Share of each cluster's requests sent by the path its bit does not give (0..=0.5).
-    #[arg(long, env = "DOLPHIN_ONLINE_EXPLORE_SHARE", default_value_t = 0.05)]
+    #[arg(long, env = "DOLPHIN_ONLINE_EXPLORE_SHARE", default_value_t = 0.1)]
     pub online_explore_share: f64,
     /// One-sided confidence a flip needs (0.5..=0.9999).
     #[arg(long, env = "DOLPHIN_ONLINE_CONFIDENCE", default_value_t = 0.95)]

@@ -172,14 +172,22 @@ fn series(name: &str, report: &SimReport) -> OnlineSeries {
     }
 }
 
-/// The online settings the experiment runs: the router's defaults, and a faster one.
-pub fn settings() -> [(&'static str, OnlineConfig); 2] {
+/// The online settings the experiment runs: the router's defaults (a 10% share), half that
+/// share (the default before 2026-12-05), and a faster one.
+pub fn settings() -> [(&'static str, OnlineConfig); 3] {
     let defaults = OnlineConfig {
         enabled: true,
         ..OnlineConfig::default()
     };
     [
         ("defaults", defaults),
+        (
+            "share 0.05",
+            OnlineConfig {
+                explore_share: 0.05,
+                ..defaults
+            },
+        ),
         (
             "share 0.2, 10 samples",
             OnlineConfig {

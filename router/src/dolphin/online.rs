@@ -83,7 +83,7 @@ impl Default for OnlineConfig {
     fn default() -> Self {
         Self {
             enabled: false,
-            explore_share: 0.05,
+            explore_share: 0.1,
             confidence: 0.95,
             min_samples: 30,
             half_life: 2000,
