@@ -13,7 +13,9 @@ use dolphin_workload::{Slo, Workload};
 use serde::Serialize;
 
 use super::operating::TRAIN_SEED;
-use super::{Baseline, OperatingPoint, Setup, change_pct, learn, run_baseline, run_table};
+use super::{
+    Baseline, LoadKind, OperatingPoint, Setup, change_pct, learn, run_baseline, run_table,
+};
 use crate::BenchError;
 
 /// The paper's margins at the 80% point: P90 TTFT and P90 TPOT this far below Dynamo 1.6, %.
@@ -45,10 +47,10 @@ pub struct TpotSloRow {
     pub workload: String,
     /// The split.
     pub split: String,
-    /// The operating point's load (its kind's unit).
+    /// The operating point's load (in `load_kind`'s unit).
     pub load: f64,
-    /// "poisson" or "closed-loop".
-    pub load_kind: String,
+    /// How the load is offered.
+    pub load_kind: LoadKind,
     /// Always-remote against Dynamo 1.6: P90 TTFT and P90 TPOT, %.
     pub always_remote_change_pct: (f64, f64),
     /// A table per TPOT target.
@@ -103,7 +105,7 @@ pub fn tpot_slo_sweep(
             workload: workload.to_owned(),
             split: p.split.clone(),
             load: p.load,
-            load_kind: p.load_kind.unit().to_owned(),
+            load_kind: p.load_kind,
             always_remote_change_pct: (
                 change_pct(dynamo.ttft.p90, remote.ttft.p90),
                 change_pct(dynamo.tpot.p90, remote.tpot.p90),
@@ -127,7 +129,7 @@ fn write_table(rows: &[TpotSloRow], md: &mut String) {
             "| {} | {} | {load} {} | {:+.1}%, {:+.1}% |",
             r.workload,
             r.split,
-            r.load_kind,
+            r.load_kind.unit(),
             r.always_remote_change_pct.0,
             r.always_remote_change_pct.1
         );
