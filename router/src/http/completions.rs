@@ -339,27 +339,19 @@ impl Encoder {
             return;
         }
         let json = match self.ep {
-            Endpoint::Completions => serde_json::to_string(&CompletionResponse {
-                id: self.id.clone(),
-                object: "text_completion",
-                created: self.created,
-                model: self.model.clone(),
-                choices: vec![CompletionChoice {
+            Endpoint::Completions => serde_json::to_string(&self.completion(
+                vec![CompletionChoice {
                     index: 0,
                     text: d.text.clone(),
                     logprobs: None,
                     finish_reason: finish,
                 }],
-                usage: None,
-            }),
+                None,
+            )),
             Endpoint::Chat => {
                 let role = (!std::mem::replace(&mut self.sent_role, true)).then_some("assistant");
-                serde_json::to_string(&ChatChunk {
-                    id: self.id.clone(),
-                    object: "chat.completion.chunk",
-                    created: self.created,
-                    model: self.model.clone(),
-                    choices: vec![ChatChunkChoice {
+                serde_json::to_string(&self.chat_chunk(
+                    vec![ChatChunkChoice {
                         index: 0,
                         delta: ChatDelta {
                             role,
@@ -368,32 +360,46 @@ impl Encoder {
                         logprobs: None,
                         finish_reason: finish,
                     }],
-                    usage: None,
-                })
+                    None,
+                ))
             }
         };
         out.extend(json.ok());
         if let (Some(f), true) = (&d.finish, self.include_usage) {
             let usage = Some(UsageOut::from(&f.usage));
             let json = match self.ep {
-                Endpoint::Completions => serde_json::to_string(&CompletionResponse {
-                    id: self.id.clone(),
-                    object: "text_completion",
-                    created: self.created,
-                    model: self.model.clone(),
-                    choices: vec![],
-                    usage,
-                }),
-                Endpoint::Chat => serde_json::to_string(&ChatChunk {
-                    id: self.id.clone(),
-                    object: "chat.completion.chunk",
-                    created: self.created,
-                    model: self.model.clone(),
-                    choices: vec![],
-                    usage,
-                }),
+                Endpoint::Completions => serde_json::to_string(&self.completion(vec![], usage)),
+                Endpoint::Chat => serde_json::to_string(&self.chat_chunk(vec![], usage)),
             };
             out.extend(json.ok());
+        }
+    }
+
+    /// A `/v1/completions` body or stream chunk of this request.
+    fn completion(
+        &self,
+        choices: Vec<CompletionChoice>,
+        usage: Option<UsageOut>,
+    ) -> CompletionResponse {
+        CompletionResponse {
+            id: self.id.clone(),
+            object: "text_completion",
+            created: self.created,
+            model: self.model.clone(),
+            choices,
+            usage,
+        }
+    }
+
+    /// A `/v1/chat/completions` stream chunk of this request.
+    fn chat_chunk(&self, choices: Vec<ChatChunkChoice>, usage: Option<UsageOut>) -> ChatChunk {
+        ChatChunk {
+            id: self.id.clone(),
+            object: "chat.completion.chunk",
+            created: self.created,
+            model: self.model.clone(),
+            choices,
+            usage,
         }
     }
 
@@ -404,19 +410,15 @@ impl Encoder {
         let size = 384 + self.id.len() + self.model.len() + text.len() + text.len() / 8;
         match self.ep {
             Endpoint::Completions => json_response(
-                &CompletionResponse {
-                    id: self.id.clone(),
-                    object: "text_completion",
-                    created: self.created,
-                    model: self.model.clone(),
-                    choices: vec![CompletionChoice {
+                &self.completion(
+                    vec![CompletionChoice {
                         index: 0,
                         text,
                         logprobs: None,
                         finish_reason,
                     }],
-                    usage: Some(usage),
-                },
+                    Some(usage),
+                ),
                 size,
             ),
             Endpoint::Chat => json_response(

@@ -48,6 +48,17 @@ impl ApiError {
         }
     }
 
+    /// A 413 for a request body past the limit.
+    pub fn payload_too_large() -> Self {
+        Self {
+            status: StatusCode::PAYLOAD_TOO_LARGE,
+            message: "the request body is too large".into(),
+            kind: "invalid_request_error",
+            param: None,
+            code: None,
+        }
+    }
+
     /// A 405 for a method the path does not serve.
     pub fn method_not_allowed() -> Self {
         Self {

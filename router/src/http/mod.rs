@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, State};
-use axum::http::{StatusCode, Uri, header};
+use axum::http::{HeaderMap, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get};
 use metrics_exporter_prometheus::PrometheusHandle;
@@ -75,19 +75,16 @@ async fn require_api_key(
     req: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
-    let value = req
-        .headers()
-        .get(header::AUTHORIZATION)
-        .map(|v| v.as_bytes());
-    match key_refusal(Verdict::of(st.api_keys.as_ref(), value)) {
+    match key_refusal(&st, req.headers()) {
         None => next.run(req).await,
         Some(refusal) => refusal,
     }
 }
 
-/// The 401 a request without a valid key gets (`None`: admitted).
-fn key_refusal(verdict: Verdict) -> Option<Response> {
-    let message = match verdict {
+/// The 401 a request with `headers` gets when it has no valid key (`None`: admitted).
+fn key_refusal(st: &AppState, headers: &HeaderMap) -> Option<Response> {
+    let key = headers.get(header::AUTHORIZATION).map(|v| v.as_bytes());
+    let message = match Verdict::of(st.api_keys.as_ref(), key) {
         Verdict::Admitted => return None,
         Verdict::Missing => {
             "You didn't provide an API key. Send it in the Authorization header: \

@@ -18,7 +18,7 @@ use std::task::{Context, Poll};
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::Request;
-use axum::http::{Method, StatusCode, header};
+use axum::http::{Method, header};
 use axum::response::{IntoResponse, Response};
 use http_body::Body as _;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
@@ -28,7 +28,6 @@ use super::completions::{self, Endpoint};
 use super::error::ApiError;
 use super::{AppState, MAX_BODY_BYTES};
 use crate::admission::PermitBody;
-use crate::auth::Verdict;
 use crate::stream::Api;
 
 /// The public HTTP API (see the module doc). Cheap to clone: hyper clones the service for
@@ -89,11 +88,7 @@ impl Inner {
     async fn inference(&self, endpoint: Endpoint, req: Request) -> Response {
         let st = &self.state;
         // First: no key, no answer beyond 401 (as on every other route).
-        let key = req
-            .headers()
-            .get(header::AUTHORIZATION)
-            .map(|v| v.as_bytes());
-        if let Some(refusal) = super::key_refusal(Verdict::of(st.api_keys.as_ref(), key)) {
+        if let Some(refusal) = super::key_refusal(st, req.headers()) {
             return refusal;
         }
         // Then a slot, before the body is read: a full router answers 429 at once. The slot
@@ -121,26 +116,16 @@ impl Inner {
 /// The whole request body, at most [`MAX_BODY_BYTES`] (413 past it, before reading when the
 /// length is announced).
 async fn read_body(body: Body) -> Result<Bytes, ApiError> {
-    let too_large = || ApiError {
-        status: StatusCode::PAYLOAD_TOO_LARGE,
-        message: "the request body is too large".into(),
-        kind: "invalid_request_error",
-        param: None,
-        code: None,
-    };
     if body.size_hint().lower() > MAX_BODY_BYTES as u64 {
-        return Err(too_large());
+        return Err(ApiError::payload_too_large());
     }
     match Limited::new(body, MAX_BODY_BYTES).collect().await {
         Ok(collected) => Ok(collected.to_bytes()),
-        Err(e) if e.is::<LengthLimitError>() => Err(too_large()),
-        Err(e) => Err(ApiError {
-            status: StatusCode::BAD_REQUEST,
-            message: format!("cannot read the request body: {e}"),
-            kind: "invalid_request_error",
-            param: None,
-            code: None,
-        }),
+        Err(e) if e.is::<LengthLimitError>() => Err(ApiError::payload_too_large()),
+        Err(e) => Err(ApiError::invalid(
+            format!("cannot read the request body: {e}"),
+            None,
+        )),
     }
 }
 
