@@ -15,7 +15,9 @@
 # control, quiz, throughput, handoff cost, depth sweep; needs the model, about 20 minutes);
 # load_faults (10,000 concurrent streams through the router, decode workers SIGKILLed under
 # load, etcd down for 30 s; needs etcd from scripts/install-deps.sh, about 3 minutes);
-# tokenizer (SmolLM2's tokenizer on 1k- and 32k-token prompts; needs the model, seconds).
+# tokenizer (SmolLM2's tokenizer on 1k- and 32k-token prompts; needs the model, seconds);
+# mocker_crosscheck (the cluster simulator against Dynamo 1.6.1's mocker on the same requests,
+# through Dynamo's offline replay; installs it with scripts/install-peers.sh, seconds).
 # A benchmark that fails does not stop the others; the script then exits 1.
 # BENCH_PROFILE picks the cargo profile (default release); `BENCH_PROFILE=dist` measures what the
 # container image ships (fat LTO, one codegen unit: several minutes more to build), as the
@@ -46,6 +48,10 @@ for b in "${benches[@]}"; do
     # not install is reported as missing in its result.
     if [ "$b" = router_overhead ]; then
         bins+=(--bin mock_http_worker)
+        scripts/install-peers.sh >/dev/null || echo "some peers are missing (see above)" >&2
+    fi
+    # mocker_crosscheck replays its cases on Dynamo's mocker from the peers' dynamo venv.
+    if [ "$b" = mocker_crosscheck ]; then
         scripts/install-peers.sh >/dev/null || echo "some peers are missing (see above)" >&2
     fi
     # sim_crosscheck starts its cluster with dolphinctl up.

@@ -2,7 +2,9 @@
 # Installs the peer routers the benchmark measures Dolphin against (bench/peers.md), when missing:
 #   nginx  (Debian nginx-light) as a plain HTTP reverse proxy, and wrk to drive load;
 #   smg    (SGLang's gateway, PyPI smg==1.13.0) in a venv under
-#          ${DOLPHIN_PEERS_DIR:-$HOME/.cache/dolphin/peers}/smg-venv.
+#          ${DOLPHIN_PEERS_DIR:-$HOME/.cache/dolphin/peers}/smg-venv;
+#   dynamo (NVIDIA Dynamo 1.6.1's mocker and its offline replay, PyPI ai-dynamo) in dynamo-venv
+#          beside it, for bench/src/bin/mocker_crosscheck.rs.
 # Idempotent: apt-get update runs only when a package must be installed, pip only when smg is not
 # there at that version. Uses sudo -n when not root. A peer that fails to install is reported on
 # stderr and the rest goes on. Prints the paths it found, one `name=path` a line, on stdout.
@@ -16,8 +18,10 @@ if (($# > 0)); then
 fi
 
 SMG_VERSION=1.13.0
+DYNAMO_VERSION=1.6.1
 peers_dir=${DOLPHIN_PEERS_DIR:-$HOME/.cache/dolphin/peers}
 venv=$peers_dir/smg-venv
+dynamo_venv=$peers_dir/dynamo-venv
 missing=()
 
 say() { echo "install-peers: $*" >&2; }
@@ -96,9 +100,41 @@ if ! smg_installed; then
     smg=
 fi
 
+# --- Dynamo's mocker in its own venv --------------------------------------------------------------
+# ai-dynamo pins aisimulate, a stub that fetches its wheel from pypi.nvidia.com at install time;
+# the offline replay needs only the two Dynamo wheels (its engine is in ai-dynamo-runtime's
+# native module) and pydantic, so those are installed without the rest of the dependency list.
+dynamo_python=$dynamo_venv/bin/python
+dynamo_installed() {
+    [[ -x $dynamo_python ]] || return 1
+    compgen -G "$dynamo_venv/lib/python*/site-packages/ai_dynamo-$DYNAMO_VERSION.dist-info" >/dev/null \
+        && "$dynamo_python" -c 'import dynamo.replay.api' 2>/dev/null
+}
+if ! dynamo_installed; then
+    say "installing ai-dynamo==$DYNAMO_VERSION (mocker and replay) into $dynamo_venv"
+    python=${PYTHON:-$(command -v python3 || true)}
+    if [[ -z $python ]]; then
+        say "no python3 to make the dynamo venv with"
+    elif ! { mkdir -p "$peers_dir" \
+        && { [[ -x $dynamo_python ]] || "$python" -m venv "$dynamo_venv"; } \
+        && "$dynamo_python" -m pip install -q --no-deps "ai-dynamo==$DYNAMO_VERSION" \
+            "ai-dynamo-runtime==$DYNAMO_VERSION" \
+        && "$dynamo_python" -m pip install -q "pydantic>=2.10.6,<=2.13.5" \
+            2>"$peers_dir/dynamo-pip.log"; }; then
+        # pip lists the dependencies left out on purpose; its log is kept for a real failure.
+        say "installing ai-dynamo==$DYNAMO_VERSION failed (see $peers_dir/dynamo-pip.log)"
+    fi
+fi
+if ! dynamo_installed; then
+    say "dynamo $DYNAMO_VERSION is missing"
+    missing+=(dynamo)
+    dynamo_python=
+fi
+
 echo "nginx=$nginx"
 echo "wrk=$wrk"
 echo "smg=$smg"
+echo "dynamo=$dynamo_python"
 if ((${#missing[@]} > 0)); then
     say "missing: ${missing[*]}"
     exit 2

@@ -25,7 +25,7 @@ use dolphin_router::selection::{self, Candidate, Choice};
 use rand::SeedableRng;
 use rand::rngs::SmallRng;
 
-use crate::config::{SimClusterConfig, SimError};
+use crate::config::{SchedulerModel, SimClusterConfig, SimError};
 use crate::event::{Action, EventQueue, Pool};
 use crate::report::{FlipRecord, OnlineRun, RequestRecord, SimReport};
 use crate::request::SimRequest;
@@ -98,6 +98,10 @@ struct Run<'a> {
     source: Source,
     events: EventQueue,
     pending: Vec<Outcome>,
+    /// Workers whose next step waits for the other arrivals of this instant
+    /// ([`SchedulerModel::Vllm`]), and whether kicks are being held.
+    held_kicks: Vec<(Pool, u32)>,
+    hold_kicks: bool,
     counts: Vec<u32>,
     state: Vec<ReqState>,
     now: f64,
@@ -173,7 +177,11 @@ impl SimCluster {
 
 impl<'a> Run<'a> {
     fn new(cfg: &'a SimClusterConfig, reqs: &'a [SimRequest], source: Source) -> Self {
-        let worker = |i: u32| Worker::new(i, cfg.total_blocks, cfg.block_size, cfg.step_limits());
+        let worker = |i: u32| {
+            let mut w = Worker::new(i, cfg.total_blocks, cfg.block_size, cfg.step_limits());
+            w.scheduler = cfg.scheduler;
+            w
+        };
         // Sized for what the pools can hold: the index never grows (rehashing a million
         // entries mid-run costs more than the memory).
         let index =
@@ -210,6 +218,8 @@ impl<'a> Run<'a> {
             source,
             events: EventQueue::default(),
             pending: Vec::new(),
+            held_kicks: Vec::new(),
+            hold_kicks: false,
             counts: Vec::new(),
             state: vec![ReqState::default(); reqs.len()],
             now: 0.0,
@@ -248,7 +258,14 @@ impl<'a> Run<'a> {
                 break;
             };
             self.now = at;
+            // vLLM's engines take every request that arrived at one instant into their next
+            // step; Dolphin's starts a step on the first.
+            self.hold_kicks = self.cfg.scheduler == SchedulerModel::Vllm
+                && self.source.peek(self.reqs) == Some(at);
             self.arrive(req);
+            if !self.hold_kicks {
+                self.release_kicks();
+            }
         }
         self.report()
     }
@@ -398,7 +415,22 @@ impl<'a> Run<'a> {
         }
     }
 
+    /// Starts the steps held back while an instant's arrivals came in.
+    fn release_kicks(&mut self) {
+        let mut held = std::mem::take(&mut self.held_kicks);
+        for (pool, w) in held.drain(..) {
+            self.kick(pool, w);
+        }
+        self.held_kicks = held;
+    }
+
     fn kick(&mut self, pool: Pool, w: u32) {
+        if self.hold_kicks {
+            if !self.held_kicks.contains(&(pool, w)) {
+                self.held_kicks.push((pool, w));
+            }
+            return;
+        }
         let worker = match pool {
             Pool::Prefill => &mut self.prefill[w as usize],
             Pool::Decode => &mut self.decode[w as usize],
@@ -406,7 +438,7 @@ impl<'a> Run<'a> {
         if worker.busy {
             return;
         }
-        if let Some(ms) = worker.build_batch(&self.cfg.profile) {
+        if let Some(ms) = worker.build_batch(&self.cfg.profile, self.reqs) {
             worker.busy = true;
             self.events
                 .push(self.now + ms, Action::StepEnd { pool, worker: w });

@@ -27,6 +27,21 @@ pub enum SimError {
     },
 }
 
+/// Whose scheduling the simulated engines follow, where the engines differ.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SchedulerModel {
+    /// Dolphin's engine: a prompt's prefix-cache hit is found when it is admitted, a block is
+    /// cached once its step has computed it, and an idle engine starts a step on the first
+    /// request that arrives.
+    #[default]
+    Dolphin,
+    /// vLLM's, as Dynamo's mocker runs it: the hit is found when the prompt is first scheduled
+    /// and blocks are cached when they are scheduled, so a prompt scheduled after another in
+    /// the same step shares the prefix that one computes (vLLM writes every entry's KV before
+    /// any attention reads it); requests that arrive at one instant enter the same step.
+    Vllm,
+}
+
 /// Everything a simulated cluster is made of.
 #[derive(Clone, Debug)]
 pub struct SimClusterConfig {
@@ -64,6 +79,8 @@ pub struct SimClusterConfig {
     pub classifier: OutputClassifier,
     /// Seed of the tie-breaking random generator in worker selection.
     pub seed: u64,
+    /// Whose scheduling the engines follow (Dolphin's engine's by default).
+    pub scheduler: SchedulerModel,
 }
 
 impl SimClusterConfig {
@@ -88,6 +105,7 @@ impl SimClusterConfig {
             table: None,
             classifier: OutputClassifier::prior(),
             seed: 1,
+            scheduler: SchedulerModel::Dolphin,
         }
     }
 

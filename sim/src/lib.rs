@@ -50,7 +50,7 @@ mod source;
 mod worker;
 
 pub use cluster::SimCluster;
-pub use config::{DEFAULT_LOAD_INTERVAL_MS, SimClusterConfig, SimError};
+pub use config::{DEFAULT_LOAD_INTERVAL_MS, SchedulerModel, SimClusterConfig, SimError};
 pub use dolphin_workload::{RequestKind, Slo};
 pub use report::{ClusterAttainment, FlipRecord, OnlineRun, Percentiles, RequestRecord, SimReport};
 pub use request::SimRequest;

@@ -4,7 +4,7 @@ use dolphin_engine::SimProfile;
 use dolphin_router::dolphin::CompiledTable;
 use dolphin_router::policy::{Decision, DolphinConfig, Policy, PrefillPath};
 
-use crate::{SimCluster, SimClusterConfig, SimReport, SimRequest, Slo};
+use crate::{SchedulerModel, SimCluster, SimClusterConfig, SimReport, SimRequest, Slo};
 
 mod load;
 mod taichi;
@@ -293,6 +293,87 @@ fn a_burst_of_unique_prompts_finishes_its_prefills_in_waves_as_vllm_packs_them()
     }
     let sizes: Vec<usize> = waves.iter().map(|w| w.1).collect();
     assert_eq!(sizes, [1, 4, 4, 4, 3], "{waves:?}");
+}
+
+/// Sizes of the groups of requests whose first tokens come at one instant, in input order.
+fn waves(r: &SimReport) -> Vec<usize> {
+    let mut waves: Vec<(f64, usize)> = Vec::new();
+    for rec in &r.records {
+        let first = rec.arrival_ms + rec.ttft_ms;
+        match waves.last_mut() {
+            Some((t, n)) if close(*t, first) => *n += 1,
+            _ => waves.push((first, 1)),
+        }
+    }
+    waves.into_iter().map(|w| w.1).collect()
+}
+
+fn mocker_like(scheduler: SchedulerModel, max_batched_tokens: u32) -> SimCluster {
+    let mut cfg = SimClusterConfig::new(0, 1, SimProfile::builtin("dynamo-mocker").expect("p"));
+    cfg.max_batched_tokens = max_batched_tokens;
+    cfg.scheduler = scheduler;
+    SimCluster::new(cfg).expect("valid")
+}
+
+#[test]
+fn under_vllm_scheduling_a_burst_at_one_instant_enters_one_step() {
+    // vLLM's engine (and Dynamo's mocker) schedules everything that arrived at one instant
+    // together: four 2011-token prompts per 8192-token step from the first step on.
+    let reqs: Vec<SimRequest> = (0..16).map(|i| req(0.0, &tokens(i + 1, 2011), 2)).collect();
+    let r = run(&mut mocker_like(SchedulerModel::Vllm, 8192), &reqs);
+    assert_eq!(waves(&r), [4, 4, 4, 4]);
+}
+
+#[test]
+fn under_vllm_scheduling_prompts_in_one_step_share_the_prefix_the_first_computes() {
+    // Sixteen prompts at once over one 2000-token prefix. vLLM caches blocks when it schedules
+    // them, so the fifteen after the first find its prefix and compute their 11 tokens alone:
+    // one step of 2011 + 15 x 11 tokens. Dolphin's engine finds hits at admission only, so
+    // each computes the whole prompt, four to a step.
+    let prefix = tokens(1000, 2000);
+    let reqs: Vec<SimRequest> = (0..16)
+        .map(|i| {
+            let mut t = prefix.clone();
+            t.extend(tokens(i + 1, 11));
+            req(0.0, &t, 4)
+        })
+        .collect();
+    let p = SimProfile::builtin("dynamo-mocker").expect("p");
+    let vllm = run(&mut mocker_like(SchedulerModel::Vllm, 8192), &reqs);
+    assert_eq!(waves(&vllm), [16]);
+    let ttft = vllm.records[0].ttft_ms;
+    assert!(close(ttft, p.prefill_ms(2011 + 15 * 11)), "{ttft}");
+    assert!(
+        vllm.records
+            .iter()
+            .all(|r| r.features.eff_isl_decode == 2011),
+        "features are the router's"
+    );
+    let own = run(&mut mocker_like(SchedulerModel::Dolphin, 8192), &reqs);
+    assert_eq!(waves(&own), [1, 4, 4, 4, 3]);
+}
+
+#[test]
+fn under_vllm_scheduling_a_prompt_reuses_what_earlier_steps_cached() {
+    // A 6000-token prompt spreads over three 2048-token steps. A second prompt sharing its first
+    // 4096 tokens arrives during the first step: it enters the third step, after the first
+    // prompt's last chunk, finds 256 blocks cached and computes its own 100 tokens there.
+    let long = tokens(7, 6000);
+    let mut second = long[..4096].to_vec();
+    second.extend(tokens(8, 100));
+    let reqs = [req(0.0, &long, 2), req(1.0, &second, 2)];
+    let vllm = run(&mut mocker_like(SchedulerModel::Vllm, 2048), &reqs);
+    assert_eq!(
+        waves(&vllm),
+        [2],
+        "both first tokens at the end of the third step"
+    );
+    let own = run(&mut mocker_like(SchedulerModel::Dolphin, 2048), &reqs);
+    let (a, b) = (own.records[0], own.records[1]);
+    assert!(
+        b.arrival_ms + b.ttft_ms > a.arrival_ms + a.ttft_ms,
+        "Dolphin's engine computes the 4096 shared tokens again: {own:?}"
+    );
 }
 
 #[test]

@@ -25,6 +25,7 @@ use dolphin_engine::{BlockId, KvEvent, KvPool, SimProfile};
 use dolphin_router::prefix_index::PrefixIndex;
 use dolphin_router::selection::load_cost;
 
+use crate::config::SchedulerModel;
 use crate::request::SimRequest;
 
 /// What a sequence is for.
@@ -95,6 +96,8 @@ pub(crate) struct Worker {
     pool: KvPool,
     block_size: u32,
     limits: StepLimits,
+    /// Whose scheduling this engine follows.
+    pub scheduler: SchedulerModel,
     seqs: Vec<Seq>,
     free_slots: Vec<u32>,
     waiting: VecDeque<u32>,
@@ -124,6 +127,7 @@ impl Worker {
             pool: KvPool::new(total_blocks, block_size),
             block_size,
             limits,
+            scheduler: SchedulerModel::Dolphin,
             seqs: Vec::new(),
             free_slots: Vec::new(),
             waiting: VecDeque::new(),
@@ -285,13 +289,16 @@ impl Worker {
 
     /// Builds the next step's batch by the engine's own policy ([`compose_step`]); returns its
     /// duration in ms, or `None` when there is nothing to compute.
-    pub fn build_batch(&mut self, profile: &SimProfile) -> Option<f64> {
+    pub fn build_batch(&mut self, profile: &SimProfile, reqs: &[SimRequest]) -> Option<f64> {
         self.batch.clear();
         let mut step = SimStep {
             seqs: &mut self.seqs,
             pool: &mut self.pool,
             batch: &mut self.batch,
+            pending_prefill: &mut self.pending_prefill,
+            reqs,
             block_size: self.block_size,
+            vllm: self.scheduler == SchedulerModel::Vllm,
         };
         let shape = compose_step(&self.running, self.limits, &mut step);
         if self.batch.is_empty() {
@@ -436,7 +443,13 @@ struct SimStep<'a> {
     seqs: &'a mut [Seq],
     pool: &'a mut KvPool,
     batch: &'a mut Vec<Entry>,
+    /// The worker's count of prompt tokens not yet prefilled (hits found late leave it).
+    pending_prefill: &'a mut u64,
+    reqs: &'a [SimRequest],
     block_size: u32,
+    /// vLLM's scheduling ([`SchedulerModel::Vllm`]): hits found at the first chunk, blocks
+    /// cached when scheduled.
+    vllm: bool,
 }
 
 impl StepBuilder<u32> for SimStep<'_> {
@@ -462,7 +475,56 @@ impl StepBuilder<u32> for SimStep<'_> {
             // A decode, or the last chunk of the prompt.
             sample: s.computed + tokens >= s.prompt_len,
         });
+        if self.vllm {
+            // Cached as scheduled: later entries of this step may share them.
+            let r = &self.reqs[s.req as usize];
+            commit_blocks_through(self.pool, s, r, self.block_size, s.computed + tokens);
+        }
         true
+    }
+
+    /// vLLM's scheduler looks a prompt up in the prefix cache when it first schedules it; here
+    /// a prompt admitted earlier extends its hit, before its first chunk, with the blocks
+    /// cached since (by earlier steps, or scheduled earlier in this one), and gives back the
+    /// reservation for the blocks it no longer computes.
+    fn prepare(&mut self, slot: u32) {
+        if !self.vllm {
+            return;
+        }
+        let bs = self.block_size;
+        let s = &mut self.seqs[slot as usize];
+        // Only a local prompt before its first chunk: its table holds its hits alone.
+        if s.phase != Phase::Running
+            || s.computed >= s.prompt_len
+            || s.table.len() as u32 != s.committed
+        {
+            return;
+        }
+        let hashes = &self.reqs[s.req as usize].hashes;
+        let from = s.committed as usize;
+        let max_hits = max_cached_blocks(s.prompt_len, bs, hashes.len());
+        if from >= max_hits {
+            return;
+        }
+        let extra = self.pool.match_prefix(&hashes[from..max_hits]);
+        if extra == 0 {
+            return;
+        }
+        let extra_blocks = extra as u32;
+        self.pool.unreserve(extra_blocks);
+        if !self
+            .pool
+            .admit(&hashes[from..from + extra], 0, &mut s.table)
+        {
+            // Reviving evictable hits does not fit: keep the reservation, compute them.
+            let restored = self.pool.admit(&[], extra_blocks, &mut s.table);
+            debug_assert!(restored, "a reservation just given back fits again");
+            return;
+        }
+        s.reserved -= extra_blocks;
+        s.committed += extra_blocks;
+        s.computed += extra_blocks * bs;
+        *self.pending_prefill -= u64::from(extra_blocks * bs);
     }
 }
 
@@ -473,7 +535,12 @@ fn ensure_blocks(pool: &mut KvPool, s: &mut Seq, tokens: u32, bs: u32) {
 
 /// Offers the sequence's newly full prompt blocks to the prefix cache.
 fn commit_blocks(pool: &mut KvPool, s: &mut Seq, r: &SimRequest, bs: u32) {
-    let full = ((s.computed / bs) as usize).min(r.hashes.len());
+    commit_blocks_through(pool, s, r, bs, s.computed);
+}
+
+/// Offers the prompt blocks that the first `tokens` positions fill to the prefix cache.
+fn commit_blocks_through(pool: &mut KvPool, s: &mut Seq, r: &SimRequest, bs: u32, tokens: u32) {
+    let full = ((tokens / bs) as usize).min(r.hashes.len());
     let from = s.committed as usize;
     if from < full {
         let parent = from.checked_sub(1).map(|p| r.hashes[p]);
@@ -516,7 +583,7 @@ mod tests {
         assert_eq!(w.prefill_backlog(), (6000, 2048));
         assert!(w.kv_usage() > 0.0, "both reserved their blocks");
         // One step computes a 2048-token chunk of the first prompt.
-        w.build_batch(&SimProfile::load("dynamo-mocker").expect("profile"))
+        w.build_batch(&SimProfile::load("dynamo-mocker").expect("profile"), &reqs)
             .expect("work");
         w.apply(&reqs, &mut out);
         w.report();
@@ -544,7 +611,7 @@ mod tests {
                 .iter()
                 .any(|s| s.phase == Phase::Running && s.computed < s.prompt_len)
             {
-                w.build_batch(&profile).expect("work");
+                w.build_batch(&profile, &reqs).expect("work");
                 w.apply(&reqs, out);
             }
         };
@@ -555,7 +622,7 @@ mod tests {
             w.enqueue(req, &reqs, Kind::Local, &mut out);
         }
         prefill(&mut w, &mut out);
-        let ms = w.build_batch(&profile).expect("decode step");
+        let ms = w.build_batch(&profile, &reqs).expect("decode step");
         let read: u32 = w
             .batch
             .iter()

@@ -24,6 +24,12 @@ pub trait StepBuilder<Id> {
     /// Puts the next `tokens` of `id`'s work into the step. `false` when it cannot (no KV block
     /// for them): then it stays out and costs no budget.
     fn take(&mut self, id: Id, tokens: u32) -> bool;
+
+    /// Called for each sequence, in order, just before its multi-token work is weighed: a
+    /// builder that finds prefix-cache hits when a prompt is first scheduled (vLLM's way, which
+    /// the simulator can model) extends the prompt's hit here, with what the sequences before
+    /// it in this step cache. Nothing by default.
+    fn prepare(&mut self, _id: Id) {}
 }
 
 /// What entered a step.
@@ -90,6 +96,7 @@ pub fn compose_step<Id: Copy>(
         if budget == 0 {
             break;
         }
+        step.prepare(id);
         let Some(want) = step.want(id).filter(|w| !w.decoding && w.tokens > 0) else {
             continue;
         };
@@ -137,6 +144,9 @@ mod tests {
         wants: Vec<Option<Want>>,
         refuse: Vec<usize>,
         taken: Vec<(usize, u32)>,
+        /// `prepare` shrinks a sequence's work to this (a prefix hit found late).
+        late_hits: Vec<(usize, u32)>,
+        prepared: Vec<usize>,
     }
 
     impl StepBuilder<usize> for Fake {
@@ -151,6 +161,15 @@ mod tests {
             self.taken.push((id, tokens));
             true
         }
+
+        fn prepare(&mut self, id: usize) {
+            self.prepared.push(id);
+            if let Some(&(_, left)) = self.late_hits.iter().find(|h| h.0 == id)
+                && let Some(w) = self.wants[id].as_mut()
+            {
+                w.tokens = left;
+            }
+        }
     }
 
     fn fake(wants: &[(bool, u32)]) -> Fake {
@@ -161,7 +180,26 @@ mod tests {
                 .collect(),
             refuse: Vec::new(),
             taken: Vec::new(),
+            late_hits: Vec::new(),
+            prepared: Vec::new(),
         }
+    }
+
+    #[test]
+    fn work_is_weighed_after_prepare_in_admission_order_while_budget_lasts() {
+        // The second prompt finds a late hit that leaves it 20 tokens: the third then fits.
+        let mut f = fake(&[
+            (true, 1),
+            (false, 100),
+            (false, 300),
+            (false, 50),
+            (false, 10),
+        ]);
+        f.late_hits.push((2, 20));
+        compose_step(&[0, 1, 2, 3, 4], StepLimits::new(171), &mut f);
+        assert_eq!(f.taken, vec![(0, 1), (1, 100), (2, 20), (3, 50)]);
+        // The decode is prepared too (a builder skips it); the budget ran out before the last.
+        assert_eq!(f.prepared, vec![0, 1, 2, 3]);
     }
 
     #[test]
