@@ -177,11 +177,7 @@ impl SimCluster {
 
 impl<'a> Run<'a> {
     fn new(cfg: &'a SimClusterConfig, reqs: &'a [SimRequest], source: Source) -> Self {
-        let worker = |i: u32| {
-            let mut w = Worker::new(i, cfg.total_blocks, cfg.block_size, cfg.step_limits());
-            w.scheduler = cfg.scheduler;
-            w
-        };
+        let worker = |i: u32| Worker::new(i, cfg.total_blocks, cfg.block_size, cfg.step_limits());
         // Sized for what the pools can hold: the index never grows (rehashing a million
         // entries mid-run costs more than the memory).
         let index =

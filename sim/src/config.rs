@@ -27,18 +27,17 @@ pub enum SimError {
     },
 }
 
-/// Whose scheduling the simulated engines follow, where the engines differ.
+/// Whose scheduling the simulated engines follow, where the engines differ. Both find a
+/// prompt's prefix-cache hit at admission and again before its first chunk, and cache blocks as
+/// they are scheduled, so a prompt scheduled after another in the same step shares the prefix
+/// that one computes (vLLM's scheduling, and Dolphin's engine's since it does the same).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum SchedulerModel {
-    /// Dolphin's engine: a prompt's prefix-cache hit is found when it is admitted, a block is
-    /// cached once its step has computed it, and an idle engine starts a step on the first
-    /// request that arrives.
+    /// Dolphin's engine: an idle engine starts a step on the first request that arrives.
     #[default]
     Dolphin,
-    /// vLLM's, as Dynamo's mocker runs it: the hit is found when the prompt is first scheduled
-    /// and blocks are cached when they are scheduled, so a prompt scheduled after another in
-    /// the same step shares the prefix that one computes (vLLM writes every entry's KV before
-    /// any attention reads it); requests that arrive at one instant enter the same step.
+    /// vLLM's, as Dynamo's mocker replays a trace: requests that arrive at one instant enter
+    /// the same step.
     Vllm,
 }
 

@@ -316,7 +316,7 @@ fn mocker_like(scheduler: SchedulerModel, max_batched_tokens: u32) -> SimCluster
 }
 
 #[test]
-fn under_vllm_scheduling_a_burst_at_one_instant_enters_one_step() {
+fn under_vllm_arrivals_a_burst_at_one_instant_enters_one_step() {
     // vLLM's engine (and Dynamo's mocker) schedules everything that arrived at one instant
     // together: four 2011-token prompts per 8192-token step from the first step on.
     let reqs: Vec<SimRequest> = (0..16).map(|i| req(0.0, &tokens(i + 1, 2011), 2)).collect();
@@ -325,11 +325,11 @@ fn under_vllm_scheduling_a_burst_at_one_instant_enters_one_step() {
 }
 
 #[test]
-fn under_vllm_scheduling_prompts_in_one_step_share_the_prefix_the_first_computes() {
-    // Sixteen prompts at once over one 2000-token prefix. vLLM caches blocks when it schedules
-    // them, so the fifteen after the first find its prefix and compute their 11 tokens alone:
-    // one step of 2011 + 15 x 11 tokens. Dolphin's engine finds hits at admission only, so
-    // each computes the whole prompt, four to a step.
+fn prompts_share_a_prefix_from_the_step_that_schedules_it() {
+    // Sixteen prompts at once over one new 2000-token prefix. Blocks are cached when they are
+    // scheduled, so a prompt scheduled after the first in the same step (vLLM's arrivals, all
+    // in the first step) or admitted while that step runs (Dolphin's engine, which starts the
+    // step on the first arrival) finds the prefix and computes its own 11 tokens alone.
     let prefix = tokens(1000, 2000);
     let reqs: Vec<SimRequest> = (0..16)
         .map(|i| {
@@ -347,33 +347,30 @@ fn under_vllm_scheduling_prompts_in_one_step_share_the_prefix_the_first_computes
         vllm.records
             .iter()
             .all(|r| r.features.eff_isl_decode == 2011),
-        "features are the router's"
+        "the router saw nothing cached"
     );
     let own = run(&mut mocker_like(SchedulerModel::Dolphin, 8192), &reqs);
-    assert_eq!(waves(&own), [1, 4, 4, 4, 3]);
+    assert_eq!(waves(&own), [1, 15]);
+    assert!(close(own.records[0].ttft_ms, p.prefill_ms(2011)));
 }
 
 #[test]
-fn under_vllm_scheduling_a_prompt_reuses_what_earlier_steps_cached() {
+fn a_prompt_takes_blocks_scheduled_since_it_was_admitted_before_its_first_chunk() {
     // A 6000-token prompt spreads over three 2048-token steps. A second prompt sharing its first
-    // 4096 tokens arrives during the first step: it enters the third step, after the first
-    // prompt's last chunk, finds 256 blocks cached and computes its own 100 tokens there.
+    // 4096 tokens arrives during the first step: admitted then, it finds the 128 blocks that
+    // step is computing; it enters the third step, after the first prompt's last chunk, finds
+    // 128 more (scheduled by the second step) and computes its own 100 tokens there.
     let long = tokens(7, 6000);
     let mut second = long[..4096].to_vec();
     second.extend(tokens(8, 100));
     let reqs = [req(0.0, &long, 2), req(1.0, &second, 2)];
-    let vllm = run(&mut mocker_like(SchedulerModel::Vllm, 2048), &reqs);
+    let r = run(&mut mocker_like(SchedulerModel::Dolphin, 2048), &reqs);
     assert_eq!(
-        waves(&vllm),
+        waves(&r),
         [2],
         "both first tokens at the end of the third step"
     );
-    let own = run(&mut mocker_like(SchedulerModel::Dolphin, 2048), &reqs);
-    let (a, b) = (own.records[0], own.records[1]);
-    assert!(
-        b.arrival_ms + b.ttft_ms > a.arrival_ms + a.ttft_ms,
-        "Dolphin's engine computes the 4096 shared tokens again: {own:?}"
-    );
+    assert_eq!(r.records[1].features.eff_isl_decode, 4196 - 2048);
 }
 
 #[test]

@@ -25,7 +25,6 @@ use dolphin_engine::{BlockId, KvEvent, KvPool, SimProfile};
 use dolphin_router::prefix_index::PrefixIndex;
 use dolphin_router::selection::load_cost;
 
-use crate::config::SchedulerModel;
 use crate::request::SimRequest;
 
 /// What a sequence is for.
@@ -96,8 +95,6 @@ pub(crate) struct Worker {
     pool: KvPool,
     block_size: u32,
     limits: StepLimits,
-    /// Whose scheduling this engine follows.
-    pub scheduler: SchedulerModel,
     seqs: Vec<Seq>,
     free_slots: Vec<u32>,
     waiting: VecDeque<u32>,
@@ -127,7 +124,6 @@ impl Worker {
             pool: KvPool::new(total_blocks, block_size),
             block_size,
             limits,
-            scheduler: SchedulerModel::Dolphin,
             seqs: Vec::new(),
             free_slots: Vec::new(),
             waiting: VecDeque::new(),
@@ -298,7 +294,6 @@ impl Worker {
             pending_prefill: &mut self.pending_prefill,
             reqs,
             block_size: self.block_size,
-            vllm: self.scheduler == SchedulerModel::Vllm,
         };
         let shape = compose_step(&self.running, self.limits, &mut step);
         if self.batch.is_empty() {
@@ -447,9 +442,6 @@ struct SimStep<'a> {
     pending_prefill: &'a mut u64,
     reqs: &'a [SimRequest],
     block_size: u32,
-    /// vLLM's scheduling ([`SchedulerModel::Vllm`]): hits found at the first chunk, blocks
-    /// cached when scheduled.
-    vllm: bool,
 }
 
 impl StepBuilder<u32> for SimStep<'_> {
@@ -475,22 +467,16 @@ impl StepBuilder<u32> for SimStep<'_> {
             // A decode, or the last chunk of the prompt.
             sample: s.computed + tokens >= s.prompt_len,
         });
-        if self.vllm {
-            // Cached as scheduled: later entries of this step may share them.
-            let r = &self.reqs[s.req as usize];
-            commit_blocks_through(self.pool, s, r, self.block_size, s.computed + tokens);
-        }
+        // Cached as scheduled (the engines do): later entries of this step may share them.
+        let r = &self.reqs[s.req as usize];
+        commit_blocks_through(self.pool, s, r, self.block_size, s.computed + tokens);
         true
     }
 
-    /// vLLM's scheduler looks a prompt up in the prefix cache when it first schedules it; here
-    /// a prompt admitted earlier extends its hit, before its first chunk, with the blocks
-    /// cached since (by earlier steps, or scheduled earlier in this one), and gives back the
-    /// reservation for the blocks it no longer computes.
+    /// The engine's `late_hit`: before its first chunk a prompt admitted earlier extends its
+    /// hit with the blocks cached since (by earlier steps, or scheduled earlier in this one),
+    /// and gives back the reservation for the blocks it no longer computes.
     fn prepare(&mut self, slot: u32) {
-        if !self.vllm {
-            return;
-        }
         let bs = self.block_size;
         let s = &mut self.seqs[slot as usize];
         // Only a local prompt before its first chunk: its table holds its hits alone.

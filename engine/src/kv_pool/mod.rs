@@ -378,6 +378,24 @@ impl KvPool {
         committed
     }
 
+    /// Takes `block` out of the prefix cache: its KV is not what its hash says (the step that
+    /// was to compute it failed). Its holders keep it; it is freed when the last lets go (at
+    /// once if none holds it). Nothing happens to a block that is not cached.
+    pub fn forget(&mut self, block: BlockId) {
+        let meta = &mut self.blocks[block as usize];
+        if !meta.cached() {
+            return;
+        }
+        let unreferenced = meta.refs == 0;
+        if unreferenced {
+            self.lru.unlink(meta);
+        }
+        self.evict(block);
+        if unreferenced {
+            self.free.push(block);
+        }
+    }
+
     /// Every cached block as `Stored` events, parents before children, chains coalesced.
     pub fn snapshot(&self) -> Vec<KvEvent> {
         let mut blocks: Vec<&BlockMeta> = self

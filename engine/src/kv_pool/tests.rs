@@ -195,3 +195,34 @@ fn snapshot_lists_parents_first_and_coalesces_chains() {
     assert_eq!(known.len(), 5);
     assert_eq!(snap.len(), 2, "two chains: {snap:?}");
 }
+
+#[test]
+fn forgetting_a_block_takes_it_out_of_the_cache_whoever_holds_it() {
+    let mut pool = KvPool::new(4, 4);
+    let hashes = block_hashes(&prompt(1, 2), 4);
+    let t = take(&mut pool, &[], 2);
+    commit_all(&mut pool, &t, &hashes);
+    pool.drain_events().for_each(drop);
+    // Held: it leaves the cache now and is freed on release, not kept as evictable.
+    pool.forget(t[1]);
+    assert_eq!(pool.match_prefix(&hashes), 1);
+    assert_eq!(
+        pool.drain_events().collect::<Vec<_>>(),
+        vec![KvEvent::Removed {
+            hashes: vec![hashes[1]]
+        }]
+    );
+    pool.release(&t);
+    assert_eq!((pool.cached_len(), pool.referenced()), (1, 0));
+    pool.check_invariants();
+    // Unreferenced (evictable): it leaves the evictable queue for the free list.
+    pool.forget(t[0]);
+    assert_eq!((pool.cached_len(), pool.available()), (0, 4));
+    pool.check_invariants();
+    // Not cached: nothing happens.
+    pool.forget(t[0]);
+    assert!(pool.drain_events().eq([KvEvent::Removed {
+        hashes: vec![hashes[0]]
+    }]));
+    pool.check_invariants();
+}

@@ -73,7 +73,7 @@ pub(crate) struct Seq {
     pub committed: u32,
     /// Tokens whose KV is in `table`.
     pub computed: u32,
-    /// Prompt tokens found in the prefix cache at admission.
+    /// Prompt tokens found in the prefix cache (at admission, or before the first chunk).
     pub cached_tokens: u32,
     pub generated: u32,
     pub phase: Phase,

@@ -42,6 +42,9 @@ pub(crate) struct Core<B: Backend> {
     pub(super) to_release: Vec<SeqId>,
     /// Block tables of sequences released while in the running step: freed when it returns.
     pub(super) deferred: Vec<Vec<BlockId>>,
+    /// Prompt blocks cached when the step being built or run scheduled them, before their KV
+    /// exists: taken out of the cache again if that step fails.
+    pub(super) step_commits: Vec<BlockId>,
     /// Step times by batch size.
     pub(super) profile: super::StepProfile,
     next_id: SeqId,
@@ -67,6 +70,7 @@ impl<B: Backend> Core<B> {
             to_start: Vec::new(),
             to_release: Vec::new(),
             deferred: Vec::new(),
+            step_commits: Vec::new(),
             profile: super::StepProfile::default(),
             next_id: 1,
             events,
@@ -314,7 +318,13 @@ impl<B: Backend> Core<B> {
 /// Offers a sequence's newly full blocks to the prefix cache (prompt blocks and blocks filled
 /// by generated tokens alike), hashing generated blocks as they fill.
 pub(super) fn commit_blocks(pool: &mut KvPool, seq: &mut Seq, bs: u32) {
-    let full = (seq.computed / bs) as usize;
+    commit_blocks_through(pool, seq, bs, seq.computed);
+}
+
+/// Offers the blocks that the sequence's first `tokens` positions fill to the prefix cache
+/// (those past `computed` are being computed by the step that scheduled them).
+pub(super) fn commit_blocks_through(pool: &mut KvPool, seq: &mut Seq, bs: u32, tokens: u32) {
+    let full = (tokens / bs) as usize;
     let from = seq.committed as usize;
     if from >= full {
         return;
@@ -334,6 +344,46 @@ pub(super) fn commit_blocks(pool: &mut KvPool, seq: &mut Seq, bs: u32) {
         from as u32,
     );
     seq.committed = full as u32;
+}
+
+/// Looks a prompt up in the prefix cache again before its first chunk, as vLLM's scheduler
+/// looks when it first schedules a prompt: blocks cached since the prompt was admitted (by a
+/// step since, or by an entry scheduled before it in the step being built, whose KV that step
+/// writes before any attention reads it) join its hit, and the blocks it no longer computes
+/// leave its reservation. Only a prompt that computes itself (not one awaiting KV or driven by
+/// a handoff) and has no block of its own yet. Returns the blocks found.
+pub(super) fn late_hit(pool: &mut KvPool, seq: &mut Seq, bs: u32) -> u32 {
+    let fresh = seq.phase == Phase::Running
+        && matches!(seq.kind, Kind::Generate | Kind::Prefill { .. })
+        && seq.table.len() as u32 == seq.committed
+        && seq.computed == seq.committed * bs
+        && !seq.prefilled();
+    if !fresh {
+        return 0;
+    }
+    let from = seq.committed as usize;
+    let max_hits = max_cached_blocks(seq.prompt_len, bs, seq.hashes.len());
+    if from >= max_hits {
+        return 0;
+    }
+    let extra = pool.match_prefix(&seq.hashes[from..max_hits]);
+    if extra == 0 {
+        return 0;
+    }
+    let n = extra as u32;
+    pool.unreserve(n);
+    if !pool.admit(&seq.hashes[from..from + extra], 0, &mut seq.table) {
+        // Reviving evictable hits does not fit: keep the reservation and compute them.
+        let restored = pool.admit(&[], n, &mut seq.table);
+        debug_assert!(restored, "a reservation just given back fits again");
+        return 0;
+    }
+    seq.reserved -= n;
+    seq.committed += n;
+    seq.computed += n * bs;
+    seq.cached_tokens += n * bs;
+    metrics::counter!(m::PREFIX_CACHE_HIT_TOKENS_TOTAL).increment(u64::from(n * bs));
+    n
 }
 
 /// Allocates reserved blocks until the sequence's table has `blocks` of them.

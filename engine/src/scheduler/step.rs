@@ -6,16 +6,16 @@
 use dolphin_kv_block::KvBlock;
 use tokio::time::Instant;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use super::policy::{StepBuilder, StepLimits, Want, compose_step};
 use super::seq::{Kind, Seq};
-use super::state::{Core, commit_blocks};
+use super::state::{Core, commit_blocks, commit_blocks_through, late_hit};
 use crate::backend::{Backend, Batch, KvBlocks, SeqStart};
 use crate::drive::{DrivenToken, Steer};
 use crate::error::{BackendError, EngineError};
 use crate::kv_pool::KvPool;
-use crate::types::{FinishReason, PrefillOutput, Sampled, SeqId, SeqOutput};
+use crate::types::{BlockId, FinishReason, PrefillOutput, Sampled, SeqId, SeqOutput};
 
 /// How a sequence's step ended, decided while iterating and acted on afterwards.
 #[derive(Debug)]
@@ -69,12 +69,17 @@ impl<B: Backend> Core<B> {
         failed: &mut Vec<(SeqId, BackendError)>,
     ) {
         batch.clear();
+        self.step_commits.clear();
         let mut step = BatchBuilder {
             seqs: &mut self.seqs,
             pool: &mut self.pool,
             batch,
             failed,
             block_size: self.info.block_size,
+            // A step that delayed batching may give back unrun must not leave blocks cached
+            // before their KV exists, nor prompts counting on them.
+            share_in_step: self.cfg.batch_wait.min_batch <= 1,
+            step_commits: &mut self.step_commits,
         };
         let limits = StepLimits {
             max_batched_tokens: self.cfg.max_batched_tokens,
@@ -108,14 +113,35 @@ impl<B: Backend> Core<B> {
 
     /// The backend failed the step: every sequence in the batch fails (their KV is in an unknown
     /// state).
+    /// Prompt blocks the step cached when it scheduled them leave the cache, and sequences
+    /// admitted on them meanwhile fail too.
     pub(super) fn step_failed(&mut self, batch: &Batch, error: &BackendError) {
         tracing::warn!(error = %error, seqs = batch.len(), "backend step failed");
         metrics::counter!(crate::metrics::STEP_FAILURES_TOTAL).increment(1);
+        let unwritten = std::mem::take(&mut self.step_commits);
+        for &b in &unwritten {
+            self.pool.forget(b);
+        }
         for entry in batch.entries() {
             self.fail(
                 entry.seq,
                 BackendError::Invalid(format!("step failed: {error}")),
             );
+        }
+        if !unwritten.is_empty() {
+            let unwritten: HashSet<BlockId> = unwritten.into_iter().collect();
+            let holders: Vec<SeqId> = self
+                .seqs
+                .values()
+                .filter(|s| s.table.iter().any(|b| unwritten.contains(b)))
+                .map(|s| s.id)
+                .collect();
+            for id in holders {
+                self.fail(
+                    id,
+                    BackendError::Invalid(format!("the step computing its prefix failed: {error}")),
+                );
+            }
         }
         self.tidy();
     }
@@ -295,6 +321,11 @@ struct BatchBuilder<'a> {
     batch: &'a mut Batch,
     failed: &'a mut Vec<(SeqId, BackendError)>,
     block_size: u32,
+    /// Prompt blocks are cached as they are scheduled, so a prompt after them in the step
+    /// shares them (vLLM's way; the backends write every entry's KV before attention reads).
+    share_in_step: bool,
+    /// The blocks cached that way in this step.
+    step_commits: &'a mut Vec<BlockId>,
 }
 
 impl StepBuilder<SeqId> for BatchBuilder<'_> {
@@ -321,7 +352,20 @@ impl StepBuilder<SeqId> for BatchBuilder<'_> {
         self.batch
             .push(id, pos, seq.prompt_len, chunk, &seq.table, sample);
         seq.in_step = true;
+        if self.share_in_step && pos < seq.prompt_len {
+            let from = seq.committed as usize;
+            let through = (pos + tokens).min(seq.prompt_len);
+            commit_blocks_through(self.pool, seq, self.block_size, through);
+            let to = (seq.committed as usize).max(from);
+            self.step_commits.extend_from_slice(&seq.table[from..to]);
+        }
         true
+    }
+
+    fn prepare(&mut self, id: SeqId) {
+        if let Some(seq) = self.seqs.get_mut(&id) {
+            late_hit(self.pool, seq, self.block_size);
+        }
     }
 }
 

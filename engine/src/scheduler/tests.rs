@@ -26,6 +26,8 @@ struct Recorder {
     info: EngineInfo,
     log: Arc<Mutex<Vec<StepLog>>>,
     eos_at: Option<u32>,
+    /// Fails its first step (nothing is computed).
+    fail_first: bool,
 }
 
 /// The recorder's KV memory: exports carry the block index, imports check the length.
@@ -61,6 +63,9 @@ impl Backend for Recorder {
         batch: &Batch,
         sampled: &mut [Option<crate::types::Sampled>],
     ) -> Result<Duration, BackendError> {
+        if std::mem::take(&mut self.fail_first) {
+            return Err(BackendError::Invalid("injected failure".into()));
+        }
         let mut log = Vec::new();
         for (i, e) in batch.entries().iter().enumerate() {
             let end = e.position + e.len();
@@ -90,6 +95,7 @@ struct Setup {
     max_batched_tokens: u32,
     max_waiting: u32,
     eos_at: Option<u32>,
+    fail_first: bool,
 }
 
 impl Default for Setup {
@@ -99,6 +105,7 @@ impl Default for Setup {
             max_batched_tokens: 64,
             max_waiting: 8,
             eos_at: None,
+            fail_first: false,
         }
     }
 }
@@ -123,6 +130,7 @@ fn engine(s: Setup) -> (Arc<Scheduler<Recorder>>, Arc<Mutex<Vec<StepLog>>>) {
         info,
         log: log.clone(),
         eos_at: s.eos_at,
+        fail_first: s.fail_first,
     };
     let cfg = SchedulerConfig {
         max_batched_tokens: s.max_batched_tokens,
@@ -545,6 +553,86 @@ async fn cache_events_and_prefix_hits() {
     };
     let (_, _, usage) = collect(engine.generate(c).await.expect("ok")).await;
     assert_eq!(usage.cached_tokens, 4);
+}
+
+/// A request whose prompt is `prefix` and then `tail`.
+fn with_prefix(id: &str, prefix: &[u32], tail: &[u32], max_tokens: u32) -> SeqRequest {
+    SeqRequest {
+        prompt: prefix.iter().chain(tail).copied().collect(),
+        ..req(id, 0, max_tokens)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn prompts_in_one_step_share_the_prefix_the_first_schedules() {
+    // Three prompts over one new 12-token prefix (three blocks), queued together: they enter
+    // one step, and the prefix is cached as the first is scheduled, so the two after it find
+    // it (vLLM's scheduling) and compute their own two tokens alone.
+    let (engine, log) = engine(Setup::default());
+    let prefix: Vec<u32> = (20..32).collect();
+    let streams = [
+        engine
+            .generate(with_prefix("a", &prefix, &[60, 61], 2))
+            .await
+            .expect("ok"),
+        engine
+            .generate(with_prefix("b", &prefix, &[62, 63], 2))
+            .await
+            .expect("ok"),
+        engine
+            .generate(with_prefix("c", &prefix, &[64, 65], 2))
+            .await
+            .expect("ok"),
+    ];
+    let mut cached = Vec::new();
+    for s in streams {
+        let (tokens, reason, usage) = collect(s).await;
+        assert_eq!(
+            (tokens, reason),
+            (expected_tokens(14, 2), FinishReason::Length)
+        );
+        cached.push(usage.cached_tokens);
+    }
+    assert_eq!(cached, [0, 12, 12]);
+    let first: Vec<(u32, u32, bool)> = log.lock()[0]
+        .iter()
+        .map(|&(_, p, n, s)| (p, n, s))
+        .collect();
+    assert_eq!(first, [(0, 14, true), (12, 2, true), (12, 2, true)]);
+    until(&engine, |l| l.free_blocks == 64 && l.running == 0).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_step_takes_what_it_cached_out_of_the_cache() {
+    // The first step fails: the prefix it cached when scheduling was never computed, so it
+    // leaves the cache, and the same prompt afterwards computes it all again.
+    let (engine, _) = engine(Setup {
+        fail_first: true,
+        ..Setup::default()
+    });
+    let prefix: Vec<u32> = (20..32).collect();
+    let a = engine
+        .generate(with_prefix("a", &prefix, &[60, 61], 2))
+        .await
+        .expect("ok");
+    let b = engine
+        .generate(with_prefix("b", &prefix, &[62, 63], 2))
+        .await
+        .expect("ok");
+    for mut s in [a, b] {
+        match s.recv().await {
+            Some(SeqOutput::Error(e)) => assert!(e.contains("injected"), "{e}"),
+            other => panic!("expected the step's failure, got {other:?}"),
+        }
+    }
+    until(&engine, |l| l.free_blocks == 64 && l.running == 0).await;
+    assert!(engine.subscribe().0.is_empty(), "nothing cached is left");
+    let again = engine
+        .generate(with_prefix("c", &prefix, &[60, 61], 2))
+        .await
+        .expect("ok");
+    let (tokens, _, usage) = collect(again).await;
+    assert_eq!((tokens, usage.cached_tokens), (expected_tokens(14, 2), 0));
 }
 
 #[tokio::test(start_paused = true)]

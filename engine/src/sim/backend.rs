@@ -42,6 +42,8 @@ struct SimSeq {
     parent: Option<u64>,
     /// Tokens of the block being filled.
     partial: Vec<u32>,
+    /// Position of the next token it expects to absorb.
+    next: u32,
     /// Digest of the prompt's KV, once complete (decoding waits for it).
     digest: Option<u64>,
     /// Mixed into the digest: a seeded sampler with temperature selects its own stream.
@@ -173,7 +175,27 @@ impl SimBackend {
         table: &[BlockId],
     ) -> Result<(), BackendError> {
         let bs = self.info.block_size as usize;
+        let next = self.seqs.get(&seq).ok_or_else(|| unknown(seq))?.next;
+        // A prompt that found more of itself cached after it started (the scheduler looks again
+        // before its first chunk) resumes after those blocks: they are full, and written by now
+        // (by an earlier step, or by an earlier entry of this one).
+        let resumed_parent = if position == next {
+            None
+        } else if position > next && (position as usize).is_multiple_of(bs) {
+            let last = *table
+                .get(position as usize / bs - 1)
+                .ok_or_else(|| short_table(seq, position as usize))?;
+            Some(self.mem(last)?.chain)
+        } else {
+            return Err(BackendError::Invalid(format!(
+                "sequence {seq}: step at position {position}, expected {next}"
+            )));
+        };
         let s = self.seqs.get_mut(&seq).ok_or_else(|| unknown(seq))?;
+        if let Some(parent) = resumed_parent {
+            s.parent = Some(parent);
+            s.partial.clear();
+        }
         let mut pos = position as usize;
         for &t in tokens {
             s.partial.push(t);
@@ -196,6 +218,7 @@ impl SimBackend {
                 s.partial.len() as u32,
             )?;
         }
+        s.next = pos as u32;
         Ok(())
     }
 }
@@ -271,6 +294,7 @@ impl Backend for SimBackend {
             SimSeq {
                 parent,
                 partial,
+                next: start.computed,
                 digest,
                 salt,
                 stats: start.stats,

@@ -127,6 +127,41 @@ async fn remote_prefill_yields_the_local_tokens() {
 }
 
 #[tokio::test]
+async fn prompts_that_share_a_prefix_in_flight_answer_as_they_would_alone() {
+    // Three prompts over one 48-token prefix no step has computed, queued together: the ones
+    // after the first take the prefix from the cache as it is scheduled (in the same step or
+    // at admission), and their KV and tokens are what each computes alone.
+    let prefix = prompt(9, 48);
+    let reqs: Vec<SeqRequest> = (0..3)
+        .map(|i| {
+            let mut p = prefix.clone();
+            p.extend(prompt(20 + i, 5));
+            request(&format!("r{i}"), p, 12)
+        })
+        .collect();
+    let mut alone = Vec::new();
+    for r in &reqs {
+        alone.push(
+            collect(engine().generate(r.clone()).await.expect("ok"))
+                .await
+                .0,
+        );
+    }
+    let e = engine();
+    let mut streams = Vec::new();
+    for r in &reqs {
+        streams.push(e.generate(r.clone()).await.expect("ok"));
+    }
+    let mut cached = Vec::new();
+    for (s, expected) in streams.into_iter().zip(&alone) {
+        let (tokens, _, usage) = collect(s).await;
+        assert_eq!(&tokens, expected);
+        cached.push(usage.cached_tokens);
+    }
+    assert_eq!(cached, [0, 48, 48]);
+}
+
+#[tokio::test]
 async fn a_replayed_request_ends_at_its_traced_length_under_a_larger_cap() {
     let (local, p, d) = (engine(), engine(), engine());
     let full = request("full", prompt(4, 37), 40);

@@ -154,6 +154,37 @@ async fn a_prefix_cache_hit_gives_the_same_tokens() {
 }
 
 #[tokio::test]
+async fn prompts_sharing_a_prefix_in_flight_give_the_tokens_they_give_alone() {
+    // Three prompts over one 48-token prefix nothing has computed, queued at once: the later
+    // ones take the prefix from the cache as the first's step schedules it (vLLM's way; the
+    // model writes every row's KV before attention reads), and answer as they do alone.
+    let m = TinyModel::new(TinySpec::default());
+    let (shared, alone) = (engine(&m, 512), engine(&m, 512));
+    let prefix = tokens(48, 101, 60, 1);
+    let prompts: Vec<Vec<u32>> = (0..3)
+        .map(|i| {
+            let mut p = prefix.clone();
+            p.extend(tokens(5, 101, 70 + i, 1));
+            p
+        })
+        .collect();
+    let mut streams = Vec::new();
+    for (i, p) in prompts.iter().enumerate() {
+        let req = request(&format!("s{i}"), p.clone(), greedy(8));
+        streams.push(shared.generate(req).await.expect("generate"));
+    }
+    let mut cached = Vec::new();
+    for (i, s) in streams.into_iter().enumerate() {
+        let (got, _, hit) = collect(s).await;
+        cached.push(hit);
+        let req = request(&format!("a{i}"), prompts[i].clone(), greedy(8));
+        let want = collect(alone.generate(req).await.expect("generate")).await;
+        assert_eq!(got, want.0, "prompt {i}");
+    }
+    assert_eq!(cached, [0, 48, 48]);
+}
+
+#[tokio::test]
 async fn stop_tokens_and_corrupt_imports() {
     let m = TinyModel::new(TinySpec::default());
     let e = engine(&m, 64);
