@@ -9,8 +9,9 @@
 //! `prefill_ms(chunk tokens) + decode_ms(decoding sequences, occupancy)`, so local prefill slows
 //! the decodes it shares a step with. A remote request is reserved first (all prompt blocks
 //! allocated), then waits for its KV and resumes with the first token. Full prompt blocks go into
-//! the prefix cache as they are computed; blocks of generated tokens stay private (the simulator
-//! has no token content to hash them by).
+//! the prefix cache as a step schedules them, and a prompt looks again before its first chunk
+//! (the engine's `late_hit`), so prompts share a prefix another is computing; blocks of
+//! generated tokens stay private (the simulator has no token content to hash them by).
 //!
 //! Sequences live in a slab whose entries, and their block tables, are reused: after warm-up a
 //! step allocates nothing.
