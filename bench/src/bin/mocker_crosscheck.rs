@@ -11,11 +11,18 @@
 //! mocker is not installed, its side is reported as missing and the simulator's numbers alone
 //! are written.
 //!
+//! The simulator is compared with `SchedulerModel::Vllm` (the requests of one instant enter one
+//! step, as in the mocker's replay); its default, Dolphin's engine (a step starts on the first
+//! arrival), is reported beside it. Two differences are Dolphin's design and are marked so in
+//! the result: its prefill worker samples the first token, and its decode worker reserves KV
+//! before a remote prefill starts.
+//!
 //! Cases: single requests of 111, 2,011 and 8,011 prompt tokens; sixteen requests at once over
 //! one shared 2,000-token prefix (in a 16,384-block and a 4,096-block pool: decode time follows
 //! the KV each sequence reads); sixteen unique 2,011-token prompts at once; one remote prefill
-//! (prefill, KV transfer, decode); and the first requests of the Mooncake conversation trace at
-//! their own arrival times, on one aggregated worker and on one prefill plus one decode worker.
+//! (prefill, KV transfer, decode); and the first 400 requests of the Mooncake conversation trace,
+//! at their own arrival times and at four times their intervals, on one aggregated worker and
+//! on one prefill plus one decode worker.
 //!
 //! `cargo build --release -p dolphin-bench --bin mocker_crosscheck`, then
 //! `scripts/install-peers.sh && target/release/mocker_crosscheck` (a few seconds).

@@ -112,9 +112,8 @@ impl<B: Backend> Core<B> {
     }
 
     /// The backend failed the step: every sequence in the batch fails (their KV is in an unknown
-    /// state).
-    /// Prompt blocks the step cached when it scheduled them leave the cache, and sequences
-    /// admitted on them meanwhile fail too.
+    /// state). The prompt blocks the step cached when it scheduled them leave the cache, and the
+    /// sequences admitted on them meanwhile fail too.
     pub(super) fn step_failed(&mut self, batch: &Batch, error: &BackendError) {
         tracing::warn!(error = %error, seqs = batch.len(), "backend step failed");
         metrics::counter!(crate::metrics::STEP_FAILURES_TOTAL).increment(1);
