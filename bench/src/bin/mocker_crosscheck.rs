@@ -573,3 +573,42 @@ fn main() -> anyhow::Result<()> {
     println!("wrote {}", path.display());
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn trace_ids_expand_into_the_blocks_they_stand_for() {
+        let dir = std::env::temp_dir().join(format!("mocker-crosscheck-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let path = dir.join("trace.jsonl");
+        // Two prompts sharing their first 512-token id; the second's ids cover less than it.
+        std::fs::write(
+            &path,
+            "{\"timestamp\": 0, \"input_length\": 600, \"output_length\": 4, \"hash_ids\": [7, 8]}\n\
+             {\"timestamp\": 10, \"input_length\": 1030, \"output_length\": 4, \"hash_ids\": [7]}\n",
+        )
+        .expect("write");
+        let reqs = mooncake(&path, 10, 2.0).expect("read");
+        std::fs::remove_dir_all(&dir).expect("cleanup");
+        assert_eq!(reqs.len(), 2);
+        assert_eq!(reqs[1].arrival_ms, 20.0, "intervals stretched");
+        for r in &reqs {
+            assert_eq!(r.hash_ids.len(), r.input_length.div_ceil(BLOCK) as usize);
+        }
+        // The shared id is the same 32 blocks in both; what follows differs.
+        assert_eq!(reqs[0].hash_ids[..32], reqs[1].hash_ids[..32]);
+        assert_eq!(reqs[0].hash_ids[..2], [7 * 32, 7 * 32 + 1]);
+        assert_ne!(reqs[0].hash_ids[32], reqs[1].hash_ids[32]);
+        let all: std::collections::HashSet<u64> = reqs
+            .iter()
+            .flat_map(|r| r.hash_ids.iter().copied())
+            .collect();
+        assert_eq!(
+            all.len(),
+            38 + 65 - 32,
+            "no id repeats except the shared prefix"
+        );
+    }
+}
