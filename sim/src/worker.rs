@@ -493,19 +493,8 @@ impl StepBuilder<u32> for SimStep<'_> {
         if from >= max_hits {
             return;
         }
-        let extra = self.pool.match_prefix(&hashes[from..max_hits]);
-        if extra == 0 {
-            return;
-        }
-        let extra_blocks = extra as u32;
-        self.pool.unreserve(extra_blocks);
-        if !self
-            .pool
-            .admit(&hashes[from..from + extra], 0, &mut s.table)
-        {
-            // Reviving evictable hits does not fit: keep the reservation, compute them.
-            let restored = self.pool.admit(&[], extra_blocks, &mut s.table);
-            debug_assert!(restored, "a reservation just given back fits again");
+        let extra_blocks = self.pool.extend_hit(&hashes[from..max_hits], &mut s.table);
+        if extra_blocks == 0 {
             return;
         }
         s.reserved -= extra_blocks;

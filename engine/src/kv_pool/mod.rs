@@ -221,6 +221,26 @@ impl KvPool {
         true
     }
 
+    /// Extends an admitted sequence's prefix hit, before it holds a block of its own: takes a
+    /// reference on the leading `hashes` now cached (they continue the hits already in
+    /// `table`), appends them to `table` and returns that many blocks of its reservation.
+    /// Returns how many blocks it took; 0, changing nothing, when none is cached or reviving
+    /// the evictable ones does not fit.
+    pub fn extend_hit(&mut self, hashes: &[BlockHash], table: &mut Vec<BlockId>) -> u32 {
+        let found = self.match_prefix(hashes);
+        if found == 0 {
+            return 0;
+        }
+        let n = found as u32;
+        self.unreserve(n);
+        if !self.admit(&hashes[..found], 0, table) {
+            let restored = self.admit(&[], n, table);
+            debug_assert!(restored, "a reservation just given back fits again");
+            return 0;
+        }
+        n
+    }
+
     /// Takes one reserved block: a free one, else the least recently used evictable one (whose
     /// hash leaves the cache). `None` only if nothing was reserved.
     pub fn allocate(&mut self) -> Option<BlockId> {

@@ -226,3 +226,26 @@ fn forgetting_a_block_takes_it_out_of_the_cache_whoever_holds_it() {
     }]));
     pool.check_invariants();
 }
+
+#[test]
+fn extending_a_hit_trades_reserved_blocks_for_cached_ones() {
+    let mut pool = KvPool::new(8, 4);
+    let hashes = block_hashes(&prompt(3, 3), 4);
+    let a = take(&mut pool, &[], 3);
+    commit_all(&mut pool, &a, &hashes);
+    // A sequence admitted before those were cached reserved 4 blocks of its own.
+    let mut table = Vec::new();
+    assert!(pool.admit(&[], 4, &mut table));
+    assert_eq!(pool.reserved(), 4);
+    assert_eq!(pool.extend_hit(&hashes[..2], &mut table), 2);
+    assert_eq!(table, a[..2]);
+    assert_eq!(pool.reserved(), 2);
+    // Nothing cached past them: nothing changes.
+    let other = block_hashes(&prompt(4, 1), 4);
+    assert_eq!(pool.extend_hit(&other, &mut table), 0);
+    assert_eq!((table.len(), pool.reserved()), (2, 2));
+    pool.release(&table);
+    pool.unreserve(2);
+    pool.release(&a);
+    pool.check_invariants();
+}

@@ -366,16 +366,8 @@ pub(super) fn late_hit(pool: &mut KvPool, seq: &mut Seq, bs: u32) -> u32 {
     if from >= max_hits {
         return 0;
     }
-    let extra = pool.match_prefix(&seq.hashes[from..max_hits]);
-    if extra == 0 {
-        return 0;
-    }
-    let n = extra as u32;
-    pool.unreserve(n);
-    if !pool.admit(&seq.hashes[from..from + extra], 0, &mut seq.table) {
-        // Reviving evictable hits does not fit: keep the reservation and compute them.
-        let restored = pool.admit(&[], n, &mut seq.table);
-        debug_assert!(restored, "a reservation just given back fits again");
+    let n = pool.extend_hit(&seq.hashes[from..max_hits], &mut seq.table);
+    if n == 0 {
         return 0;
     }
     seq.reserved -= n;
