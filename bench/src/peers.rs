@@ -63,19 +63,19 @@ impl PeerBins {
         };
         let smg = match smg {
             Some(p) => executable(&p),
-            None => {
-                let dir = std::env::var_os("DOLPHIN_PEERS_DIR")
-                    .map(PathBuf::from)
-                    .or_else(|| {
-                        std::env::var_os("HOME")
-                            .map(|h| PathBuf::from(h).join(".cache/dolphin/peers"))
-                    })
-                    .unwrap_or_else(|| PathBuf::from(".cache/dolphin/peers"));
-                executable(&dir.join("smg-venv/bin/smg"))
-            }
+            None => executable(&peers_dir().join("smg-venv/bin/smg")),
         };
         PeerBins { nginx, smg }
     }
+}
+
+/// Where `scripts/install-peers.sh` puts the peers' venvs: `$DOLPHIN_PEERS_DIR`, default
+/// `~/.cache/dolphin/peers`.
+pub fn peers_dir() -> PathBuf {
+    std::env::var_os("DOLPHIN_PEERS_DIR")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/dolphin/peers")))
+        .unwrap_or_else(|| PathBuf::from(".cache/dolphin/peers"))
 }
 
 /// A loopback port that was free a moment ago (for programs that cannot report the port they

@@ -418,11 +418,7 @@ fn simulate(case: &Case, profile: &SimProfile, scheduler: SchedulerModel) -> any
 }
 
 fn default_python() -> PathBuf {
-    let dir = std::env::var_os("DOLPHIN_PEERS_DIR")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/dolphin/peers")))
-        .unwrap_or_else(|| PathBuf::from(".cache/dolphin/peers"));
-    dir.join("dynamo-venv/bin/python")
+    dolphin_bench::peers::peers_dir().join("dynamo-venv/bin/python")
 }
 
 /// Runs every case on the mocker: its version and one side per case, or why it could not run.
