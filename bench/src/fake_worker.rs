@@ -144,6 +144,7 @@ pub async fn start(
             block_size,
             version: dolphin_cluster::BUILD_VERSION.into(),
             kv_layout: String::new(),
+            context_length: 0,
         },
         _stop: stop,
     })

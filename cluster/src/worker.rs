@@ -161,6 +161,11 @@ pub struct WorkerRecord {
     /// between workers whose layouts are equal. Empty from workers that predate it.
     #[serde(default)]
     pub kv_layout: String,
+    /// The longest sequence (prompt plus generated tokens) the worker's model takes; 0 from
+    /// workers that predate it (unknown). The router refuses, before routing, a request that
+    /// fits no worker's context.
+    #[serde(default)]
+    pub context_length: u32,
 }
 
 /// The build version every Dolphin binary publishes: `DOLPHIN_BUILD_VERSION` at compile time
@@ -349,6 +354,7 @@ mod tests {
             block_size: 16,
             version: BUILD_VERSION.into(),
             kv_layout: "sim/bytes_per_token=128".into(),
+            context_length: 4096,
         };
         let json = serde_json::to_string(&record).unwrap();
         assert!(!json.contains("kv_addr"), "{json}");
@@ -361,6 +367,7 @@ mod tests {
         let old = r#"{"id":"d","role":"decode","grpc_addr":"h:1","model":"m","block_size":16}"#;
         let rec: WorkerRecord = serde_json::from_str(old).expect("parses");
         assert_eq!((rec.version.as_str(), rec.kv_layout.as_str()), ("", ""));
+        assert_eq!(rec.context_length, 0, "unknown");
     }
 
     #[test]

@@ -35,6 +35,7 @@ fn record(id: &str, role: Role) -> WorkerRecord {
         block_size: 16,
         version: dolphin_cluster::BUILD_VERSION.into(),
         kv_layout: String::new(),
+        context_length: 0,
     }
 }
 

@@ -36,6 +36,7 @@ fn record() -> WorkerRecord {
         block_size: 16,
         version: dolphin_cluster::BUILD_VERSION.into(),
         kv_layout: String::new(),
+        context_length: 0,
     }
 }
 

@@ -125,6 +125,7 @@ pub async fn info(addr: &str, connector: &GrpcConnector) -> Result<WorkerRecord,
         block_size: info.block_size,
         version: info.version,
         kv_layout: info.kv_layout,
+        context_length: info.context_length,
     })
 }
 

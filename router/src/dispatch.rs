@@ -93,6 +93,10 @@ pub struct GenerateParams {
     pub prompt: Prompt,
     /// Sampling parameters (passed to the worker; `stop` strings are applied by the router).
     pub sampling: v1::SamplingParams,
+    /// `sampling.max_tokens` is the server's default, not the client's: where the prompt
+    /// leaves less room in the model's context, it shrinks to that room instead of being
+    /// refused (as vLLM does).
+    pub max_tokens_is_default: bool,
     /// A path forced by the client, bypassing the policy.
     pub force: Option<Decision>,
     /// SLO the request is measured against.
@@ -287,6 +291,37 @@ impl Dispatcher {
         Ok(())
     }
 
+    /// The longest sequence a request may ask for (prompt plus generated tokens): the live
+    /// workers' shortest context, or the router's prompt limit while no worker reported one.
+    pub fn context_length(&self) -> u32 {
+        self.registry
+            .context_length()
+            .unwrap_or(self.cfg.max_prompt_tokens)
+    }
+
+    /// Checks that a `prompt`-token prompt and `p`'s max_tokens fit in the live workers'
+    /// context (a worker would refuse it after routing); a default max_tokens shrinks to fit.
+    /// Nothing to check while no worker reported its context.
+    fn fit_context(&self, prompt: usize, p: &mut GenerateParams) -> Result<(), DispatchError> {
+        let Some(context) = self.registry.context_length() else {
+            return Ok(());
+        };
+        let room = (context as usize).saturating_sub(prompt);
+        let asked = p.sampling.max_tokens;
+        if asked as usize <= room {
+            return Ok(());
+        }
+        if p.max_tokens_is_default && room > 0 {
+            p.sampling.max_tokens = room as u32;
+            return Ok(());
+        }
+        Err(DispatchError::ContextExceeded {
+            prompt,
+            max_tokens: asked,
+            context,
+        })
+    }
+
     /// The prompt's token ids, checked against the vocabulary and the length limit.
     pub fn tokenize(&self, prompt: &Prompt) -> Result<Vec<u32>, DispatchError> {
         let tokens = match prompt {
@@ -479,6 +514,7 @@ impl Dispatcher {
             drop(tokenize);
             tokens?
         };
+        self.fit_context(tokens.len(), &mut p)?;
         hot::counter(m::PROMPT_TOKENS_TOTAL, []).increment(tokens.len() as u64);
         let mut exclude: Vec<WorkerId> = Vec::new();
         let mut failed: Option<DispatchError> = None;

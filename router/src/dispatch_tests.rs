@@ -592,3 +592,60 @@ async fn load_aware_rules_follow_the_load_reports() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn requests_past_the_workers_context_are_refused_or_given_less_room() {
+    let fake = FakeWorker::start("d1", Role::Decode, Behavior::Text("abc".into())).await;
+    let d = dispatcher(threshold(), RequestLog::disabled());
+    assert_eq!(d.context_length(), 1000, "no worker yet: the prompt limit");
+    let mut rec = fake.record();
+    rec.context_length = 12;
+    d.registry().add(rec).expect("add");
+    assert_eq!(d.context_length(), 12);
+    let ask = |prompt: usize, max_tokens: u32, is_default: bool| {
+        let mut p = params("", max_tokens);
+        p.prompt = Prompt::Tokens(vec![5; prompt]);
+        p.max_tokens_is_default = is_default;
+        p
+    };
+    // Exactly full: served.
+    let (text, _) = collect(d.generate(ask(10, 2, false)).await.expect("fits"))
+        .await
+        .expect("ok");
+    assert_eq!(text.len(), 2);
+    // One over, asked for by the client: refused before any worker is called.
+    let err = d.generate(ask(10, 3, false)).await.expect_err("too long");
+    assert!(
+        matches!(
+            err,
+            DispatchError::ContextExceeded {
+                prompt: 10,
+                max_tokens: 3,
+                context: 12
+            }
+        ),
+        "{err}"
+    );
+    assert_eq!(err.kind(), ErrorKind::InvalidRequest);
+    assert_eq!(err.openai_code(), Some("context_length_exceeded"));
+    assert!(err.to_string().contains("asks for 13"), "{err}");
+    // The server's default shrinks to the room left.
+    let (text, _) = collect(d.generate(ask(10, 5, true)).await.expect("shortened"))
+        .await
+        .expect("ok");
+    assert_eq!(text.len(), 2);
+    // No room at all, even for the default: refused.
+    let err = d.generate(ask(12, 5, true)).await.expect_err("full");
+    assert!(
+        matches!(err, DispatchError::ContextExceeded { .. }),
+        "{err}"
+    );
+    let sent: Vec<u32> = fake
+        .state
+        .calls
+        .lock()
+        .iter()
+        .map(|c| c.sampling.as_ref().map_or(0, |s| s.max_tokens))
+        .collect();
+    assert_eq!(sent, [2, 2], "refused requests never reach the worker");
+}

@@ -16,6 +16,20 @@ pub enum DispatchError {
         /// The limit.
         limit: u32,
     },
+    /// The prompt and the tokens asked for do not fit in the model's context (vLLM's check,
+    /// before any worker is asked).
+    #[error(
+        "this model's context is {context} tokens, but the request asks for {} ({prompt} in the prompt, {max_tokens} to generate); shorten the prompt or lower max_tokens",
+        *prompt as u64 + u64::from(*max_tokens)
+    )]
+    ContextExceeded {
+        /// Prompt tokens.
+        prompt: usize,
+        /// Tokens asked for.
+        max_tokens: u32,
+        /// The shortest context of the live workers.
+        context: u32,
+    },
     /// The request names a model the router does not serve.
     #[error("the model {0:?} does not exist")]
     ModelNotFound(String),
@@ -102,9 +116,9 @@ impl DispatchError {
     /// The failure class.
     pub fn kind(&self) -> ErrorKind {
         match self {
-            DispatchError::InvalidRequest(_) | DispatchError::PromptTooLong { .. } => {
-                ErrorKind::InvalidRequest
-            }
+            DispatchError::InvalidRequest(_)
+            | DispatchError::PromptTooLong { .. }
+            | DispatchError::ContextExceeded { .. } => ErrorKind::InvalidRequest,
             DispatchError::ModelNotFound(_) => ErrorKind::NotFound,
             DispatchError::RouterBusy(_) => ErrorKind::Overloaded,
             DispatchError::Internal(_) => ErrorKind::Internal,
@@ -178,7 +192,9 @@ impl DispatchError {
     /// The OpenAI error `code` field for this error, where OpenAI has one.
     pub fn openai_code(&self) -> Option<&'static str> {
         match self {
-            DispatchError::PromptTooLong { .. } => Some("context_length_exceeded"),
+            DispatchError::PromptTooLong { .. } | DispatchError::ContextExceeded { .. } => {
+                Some("context_length_exceeded")
+            }
             DispatchError::ModelNotFound(_) => Some("model_not_found"),
             _ => None,
         }

@@ -73,6 +73,8 @@ fn params(r: v1::GenerateRequest) -> Result<GenerateParams, Status> {
         model: r.model,
         prompt,
         sampling: r.sampling.unwrap_or_default(),
+        // gRPC has no default: 0 is refused.
+        max_tokens_is_default: false,
         force,
         slo: r.slo,
         api: Api::Grpc,
@@ -136,7 +138,7 @@ impl Inference for InferenceService {
         Ok(Response::new(v1::ListModelsResponse {
             models: vec![v1::ModelCard {
                 id: cfg.model.clone(),
-                context_length: cfg.max_prompt_tokens,
+                context_length: self.dispatcher.context_length(),
                 vocab_size: self.dispatcher.tokenizer().vocab_size(),
             }],
         }))

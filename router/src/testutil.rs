@@ -36,6 +36,7 @@ pub fn params(prompt: &str, max_tokens: u32) -> GenerateParams {
             max_tokens,
             ..Default::default()
         },
+        max_tokens_is_default: false,
         force: None,
         slo: None,
         api: Api::Grpc,
@@ -363,6 +364,7 @@ impl FakeWorker {
             block_size: 4,
             version: dolphin_cluster::BUILD_VERSION.into(),
             kv_layout: String::new(),
+            context_length: 0,
         }
     }
 

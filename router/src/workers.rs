@@ -90,6 +90,9 @@ pub struct WorkerRegistry {
     /// Live workers per role (prefill, decode), readable without the members lock: the live
     /// split selects the routing table on every request.
     live: [AtomicU32; 2],
+    /// The shortest context any live worker reported (0: none reported one), kept beside the
+    /// members so that requests read it without the lock.
+    context: AtomicU32,
     /// A number per distinct [`KvCompat`] seen (never reused: a handful of builds per life).
     compat_ids: Mutex<HashMap<KvCompat, u32>>,
 }
@@ -112,6 +115,7 @@ impl WorkerRegistry {
             decode: SharedPool::default(),
             members: Mutex::new(HashMap::new()),
             live: [AtomicU32::new(0), AtomicU32::new(0)],
+            context: AtomicU32::new(0),
             compat_ids: Mutex::new(HashMap::new()),
         })
     }
@@ -205,13 +209,38 @@ impl WorkerRegistry {
         crate::subscriber::spawn(handle.clone(), pool, self.cfg.load_interval_ms);
         self.live_count(rec.role).fetch_add(1, Ordering::Relaxed);
         members.insert(rec.id.clone(), (rec, handle));
+        self.note_context(&members);
         Ok(())
+    }
+
+    /// Recomputes the shortest context over `members` (called under their lock, after each
+    /// change, so the value follows the membership in order).
+    fn note_context(&self, members: &HashMap<WorkerId, (WorkerRecord, Arc<WorkerHandle>)>) {
+        let shortest = members
+            .values()
+            .map(|(r, _)| r.context_length)
+            .filter(|&c| c > 0)
+            .min()
+            .unwrap_or(0);
+        self.context.store(shortest, Ordering::Relaxed);
+    }
+
+    /// The longest sequence (prompt plus generated tokens) every live worker takes: the
+    /// shortest context any of them reported, since a request may be sent to any. `None` while
+    /// no live worker reported one.
+    pub fn context_length(&self) -> Option<u32> {
+        Some(self.context.load(Ordering::Relaxed)).filter(|&c| c > 0)
     }
 
     /// Removes a worker: stops its subscriber and drops its index entries.
     pub fn remove(&self, id: &WorkerId) {
-        let Some((rec, handle)) = self.members.lock().remove(id) else {
-            return;
+        let (rec, handle) = {
+            let mut members = self.members.lock();
+            let Some(removed) = members.remove(id) else {
+                return;
+            };
+            self.note_context(&members);
+            removed
         };
         handle.cancel.cancel();
         handle.set_events_live(true); // leaves the stale gauge as if it had never been counted
@@ -431,6 +460,7 @@ mod tests {
             block_size: 16,
             version: dolphin_cluster::BUILD_VERSION.into(),
             kv_layout: String::new(),
+            context_length: 0,
         }
     }
 
@@ -454,6 +484,29 @@ mod tests {
             Err(RejectReason::BadAddress(_))
         ));
         assert_eq!(reg.counts(), (0, 0));
+    }
+
+    #[tokio::test]
+    async fn the_context_is_the_shortest_a_live_worker_reported() {
+        let reg = WorkerRegistry::new(cfg());
+        let with = |id: &str, role, ctx| {
+            let mut r = record(id, role, "127.0.0.1:9");
+            r.context_length = ctx;
+            r
+        };
+        assert_eq!(reg.context_length(), None);
+        reg.add(with("d1", Role::Decode, 0)).expect("add");
+        assert_eq!(reg.context_length(), None, "0 is unknown, not a limit");
+        reg.add(with("d2", Role::Decode, 8192)).expect("add");
+        reg.add(with("p1", Role::Prefill, 4096)).expect("add");
+        assert_eq!(reg.context_length(), Some(4096));
+        // A worker restarted with a longer context replaces its old record.
+        reg.add(with("p1", Role::Prefill, 16384)).expect("add");
+        assert_eq!(reg.context_length(), Some(8192));
+        reg.remove(&WorkerId::from("d2"));
+        assert_eq!(reg.context_length(), Some(16384));
+        reg.clear();
+        assert_eq!(reg.context_length(), None);
     }
 
     #[tokio::test]

@@ -172,6 +172,7 @@ impl WorkerState {
             block_size: self.compat.block_size,
             version: self.compat.version.clone(),
             kv_layout: self.compat.kv_layout.clone(),
+            context_length: self.engine.info().context_length,
         }
     }
 

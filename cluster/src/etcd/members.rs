@@ -107,6 +107,7 @@ mod tests {
             block_size: 16,
             version: crate::BUILD_VERSION.into(),
             kv_layout: String::new(),
+            context_length: 0,
         }
     }
 

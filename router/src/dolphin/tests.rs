@@ -251,6 +251,7 @@ async fn stale_workers_are_estimated_from_what_was_routed_to_them() {
         block_size: crate::testutil::BS,
         version: dolphin_cluster::BUILD_VERSION.into(),
         kv_layout: String::new(),
+        context_length: 0,
     };
     d.registry().add(rec).expect("add");
     let prompt: Vec<u32> = (3..43).collect(); // 40 tokens: 10 blocks of 4

@@ -35,7 +35,8 @@ fn build(
     headers: &HeaderMap,
     model: String,
     prompt: Prompt,
-    max_tokens: u32,
+    max_tokens: Option<u32>,
+    default_max_tokens: u32,
     f: SamplingFields,
 ) -> Result<GenerateParams, ApiError> {
     if f.n.is_some_and(|n| n != 1) {
@@ -88,7 +89,7 @@ fn build(
             top_k: f.top_k.unwrap_or(0),
             top_p: f.top_p.unwrap_or(1.0),
             seed: f.seed,
-            max_tokens,
+            max_tokens: max_tokens.unwrap_or(default_max_tokens),
             stop: f.stop.map(StopInput::into_vec).unwrap_or_default(),
             ignore_eos: f.ignore_eos,
             handoff: f.handoff.map(|h| v1::HandoffParams {
@@ -98,6 +99,7 @@ fn build(
             // Trace replay's end is a gRPC field of `dolphinctl replay`, not an OpenAI one.
             replay_output_tokens: None,
         },
+        max_tokens_is_default: max_tokens.is_none(),
         force,
         slo: None,
         api: Api::Http,
@@ -135,13 +137,20 @@ pub(crate) fn completions(
             ));
         }
     };
-    let max_tokens = req.max_tokens.unwrap_or(COMPLETIONS_DEFAULT_MAX_TOKENS);
     let (stream_mode, opts) = (
         req.sampling.stream,
         req.sampling.stream_options.unwrap_or_default(),
     );
     Ok(Prepared {
-        params: build(st, headers, req.model, prompt, max_tokens, req.sampling)?,
+        params: build(
+            st,
+            headers,
+            req.model,
+            prompt,
+            req.max_tokens,
+            COMPLETIONS_DEFAULT_MAX_TOKENS,
+            req.sampling,
+        )?,
         endpoint: Endpoint::Completions,
         stream: stream_mode,
         include_usage: opts.include_usage,
@@ -179,10 +188,7 @@ pub(crate) fn chat(
         });
     }
     let cap = st.dispatcher.config().max_output_tokens;
-    let max_tokens = req
-        .max_completion_tokens
-        .or(req.max_tokens)
-        .unwrap_or(CHAT_DEFAULT_MAX_TOKENS.min(cap));
+    let max_tokens = req.max_completion_tokens.or(req.max_tokens);
     let (stream_mode, opts) = (
         req.sampling.stream,
         req.sampling.stream_options.unwrap_or_default(),
@@ -194,6 +200,7 @@ pub(crate) fn chat(
             req.model,
             Prompt::Chat(messages),
             max_tokens,
+            CHAT_DEFAULT_MAX_TOKENS.min(cap),
             req.sampling,
         )?,
         endpoint: Endpoint::Chat,

@@ -116,7 +116,7 @@ async fn models(State(st): State<AppState>) -> Response {
             "object": "model",
             "created": 0,
             "owned_by": "dolphin",
-            "max_model_len": cfg.max_prompt_tokens,
+            "max_model_len": st.dispatcher.context_length(),
         }],
     }))
     .into_response()

@@ -561,6 +561,33 @@ async fn mid_stream_failure_becomes_an_error_event() {
 }
 
 #[tokio::test]
+async fn the_workers_context_bounds_requests_and_is_listed() {
+    let fake = FakeWorker::start("d1", Role::Decode, Behavior::Text("x".into())).await;
+    let d = dispatcher(Policy::AlwaysLocal, RequestLog::disabled());
+    let mut rec = fake.record();
+    rec.context_length = 40;
+    d.registry().add(rec).expect("add");
+    let s = start(d.clone()).await;
+    let (_, _, body) = call(s.addr, Method::GET, "/v1/models", "").await;
+    assert_eq!(parse(&body)["data"][0]["max_model_len"], 40);
+    // 30 prompt tokens (the sim tokenizer: one per byte) and 11 asked for: one too many.
+    let prompt = "p".repeat(30);
+    let (status, _, body) = post(
+        s.addr,
+        "/v1/completions",
+        json!({"prompt": prompt, "max_tokens": 11}),
+    )
+    .await;
+    let v = assert_error(status, &body, StatusCode::BAD_REQUEST);
+    assert_eq!(v["error"]["code"], "context_length_exceeded", "{v}");
+    // Without max_tokens the default (16) shrinks to the 10 left.
+    let (status, _, body) = post(s.addr, "/v1/completions", json!({"prompt": prompt})).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let v = parse(&body);
+    assert_eq!(v["usage"]["completion_tokens"], 10, "{v}");
+}
+
+#[tokio::test]
 async fn models_health_and_metrics() {
     let (_fake, _d, s) = with_worker(Behavior::Text("x".into())).await;
     let (status, _, body) = call(s.addr, Method::GET, "/v1/models", "").await;
