@@ -21,7 +21,10 @@
 # A benchmark that fails does not stop the others; the script then exits 1.
 # BENCH_PROFILE picks the cargo profile (default release); `BENCH_PROFILE=dist` measures what the
 # container image ships (fat LTO, one codegen unit: several minutes more to build), as the
-# router_overhead results in docs/architecture.md do.
+# router_overhead results in docs/architecture.md do. BENCH_PGO=1 also builds the router with
+# profile-guided optimization (scripts/pgo-router.sh, same profile; about 12 minutes with
+# release) and runs router_overhead's Dolphin routers from that build, as the container image
+# ships them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -61,12 +64,20 @@ for b in "${benches[@]}"; do
     fi
 done
 cargo build --profile "$profile" --locked "${bins[@]}" "${pkgs[@]}"
+router_bin=()
+if [ "${BENCH_PGO:-0}" = 1 ]; then
+    router_bin=(--router-bin "$(PGO_PROFILE="$profile" scripts/pgo-router.sh)")
+fi
 
 failed=()
 for b in "${benches[@]}"; do
     echo
     echo "=== $b"
-    if ! "${CARGO_TARGET_DIR:-target}/$profile/$b" "$@"; then
+    extra=()
+    if [ "$b" = router_overhead ]; then
+        extra=("${router_bin[@]}")
+    fi
+    if ! "${CARGO_TARGET_DIR:-target}/$profile/$b" "${extra[@]}" "$@"; then
         failed+=("$b")
     fi
 done

@@ -9,15 +9,18 @@
 #      here when missing) into target/pgo/router.profdata;
 #   4. builds the router again with it (-Cprofile-use) in target/pgo/use.
 #
-# PGO_PROFILE picks the cargo profile (default release; dist adds fat LTO). About 10 minutes on
-# two cores with release. What it gains, measured: docs/architecture.md, "Profile-guided
-# optimization"; how to A/B it: docs/dev/profiling.md.
+# Paths are under cargo's target directory (CARGO_TARGET_DIR when set); RUSTFLAGS from the
+# environment are kept. PGO_PROFILE picks the cargo profile (default release; dist adds fat
+# LTO). On two cores about 12 minutes with release, 21 with dist (three builds). What it gains,
+# measured: docs/architecture.md, "Profile-guided optimization"; how to A/B it:
+# docs/dev/profiling.md. The container image ships the dist build of it (its PGO build arg).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 profile=${PGO_PROFILE:-release}
-out=target/pgo
-root=$PWD
+# Cargo's target directory (CARGO_TARGET_DIR when set, as CI's persistent one), absolute.
+target=$(realpath -m "${CARGO_TARGET_DIR:-target}")
+out=$target/pgo
 
 if ! profdata=$(find "$(rustc --print sysroot)" -name llvm-profdata -type f 2>/dev/null | head -1) \
     || [[ -z $profdata ]]; then
@@ -34,19 +37,19 @@ cargo build --profile "$profile" --locked --bin dolphin-router --bin dolphin-dec
     --bin dolphin-prefill-worker -p dolphin-router -p dolphin-decode-worker \
     -p dolphin-prefill-worker -p dolphin-bench --bin router_overhead >&2
 
-RUSTFLAGS="-Cprofile-generate=$root/$out/raw" cargo build --profile "$profile" --locked \
+RUSTFLAGS="${RUSTFLAGS:-} -Cprofile-generate=$out/raw" cargo build --profile "$profile" --locked \
     --bin dolphin-router --target-dir "$out/gen" >&2
 # Build scripts and proc macros of that build wrote profiles too: only the router's count.
 rm -rf "$out/raw"
 
 wrapper=$out/instrumented-router.sh
 printf '#!/bin/sh\n# router_overhead passes its own router first: run the instrumented one.\nshift\nexec %s "$@"\n' \
-    "$root/$out/gen/$profile/dolphin-router" >"$wrapper"
+    "$out/gen/$profile/dolphin-router" >"$wrapper"
 chmod +x "$wrapper"
 # It reports targets it misses in its exit status; the profile is what is wanted here.
-"target/$profile/router_overhead" --duration-secs 5 --concurrency 1,16 \
+"$target/$profile/router_overhead" --duration-secs 5 --concurrency 1,16 \
     --modes direct_grpc,router_http,router_http_sse,router_grpc \
-    --router-wrapper "$root/$wrapper" --out "$out/train.json" >&2 || true
+    --router-wrapper "$wrapper" --out "$out/train.json" >&2 || true
 shopt -s nullglob
 raw=("$out"/raw/*.profraw)
 if ((${#raw[@]} == 0)); then
@@ -55,6 +58,6 @@ if ((${#raw[@]} == 0)); then
 fi
 "$profdata" merge -o "$out/router.profdata" "${raw[@]}"
 
-RUSTFLAGS="-Cprofile-use=$root/$out/router.profdata" cargo build --profile "$profile" --locked \
+RUSTFLAGS="${RUSTFLAGS:-} -Cprofile-use=$out/router.profdata" cargo build --profile "$profile" --locked \
     --bin dolphin-router --target-dir "$out/use" >&2
-echo "$root/$out/use/$profile/dolphin-router"
+echo "$out/use/$profile/dolphin-router"

@@ -20,6 +20,9 @@ pub struct RouterLaunch {
     pub worker_threads: Option<usize>,
     /// A command (program and arguments) to run the router under, e.g. a profiler.
     pub wrapper: Vec<String>,
+    /// The router binary (`None`: `dolphin-router` beside this one), e.g. the PGO build of
+    /// `scripts/pgo-router.sh`.
+    pub bin: Option<PathBuf>,
 }
 
 /// The three running processes.
@@ -102,7 +105,10 @@ pub async fn start_router(
         .map(|n| ("DOLPHIN_WORKER_THREADS".to_string(), n.to_string()))
         .into_iter()
         .collect();
-    let router_bin = sibling_binary("dolphin-router")?;
+    let router_bin = match &launch.bin {
+        Some(bin) => bin.clone(),
+        None => sibling_binary("dolphin-router")?,
+    };
     let (program, router_args) = match launch.wrapper.split_first() {
         Some((program, rest)) => {
             let mut a = rest.to_vec();

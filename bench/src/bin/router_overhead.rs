@@ -89,6 +89,11 @@ struct Args {
     /// such a tool can write its output.
     #[arg(long)]
     router_wrapper: Option<String>,
+    /// The router binary of both Dolphin routers, local and remote path (default:
+    /// dolphin-router beside this binary), e.g. the PGO build `scripts/pgo-router.sh` prints
+    /// (`BENCH_PGO=1 scripts/bench.sh router_overhead` passes it).
+    #[arg(long)]
+    router_bin: Option<PathBuf>,
     /// The nginx binary (default: from PATH or /usr/sbin).
     #[arg(long)]
     nginx: Option<PathBuf>,
@@ -153,6 +158,10 @@ struct Report {
     /// Cargo profile the Dolphin binaries were built with (`release`, `dist`: the directory
     /// they run from).
     build_profile: String,
+    /// The Dolphin routers' binary, when `--router-bin` named one (else the one beside this
+    /// benchmark, of `build_profile`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    router_bin: Option<String>,
     /// Peers that could not be started, and why (their modes are not in `phases`).
     missing: BTreeMap<String, String>,
     smg_version: &'static str,
@@ -345,6 +354,7 @@ fn main() -> anyhow::Result<()> {
             .split_whitespace()
             .map(str::to_string)
             .collect(),
+        bin: args.router_bin.clone(),
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -360,6 +370,7 @@ fn main() -> anyhow::Result<()> {
         let plain = RouterLaunch {
             worker_threads: router_threads,
             wrapper: Vec::new(),
+            bin: args.router_bin.clone(),
         };
         let workers = (cluster.decode.grpc_addr()?, cluster.prefill.grpc_addr()?);
         Some(rt.block_on(overhead_cluster::start_router(
@@ -525,6 +536,7 @@ fn main() -> anyhow::Result<()> {
         router_worker_threads: args.router_worker_threads,
         nginx_worker_processes: NGINX_WORKER_PROCESSES,
         build_profile: dolphin_bench::process::build_profile(),
+        router_bin: args.router_bin.as_ref().map(|p| p.display().to_string()),
         missing,
         smg_version: peers::SMG_VERSION,
         idle_cpu_us_per_s,
