@@ -7,7 +7,8 @@ mod public;
 mod sse;
 pub mod types;
 
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, State};
@@ -27,6 +28,14 @@ pub use public::PublicApi;
 /// Largest request body: a 128k-token prompt as JSON token ids is under 1 MiB; leave room.
 pub const MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
 
+/// When this process began serving its model (Unix seconds): `/v1/models`' `created`, as
+/// vLLM reports it (OpenAI's is the model's release date, which a served file does not carry).
+static SERVING_SINCE: LazyLock<u64> = LazyLock::new(|| {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+});
+
 /// What the handlers share.
 #[derive(Clone, Debug)]
 pub struct AppState {
@@ -43,6 +52,7 @@ pub struct AppState {
 /// The public HTTP API: the inference routes' POSTs straight from hyper's request (see
 /// `public.rs`), the rest through axum.
 pub fn router(state: AppState) -> PublicApi {
+    LazyLock::force(&SERVING_SINCE);
     let rest = Router::new()
         .route("/v1/completions", any(public::post_only))
         .route("/v1/chat/completions", any(public::post_only))
@@ -114,7 +124,7 @@ async fn models(State(st): State<AppState>) -> Response {
         "data": [{
             "id": cfg.model,
             "object": "model",
-            "created": 0,
+            "created": *SERVING_SINCE,
             "owned_by": "dolphin",
             "max_model_len": st.dispatcher.context_length(),
         }],

@@ -595,6 +595,12 @@ async fn models_health_and_metrics() {
     let v = parse(&body);
     assert_eq!(v["object"], "list");
     assert_eq!(v["data"][0]["id"], "sim-model");
+    assert!(
+        v["data"][0]["created"]
+            .as_u64()
+            .is_some_and(|t| t > 1_700_000_000),
+        "a Unix time: {v}"
+    );
     let (status, _, _) = call(s.addr, Method::GET, "/health", "").await;
     assert_eq!(
         status,
