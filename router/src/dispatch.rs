@@ -82,6 +82,19 @@ impl Prompt {
 /// thread (tens of microseconds) would cost more than the encoding.
 pub const INLINE_TOKENIZE_BYTES: usize = 4096;
 
+/// How much longer than the router's own deadline the decode worker's copy of it runs. The
+/// router is the authority: its timer fires first, answers DEADLINE_EXCEEDED and cancels the
+/// worker's request. A worker timing out at the same instant answers CANCELLED ("Timeout
+/// expired", tonic's status for a server-side timeout), which read as a worker failure and was
+/// retried on another worker (seen replaying the Mooncake trace on the candle cluster: the
+/// client got UNAVAILABLE for a request that had simply run out of time).
+pub const WORKER_DEADLINE_SLACK: Duration = Duration::from_millis(50);
+
+/// The `grpc-timeout` a decode worker is sent when `left` remains of the request's time.
+pub(crate) fn worker_timeout(left: Duration) -> Duration {
+    left + WORKER_DEADLINE_SLACK
+}
+
 /// One generation request, API-independent.
 #[derive(Clone, Debug)]
 pub struct GenerateParams {
@@ -524,6 +537,10 @@ impl Dispatcher {
                 .await
             {
                 Ok(a) => break a,
+                // Out of time: whatever the worker answered, there is none left to retry in.
+                Err(_) if deadline.is_some_and(|at| tokio::time::Instant::now() >= at) => {
+                    return Err(DispatchError::DeadlineExceeded);
+                }
                 // Nobody left to retry on: the first worker's error is the informative one.
                 Err(DispatchError::NoDecodeWorkers) if failed.is_some() => {
                     return Err(failed.take().unwrap_or(DispatchError::NoDecodeWorkers));
@@ -668,9 +685,9 @@ impl Dispatcher {
             metadata.push((HeaderName::from_static("x-request-id"), v));
         }
         // What remains of the request's time: the worker bounds its own work (and its call to
-        // a prefill worker) by it.
+        // a prefill worker) by it, a little later than the router does.
         if let Some(at) = deadline {
-            let left = at.saturating_duration_since(tokio::time::Instant::now());
+            let left = worker_timeout(at.saturating_duration_since(tokio::time::Instant::now()));
             if let Ok(v) = HeaderValue::from_str(&deadline::format(left)) {
                 metadata.push((HeaderName::from_static(deadline::GRPC_TIMEOUT), v));
             }

@@ -537,14 +537,26 @@ async fn a_request_past_its_deadline_ends_and_is_cancelled_on_the_worker() {
         fake.state.cancelled.load(Ordering::SeqCst) == 1
     })
     .await;
-    // The worker was told how long it had: what remained of the 300 ms.
+    // The worker was told how long it had: what remained of the 300 ms, and the slack that
+    // lets the router's own timer fire first.
     let sent = fake.state.timeouts.lock()[0]
         .clone()
         .expect("grpc-timeout sent");
     let left = dolphin_proto::deadline::parse(&sent).expect("valid");
     assert!(
-        left <= std::time::Duration::from_millis(300) && !left.is_zero(),
+        left <= std::time::Duration::from_millis(300) + WORKER_DEADLINE_SLACK
+            && left > WORKER_DEADLINE_SLACK,
         "{sent}"
+    );
+}
+
+#[test]
+fn workers_get_the_time_left_and_the_slack() {
+    let left = std::time::Duration::from_millis(120);
+    assert_eq!(worker_timeout(left), left + WORKER_DEADLINE_SLACK);
+    assert_eq!(
+        worker_timeout(std::time::Duration::ZERO),
+        WORKER_DEADLINE_SLACK
     );
 }
 

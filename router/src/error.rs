@@ -131,9 +131,9 @@ impl DispatchError {
             DispatchError::Worker { status, .. } => match status.code() {
                 Code::InvalidArgument | Code::OutOfRange => ErrorKind::InvalidRequest,
                 Code::ResourceExhausted => ErrorKind::Overloaded,
-                Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled | Code::Aborted => {
-                    ErrorKind::Unavailable
-                }
+                // The worker ran out of the time the router gave it: the request's own.
+                Code::DeadlineExceeded => ErrorKind::DeadlineExceeded,
+                Code::Unavailable | Code::Cancelled | Code::Aborted => ErrorKind::Unavailable,
                 _ => ErrorKind::Internal,
             },
         }
@@ -178,6 +178,8 @@ impl DispatchError {
             DispatchError::Worker { status, .. } => !matches!(
                 status.code(),
                 Code::InvalidArgument
+                    // Another worker would get no more time than this one had.
+                    | Code::DeadlineExceeded
                     | Code::OutOfRange
                     | Code::NotFound
                     | Code::PermissionDenied
@@ -271,6 +273,11 @@ mod tests {
         );
         assert_eq!(worker(Code::Unavailable).kind(), ErrorKind::Unavailable);
         assert_eq!(worker(Code::DataLoss).kind(), ErrorKind::Internal);
+        assert_eq!(
+            worker(Code::DeadlineExceeded).kind(),
+            ErrorKind::DeadlineExceeded
+        );
+        assert!(!worker(Code::DeadlineExceeded).retryable());
         assert!(worker(Code::Unavailable).retryable());
         assert!(worker(Code::ResourceExhausted).retryable());
         assert!(!worker(Code::InvalidArgument).retryable());
