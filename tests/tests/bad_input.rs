@@ -2,7 +2,9 @@
 //! keeps serving good requests afterwards.
 
 use dolphin_proto::v1::generate_request::Input;
-use dolphin_proto::v1::{ChatMessages, GenerateRequest, PrefillMode};
+use dolphin_proto::v1::{
+    ChatMessages, GenerateRequest, ListModelsRequest, PrefillMode, SamplingParams, TokenIds,
+};
 use dolphin_tests::grpc::{self, MODEL};
 use dolphin_tests::{ClusterConfig, TestCluster, http};
 use serde_json::json;
@@ -180,6 +182,65 @@ async fn http_rejects_bad_requests_with_openai_errors_and_keeps_serving() -> any
             .is_empty(),
         "{v}"
     );
+    cluster.passed();
+    Ok(())
+}
+
+/// The workers' context (`--max-context`, here on the sim engine) reaches the router through
+/// `Worker.Info`: listed by `/v1/models` and `ListModels`, a request past it refused before
+/// any worker runs it (`context_length_exceeded`), a default `max_tokens` shrunk to fit.
+#[tokio::test]
+async fn the_workers_context_bounds_requests_at_the_router() -> anyhow::Result<()> {
+    let cluster = TestCluster::start(ClusterConfig {
+        worker_args: vec!["--max-context=64".to_owned()],
+        ..ClusterConfig::default()
+    })
+    .await?;
+    let models = http::get(cluster.http_addr(), "/v1/models").await?.json()?;
+    assert_eq!(models["data"][0]["max_model_len"], 64, "{models}");
+    let mut client = cluster.inference().await?;
+    let listed = client.list_models(ListModelsRequest {}).await?.into_inner();
+    assert_eq!(listed.models[0].context_length, 64, "{listed:?}");
+
+    // 60 prompt tokens and 5 to generate: one past the context.
+    let prompt: Vec<u32> = (100..160).collect();
+    let over = GenerateRequest {
+        model: MODEL.to_owned(),
+        input: Some(Input::TokenIds(TokenIds {
+            ids: prompt.clone(),
+        })),
+        sampling: Some(SamplingParams {
+            max_tokens: 5,
+            ..SamplingParams::default()
+        }),
+        ..GenerateRequest::default()
+    };
+    let status = client.generate(over).await.expect_err("past the context");
+    assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+    assert!(
+        status.message().contains("context is 64 tokens"),
+        "{status:?}"
+    );
+    let resp = http::post_json(
+        cluster.http_addr(),
+        "/v1/completions",
+        &json!({"model": MODEL, "prompt": prompt, "max_tokens": 5}).to_string(),
+    )
+    .await?;
+    assert_eq!(resp.status, 400, "{}", resp.text());
+    assert_eq!(resp.json()?["error"]["code"], "context_length_exceeded");
+
+    // Without max_tokens the default (16) shrinks to the 4 left.
+    let resp = http::post_json(
+        cluster.http_addr(),
+        "/v1/completions",
+        &json!({"model": MODEL, "prompt": prompt, "ignore_eos": true}).to_string(),
+    )
+    .await?;
+    assert_eq!(resp.status, 200, "{}", resp.text());
+    let v = resp.json()?;
+    assert_eq!(v["usage"]["completion_tokens"], 4, "{v}");
+    assert_eq!(v["choices"][0]["finish_reason"], "length", "{v}");
     cluster.passed();
     Ok(())
 }

@@ -109,7 +109,8 @@ pub struct EngineArgs {
     /// Candle: cpu, cuda or cuda:N (CUDA needs a build with the `cuda` feature).
     #[arg(long, env = "DOLPHIN_DEVICE", default_value = "cpu", value_parser = parse_device)]
     pub device: DeviceKind,
-    /// Candle: cap the context length below the model's.
+    /// The context length (prompt plus generated tokens): candle caps the model's to it, the
+    /// sim engine's simulated model takes it (default 32768).
     #[arg(long, env = "DOLPHIN_MAX_CONTEXT")]
     pub max_context: Option<u32>,
 }

@@ -111,8 +111,9 @@ pub fn candle_config(args: &EngineArgs) -> Result<CandleConfig, ConfigError> {
     Ok(cfg)
 }
 
-/// The sim engine's configuration for the flags: the profile (shipped name or JSON path) and
-/// the sizes given; vocabulary and context keep the sim's defaults.
+/// The sim engine's configuration for the flags: the profile (shipped name or JSON path), the
+/// sizes given and the context (`--max-context`, else the sim's default); the vocabulary keeps
+/// the sim's default.
 pub fn sim_config(args: &EngineArgs) -> Result<SimConfig, ConfigError> {
     let profile = SimProfile::load(&args.sim_profile).map_err(|source| ConfigError::Profile {
         name: args.sim_profile.clone(),
@@ -134,6 +135,9 @@ pub fn sim_config(args: &EngineArgs) -> Result<SimConfig, ConfigError> {
         cfg.mixed_prefill_tokens = n;
     }
     cfg.max_waiting = args.max_waiting;
+    if let Some(n) = args.max_context {
+        cfg.context_length = n;
+    }
     Ok(cfg)
 }
 
@@ -179,8 +183,11 @@ mod tests {
             "77",
             "--model",
             "m1",
+            "--max-context",
+            "640",
         ]))
         .expect("valid");
+        assert_eq!(cfg.context_length, 640);
         assert_eq!(cfg.profile.name, "qwen72b-h20");
         assert_eq!(cfg.time_scale, 0.0);
         assert_eq!(cfg.block_size, 32);
