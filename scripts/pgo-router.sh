@@ -42,14 +42,10 @@ RUSTFLAGS="${RUSTFLAGS:-} -Cprofile-generate=$out/raw" cargo build --profile "$p
 # Build scripts and proc macros of that build wrote profiles too: only the router's count.
 rm -rf "$out/raw"
 
-wrapper=$out/instrumented-router.sh
-printf '#!/bin/sh\n# router_overhead passes its own router first: run the instrumented one.\nshift\nexec %s "$@"\n' \
-    "$out/gen/$profile/dolphin-router" >"$wrapper"
-chmod +x "$wrapper"
 # It reports targets it misses in its exit status; the profile is what is wanted here.
 "$target/$profile/router_overhead" --duration-secs 5 --concurrency 1,16 \
     --modes direct_grpc,router_http,router_http_sse,router_grpc \
-    --router-wrapper "$wrapper" --out "$out/train.json" >&2 || true
+    --router-bin "$out/gen/$profile/dolphin-router" --out "$out/train.json" >&2 || true
 shopt -s nullglob
 raw=("$out"/raw/*.profraw)
 if ((${#raw[@]} == 0)); then
