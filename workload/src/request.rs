@@ -14,18 +14,21 @@ pub enum RequestKind {
     Humaneval,
     /// A row of the Mooncake conversation trace.
     Mooncake,
-    /// A row of the Azure conversation trace.
+    /// A row of an Azure LLM inference trace.
     Azure,
+    /// A row of a Qwen-Bailian trace (Alibaba's, ids of 16 tokens).
+    Bailian,
 }
 
 impl RequestKind {
     /// Every kind, in order.
-    pub const ALL: [RequestKind; 5] = [
+    pub const ALL: [RequestKind; 6] = [
         RequestKind::Arxiv,
         RequestKind::Leval,
         RequestKind::Humaneval,
         RequestKind::Mooncake,
         RequestKind::Azure,
+        RequestKind::Bailian,
     ];
 
     /// The kind's name, as in JSON.
@@ -36,18 +39,22 @@ impl RequestKind {
             RequestKind::Humaneval => "humaneval",
             RequestKind::Mooncake => "mooncake",
             RequestKind::Azure => "azure",
+            RequestKind::Bailian => "bailian",
         }
     }
 
     /// The `max_tokens` a client of this kind sends: a fixed cap per workload, as real clients
     /// set one, never the answer's length. Each is at least the longest output the kind
     /// produces (synthetic generators: ArXiv 384, L-Eval 128, HumanEval 512; the shipped
-    /// traces: Mooncake 2000, Azure 1000), rounded up to a usual setting.
+    /// traces: Mooncake 2000, Azure 1000), rounded up to a usual setting. Bailian's traces are
+    /// not shipped; 8192 leaves room for their reasoning trace's long answers (where a row asks
+    /// for more, callers raise the cap to its output, as for every kind).
     pub fn max_tokens_cap(self) -> u32 {
         match self {
             RequestKind::Arxiv | RequestKind::Humaneval | RequestKind::Azure => 1024,
             RequestKind::Leval => 512,
             RequestKind::Mooncake => 2048,
+            RequestKind::Bailian => 8192,
         }
     }
 }

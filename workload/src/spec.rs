@@ -13,8 +13,10 @@ use crate::{synthetic, trace};
 pub enum WorkloadSource {
     /// A Mooncake JSONL trace ([`trace::mooncake`]).
     Mooncake(PathBuf),
-    /// An Azure CSV trace ([`trace::azure`]).
+    /// An Azure CSV trace ([`trace::azure_first`]).
     Azure(PathBuf),
+    /// A Qwen-Bailian JSONL trace ([`trace::BAILIAN`]).
+    Bailian(PathBuf),
     /// [`synthetic::arxiv`].
     Arxiv,
     /// [`synthetic::leval`].
@@ -23,6 +25,16 @@ pub enum WorkloadSource {
     Humaneval,
     /// [`synthetic::hybrid`].
     Hybrid,
+}
+
+impl WorkloadSource {
+    /// Whether this is a trace file (with timestamps), not a synthetic mix.
+    pub fn is_trace(&self) -> bool {
+        matches!(
+            self,
+            WorkloadSource::Mooncake(_) | WorkloadSource::Azure(_) | WorkloadSource::Bailian(_)
+        )
+    }
 }
 
 /// A workload to load: its source, how many requests, and the synthetic mixes' seed.
@@ -41,7 +53,7 @@ impl WorkloadSpec {
     /// Requests a synthetic workload has when no count is given.
     pub const DEFAULT_REQUESTS: usize = 1000;
 
-    /// Parses `mooncake:PATH`, `azure:PATH`, `arxiv`, `leval`, `humaneval` or `hybrid` (no
+    /// Parses `mooncake:PATH`, `azure:PATH`, `bailian:PATH`, `arxiv`, `leval`, `humaneval` or `hybrid` (no
     /// request limit, seed 0: set the fields after for `--requests` and `--seed`).
     pub fn parse(s: &str) -> Result<Self, WorkloadError> {
         let s = s.trim();
@@ -51,7 +63,7 @@ impl WorkloadSpec {
         };
         let bad = |why: &str| {
             WorkloadError::Spec(format!(
-                "workload {s:?}: {why} (expected mooncake:PATH, azure:PATH, arxiv, leval, humaneval or hybrid)"
+                "workload {s:?}: {why} (expected mooncake:PATH, azure:PATH, bailian:PATH, arxiv, leval, humaneval or hybrid)"
             ))
         };
         let file = |path: Option<&str>| match path {
@@ -65,6 +77,7 @@ impl WorkloadSpec {
         let source = match name {
             "mooncake" => WorkloadSource::Mooncake(file(path)?),
             "azure" => WorkloadSource::Azure(file(path)?),
+            "bailian" => WorkloadSource::Bailian(file(path)?),
             "arxiv" => synthetic(WorkloadSource::Arxiv)?,
             "leval" => synthetic(WorkloadSource::Leval)?,
             "humaneval" => synthetic(WorkloadSource::Humaneval)?,
@@ -79,12 +92,15 @@ impl WorkloadSpec {
     }
 
     /// Loads or generates the workload (arrivals as the source gives them: the trace's times,
-    /// 0 for synthetic mixes). Fails on an unreadable or malformed trace, or no requests.
+    /// 0 for synthetic mixes). A trace is read only up to the rows asked for. Fails on an
+    /// unreadable or malformed trace, or no requests.
     pub fn load(&self) -> Result<Workload, WorkloadError> {
         let n = self.requests.unwrap_or(WorkloadSpec::DEFAULT_REQUESTS);
+        let rows = self.requests;
         let mut w = match &self.source {
-            WorkloadSource::Mooncake(path) => trace::mooncake(path)?,
-            WorkloadSource::Azure(path) => trace::azure(path)?,
+            WorkloadSource::Mooncake(path) => trace::jsonl(path, &trace::MOONCAKE, rows)?,
+            WorkloadSource::Azure(path) => trace::azure_first(path, rows)?,
+            WorkloadSource::Bailian(path) => trace::jsonl(path, &trace::BAILIAN, rows)?,
             WorkloadSource::Arxiv => synthetic::arxiv(n, self.seed),
             WorkloadSource::Leval => synthetic::leval(n, self.seed),
             WorkloadSource::Humaneval => synthetic::humaneval(n, self.seed),
@@ -116,6 +132,7 @@ impl fmt::Display for WorkloadSpec {
         match &self.source {
             WorkloadSource::Mooncake(p) => write!(f, "mooncake:{}", p.display()),
             WorkloadSource::Azure(p) => write!(f, "azure:{}", p.display()),
+            WorkloadSource::Bailian(p) => write!(f, "bailian:{}", p.display()),
             WorkloadSource::Arxiv => write!(f, "arxiv"),
             WorkloadSource::Leval => write!(f, "leval"),
             WorkloadSource::Humaneval => write!(f, "humaneval"),
@@ -144,6 +161,10 @@ mod tests {
             (
                 "azure:../shared/traces/a.csv",
                 WorkloadSource::Azure("../shared/traces/a.csv".into()),
+            ),
+            (
+                "bailian:qwen_traceA_blksz_16.jsonl",
+                WorkloadSource::Bailian("qwen_traceA_blksz_16.jsonl".into()),
             ),
             ("arxiv", WorkloadSource::Arxiv),
             (" leval", WorkloadSource::Leval),

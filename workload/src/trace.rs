@@ -1,7 +1,14 @@
-//! The two production traces (see `shared/traces/README.md`): Mooncake's conversation trace
-//! (JSON lines with hash ids, so prefix sharing is known) and Azure's 2023 conversation trace
-//! (CSV with wall-clock timestamps and lengths only).
+//! Production traces: the Mooncake family of JSON-lines traces (Mooncake's FAST'25 release:
+//! conversation, tool-agent and synthetic traces; Alibaba's Qwen-Bailian traces), with hash ids
+//! so prefix sharing is known, and Azure's LLM inference traces (2023 and 2024, CSV with
+//! wall-clock timestamps and lengths only). See `shared/traces/README.md`.
+//!
+//! Files are read a line at a time, and a limit stops the reading: the first N rows of a
+//! week-long trace (Azure 2024 has tens of millions) load without the rest.
 
+use std::borrow::Cow;
+use std::fs::File;
+use std::io::{BufRead, BufReader};
 use std::path::Path;
 
 use serde::Deserialize;
@@ -14,21 +21,74 @@ mod timestamp;
 /// Tokens each Mooncake hash id stands for.
 pub const MOONCAKE_TOKENS_PER_ID: u32 = 512;
 
-/// One row of the Mooncake trace (other fields are ignored).
+/// A JSON-lines trace of the Mooncake family: one object a line with `timestamp`,
+/// `input_length`, `output_length` and `hash_ids` (other fields are ignored). The formats
+/// differ in how many tokens an id stands for and in the unit of `timestamp`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct JsonlFormat {
+    /// Tokens each hash id stands for.
+    pub tokens_per_id: u32,
+    /// Milliseconds per unit of `timestamp`.
+    pub ms_per_time_unit: f64,
+    /// The kind every row becomes.
+    pub kind: RequestKind,
+}
+
+/// Mooncake's traces: ids of 512 tokens, `timestamp` in ms from the start.
+pub const MOONCAKE: JsonlFormat = JsonlFormat {
+    tokens_per_id: MOONCAKE_TOKENS_PER_ID,
+    ms_per_time_unit: 1.0,
+    kind: RequestKind::Mooncake,
+};
+
+/// Alibaba's Qwen-Bailian traces (`qwen_*_blksz_16.jsonl`, the KVCache-in-the-wild paper,
+/// ATC'25): ids of 16 tokens, `timestamp` in seconds from the start.
+pub const BAILIAN: JsonlFormat = JsonlFormat {
+    tokens_per_id: 16,
+    ms_per_time_unit: 1000.0,
+    kind: RequestKind::Bailian,
+};
+
+/// One row of a Mooncake-family trace (other fields are ignored).
 #[derive(Deserialize)]
-struct MooncakeRow {
-    /// ms from the start of the trace.
+struct JsonlRow {
     timestamp: f64,
     input_length: u32,
     output_length: u32,
     hash_ids: Vec<u64>,
 }
 
-fn read(path: &Path) -> Result<String, WorkloadError> {
-    std::fs::read_to_string(path).map_err(|error| WorkloadError::Io {
+/// The file's non-blank lines with their 1-based numbers, a UTF-8 byte order mark dropped.
+fn lines(
+    path: &Path,
+) -> Result<impl Iterator<Item = Result<(usize, String), WorkloadError>>, WorkloadError> {
+    let io = |error| WorkloadError::Io {
         path: path.to_path_buf(),
         error,
-    })
+    };
+    let file = File::open(path).map_err(io)?;
+    let path = path.to_path_buf();
+    Ok(BufReader::with_capacity(1 << 20, file)
+        .lines()
+        .enumerate()
+        .map(move |(i, line)| match line {
+            Ok(mut line) => {
+                if i == 0 && line.starts_with('\u{feff}') {
+                    line.drain(..'\u{feff}'.len_utf8());
+                }
+                Ok((i + 1, line))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::InvalidData => Err(WorkloadError::Parse {
+                path: path.clone(),
+                line: i + 1,
+                reason: "not UTF-8 text".into(),
+            }),
+            Err(error) => Err(WorkloadError::Io {
+                path: path.clone(),
+                error,
+            }),
+        })
+        .filter(|l| !matches!(l, Ok((_, text)) if text.trim().is_empty())))
 }
 
 /// The workload's name: the file's stem (`mooncake-conversation`).
@@ -41,6 +101,7 @@ fn name_of(path: &Path, fallback: &str) -> String {
 fn finish(
     path: &Path,
     name: String,
+    tokens_per_id: u32,
     mut requests: Vec<WorkloadRequest>,
 ) -> Result<Workload, WorkloadError> {
     if requests.is_empty() {
@@ -53,80 +114,101 @@ fn finish(
     requests.sort_by(|a, b| a.arrival_ms.total_cmp(&b.arrival_ms));
     Ok(Workload {
         name,
-        tokens_per_id: MOONCAKE_TOKENS_PER_ID,
+        tokens_per_id,
         requests,
     })
 }
 
-/// Loads a Mooncake trace: one JSON object a line, `{timestamp (ms), input_length,
-/// output_length, hash_ids}`, ids of [`MOONCAKE_TOKENS_PER_ID`] tokens. Kind
-/// [`RequestKind::Mooncake`]; an `output_length` of 0 becomes 1 (replay generates at least one
-/// token). Blank lines are skipped; a row that is not such an object, has an empty prompt, a
-/// negative time, or more ids than its prompt needs is an error naming the file and line.
+/// Loads a Mooncake trace ([`MOONCAKE`], every row): see [`jsonl`].
 pub fn mooncake(path: &Path) -> Result<Workload, WorkloadError> {
-    let text = read(path)?;
+    jsonl(path, &MOONCAKE, None)
+}
+
+/// Loads a Mooncake-family trace: one JSON object a line, `{timestamp, input_length,
+/// output_length, hash_ids}` as `format` reads them, the first `limit` rows (all when `None`).
+/// An `output_length` of 0 becomes 1 (replay generates at least one token). Blank lines are
+/// skipped; a row that is not such an object, has an empty prompt, a negative time, or more
+/// ids than its prompt needs is an error naming the file and line.
+pub fn jsonl(
+    path: &Path,
+    format: &JsonlFormat,
+    limit: Option<usize>,
+) -> Result<Workload, WorkloadError> {
     let mut requests = Vec::new();
-    for (i, line) in text.lines().enumerate() {
-        if line.trim().is_empty() {
-            continue;
-        }
+    for line in lines(path)?.take(limit.unwrap_or(usize::MAX)) {
+        let (n, line) = line?;
         let bad = |reason: String| WorkloadError::Parse {
             path: path.to_path_buf(),
-            line: i + 1,
+            line: n,
             reason,
         };
-        let row: MooncakeRow = serde_json::from_str(line).map_err(|e| bad(e.to_string()))?;
+        let row: JsonlRow = serde_json::from_str(&line).map_err(|e| bad(e.to_string()))?;
         if row.input_length == 0 {
             return Err(bad("input_length is 0".into()));
         }
         if !(row.timestamp.is_finite() && row.timestamp >= 0.0) {
             return Err(bad(format!("timestamp {} is not a time", row.timestamp)));
         }
-        let needed = row.input_length.div_ceil(MOONCAKE_TOKENS_PER_ID) as usize;
+        let needed = row.input_length.div_ceil(format.tokens_per_id) as usize;
         if row.hash_ids.len() > needed {
             return Err(bad(format!(
-                "{} hash ids for {} tokens: at most {needed} ids of {MOONCAKE_TOKENS_PER_ID} tokens",
+                "{} hash ids for {} tokens: at most {needed} ids of {} tokens",
                 row.hash_ids.len(),
-                row.input_length
+                row.input_length,
+                format.tokens_per_id
             )));
         }
         requests.push(WorkloadRequest {
-            arrival_ms: row.timestamp,
+            arrival_ms: row.timestamp * format.ms_per_time_unit,
             hash_ids: row.hash_ids,
             prompt_len: row.input_length,
             output_len: row.output_length.max(1),
-            kind: RequestKind::Mooncake,
+            kind: format.kind,
         });
     }
-    finish(path, name_of(path, "mooncake"), requests)
+    let fallback = format.kind.name();
+    finish(
+        path,
+        name_of(path, fallback),
+        format.tokens_per_id,
+        requests,
+    )
 }
 
-/// Loads an Azure LLM inference trace: CSV with a header naming `TIMESTAMP`, `ContextTokens`
-/// and `GeneratedTokens` (in any order), timestamps `YYYY-MM-DD HH:MM:SS.fffffff`. Arrival is
-/// ms since the earliest row (the first, in the published traces). The trace says nothing of
-/// content, so every prompt gets ids of its own (`ceil(len / 512)` fresh ids: no sharing).
-/// Kind [`RequestKind::Azure`]; 0 generated tokens become 1. Bad rows are errors naming the file
-/// and line.
+/// Loads an Azure LLM inference trace, every row: see [`azure_first`].
 pub fn azure(path: &Path) -> Result<Workload, WorkloadError> {
-    let text = read(path)?;
-    let mut lines = text
-        .lines()
-        .enumerate()
-        .filter(|(_, l)| !l.trim().is_empty());
+    azure_first(path, None)
+}
+
+/// Loads the first `limit` rows (all when `None`) of an Azure LLM inference trace: CSV with a
+/// header naming `TIMESTAMP`, `ContextTokens` and `GeneratedTokens` (in any order, other
+/// columns ignored, fields optionally quoted), timestamps as [`timestamp`] reads them (2023's
+/// `YYYY-MM-DD HH:MM:SS.fffffff`, 2024's with a `+00:00` offset). Arrival is ms since the
+/// earliest row read. The trace says nothing of content, so every prompt gets ids of its own
+/// (`ceil(len / 512)` fresh ids: no sharing). Kind [`RequestKind::Azure`]; 0 generated tokens
+/// become 1; token counts written as whole floats (`374.0`) are read. Bad rows are errors naming
+/// the file and line.
+pub fn azure_first(path: &Path, limit: Option<usize>) -> Result<Workload, WorkloadError> {
     let bad = |line: usize, reason: String| WorkloadError::Parse {
         path: path.to_path_buf(),
         line,
         reason,
     };
-    let Some((h, header)) = lines.next() else {
+    let mut lines = lines(path)?;
+    let Some(header) = lines.next() else {
         return Err(WorkloadError::Empty(format!("{} is empty", path.display())));
     };
-    let columns: Vec<&str> = header.split(',').map(str::trim).collect();
+    let (h, header) = header?;
+    let columns: Vec<String> = csv_fields(&header)
+        .map_err(|e| bad(h, e))?
+        .into_iter()
+        .map(Cow::into_owned)
+        .collect();
     let column = |name: &str| {
         columns
             .iter()
             .position(|c| c.eq_ignore_ascii_case(name))
-            .ok_or_else(|| bad(h + 1, format!("header {header:?} has no {name} column")))
+            .ok_or_else(|| bad(h, format!("header {header:?} has no {name} column")))
     };
     let (c_time, c_in, c_out) = (
         column("TIMESTAMP")?,
@@ -134,23 +216,22 @@ pub fn azure(path: &Path) -> Result<Workload, WorkloadError> {
         column("GeneratedTokens")?,
     );
     let mut rows: Vec<(i64, u32, u32)> = Vec::new();
-    for (i, line) in lines {
-        let fields: Vec<&str> = line.split(',').map(str::trim).collect();
+    for line in lines.take(limit.unwrap_or(usize::MAX)) {
+        let (i, line) = line?;
+        let fields = csv_fields(&line).map_err(|e| bad(i, e))?;
         if fields.len() != columns.len() {
             return Err(bad(
-                i + 1,
+                i,
                 format!("{} fields, the header has {}", fields.len(), columns.len()),
             ));
         }
         let count = |c: usize, what: &str| {
-            fields[c]
-                .parse::<u32>()
-                .map_err(|e| bad(i + 1, format!("{what} {:?}: {e}", fields[c])))
+            token_count(&fields[c]).map_err(|e| bad(i, format!("{what} {:?}: {e}", fields[c])))
         };
-        let t = timestamp::parse_ns(fields[c_time]).map_err(|e| bad(i + 1, e))?;
+        let t = timestamp::parse_ns(&fields[c_time]).map_err(|e| bad(i, e))?;
         let input = count(c_in, "ContextTokens")?;
         if input == 0 {
-            return Err(bad(i + 1, "ContextTokens is 0".into()));
+            return Err(bad(i, "ContextTokens is 0".into()));
         }
         rows.push((t, input, count(c_out, "GeneratedTokens")?));
     }
@@ -171,7 +252,68 @@ pub fn azure(path: &Path) -> Result<Workload, WorkloadError> {
             }
         })
         .collect();
-    finish(path, name_of(path, "azure"), requests)
+    finish(
+        path,
+        name_of(path, "azure"),
+        MOONCAKE_TOKENS_PER_ID,
+        requests,
+    )
+}
+
+/// A CSV line's fields, trimmed; a field in double quotes may hold commas and `""` for a quote.
+fn csv_fields(line: &str) -> Result<Vec<Cow<'_, str>>, String> {
+    let mut fields = Vec::new();
+    let mut rest = line;
+    loop {
+        let field = rest.trim_start();
+        let Some(quoted) = field.strip_prefix('"') else {
+            let (f, next) = match field.split_once(',') {
+                Some((f, next)) => (f, Some(next)),
+                None => (field, None),
+            };
+            fields.push(Cow::Borrowed(f.trim()));
+            match next {
+                Some(next) => rest = next,
+                None => return Ok(fields),
+            }
+            continue;
+        };
+        let mut value = String::new();
+        let mut chars = quoted.char_indices();
+        let mut end = None;
+        while let Some((at, c)) = chars.next() {
+            if c != '"' {
+                value.push(c);
+            } else if quoted[at + 1..].starts_with('"') {
+                value.push('"');
+                chars.next();
+            } else {
+                end = Some(at + 1);
+                break;
+            }
+        }
+        let end = end.ok_or("a quoted field is not closed")?;
+        fields.push(Cow::Owned(value.trim().to_string()));
+        let after = quoted[end..].trim_start();
+        match after.strip_prefix(',') {
+            Some(next) => rest = next,
+            None if after.is_empty() => return Ok(fields),
+            None => return Err("text after a quoted field".into()),
+        }
+    }
+}
+
+/// A token count: a whole number, also as a float with no fraction (`374.0`, as tables that
+/// once held a missing value write integers).
+fn token_count(s: &str) -> Result<u32, String> {
+    s.parse::<u32>().or_else(|e| {
+        let x: f64 = s.parse().map_err(|_| e.to_string())?;
+        if x.fract() == 0.0 && (0.0..=f64::from(u32::MAX)).contains(&x) {
+            Ok(x as u32)
+        } else {
+            Err("not a token count".into())
+        }
+    })
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@ use std::time::Duration;
 use clap::{Args, ValueEnum};
 use dolphin_router::config::{OnlineArgs, ThresholdArgs, TrustArgs};
 use dolphin_router::dolphin::Split;
-use dolphin_workload::{Arrivals, Slo, WorkloadSource, WorkloadSpec};
+use dolphin_workload::{Arrivals, Slo, WorkloadSpec};
 use serde::Serialize;
 
 use super::ReplayError;
@@ -31,7 +31,7 @@ pub enum Target {
 /// `dolphinctl replay`.
 #[derive(Clone, Debug, Args)]
 pub struct ReplayArgs {
-    /// The workload: mooncake:PATH, azure:PATH (traces), arxiv, leval, humaneval or hybrid
+    /// The workload: mooncake:PATH, azure:PATH, bailian:PATH (traces), arxiv, leval, humaneval or hybrid
     /// (synthetic mixes).
     #[arg(long)]
     pub workload: WorkloadSpec,
@@ -214,10 +214,7 @@ impl ReplayArgs {
         if let Some(seed) = self.seed {
             spec.seed = seed;
         }
-        let is_trace = matches!(
-            spec.source,
-            WorkloadSource::Mooncake(_) | WorkloadSource::Azure(_)
-        );
+        let is_trace = spec.source.is_trace();
         let arrivals = match self.arrivals {
             Some(a) => a,
             None if is_trace => Arrivals::Trace { time_scale: 1.0 },

@@ -41,6 +41,8 @@ fn traces_default_to_their_own_timestamps() {
     assert_eq!(p.slo.tpot_ms, 60.0);
     let p = plan(&["--workload", "azure:/x.csv", "--arrivals", "poisson:3"]).unwrap();
     assert!(matches!(p.arrivals, Arrivals::Poisson { .. }));
+    let p = plan(&["--workload", "bailian:/qwen_traceA_blksz_16.jsonl"]).unwrap();
+    assert_eq!(p.arrivals, Arrivals::Trace { time_scale: 1.0 });
 }
 
 #[test]

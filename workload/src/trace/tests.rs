@@ -215,3 +215,121 @@ fn the_real_azure_trace_loads() {
     let last = w.requests.last().expect("rows").arrival_ms;
     assert!((last - 3_501_721.937).abs() < 1e-3, "{last}");
 }
+
+#[test]
+fn bailian_rows_have_ids_of_16_tokens_and_times_in_seconds() {
+    let (_d, path) = file(
+        "qwen_traceA_blksz_16.jsonl",
+        "{\"chat_id\": 159, \"parent_chat_id\": -1, \"timestamp\": 61.114, \"input_length\": 40, \
+          \"output_length\": 132, \"type\": \"text\", \"turn\": 1, \"hash_ids\": [7, 8, 9]}\n\
+         {\"chat_id\": 160, \"parent_chat_id\": 159, \"timestamp\": 0.5, \"input_length\": 33, \
+          \"output_length\": 0, \"type\": \"search\", \"turn\": 2, \"hash_ids\": [7, 8]}\n",
+    );
+    let w = jsonl(&path, &BAILIAN, None).expect("loads");
+    assert_eq!(w.name, "qwen_traceA_blksz_16");
+    assert_eq!(w.tokens_per_id, 16);
+    let r: Vec<_> = w
+        .requests
+        .iter()
+        .map(|r| (r.arrival_ms, r.prompt_len, r.output_len, r.kind))
+        .collect();
+    assert_eq!(r[0], (500.0, 33, 1, RequestKind::Bailian));
+    assert!((r[1].0 - 61_114.0).abs() < 1e-6, "{}", r[1].0);
+    assert_eq!(w.requests[1].hash_ids, [7, 8, 9]);
+    // Ids are of 16 tokens: 40 tokens take at most 3.
+    let (_d, path) = file(
+        "b.jsonl",
+        "{\"timestamp\": 0, \"input_length\": 40, \"output_length\": 1, \"hash_ids\": [1, 2, 3, 4]}\n",
+    );
+    let (line, reason) = parse_error(jsonl(&path, &BAILIAN, None).expect_err("4 ids"));
+    assert_eq!(line, 1);
+    assert!(reason.contains("at most 3 ids of 16 tokens"), "{reason}");
+}
+
+#[test]
+fn azure_2024_rows_with_offsets_quotes_and_float_counts_load() {
+    // A byte order mark, an extra column, quoted fields, counts written as floats, the 2024
+    // traces' `+00:00` offset and a row in another zone.
+    let (_d, path) = file(
+        "AzureLLMInferenceTrace_code_1week.csv",
+        "\u{feff}TIMESTAMP,ContextTokens,GeneratedTokens,Note\n\
+         2024-05-10 00:00:00.009930+00:00,2162,5,a\n\
+         \"2024-05-10 00:00:01+00:00\",\"300.0\",7,\"b, with a comma and \"\"quotes\"\"\"\n\
+         2024-05-10T02:00:00.5+02:00,17,1,\n",
+    );
+    let w = azure(&path).expect("loads");
+    let r: Vec<_> = w
+        .requests
+        .iter()
+        .map(|r| (r.arrival_ms, r.prompt_len, r.output_len))
+        .collect();
+    assert_eq!(r.len(), 3);
+    assert_eq!(r[0], (0.0, 2162, 5));
+    assert!((r[1].0 - 490.07).abs() < 1e-6, "{}", r[1].0);
+    assert_eq!((r[1].1, r[1].2), (17, 1));
+    assert!((r[2].0 - 990.07).abs() < 1e-6, "{}", r[2].0);
+    assert_eq!((r[2].1, r[2].2), (300, 7));
+    for (row, needle) in [
+        ("2024-05-10 00:00:00+00:00,1.5,4,x", "not a token count"),
+        ("\"2024-05-10 00:00:00,1,4,x", "not closed"),
+        ("\"2024-05-10 00:00:00\"x,1,4,x", "after a quoted field"),
+        ("2024-05-10 00:00:00+25:00,1,4,x", "not YYYY-MM-DD"),
+    ] {
+        let (_d, path) = file(
+            "bad.csv",
+            &format!("TIMESTAMP,ContextTokens,GeneratedTokens,Note\n{row}\n"),
+        );
+        let (line, reason) = parse_error(azure(&path).expect_err(row));
+        assert_eq!(line, 2);
+        assert!(reason.contains(needle), "{row}: {reason}");
+    }
+}
+
+#[test]
+fn a_row_limit_stops_the_reading() {
+    // Rows past the limit are never read: a broken row there does not fail the load.
+    let row = |t: u32| {
+        format!(
+            "{{\"timestamp\": {t}, \"input_length\": 9, \"output_length\": 2, \"hash_ids\": [{t}]}}\n"
+        )
+    };
+    let (_d, path) = file(
+        "mc.jsonl",
+        &format!("{}\n{}{}not json\n", row(0), row(1), row(2)),
+    );
+    assert_eq!(
+        jsonl(&path, &MOONCAKE, Some(3))
+            .expect("loads")
+            .requests
+            .len(),
+        3
+    );
+    let (line, _) = parse_error(jsonl(&path, &MOONCAKE, Some(4)).expect_err("row 4"));
+    assert_eq!(line, 5);
+    let (_d, path) = file(
+        "az.csv",
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n\
+         2023-11-16 18:15:46,1,1\n\
+         2023-11-16 18:15:47,2,1\n\
+         broken\n",
+    );
+    assert_eq!(
+        azure_first(&path, Some(2)).expect("loads").requests.len(),
+        2
+    );
+    assert!(azure_first(&path, None).is_err());
+}
+
+#[test]
+fn text_that_is_not_utf8_names_its_line() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("bin.jsonl");
+    std::fs::write(
+        &path,
+        b"{\"timestamp\": 0, \"input_length\": 9, \"output_length\": 2, \"hash_ids\": []}\n\xff\xfe\n",
+    )
+    .expect("write");
+    let (line, reason) = parse_error(mooncake(&path).expect_err("binary"));
+    assert_eq!(line, 2);
+    assert!(reason.contains("UTF-8"), "{reason}");
+}

@@ -1,10 +1,15 @@
-//! Wall-clock timestamps of the Azure trace, `YYYY-MM-DD HH:MM:SS[.fffffff]`, to nanoseconds
-//! since 1970-01-01 (UTC; the trace has no zone, and only differences are used).
+//! Wall-clock timestamps of the Azure traces to nanoseconds since 1970-01-01 UTC:
+//! `YYYY-MM-DD HH:MM:SS[.fraction][offset]`, with `T` also accepted between date and time. The
+//! 2023 traces have no zone (`2023-11-16 18:15:46.6805900`, taken as UTC: only differences are
+//! used); the 2024 ones end in a UTC offset (`2024-05-12 00:00:00.009930+00:00`), which is
+//! applied, so rows written in different zones still order correctly. The offset is `Z`, or a
+//! sign and `HH:MM`, `HHMM` or `HH`. Fractions beyond nanoseconds are cut to nanoseconds.
 
 /// Nanoseconds since the Unix epoch of `s`, or why it is not a timestamp.
 pub(crate) fn parse_ns(s: &str) -> Result<i64, String> {
-    let bad = || format!("timestamp {s:?} is not YYYY-MM-DD HH:MM:SS[.fraction]");
+    let bad = || format!("timestamp {s:?} is not YYYY-MM-DD HH:MM:SS[.fraction][+HH:MM]");
     let (date, time) = s.split_once([' ', 'T']).ok_or_else(bad)?;
+    let (time, offset_s) = split_offset(time).ok_or_else(bad)?;
     let mut d = date.splitn(3, '-');
     let (Some(y), Some(mo), Some(da)) = (d.next(), d.next(), d.next()) else {
         return Err(bad());
@@ -34,11 +39,43 @@ pub(crate) fn parse_ns(s: &str) -> Result<i64, String> {
         }
         0
     } else {
-        // Up to nanoseconds: right-pad the fraction to nine digits.
-        num(frac, 1..=9)? * 10i64.pow(9 - frac.len() as u32)
+        if !frac.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(bad());
+        }
+        // To nanoseconds: cut past nine digits, right-pad to nine.
+        let ns = &frac[..frac.len().min(9)];
+        num(ns, 1..=9)? * 10i64.pow(9 - ns.len() as u32)
     };
     let secs = days_from_civil(year, month, day) * 86_400 + hour * 3600 + minute * 60 + second;
-    Ok(secs * 1_000_000_000 + nanos)
+    Ok((secs - offset_s) * 1_000_000_000 + nanos)
+}
+
+/// Splits a trailing UTC offset off a time of day: the time without it and the offset in
+/// seconds east of UTC (0 when there is none). `None` when the offset is malformed.
+fn split_offset(time: &str) -> Option<(&str, i64)> {
+    if let Some(t) = time.strip_suffix(['Z', 'z']) {
+        return Some((t, 0));
+    }
+    let Some(at) = time.rfind(['+', '-']) else {
+        return Some((time, 0));
+    };
+    let (t, offset) = time.split_at(at);
+    let sign = if offset.starts_with('-') { -1 } else { 1 };
+    let hhmm = &offset[1..];
+    let (h, m) = match hhmm.len() {
+        2 => (hhmm, "00"),
+        4 => hhmm.split_at(2),
+        5 if hhmm.as_bytes()[2] == b':' => (&hhmm[..2], &hhmm[3..]),
+        _ => return None,
+    };
+    let two = |x: &str| {
+        x.bytes()
+            .all(|b| b.is_ascii_digit())
+            .then(|| x.parse::<i64>().ok())
+            .flatten()
+    };
+    let (hours, minutes) = (two(h)?, two(m)?);
+    (hours <= 23 && minutes <= 59).then_some((t, sign * (hours * 3600 + minutes * 60)))
 }
 
 fn is_leap(y: i64) -> bool {
@@ -87,6 +124,25 @@ mod tests {
     }
 
     #[test]
+    fn utc_offsets_are_applied() {
+        // The 2024 traces' form.
+        assert_eq!(
+            parse_ns("2024-05-12 00:00:00.009930+00:00"),
+            Ok(1_715_472_000 * S + 9_930_000)
+        );
+        let utc = parse_ns("2024-05-12 00:00:00").unwrap();
+        assert_eq!(parse_ns("2024-05-12 00:00:00Z"), Ok(utc));
+        assert_eq!(parse_ns("2024-05-12T02:30:00+02:30"), Ok(utc));
+        assert_eq!(parse_ns("2024-05-12 02:00:00+0200"), Ok(utc));
+        assert_eq!(parse_ns("2024-05-11 19:00:00-05"), Ok(utc));
+        // A fraction past nanoseconds is cut, not refused.
+        assert_eq!(
+            parse_ns("2024-05-12 00:00:00.1234567891+00:00"),
+            Ok(utc + 123_456_789)
+        );
+    }
+
+    #[test]
     fn differences_cross_midnight_and_month_ends() {
         let a = parse_ns("2023-12-31 23:59:59.9").unwrap();
         let b = parse_ns("2024-01-01 00:00:00.1").unwrap();
@@ -100,7 +156,13 @@ mod tests {
             "2023-11-16",
             "2023-11-16 18:15",
             "2023-11-16 18:15:46.",
-            "2023-11-16 18:15:46.1234567890",
+            "2023-11-16 18:15:46.12345x",
+            "2024-05-12 00:00:00+0",
+            "2024-05-12 00:00:00+24:00",
+            "2024-05-12 00:00:00+01:60",
+            "2024-05-12 00:00:00+01:",
+            "2024-05-12 00:00:00.5+1:00",
+            "2024-05-12 00:00:00++01:00",
             "2023-13-01 00:00:00",
             "2023-02-29 00:00:00",
             "2023-11-16 24:00:00",
