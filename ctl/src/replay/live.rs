@@ -157,6 +157,14 @@ pub async fn replay_live(
         Some(v) => v,
         None => reported,
     };
+    let beyond = beyond_context(&w, context);
+    if beyond > 0 {
+        eprintln!(
+            "dolphinctl: warning: {beyond} of {n} requests need more than model {model:?}'s context \
+             of {context} tokens (prompt and output): the router will refuse them \
+             (context_length_exceeded), and they count as failed"
+        );
+    }
     let shape = WireShape {
         model,
         vocab,
@@ -236,6 +244,17 @@ pub fn failure_summary(failures: &BTreeMap<String, u64>) -> String {
 
 fn offset(r: &WorkloadRequest) -> Duration {
     Duration::try_from_secs_f64(r.arrival_ms / 1e3).unwrap_or_default()
+}
+
+/// Requests whose prompt and output together exceed `context` tokens (0: unknown, none do).
+fn beyond_context(w: &Workload, context: u32) -> usize {
+    if context == 0 {
+        return 0;
+    }
+    w.requests
+        .iter()
+        .filter(|r| u64::from(r.prompt_len) + u64::from(r.output_len) > u64::from(context))
+        .count()
 }
 
 /// The model to ask for, its vocabulary size and context length, from ListModels.

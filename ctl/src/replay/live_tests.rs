@@ -126,3 +126,12 @@ fn failures_summarize_by_code() {
     let f = BTreeMap::from([("Unavailable".to_owned(), 20), ("Internal".to_owned(), 1)]);
     assert_eq!(failure_summary(&f), "Internal x 1, Unavailable x 20");
 }
+
+#[test]
+fn requests_beyond_the_context_are_counted() {
+    // The 700-token prompt with its 11 output tokens needs 711.
+    let (w, _) = one_request(0, false);
+    assert_eq!(beyond_context(&w, 0), 0, "unknown context");
+    assert_eq!(beyond_context(&w, 711), 0);
+    assert_eq!(beyond_context(&w, 710), 1);
+}
