@@ -18,17 +18,20 @@ pub enum RequestKind {
     Azure,
     /// A row of a Qwen-Bailian trace (Alibaba's, ids of 16 tokens).
     Bailian,
+    /// A row of the BurstGPT trace.
+    Burstgpt,
 }
 
 impl RequestKind {
     /// Every kind, in order.
-    pub const ALL: [RequestKind; 6] = [
+    pub const ALL: [RequestKind; 7] = [
         RequestKind::Arxiv,
         RequestKind::Leval,
         RequestKind::Humaneval,
         RequestKind::Mooncake,
         RequestKind::Azure,
         RequestKind::Bailian,
+        RequestKind::Burstgpt,
     ];
 
     /// The kind's name, as in JSON.
@@ -40,21 +43,24 @@ impl RequestKind {
             RequestKind::Mooncake => "mooncake",
             RequestKind::Azure => "azure",
             RequestKind::Bailian => "bailian",
+            RequestKind::Burstgpt => "burstgpt",
         }
     }
 
     /// The `max_tokens` a client of this kind sends: a fixed cap per workload, as real clients
     /// set one, never the answer's length. Each is at least the longest output the kind
     /// produces (synthetic generators: ArXiv 384, L-Eval 128, HumanEval 512; the shipped
-    /// traces: Mooncake 2000, Azure 1000), rounded up to a usual setting. Bailian's traces are
-    /// not shipped; 8192 leaves room for their reasoning trace's long answers (where a row asks
-    /// for more, callers raise the cap to its output, as for every kind).
+    /// traces: Mooncake 2000, Azure 1000), rounded up to a usual setting. The Bailian and
+    /// BurstGPT traces are not shipped: 8192 leaves room for Bailian's reasoning trace's long
+    /// answers, 4096 for ChatGPT's (where a row asks for more, callers raise the cap to its
+    /// output, as for every kind).
     pub fn max_tokens_cap(self) -> u32 {
         match self {
             RequestKind::Arxiv | RequestKind::Humaneval | RequestKind::Azure => 1024,
             RequestKind::Leval => 512,
             RequestKind::Mooncake => 2048,
             RequestKind::Bailian => 8192,
+            RequestKind::Burstgpt => 4096,
         }
     }
 }

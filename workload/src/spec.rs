@@ -13,8 +13,10 @@ use crate::{synthetic, trace};
 pub enum WorkloadSource {
     /// A Mooncake JSONL trace ([`trace::mooncake`]).
     Mooncake(PathBuf),
-    /// An Azure CSV trace ([`trace::azure_first`]).
+    /// An Azure CSV trace ([`trace::AZURE`]).
     Azure(PathBuf),
+    /// A BurstGPT CSV trace ([`trace::BURSTGPT`]).
+    Burstgpt(PathBuf),
     /// A Qwen-Bailian JSONL trace ([`trace::BAILIAN`]).
     Bailian(PathBuf),
     /// [`synthetic::arxiv`].
@@ -32,7 +34,10 @@ impl WorkloadSource {
     pub fn is_trace(&self) -> bool {
         matches!(
             self,
-            WorkloadSource::Mooncake(_) | WorkloadSource::Azure(_) | WorkloadSource::Bailian(_)
+            WorkloadSource::Mooncake(_)
+                | WorkloadSource::Azure(_)
+                | WorkloadSource::Bailian(_)
+                | WorkloadSource::Burstgpt(_)
         )
     }
 }
@@ -53,7 +58,7 @@ impl WorkloadSpec {
     /// Requests a synthetic workload has when no count is given.
     pub const DEFAULT_REQUESTS: usize = 1000;
 
-    /// Parses `mooncake:PATH`, `azure:PATH`, `bailian:PATH`, `arxiv`, `leval`, `humaneval` or `hybrid` (no
+    /// Parses `mooncake:PATH`, `azure:PATH`, `bailian:PATH`, `burstgpt:PATH`, `arxiv`, `leval`, `humaneval` or `hybrid` (no
     /// request limit, seed 0: set the fields after for `--requests` and `--seed`).
     pub fn parse(s: &str) -> Result<Self, WorkloadError> {
         let s = s.trim();
@@ -63,7 +68,7 @@ impl WorkloadSpec {
         };
         let bad = |why: &str| {
             WorkloadError::Spec(format!(
-                "workload {s:?}: {why} (expected mooncake:PATH, azure:PATH, bailian:PATH, arxiv, leval, humaneval or hybrid)"
+                "workload {s:?}: {why} (expected mooncake:PATH, azure:PATH, bailian:PATH, burstgpt:PATH, arxiv, leval, humaneval or hybrid)"
             ))
         };
         let file = |path: Option<&str>| match path {
@@ -78,6 +83,7 @@ impl WorkloadSpec {
             "mooncake" => WorkloadSource::Mooncake(file(path)?),
             "azure" => WorkloadSource::Azure(file(path)?),
             "bailian" => WorkloadSource::Bailian(file(path)?),
+            "burstgpt" => WorkloadSource::Burstgpt(file(path)?),
             "arxiv" => synthetic(WorkloadSource::Arxiv)?,
             "leval" => synthetic(WorkloadSource::Leval)?,
             "humaneval" => synthetic(WorkloadSource::Humaneval)?,
@@ -99,7 +105,8 @@ impl WorkloadSpec {
         let rows = self.requests;
         let mut w = match &self.source {
             WorkloadSource::Mooncake(path) => trace::jsonl(path, &trace::MOONCAKE, rows)?,
-            WorkloadSource::Azure(path) => trace::azure_first(path, rows)?,
+            WorkloadSource::Azure(path) => trace::csv(path, &trace::AZURE, rows)?,
+            WorkloadSource::Burstgpt(path) => trace::csv(path, &trace::BURSTGPT, rows)?,
             WorkloadSource::Bailian(path) => trace::jsonl(path, &trace::BAILIAN, rows)?,
             WorkloadSource::Arxiv => synthetic::arxiv(n, self.seed),
             WorkloadSource::Leval => synthetic::leval(n, self.seed),
@@ -133,6 +140,7 @@ impl fmt::Display for WorkloadSpec {
             WorkloadSource::Mooncake(p) => write!(f, "mooncake:{}", p.display()),
             WorkloadSource::Azure(p) => write!(f, "azure:{}", p.display()),
             WorkloadSource::Bailian(p) => write!(f, "bailian:{}", p.display()),
+            WorkloadSource::Burstgpt(p) => write!(f, "burstgpt:{}", p.display()),
             WorkloadSource::Arxiv => write!(f, "arxiv"),
             WorkloadSource::Leval => write!(f, "leval"),
             WorkloadSource::Humaneval => write!(f, "humaneval"),
@@ -161,6 +169,10 @@ mod tests {
             (
                 "azure:../shared/traces/a.csv",
                 WorkloadSource::Azure("../shared/traces/a.csv".into()),
+            ),
+            (
+                "burstgpt:BurstGPT_1.csv",
+                WorkloadSource::Burstgpt("BurstGPT_1.csv".into()),
             ),
             (
                 "bailian:qwen_traceA_blksz_16.jsonl",

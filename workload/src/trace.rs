@@ -1,7 +1,8 @@
 //! Production traces: the Mooncake family of JSON-lines traces (Mooncake's FAST'25 release:
 //! conversation, tool-agent and synthetic traces; Alibaba's Qwen-Bailian traces), with hash ids
-//! so prefix sharing is known, and Azure's LLM inference traces (2023 and 2024, CSV with
-//! wall-clock timestamps and lengths only). See `shared/traces/README.md`.
+//! so prefix sharing is known; and CSV traces with lengths only: Azure's LLM inference traces
+//! (2023 and 2024, wall-clock timestamps) and BurstGPT (seconds). See
+//! `shared/traces/README.md`.
 //!
 //! Files are read a line at a time, and a limit stops the reading: the first N rows of a
 //! week-long trace (Azure 2024 has tens of millions) load without the rest.
@@ -175,20 +176,68 @@ pub fn jsonl(
     )
 }
 
-/// Loads an Azure LLM inference trace, every row: see [`azure_first`].
-pub fn azure(path: &Path) -> Result<Workload, WorkloadError> {
-    azure_first(path, None)
+/// A CSV trace with lengths only: which columns hold the arrival time and the prompt and
+/// output lengths (found by name in the header, in any order; other columns are ignored), and
+/// how times are written.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct CsvFormat {
+    /// The arrival time's column.
+    pub time: &'static str,
+    /// The prompt length's column (tokens).
+    pub input: &'static str,
+    /// The output length's column (tokens).
+    pub output: &'static str,
+    /// How the time column is written.
+    pub clock: Clock,
+    /// The kind every row becomes.
+    pub kind: RequestKind,
 }
 
-/// Loads the first `limit` rows (all when `None`) of an Azure LLM inference trace: CSV with a
-/// header naming `TIMESTAMP`, `ContextTokens` and `GeneratedTokens` (in any order, other
-/// columns ignored, fields optionally quoted), timestamps as [`timestamp`] reads them (2023's
-/// `YYYY-MM-DD HH:MM:SS.fffffff`, 2024's with a `+00:00` offset). Arrival is ms since the
-/// earliest row read. The trace says nothing of content, so every prompt gets ids of its own
-/// (`ceil(len / 512)` fresh ids: no sharing). Kind [`RequestKind::Azure`]; 0 generated tokens
-/// become 1; token counts written as whole floats (`374.0`) are read. Bad rows are errors naming
-/// the file and line.
-pub fn azure_first(path: &Path, limit: Option<usize>) -> Result<Workload, WorkloadError> {
+/// How a CSV trace writes arrival times.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Clock {
+    /// Wall-clock timestamps, as [`timestamp`] reads them.
+    WallClock,
+    /// Seconds (a decimal number) from any origin.
+    Seconds,
+}
+
+/// Azure's LLM inference traces (2023: `AzureLLMInferenceTrace_{conv,code}.csv`; 2024:
+/// `..._1week.csv`): `TIMESTAMP`, `ContextTokens`, `GeneratedTokens`.
+pub const AZURE: CsvFormat = CsvFormat {
+    time: "TIMESTAMP",
+    input: "ContextTokens",
+    output: "GeneratedTokens",
+    clock: Clock::WallClock,
+    kind: RequestKind::Azure,
+};
+
+/// BurstGPT (`BurstGPT_*.csv`, ChatGPT and GPT-4 usage in Azure OpenAI): `Timestamp` in seconds,
+/// `Request tokens`, `Response tokens` (0 for a failed request).
+pub const BURSTGPT: CsvFormat = CsvFormat {
+    time: "Timestamp",
+    input: "Request tokens",
+    output: "Response tokens",
+    clock: Clock::Seconds,
+    kind: RequestKind::Burstgpt,
+};
+
+/// Loads an Azure LLM inference trace ([`AZURE`], every row): see [`csv`].
+pub fn azure(path: &Path) -> Result<Workload, WorkloadError> {
+    csv(path, &AZURE, None)
+}
+
+/// Loads the first `limit` rows (all when `None`) of a CSV trace in `format`: a header naming
+/// the format's columns, then a row a request, fields optionally quoted. Arrival is ms since
+/// the earliest row read. The trace says nothing of content, so every prompt gets ids of its
+/// own (`ceil(len / 512)` fresh ids: no sharing). An output of 0 tokens becomes 1; token counts
+/// written as whole floats (`374.0`) are read. Bad rows, an empty prompt among them, are
+/// errors naming the file and line.
+pub fn csv(
+    path: &Path,
+    format: &CsvFormat,
+    limit: Option<usize>,
+) -> Result<Workload, WorkloadError> {
     let bad = |line: usize, reason: String| WorkloadError::Parse {
         path: path.to_path_buf(),
         line,
@@ -211,9 +260,9 @@ pub fn azure_first(path: &Path, limit: Option<usize>) -> Result<Workload, Worklo
             .ok_or_else(|| bad(h, format!("header {header:?} has no {name} column")))
     };
     let (c_time, c_in, c_out) = (
-        column("TIMESTAMP")?,
-        column("ContextTokens")?,
-        column("GeneratedTokens")?,
+        column(format.time)?,
+        column(format.input)?,
+        column(format.output)?,
     );
     let mut rows: Vec<(i64, u32, u32)> = Vec::new();
     for line in lines.take(limit.unwrap_or(usize::MAX)) {
@@ -228,12 +277,16 @@ pub fn azure_first(path: &Path, limit: Option<usize>) -> Result<Workload, Worklo
         let count = |c: usize, what: &str| {
             token_count(&fields[c]).map_err(|e| bad(i, format!("{what} {:?}: {e}", fields[c])))
         };
-        let t = timestamp::parse_ns(&fields[c_time]).map_err(|e| bad(i, e))?;
-        let input = count(c_in, "ContextTokens")?;
-        if input == 0 {
-            return Err(bad(i, "ContextTokens is 0".into()));
+        let t = match format.clock {
+            Clock::WallClock => timestamp::parse_ns(&fields[c_time]),
+            Clock::Seconds => seconds_ns(&fields[c_time]),
         }
-        rows.push((t, input, count(c_out, "GeneratedTokens")?));
+        .map_err(|e| bad(i, e))?;
+        let input = count(c_in, format.input)?;
+        if input == 0 {
+            return Err(bad(i, format!("{} is 0", format.input)));
+        }
+        rows.push((t, input, count(c_out, format.output)?));
     }
     let start = rows.iter().map(|r| r.0).min().unwrap_or(0);
     let mut next_id = 0u64;
@@ -248,16 +301,25 @@ pub fn azure_first(path: &Path, limit: Option<usize>) -> Result<Workload, Worklo
                 hash_ids,
                 prompt_len: input,
                 output_len: output.max(1),
-                kind: RequestKind::Azure,
+                kind: format.kind,
             }
         })
         .collect();
+    let fallback = format.kind.name();
     finish(
         path,
-        name_of(path, "azure"),
+        name_of(path, fallback),
         MOONCAKE_TOKENS_PER_ID,
         requests,
     )
+}
+
+/// A time in seconds (a decimal number, at least 0) as nanoseconds.
+fn seconds_ns(s: &str) -> Result<i64, String> {
+    match s.parse::<f64>() {
+        Ok(x) if x.is_finite() && (0.0..9.2e9).contains(&x) => Ok((x * 1e9).round() as i64),
+        _ => Err(format!("timestamp {s:?} is not a number of seconds")),
+    }
 }
 
 /// A CSV line's fields, trimmed; a field in double quotes may hold commas and `""` for a quote.

@@ -31,7 +31,7 @@ pub enum Target {
 /// `dolphinctl replay`.
 #[derive(Clone, Debug, Args)]
 pub struct ReplayArgs {
-    /// The workload: mooncake:PATH, azure:PATH, bailian:PATH (traces), arxiv, leval, humaneval or hybrid
+    /// The workload: mooncake:PATH, azure:PATH, bailian:PATH, burstgpt:PATH (traces), arxiv, leval, humaneval or hybrid
     /// (synthetic mixes).
     #[arg(long)]
     pub workload: WorkloadSpec,

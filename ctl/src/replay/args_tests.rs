@@ -41,8 +41,13 @@ fn traces_default_to_their_own_timestamps() {
     assert_eq!(p.slo.tpot_ms, 60.0);
     let p = plan(&["--workload", "azure:/x.csv", "--arrivals", "poisson:3"]).unwrap();
     assert!(matches!(p.arrivals, Arrivals::Poisson { .. }));
-    let p = plan(&["--workload", "bailian:/qwen_traceA_blksz_16.jsonl"]).unwrap();
-    assert_eq!(p.arrivals, Arrivals::Trace { time_scale: 1.0 });
+    for w in [
+        "bailian:/qwen_traceA_blksz_16.jsonl",
+        "burstgpt:/BurstGPT_1.csv",
+    ] {
+        let p = plan(&["--workload", w]).unwrap();
+        assert_eq!(p.arrivals, Arrivals::Trace { time_scale: 1.0 }, "{w}");
+    }
 }
 
 #[test]

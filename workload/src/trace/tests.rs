@@ -314,10 +314,10 @@ fn a_row_limit_stops_the_reading() {
          broken\n",
     );
     assert_eq!(
-        azure_first(&path, Some(2)).expect("loads").requests.len(),
+        csv(&path, &AZURE, Some(2)).expect("loads").requests.len(),
         2
     );
-    assert!(azure_first(&path, None).is_err());
+    assert!(csv(&path, &AZURE, None).is_err());
 }
 
 #[test]
@@ -332,4 +332,46 @@ fn text_that_is_not_utf8_names_its_line() {
     let (line, reason) = parse_error(mooncake(&path).expect_err("binary"));
     assert_eq!(line, 2);
     assert!(reason.contains("UTF-8"), "{reason}");
+}
+
+#[test]
+fn burstgpt_rows_have_times_in_seconds() {
+    let (_d, path) = file(
+        "BurstGPT_1.csv",
+        "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n\
+         5,ChatGPT,472,18,490,Conversation log\n\
+         45.25,GPT-4,1087,0,1087,API log\n\
+         4.5,ChatGPT,30,12,42,Conversation log\n",
+    );
+    let w = csv(&path, &BURSTGPT, None).expect("loads");
+    assert_eq!(w.name, "BurstGPT_1");
+    let r: Vec<_> = w
+        .requests
+        .iter()
+        .map(|r| (r.arrival_ms, r.prompt_len, r.output_len, r.kind))
+        .collect();
+    assert_eq!(
+        r,
+        [
+            (0.0, 30, 12, RequestKind::Burstgpt),
+            (500.0, 472, 18, RequestKind::Burstgpt),
+            // A failed request (0 response tokens) still asks for one.
+            (40_750.0, 1087, 1, RequestKind::Burstgpt),
+        ]
+    );
+    for (row, needle) in [
+        ("-1,ChatGPT,4,1,5,x", "not a number of seconds"),
+        ("soon,ChatGPT,4,1,5,x", "not a number of seconds"),
+        ("1,ChatGPT,0,1,1,x", "Request tokens is 0"),
+    ] {
+        let (_d, path) = file(
+            "bad.csv",
+            &format!(
+                "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n{row}\n"
+            ),
+        );
+        let (line, reason) = parse_error(csv(&path, &BURSTGPT, None).expect_err(row));
+        assert_eq!(line, 2);
+        assert!(reason.contains(needle), "{row}: {reason}");
+    }
 }
