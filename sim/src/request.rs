@@ -63,7 +63,8 @@ impl SimRequest {
     /// A request whose prompt is described by hash ids (as in Mooncake traces): id `i` stands for
     /// `tokens_per_id` tokens of content, so prompts sharing leading ids share that prefix.
     /// Each id expands into `tokens_per_id / block_size` chained block hashes (deterministic in
-    /// the id and the position, so sharing behaves as with real tokens); the prompt is
+    /// the id and the position, so sharing behaves as with real tokens), or, where ids are
+    /// smaller than a block, each block hashes the run of ids it covers; the prompt is
     /// `prompt_len` tokens long (its last id may be partly used). Its kind is
     /// [`RequestKind::Mooncake`] (the trace hash ids come from); [`with_kind`](Self::with_kind)
     /// changes it.
@@ -77,16 +78,31 @@ impl SimRequest {
         block_size: u32,
     ) -> Self {
         let bs = block_size.max(1);
-        let per_id = (tokens_per_id / bs).max(1);
         let full_blocks = (prompt_len / bs) as usize;
         let mut hashes = Vec::with_capacity(full_blocks);
         let mut parent = None;
-        'ids: for &id in ids {
-            for sub in 0..per_id {
-                if hashes.len() == full_blocks {
-                    break 'ids;
+        if tokens_per_id >= bs {
+            let per_id = tokens_per_id / bs;
+            'ids: for &id in ids {
+                for sub in 0..per_id {
+                    if hashes.len() == full_blocks {
+                        break 'ids;
+                    }
+                    let h = chain_hash(parent, &[id as u32, (id >> 32) as u32, sub]);
+                    hashes.push(h);
+                    parent = Some(h);
                 }
-                let h = chain_hash(parent, &[id as u32, (id >> 32) as u32, sub]);
+            }
+        } else {
+            // Ids smaller than a block (Qwen-Bailian's 16 tokens under larger blocks): a block
+            // is the run of ids it covers, so prompts share a block only if they share all of
+            // them. A last, partial run is content of this prompt alone (below).
+            let per_block = bs.div_ceil(tokens_per_id.max(1)) as usize;
+            let mut words = Vec::with_capacity(2 * per_block);
+            for run in ids.chunks_exact(per_block).take(full_blocks) {
+                words.clear();
+                words.extend(run.iter().flat_map(|&id| [id as u32, (id >> 32) as u32]));
+                let h = chain_hash(parent, &words);
                 hashes.push(h);
                 parent = Some(h);
             }
@@ -171,5 +187,23 @@ mod tests {
         assert_eq!(c.hashes.len(), 64);
         assert_eq!(c.hashes[..32], a.hashes[..32]);
         assert_ne!(c.hashes[32], a.hashes[32]);
+    }
+
+    #[test]
+    fn ids_smaller_than_a_block_share_a_block_only_when_all_its_ids_are_shared() {
+        let slo = Slo::new(1.0, 1.0);
+        // Ids of 8 tokens, blocks of 16: a block is two ids.
+        let a = SimRequest::from_hash_ids(0.0, &[1, 2, 3, 4, 5], 8, 40, 4, slo, 16);
+        let b = SimRequest::from_hash_ids(0.0, &[1, 2, 3, 9, 5], 8, 40, 4, slo, 16);
+        assert_eq!((a.hashes.len(), b.hashes.len()), (2, 2));
+        assert_eq!(a.hashes[0], b.hashes[0]);
+        assert_ne!(a.hashes[1], b.hashes[1], "id 4 differs in the second block");
+        // Fewer ids than the prompt: full blocks past them are the prompt's own.
+        let c = SimRequest::from_hash_ids(0.0, &[1, 2, 3], 8, 48, 4, slo, 16);
+        let d = SimRequest::from_hash_ids(0.0, &[1, 2, 3], 8, 48, 4, slo, 16);
+        assert_eq!(c.hashes.len(), 3);
+        assert_eq!(c.hashes[0], a.hashes[0]);
+        assert_ne!(c.hashes[1], a.hashes[1]);
+        assert_eq!(c.hashes, d.hashes, "deterministic");
     }
 }
