@@ -56,6 +56,8 @@ struct JsonlRow {
     timestamp: f64,
     input_length: u32,
     output_length: u32,
+    /// Absent: nothing is known of the content, and the prompt is its own.
+    #[serde(default)]
     hash_ids: Vec<u64>,
 }
 
@@ -127,7 +129,9 @@ pub fn mooncake(path: &Path) -> Result<Workload, WorkloadError> {
 
 /// Loads a Mooncake-family trace: one JSON object a line, `{timestamp, input_length,
 /// output_length, hash_ids}` as `format` reads them, the first `limit` rows (all when `None`).
-/// An `output_length` of 0 becomes 1 (replay generates at least one token). Blank lines are
+/// A row without `hash_ids` shares nothing with any other (it gets ids of its own, numbered
+/// past the trace's). An `output_length` of 0 becomes 1
+/// (replay generates at least one token). Blank lines are
 /// skipped; a row that is not such an object, has an empty prompt, a negative time, or more
 /// ids than its prompt needs is an error naming the file and line.
 pub fn jsonl(
@@ -166,6 +170,18 @@ pub fn jsonl(
             output_len: row.output_length.max(1),
             kind: format.kind,
         });
+    }
+    // Rows without ids get fresh ones, past every id the trace names, so they share nothing
+    // (live replay and the simulator both read sharing from the ids alone).
+    let mut next_id = requests
+        .iter()
+        .flat_map(|r| r.hash_ids.iter().map(|&id| id.saturating_add(1)))
+        .max()
+        .unwrap_or(0);
+    for r in requests.iter_mut().filter(|r| r.hash_ids.is_empty()) {
+        let n = u64::from(r.prompt_len.div_ceil(format.tokens_per_id));
+        r.hash_ids = (next_id..next_id.saturating_add(n)).collect();
+        next_id = next_id.saturating_add(n);
     }
     let fallback = format.kind.name();
     finish(

@@ -48,6 +48,16 @@ fn mooncake_rows_become_requests() {
     assert_eq!((r.arrival_ms, r.prompt_len, r.output_len), (30.0, 600, 1));
     assert_eq!(r.hash_ids, vec![0, 2]);
     assert_eq!(r.kind, RequestKind::Mooncake);
+    // Without hash ids a prompt shares nothing: all of it is its own content.
+    let (_d, path) = file(
+        "plain.jsonl",
+        "{\"timestamp\": 5, \"input_length\": 700, \"output_length\": 3}\n\
+         {\"timestamp\": 6, \"input_length\": 700, \"output_length\": 3, \"hash_ids\": [4]}\n\
+         {\"timestamp\": 7, \"input_length\": 700, \"output_length\": 3}\n",
+    );
+    let w = mooncake(&path).expect("loads");
+    let ids: Vec<_> = w.requests.iter().map(|r| r.hash_ids.clone()).collect();
+    assert_eq!(ids, [vec![5, 6], vec![4], vec![7, 8]]);
 }
 
 #[test]
