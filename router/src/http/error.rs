@@ -59,6 +59,19 @@ impl ApiError {
         }
     }
 
+    /// A 415 for a request body in a content encoding the server does not decode.
+    pub fn unsupported_encoding(encoding: &str) -> Self {
+        Self {
+            status: StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            message: format!(
+                "request bodies with content-encoding {encoding:?} are not supported: send the JSON uncompressed"
+            ),
+            kind: "invalid_request_error",
+            param: None,
+            code: None,
+        }
+    }
+
     /// A 405 for a method the path does not serve.
     pub fn method_not_allowed() -> Self {
         Self {

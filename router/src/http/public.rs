@@ -91,6 +91,10 @@ impl Inner {
         if let Some(refusal) = super::key_refusal(st, req.headers()) {
             return refusal;
         }
+        // A compressed body would fail as JSON with a misleading message: say what is wrong.
+        if let Some(refusal) = encoding_refusal(req.headers()) {
+            return refusal.into_response();
+        }
         // Then a slot, before the body is read: a full router answers 429 at once. The slot
         // travels in the response body and is freed when the body ends (a whole SSE stream).
         let permit = match st.limit.try_admit(Api::Http) {
@@ -127,6 +131,14 @@ async fn read_body(body: Body) -> Result<Bytes, ApiError> {
             None,
         )),
     }
+}
+
+/// 415 unless the body comes as sent (no `content-encoding`, or `identity`).
+fn encoding_refusal(headers: &header::HeaderMap) -> Option<ApiError> {
+    let encoding = headers.get(header::CONTENT_ENCODING)?;
+    let encoding = encoding.to_str().map_or("(not text)", str::trim);
+    (!encoding.is_empty() && !encoding.eq_ignore_ascii_case("identity"))
+        .then(|| ApiError::unsupported_encoding(encoding))
 }
 
 /// A JSON request body (any content type: clients often omit it).

@@ -139,6 +139,38 @@ async fn chunked_post(addr: SocketAddr, path: &str, len: usize) -> u16 {
         .expect(&line)
 }
 
+/// POSTs `body` with `headers` over a raw HTTP/1.1 connection that the server closes after
+/// answering; returns the status code and the whole answer.
+async fn raw_post(
+    addr: SocketAddr,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut conn = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let mut head = format!(
+        "POST {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\ncontent-length: {}\r\n",
+        body.len()
+    );
+    for (name, value) in headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    head.push_str("\r\n");
+    conn.write_all(&[head.as_bytes(), body].concat())
+        .await
+        .expect("request");
+    let mut answer = Vec::new();
+    conn.read_to_end(&mut answer).await.expect("answer");
+    let answer = String::from_utf8_lossy(&answer).into_owned();
+    let status = answer
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .expect(&answer);
+    (status, answer)
+}
+
 async fn post(addr: SocketAddr, path: &str, body: Value) -> (StatusCode, HeaderMap, String) {
     call(addr, Method::POST, path, body.to_string()).await
 }
@@ -468,6 +500,22 @@ async fn bad_requests_get_openai_errors() {
         fake.state.calls.lock().is_empty(),
         "no bad request reached the worker"
     );
+    // A compressed body is refused as such, not as bad JSON; identity is the body as sent.
+    for (encoding, want) in [("gzip", 415), ("identity", 200)] {
+        let (status, body) = raw_post(
+            a,
+            "/v1/completions",
+            &[("content-encoding", encoding)],
+            json!({"prompt": "hi", "max_tokens": 2})
+                .to_string()
+                .as_bytes(),
+        )
+        .await;
+        assert_eq!(status, want, "{encoding}: {body}");
+        if want == 415 {
+            assert!(body.contains(r#"content-encoding \"gzip\" are not"#), "{body}");
+        }
+    }
     for extra in [
         json!({"logprobs": false, "tools": [], "tool_choice": "none", "frequency_penalty": 0}),
         json!({"response_format": {"type": "text"}, "parallel_tool_calls": true, "user": "u1"}),
