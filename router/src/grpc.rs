@@ -302,9 +302,13 @@ pub(crate) fn inference_service(
             |e| Status::from(e).into_http(),
             &["/dolphin.v1.Inference/ListModels"],
         )
-        .layer(v1::inference_server::InferenceServer::new(
-            InferenceService::new(dispatcher),
-        ));
+        .layer(
+            v1::inference_server::InferenceServer::new(InferenceService::new(dispatcher))
+                // Clients may compress requests (long prompts as token ids shrink well); answers
+                // stay uncompressed, since every client advertises gzip and a token stream
+                // would pay for compressing each small message.
+                .accept_compressed(tonic::codec::CompressionEncoding::Gzip),
+        );
     InterceptedService::new(limited, auth::interceptor(api_keys, "API"))
 }
 

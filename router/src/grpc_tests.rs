@@ -195,6 +195,31 @@ async fn generate_streams_with_routing_on_first_and_last() {
 }
 
 #[tokio::test]
+async fn gzip_compressed_requests_are_served_uncompressed() {
+    let fake = FakeWorker::start("d1", Role::Decode, Behavior::Text("xyz".into())).await;
+    let d = dispatcher(Policy::AlwaysLocal, RequestLog::disabled());
+    d.registry().add(fake.record()).expect("add");
+    let (ch, _stop) = start(d).await;
+    let mut client = InferenceClient::new(ch)
+        .send_compressed(tonic::codec::CompressionEncoding::Gzip)
+        .accept_compressed(tonic::codec::CompressionEncoding::Gzip);
+    let resp = client
+        .generate(text_request("hello", 3))
+        .await
+        .expect("a gzip request is accepted");
+    assert!(
+        resp.metadata().get("grpc-encoding").is_none(),
+        "answers go uncompressed"
+    );
+    let mut stream = resp.into_inner();
+    let mut text = String::new();
+    while let Some(m) = stream.message().await.expect("message") {
+        text.push_str(&m.text);
+    }
+    assert_eq!(text, "xyz");
+}
+
+#[tokio::test]
 async fn errors_carry_clear_status_codes() {
     let d = dispatcher(Policy::AlwaysLocal, RequestLog::disabled());
     let (ch, _stop) = start(d.clone()).await;

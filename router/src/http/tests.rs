@@ -513,7 +513,10 @@ async fn bad_requests_get_openai_errors() {
         .await;
         assert_eq!(status, want, "{encoding}: {body}");
         if want == 415 {
-            assert!(body.contains(r#"content-encoding \"gzip\" are not"#), "{body}");
+            assert!(
+                body.contains(r#"content-encoding \"gzip\" are not"#),
+                "{body}"
+            );
         }
     }
     for extra in [
