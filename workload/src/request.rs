@@ -91,6 +91,9 @@ pub struct Workload {
     pub tokens_per_id: u32,
     /// The requests, sorted by `arrival_ms`.
     pub requests: Vec<WorkloadRequest>,
+    /// Trace rows left out because their prompt is empty (0 tokens): nothing can replay them.
+    #[serde(default)]
+    pub skipped_rows: usize,
 }
 
 impl Workload {

@@ -109,6 +109,7 @@ fn workload(name: &str, requests: Vec<WorkloadRequest>) -> Workload {
         name: name.to_string(),
         tokens_per_id: TOKENS_PER_ID,
         requests,
+        skipped_rows: 0,
     }
 }
 

@@ -106,12 +106,14 @@ fn finish(
     name: String,
     tokens_per_id: u32,
     mut requests: Vec<WorkloadRequest>,
+    skipped_rows: usize,
 ) -> Result<Workload, WorkloadError> {
     if requests.is_empty() {
-        return Err(WorkloadError::Empty(format!(
-            "{} has no rows",
-            path.display()
-        )));
+        let why = match skipped_rows {
+            0 => "has no rows".to_string(),
+            n => format!("has no rows with a prompt ({n} with an empty one)"),
+        };
+        return Err(WorkloadError::Empty(format!("{} {why}", path.display())));
     }
     // Stable: rows with the same time keep the file's order.
     requests.sort_by(|a, b| a.arrival_ms.total_cmp(&b.arrival_ms));
@@ -119,6 +121,7 @@ fn finish(
         name,
         tokens_per_id,
         requests,
+        skipped_rows,
     })
 }
 
@@ -132,14 +135,16 @@ pub fn mooncake(path: &Path) -> Result<Workload, WorkloadError> {
 /// A row without `hash_ids` shares nothing with any other (it gets ids of its own, numbered
 /// past the trace's). An `output_length` of 0 becomes 1
 /// (replay generates at least one token). Blank lines are
-/// skipped; a row that is not such an object, has an empty prompt, a negative time, or more
-/// ids than its prompt needs is an error naming the file and line.
+/// skipped, and rows with an empty prompt (counted in [`Workload::skipped_rows`]); a row that
+/// is not such an object, has a negative time, or more ids than its prompt needs is an error
+/// naming the file and line.
 pub fn jsonl(
     path: &Path,
     format: &JsonlFormat,
     limit: Option<usize>,
 ) -> Result<Workload, WorkloadError> {
     let mut requests = Vec::new();
+    let mut skipped = 0;
     for line in lines(path)?.take(limit.unwrap_or(usize::MAX)) {
         let (n, line) = line?;
         let bad = |reason: String| WorkloadError::Parse {
@@ -148,11 +153,12 @@ pub fn jsonl(
             reason,
         };
         let row: JsonlRow = serde_json::from_str(&line).map_err(|e| bad(e.to_string()))?;
-        if row.input_length == 0 {
-            return Err(bad("input_length is 0".into()));
-        }
         if !(row.timestamp.is_finite() && row.timestamp >= 0.0) {
             return Err(bad(format!("timestamp {} is not a time", row.timestamp)));
+        }
+        if row.input_length == 0 {
+            skipped += 1;
+            continue;
         }
         let needed = row.input_length.div_ceil(format.tokens_per_id) as usize;
         if row.hash_ids.len() > needed {
@@ -189,6 +195,7 @@ pub fn jsonl(
         name_of(path, fallback),
         format.tokens_per_id,
         requests,
+        skipped,
     )
 }
 
@@ -247,8 +254,8 @@ pub fn azure(path: &Path) -> Result<Workload, WorkloadError> {
 /// the format's columns, then a row a request, fields optionally quoted. Arrival is ms since
 /// the earliest row read. The trace says nothing of content, so every prompt gets ids of its
 /// own (`ceil(len / 512)` fresh ids: no sharing). An output of 0 tokens becomes 1; token counts
-/// written as whole floats (`374.0`) are read. Bad rows, an empty prompt among them, are
-/// errors naming the file and line.
+/// written as whole floats (`374.0`) are read. Rows with an empty prompt (0 tokens) are left
+/// out and counted in [`Workload::skipped_rows`]; bad rows are errors naming the file and line.
 pub fn csv(
     path: &Path,
     format: &CsvFormat,
@@ -281,6 +288,7 @@ pub fn csv(
         column(format.output)?,
     );
     let mut rows: Vec<(i64, u32, u32)> = Vec::new();
+    let mut skipped = 0;
     for line in lines.take(limit.unwrap_or(usize::MAX)) {
         let (i, line) = line?;
         let fields = csv_fields(&line).map_err(|e| bad(i, e))?;
@@ -299,10 +307,12 @@ pub fn csv(
         }
         .map_err(|e| bad(i, e))?;
         let input = count(c_in, format.input)?;
+        let output = count(c_out, format.output)?;
         if input == 0 {
-            return Err(bad(i, format!("{} is 0", format.input)));
+            skipped += 1;
+            continue;
         }
-        rows.push((t, input, count(c_out, format.output)?));
+        rows.push((t, input, output));
     }
     let start = rows.iter().map(|r| r.0).min().unwrap_or(0);
     let mut next_id = 0u64;
@@ -327,6 +337,7 @@ pub fn csv(
         name_of(path, fallback),
         MOONCAKE_TOKENS_PER_ID,
         requests,
+        skipped,
     )
 }
 

@@ -125,6 +125,7 @@ pub async fn run(args: &LearnArgs, out: &mut impl Write) -> Result<(), LearnCmdE
         spec.seed = seed;
     }
     let workload = spec.load().map_err(ReplayError::from)?;
+    crate::replay::warn_skipped(&workload);
     let method = match args.method {
         Method::Kmeans => ClusterMethod::Kmeans,
         Method::Gmm => ClusterMethod::Gmm,

@@ -73,6 +73,7 @@ fn a_failure_is_an_unmet_outcome_without_routing() {
 /// One request's workload, and the wire shape of model "m" with 99 ids.
 fn one_request(context: u32, cap_max_tokens: bool) -> (Workload, WireShape) {
     let w = Workload {
+        skipped_rows: 0,
         name: "t".into(),
         tokens_per_id: 512,
         requests: vec![request()],

@@ -48,6 +48,18 @@ pub struct ReplayRun {
     pub wall_ms: f64,
 }
 
+/// Says on stderr how many trace rows were left out (empty prompts), if any.
+pub(crate) fn warn_skipped(w: &dolphin_workload::Workload) {
+    if w.skipped_rows > 0 {
+        eprintln!(
+            "dolphinctl: warning: {} rows of {} have an empty prompt and are left out ({} kept)",
+            w.skipped_rows,
+            w.name,
+            w.requests.len()
+        );
+    }
+}
+
 /// Runs `dolphinctl replay`: validates the arguments, loads the workload, replays it, prints the
 /// report to `out` and writes the JSON and the charts if asked.
 pub async fn run(args: &ReplayArgs, out: &mut impl Write) -> Result<(), ReplayError> {
@@ -57,6 +69,7 @@ pub async fn run(args: &ReplayArgs, out: &mut impl Write) -> Result<(), ReplayEr
     }
     prepare_outputs(&plan)?;
     let workload = plan.spec.load()?;
+    warn_skipped(&workload);
     let run = match &plan.target {
         TargetPlan::Live(cfg) => replay_live(cfg, &workload, plan.arrivals, plan.slo).await?,
         TargetPlan::Sim(cfg) => replay_sim(cfg, &workload, plan.arrivals, plan.slo)?,

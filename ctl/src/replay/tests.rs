@@ -120,6 +120,7 @@ fn live(addr: SocketAddr) -> LiveConfig {
 
 fn small(n: usize) -> Workload {
     Workload {
+        skipped_rows: 0,
         name: "small".into(),
         tokens_per_id: 16,
         requests: (0..n)

@@ -18,6 +18,7 @@ fn mooncake_like() -> Workload {
         kind: RequestKind::Mooncake,
     };
     Workload {
+        skipped_rows: 0,
         name: "mooncake-like".into(),
         tokens_per_id: 512,
         requests: vec![

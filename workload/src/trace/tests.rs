@@ -68,10 +68,6 @@ fn mooncake_errors_name_file_and_line() {
         ("{\"timestamp\": 0, \"input_length\": 10}", "missing field"),
         ("not json", "expected"),
         (
-            "{\"timestamp\": 0, \"input_length\": 0, \"output_length\": 5, \"hash_ids\": []}",
-            "input_length is 0",
-        ),
-        (
             "{\"timestamp\": -1, \"input_length\": 10, \"output_length\": 5, \"hash_ids\": [0]}",
             "not a time",
         ),
@@ -160,7 +156,6 @@ fn azure_errors_name_file_and_line() {
         ("yesterday,374,44", "not YYYY-MM-DD"),
         ("2023-11-16 18:15:46,x,44", "ContextTokens \"x\""),
         ("2023-11-16 18:15:46,374,-1", "GeneratedTokens \"-1\""),
-        ("2023-11-16 18:15:46,0,4", "ContextTokens is 0"),
     ] {
         let (_d, path) = file("bad.csv", &format!("{head}{row}\n"));
         let err = azure(&path).expect_err(row);
@@ -372,7 +367,6 @@ fn burstgpt_rows_have_times_in_seconds() {
     for (row, needle) in [
         ("-1,ChatGPT,4,1,5,x", "not a number of seconds"),
         ("soon,ChatGPT,4,1,5,x", "not a number of seconds"),
-        ("1,ChatGPT,0,1,1,x", "Request tokens is 0"),
     ] {
         let (_d, path) = file(
             "bad.csv",
@@ -384,4 +378,34 @@ fn burstgpt_rows_have_times_in_seconds() {
         assert_eq!(line, 2);
         assert!(reason.contains(needle), "{row}: {reason}");
     }
+}
+
+#[test]
+fn rows_with_an_empty_prompt_are_left_out_and_counted() {
+    let (_d, path) = file(
+        "mc.jsonl",
+        "{\"timestamp\": 0, \"input_length\": 0, \"output_length\": 5, \"hash_ids\": []}\n\
+         {\"timestamp\": 1, \"input_length\": 9, \"output_length\": 5, \"hash_ids\": [3]}\n",
+    );
+    let w = mooncake(&path).expect("loads");
+    assert_eq!((w.requests.len(), w.skipped_rows), (1, 1));
+    let (_d, path) = file(
+        "az.csv",
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n\
+         2023-11-16 18:15:46,0,4\n\
+         2023-11-16 18:15:47,0,4\n\
+         2023-11-16 18:15:48,7,4\n",
+    );
+    let w = azure(&path).expect("loads");
+    assert_eq!((w.requests.len(), w.skipped_rows), (1, 2));
+    // The first kept row sets the start.
+    assert_eq!(w.requests[0].arrival_ms, 0.0);
+    // Nothing but empty prompts: no workload, and the error says why.
+    let (_d, path) = file(
+        "b.csv",
+        "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n1,ChatGPT,0,1,1,x\n",
+    );
+    let err = csv(&path, &BURSTGPT, None).expect_err("all empty");
+    assert!(matches!(err, WorkloadError::Empty(_)), "{err}");
+    assert!(err.to_string().contains("1 with an empty one"), "{err}");
 }
