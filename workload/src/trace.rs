@@ -132,12 +132,11 @@ pub fn mooncake(path: &Path) -> Result<Workload, WorkloadError> {
 
 /// Loads a Mooncake-family trace: one JSON object a line, `{timestamp, input_length,
 /// output_length, hash_ids}` as `format` reads them, the first `limit` rows (all when `None`).
-/// A row without `hash_ids` shares nothing with any other (it gets ids of its own, numbered
-/// past the trace's). An `output_length` of 0 becomes 1
-/// (replay generates at least one token). Blank lines are
-/// skipped, and rows with an empty prompt (counted in [`Workload::skipped_rows`]); a row that
-/// is not such an object, has a negative time, or more ids than its prompt needs is an error
-/// naming the file and line.
+/// A row without `hash_ids` shares nothing with any other (it gets ids of its own, numbered past
+/// the trace's); an `output_length` of 0 becomes 1 (replay generates at least one token). Blank
+/// lines are skipped, and so are rows with an empty prompt (counted in
+/// [`Workload::skipped_rows`]). A row that is not such an object, has a negative time, or more
+/// ids than its prompt needs is an error naming the file and line.
 pub fn jsonl(
     path: &Path,
     format: &JsonlFormat,
