@@ -43,7 +43,8 @@ pub struct LearnArgs {
     /// SLO, as TaiChi measures it). Recorded in the table's provenance.
     #[arg(long, value_enum, default_value_t = Reward::E2e)]
     pub reward: Reward,
-    /// The workload: mooncake:PATH, azure:PATH, bailian:PATH, burstgpt:PATH, arxiv, leval, humaneval or hybrid.
+    /// The workload: mooncake:PATH, azure:PATH, bailian:PATH, burstgpt:PATH, arxiv, leval,
+    /// humaneval or hybrid.
     #[arg(long)]
     pub workload: WorkloadSpec,
     /// Requests of the workload (synthetic: generated; traces: the first N rows).

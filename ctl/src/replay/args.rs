@@ -31,8 +31,8 @@ pub enum Target {
 /// `dolphinctl replay`.
 #[derive(Clone, Debug, Args)]
 pub struct ReplayArgs {
-    /// The workload: mooncake:PATH, azure:PATH, bailian:PATH, burstgpt:PATH (traces), arxiv, leval, humaneval or hybrid
-    /// (synthetic mixes).
+    /// The workload: mooncake:PATH, azure:PATH, bailian:PATH, burstgpt:PATH (traces), arxiv,
+    /// leval, humaneval or hybrid (synthetic mixes).
     #[arg(long)]
     pub workload: WorkloadSpec,
     /// Requests to replay (synthetic: how many to generate, 1000 by default; traces: the first
