@@ -117,20 +117,52 @@ impl Inner {
     }
 }
 
+/// Most bytes of a refused body read and thrown away after the 413, within
+/// [`DRAIN_TIMEOUT`]: a client that writes its whole body before reading (Python's
+/// `http.client`, `requests`) then gets the answer instead of a reset connection, as nginx's
+/// lingering close gives it. A larger or slower body is cut off (the connection closes).
+const DRAIN_BYTES: u64 = 64 << 20;
+const DRAIN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// The whole request body, at most [`MAX_BODY_BYTES`] (413 past it, before reading when the
-/// length is announced).
-async fn read_body(body: Body) -> Result<Bytes, ApiError> {
+/// length is announced; the rest is drained, see [`DRAIN_BYTES`]).
+async fn read_body(mut body: Body) -> Result<Bytes, ApiError> {
     if body.size_hint().lower() > MAX_BODY_BYTES as u64 {
+        drain(body);
         return Err(ApiError::payload_too_large());
     }
-    match Limited::new(body, MAX_BODY_BYTES).collect().await {
+    match Limited::new(&mut body, MAX_BODY_BYTES).collect().await {
         Ok(collected) => Ok(collected.to_bytes()),
-        Err(e) if e.is::<LengthLimitError>() => Err(ApiError::payload_too_large()),
+        Err(e) if e.is::<LengthLimitError>() => {
+            drain(body);
+            Err(ApiError::payload_too_large())
+        }
         Err(e) => Err(ApiError::invalid(
             format!("cannot read the request body: {e}"),
             None,
         )),
     }
+}
+
+/// Reads the rest of a refused body in the background and throws it away, up to
+/// [`DRAIN_BYTES`] and [`DRAIN_TIMEOUT`]; a body announced larger is dropped at once.
+fn drain(mut body: Body) {
+    if body.size_hint().lower() > DRAIN_BYTES {
+        return;
+    }
+    tokio::spawn(async move {
+        let mut left = DRAIN_BYTES;
+        let _ = tokio::time::timeout(DRAIN_TIMEOUT, async {
+            while let Some(Ok(frame)) = body.frame().await {
+                let n = frame.data_ref().map_or(0, |d| d.len() as u64);
+                match left.checked_sub(n) {
+                    Some(rest) => left = rest,
+                    None => break,
+                }
+            }
+        })
+        .await;
+    });
 }
 
 /// 415 unless the body comes as sent (no `content-encoding`, or `identity`).

@@ -112,8 +112,8 @@ async fn call_with(
 }
 
 /// POSTs `len` bytes in 64 KiB chunks (no Content-Length) over a raw connection; returns the
-/// status code of the answer.
-async fn chunked_post(addr: SocketAddr, path: &str, len: usize) -> u16 {
+/// status code of the answer and whether the whole body could be sent.
+async fn chunked_post(addr: SocketAddr, path: &str, len: usize) -> (u16, bool) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut conn = tokio::net::TcpStream::connect(addr).await.expect("connect");
     let head = format!("POST {path} HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n");
@@ -129,14 +129,16 @@ async fn chunked_post(addr: SocketAddr, path: &str, len: usize) -> u16 {
         }
         sent += n;
     }
-    let _ = conn.write_all(b"0\r\n\r\n").await;
+    let whole = sent == len && conn.write_all(b"0\r\n\r\n").await.is_ok();
     let mut answer = vec![0; 64];
     let n = conn.read(&mut answer).await.expect("answer");
     let line = String::from_utf8_lossy(&answer[..n]).into_owned();
-    line.split(' ')
+    let status = line
+        .split(' ')
         .nth(1)
         .and_then(|c| c.parse().ok())
-        .expect(&line)
+        .expect(&line);
+    (status, whole)
 }
 
 /// POSTs `body` with `headers` over a raw HTTP/1.1 connection that the server closes after
@@ -311,6 +313,19 @@ async fn chat_whole_and_streamed() {
         "length"
     );
     assert!(chunks.iter().all(|c| c["id"] == chunks[0]["id"]));
+}
+
+#[tokio::test]
+async fn a_client_that_sends_a_refused_body_whole_still_reads_the_413() {
+    let (_fake, _d, s) = with_worker(Behavior::Text("x".into())).await;
+    // Announced past the limit (refused before reading), and unannounced (refused once the
+    // limit is passed): either way the rest is read and thrown away, so the client, which
+    // writes everything before it reads, gets the answer rather than a reset connection.
+    let body = vec![b'x'; super::MAX_BODY_BYTES + (4 << 20)];
+    let (status, answer) = raw_post(s.addr, "/v1/completions", &[], &body).await;
+    assert_eq!(status, 413, "{answer}");
+    let (status, whole) = chunked_post(s.addr, "/v1/completions", body.len()).await;
+    assert_eq!((status, whole), (413, true));
 }
 
 #[tokio::test]
@@ -494,7 +509,7 @@ async fn bad_requests_get_openai_errors() {
         "{body}"
     );
     // No announced length: the limit stops the read once the body passes it.
-    let status = chunked_post(a, "/v1/chat/completions", super::MAX_BODY_BYTES + 1).await;
+    let (status, _) = chunked_post(a, "/v1/chat/completions", super::MAX_BODY_BYTES + 1).await;
     assert_eq!(status, 413);
     assert!(
         fake.state.calls.lock().is_empty(),
