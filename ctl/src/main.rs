@@ -48,10 +48,23 @@ fn main() -> ExitCode {
     match runtime.block_on(run(cli)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(Failure { code, error }) => {
-            eprintln!("dolphinctl: error: {error:#}");
+            eprintln!("dolphinctl: error: {}", render(&error));
             ExitCode::from(code)
         }
     }
+}
+
+/// An error and its causes, `: `-separated, each cause said once: transport errors repeat
+/// their source's message in their own ("Connection refused: Connection refused").
+fn render(error: &anyhow::Error) -> String {
+    let mut said: Vec<String> = Vec::new();
+    for cause in error.chain() {
+        let message = cause.to_string();
+        if !said.last().is_some_and(|last| last.ends_with(&message)) {
+            said.push(message);
+        }
+    }
+    said.join(": ")
 }
 
 /// A command's error with the exit code it maps to.
@@ -146,4 +159,20 @@ fn init_tracing() {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .try_init();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cause_that_repeats_the_one_before_is_said_once() {
+        let io = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
+        let error = anyhow::Error::new(io)
+            .context("transport error: refused")
+            .context("cannot connect");
+        assert_eq!(render(&error), "cannot connect: transport error: refused");
+        let error = anyhow::anyhow!("inner").context("outer");
+        assert_eq!(render(&error), "outer: inner");
+    }
 }
