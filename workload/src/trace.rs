@@ -94,16 +94,18 @@ fn lines(
         .filter(|l| !matches!(l, Ok((_, text)) if text.trim().is_empty())))
 }
 
-/// The workload's name: the file's stem (`mooncake-conversation`).
-fn name_of(path: &Path, fallback: &str) -> String {
-    path.file_stem()
-        .and_then(|s| s.to_str())
-        .map_or_else(|| fallback.to_string(), str::to_string)
+/// The next `ceil(prompt_len / tokens_per_id)` ids from `next`: content no other prompt has.
+fn fresh_ids(next: &mut u64, prompt_len: u32, tokens_per_id: u32) -> Vec<u64> {
+    let first = *next;
+    *next = next.saturating_add(u64::from(prompt_len.div_ceil(tokens_per_id)));
+    (first..*next).collect()
 }
 
+/// The workload of `requests` read from `path`, named by the file's stem
+/// (`mooncake-conversation`; `kind`'s name for a path without one), in arrival order.
 fn finish(
     path: &Path,
-    name: String,
+    kind: RequestKind,
     tokens_per_id: u32,
     mut requests: Vec<WorkloadRequest>,
     skipped_rows: usize,
@@ -117,6 +119,11 @@ fn finish(
     }
     // Stable: rows with the same time keep the file's order.
     requests.sort_by(|a, b| a.arrival_ms.total_cmp(&b.arrival_ms));
+    let name = path
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .unwrap_or(kind.name())
+        .to_string();
     Ok(Workload {
         name,
         tokens_per_id,
@@ -184,18 +191,9 @@ pub fn jsonl(
         .max()
         .unwrap_or(0);
     for r in requests.iter_mut().filter(|r| r.hash_ids.is_empty()) {
-        let n = u64::from(r.prompt_len.div_ceil(format.tokens_per_id));
-        r.hash_ids = (next_id..next_id.saturating_add(n)).collect();
-        next_id = next_id.saturating_add(n);
+        r.hash_ids = fresh_ids(&mut next_id, r.prompt_len, format.tokens_per_id);
     }
-    let fallback = format.kind.name();
-    finish(
-        path,
-        name_of(path, fallback),
-        format.tokens_per_id,
-        requests,
-        skipped,
-    )
+    finish(path, format.kind, format.tokens_per_id, requests, skipped)
 }
 
 /// A CSV trace with lengths only: which columns hold the arrival time and the prompt and
@@ -317,27 +315,15 @@ pub fn csv(
     let mut next_id = 0u64;
     let requests = rows
         .into_iter()
-        .map(|(t, input, output)| {
-            let n = u64::from(input.div_ceil(MOONCAKE_TOKENS_PER_ID));
-            let hash_ids = (next_id..next_id + n).collect();
-            next_id += n;
-            WorkloadRequest {
-                arrival_ms: (t - start) as f64 / 1e6,
-                hash_ids,
-                prompt_len: input,
-                output_len: output.max(1),
-                kind: format.kind,
-            }
+        .map(|(t, input, output)| WorkloadRequest {
+            arrival_ms: (t - start) as f64 / 1e6,
+            hash_ids: fresh_ids(&mut next_id, input, MOONCAKE_TOKENS_PER_ID),
+            prompt_len: input,
+            output_len: output.max(1),
+            kind: format.kind,
         })
         .collect();
-    let fallback = format.kind.name();
-    finish(
-        path,
-        name_of(path, fallback),
-        MOONCAKE_TOKENS_PER_ID,
-        requests,
-        skipped,
-    )
+    finish(path, format.kind, MOONCAKE_TOKENS_PER_ID, requests, skipped)
 }
 
 /// A time in seconds (a decimal number, at least 0) as nanoseconds.

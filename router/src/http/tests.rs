@@ -132,13 +132,16 @@ async fn chunked_post(addr: SocketAddr, path: &str, len: usize) -> (u16, bool) {
     let whole = sent == len && conn.write_all(b"0\r\n\r\n").await.is_ok();
     let mut answer = vec![0; 64];
     let n = conn.read(&mut answer).await.expect("answer");
-    let line = String::from_utf8_lossy(&answer[..n]).into_owned();
-    let status = line
+    (status_code(&String::from_utf8_lossy(&answer[..n])), whole)
+}
+
+/// The status code of a raw HTTP/1.1 answer.
+fn status_code(answer: &str) -> u16 {
+    answer
         .split(' ')
         .nth(1)
         .and_then(|c| c.parse().ok())
-        .expect(&line);
-    (status, whole)
+        .expect(answer)
 }
 
 /// POSTs `body` with `headers` over a raw HTTP/1.1 connection that the server closes after
@@ -165,12 +168,7 @@ async fn raw_post(
     let mut answer = Vec::new();
     conn.read_to_end(&mut answer).await.expect("answer");
     let answer = String::from_utf8_lossy(&answer).into_owned();
-    let status = answer
-        .split(' ')
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .expect(&answer);
-    (status, answer)
+    (status_code(&answer), answer)
 }
 
 async fn post(addr: SocketAddr, path: &str, body: Value) -> (StatusCode, HeaderMap, String) {
