@@ -1,8 +1,9 @@
 //! The simulated P/D cluster: the router's decision for every arrival, then the engines' steps
 //! and KV transfers as events, on one thread.
 //!
-//! Routing is the router's own code: the prompt's block hashes are looked up in each pool's
-//! [`PrefixIndex`] (fed by the workers' cache events as they happen), each pool's worker is
+//! Routing is the router's own code: the prompt's block hashes are looked up in each pool (each
+//! worker's cache, or with [`PrefixLookup::RouterIndex`] the pool's [`PrefixIndex`] fed by the
+//! workers' cache events as they happen: the same answer), each pool's worker is
 //! picked by [`selection::select`] (cache overlap against load, the load as the router knows it:
 //! each worker's latest periodic load report, and for decode workers the router's own count of
 //! prompts in flight there), and [`route`] (the function `Dispatcher::route` calls) computes the
@@ -25,7 +26,7 @@ use dolphin_router::selection::{self, Candidate, Choice};
 use rand::SeedableRng;
 use rand::rngs::SmallRng;
 
-use crate::config::{SchedulerModel, SimClusterConfig, SimError};
+use crate::config::{PrefixLookup, SchedulerModel, SimClusterConfig, SimError};
 use crate::event::{Action, EventQueue, Pool};
 use crate::report::{FlipRecord, OnlineRun, RequestRecord, SimReport};
 use crate::request::SimRequest;
@@ -92,8 +93,8 @@ struct Run<'a> {
     reqs: &'a [SimRequest],
     prefill: Vec<Worker>,
     decode: Vec<Worker>,
-    prefill_index: PrefixIndex,
-    decode_index: PrefixIndex,
+    /// The router's index of each pool, with [`PrefixLookup::RouterIndex`].
+    indexes: Option<Indexes>,
     rng: SmallRng,
     source: Source,
     events: EventQueue,
@@ -109,6 +110,32 @@ struct Run<'a> {
     /// The table deciding now (the online learner replaces it at each flip).
     table: Option<CompiledTable>,
     online: Option<Online>,
+}
+
+/// The router's prefix index of each pool.
+struct Indexes {
+    prefill: PrefixIndex,
+    decode: PrefixIndex,
+}
+
+impl Indexes {
+    /// Empty indexes with a slot for every worker (slots are handed out in order, so worker i
+    /// has slot i), sized for what the pools can hold: they never grow (rehashing a million
+    /// entries mid-run costs more than the memory).
+    fn new(cfg: &SimClusterConfig) -> Self {
+        let index = |workers: u32| {
+            let mut index =
+                PrefixIndex::with_capacity(workers as usize * cfg.total_blocks as usize);
+            for _ in 0..workers {
+                index.allocate_slot();
+            }
+            index
+        };
+        Indexes {
+            prefill: index(cfg.prefill),
+            decode: index(cfg.decode),
+        }
+    }
 }
 
 /// The online learner of a run, as the router runs it (`dolphin::online`).
@@ -177,20 +204,14 @@ impl SimCluster {
 
 impl<'a> Run<'a> {
     fn new(cfg: &'a SimClusterConfig, reqs: &'a [SimRequest], source: Source) -> Self {
-        let worker = |i: u32| Worker::new(i, cfg.total_blocks, cfg.block_size, cfg.step_limits());
-        // Sized for what the pools can hold: the index never grows (rehashing a million
-        // entries mid-run costs more than the memory).
-        let index =
-            |workers: u32| PrefixIndex::with_capacity(workers as usize * cfg.total_blocks as usize);
-        let mut prefill_index = index(cfg.prefill);
-        let mut decode_index = index(cfg.decode);
-        // Slots are handed out in order, so worker i has slot i.
-        for _ in 0..cfg.prefill {
-            prefill_index.allocate_slot();
-        }
-        for _ in 0..cfg.decode {
-            decode_index.allocate_slot();
-        }
+        let indexes = (cfg.prefix_lookup == PrefixLookup::RouterIndex).then(|| Indexes::new(cfg));
+        let worker = |i: u32| {
+            let mut w = Worker::new(i, cfg.total_blocks, cfg.block_size, cfg.step_limits());
+            if indexes.is_none() {
+                w.silence_events();
+            }
+            w
+        };
         let online = match (&cfg.policy, &cfg.table) {
             (Policy::Dolphin(d), Some(t)) if d.online.enabled => Some(Online {
                 learner: OnlineLearner::new(d.online, d.trust, t.table().clone()),
@@ -208,8 +229,7 @@ impl<'a> Run<'a> {
             reqs,
             prefill: (0..cfg.prefill).map(worker).collect(),
             decode: (0..cfg.decode).map(worker).collect(),
-            prefill_index,
-            decode_index,
+            indexes,
             rng: SmallRng::seed_from_u64(cfg.seed),
             source,
             events: EventQueue::default(),
@@ -281,8 +301,8 @@ impl<'a> Run<'a> {
     /// Picks a worker of one pool for `hashes`, as the router does. `inflight`: the router
     /// counts its own in-flight prompts on this pool's workers (it does on decode workers).
     fn select(
-        index: &PrefixIndex,
-        workers: &[Worker],
+        index: Option<&PrefixIndex>,
+        workers: &mut [Worker],
         hashes: &[u64],
         counts: &mut Vec<u32>,
         (overlap_weight, inflight): (f64, bool),
@@ -291,7 +311,10 @@ impl<'a> Run<'a> {
         if workers.is_empty() {
             return None;
         }
-        index.lookup(hashes, counts);
+        match index {
+            Some(index) => index.lookup(hashes, counts),
+            None => lookup_pools(workers, hashes, counts),
+        }
         let candidates = workers.iter().enumerate().map(|(slot, w)| Candidate {
             slot,
             cached_blocks: counts.get(slot).copied().unwrap_or(0),
@@ -314,8 +337,8 @@ impl<'a> Run<'a> {
             }
         }
         let Some(decode) = Self::select(
-            &self.decode_index,
-            &self.decode,
+            self.indexes.as_ref().map(|i| &i.decode),
+            &mut self.decode,
             &r.hashes,
             &mut self.counts,
             (w, true),
@@ -324,8 +347,8 @@ impl<'a> Run<'a> {
             return; // unreachable: validated to have decode workers
         };
         let prefill = Self::select(
-            &self.prefill_index,
-            &self.prefill,
+            self.indexes.as_ref().map(|i| &i.prefill),
+            &mut self.prefill,
             &r.hashes,
             &mut self.counts,
             (w, false),
@@ -405,9 +428,12 @@ impl<'a> Run<'a> {
     }
 
     fn publish(&mut self, pool: Pool, w: u32) {
+        let Some(indexes) = &mut self.indexes else {
+            return; // the pools are read directly
+        };
         match pool {
-            Pool::Prefill => self.prefill[w as usize].publish(&mut self.prefill_index, w as usize),
-            Pool::Decode => self.decode[w as usize].publish(&mut self.decode_index, w as usize),
+            Pool::Prefill => self.prefill[w as usize].publish(&mut indexes.prefill, w as usize),
+            Pool::Decode => self.decode[w as usize].publish(&mut indexes.decode, w as usize),
         }
     }
 
@@ -594,4 +620,19 @@ impl<'a> Run<'a> {
         });
         report
     }
+}
+
+/// For every worker of a pool, how many leading `hashes` it caches, into `out[slot]`: what the
+/// pool's index answers when every cache event has reached it. The first hash's lines are
+/// fetched for every worker at once, so their misses overlap.
+fn lookup_pools(workers: &mut [Worker], hashes: &[u64], out: &mut Vec<u32>) {
+    out.clear();
+    let Some(&first) = hashes.first() else {
+        out.resize(workers.len(), 0);
+        return;
+    };
+    for w in workers.iter() {
+        w.touch_cached(first);
+    }
+    out.extend(workers.iter_mut().map(|w| w.cached_prefix(hashes)));
 }

@@ -41,6 +41,22 @@ pub enum SchedulerModel {
     Vllm,
 }
 
+/// Where the simulated router reads how much of a prompt each worker caches. Every cache event
+/// reaches the router's index the instant it happens here, so the index always holds exactly
+/// what the pools cache, and both answer every lookup alike (a test pins it); they differ in
+/// cost only.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum PrefixLookup {
+    /// Each pool is asked directly: no index to keep, so a block stored or evicted costs one
+    /// map operation instead of two (the index's upkeep was a quarter of a large run's time),
+    /// and a lookup walks each holding worker's map instead of one shared one.
+    #[default]
+    Pools,
+    /// The router's own [`PrefixIndex`](dolphin_router::prefix_index::PrefixIndex) per pool,
+    /// fed by the workers' cache events, as the live router keeps it.
+    RouterIndex,
+}
+
 /// Everything a simulated cluster is made of.
 #[derive(Clone, Debug)]
 pub struct SimClusterConfig {
@@ -80,6 +96,8 @@ pub struct SimClusterConfig {
     pub seed: u64,
     /// Whose scheduling the engines follow (Dolphin's engine's by default).
     pub scheduler: SchedulerModel,
+    /// Where the router reads the workers' cached prefixes (the pools themselves by default).
+    pub prefix_lookup: PrefixLookup,
 }
 
 impl SimClusterConfig {
@@ -105,6 +123,7 @@ impl SimClusterConfig {
             classifier: OutputClassifier::prior(),
             seed: 1,
             scheduler: SchedulerModel::Dolphin,
+            prefix_lookup: PrefixLookup::Pools,
         }
     }
 

@@ -2,9 +2,11 @@
 //! Dolphin's cluster simulator: a discrete-event simulation of a prefill/decode-disaggregated
 //! cluster that reuses the real code (DESIGN.md sections 1, 6 and 8).
 //!
-//! - Routing is the router's: its [`PrefixIndex`](dolphin_router::prefix_index::PrefixIndex)
-//!   per pool, worker selection, the four features, the output classifier, the policies and
-//!   compiled routing tables (`cluster.rs`).
+//! - Routing is the router's: worker selection, the four features, the output classifier, the
+//!   policies and compiled routing tables (`cluster.rs`). Which worker caches how much of a
+//!   prompt is read from the pools themselves, which is what the router's
+//!   [`PrefixIndex`](dolphin_router::prefix_index::PrefixIndex) holds when every cache event
+//!   reaches it at once, as here ([`PrefixLookup`]; the index itself is one setting away).
 //! - Every worker is the engine's scheduling policy over the engine's own
 //!   [`KvPool`](dolphin_engine::KvPool) (prefix cache with LRU eviction), timed by a
 //!   [`SimProfile`](dolphin_engine::SimProfile): continuous batching with chunked prefill, where
@@ -39,7 +41,8 @@
 //!
 //! One run is single-threaded and deterministic for a given seed; the event queue is a binary
 //! heap of small `Copy` events, and workers reuse their sequence slots and block tables, so the
-//! steady state allocates only inside the engine's pool (its cache-event vectors).
+//! steady state allocates nothing (with [`PrefixLookup::RouterIndex`], the pools' cache-event
+//! vectors).
 
 mod cluster;
 mod config;
@@ -50,7 +53,9 @@ mod source;
 mod worker;
 
 pub use cluster::SimCluster;
-pub use config::{DEFAULT_LOAD_INTERVAL_MS, SchedulerModel, SimClusterConfig, SimError};
+pub use config::{
+    DEFAULT_LOAD_INTERVAL_MS, PrefixLookup, SchedulerModel, SimClusterConfig, SimError,
+};
 pub use dolphin_workload::{RequestKind, Slo};
 pub use report::{ClusterAttainment, FlipRecord, OnlineRun, Percentiles, RequestRecord, SimReport};
 pub use request::SimRequest;

@@ -4,7 +4,9 @@ use dolphin_engine::SimProfile;
 use dolphin_router::dolphin::CompiledTable;
 use dolphin_router::policy::{Decision, DolphinConfig, Policy, PrefillPath};
 
-use crate::{SchedulerModel, SimCluster, SimClusterConfig, SimReport, SimRequest, Slo};
+use crate::{
+    PrefixLookup, SchedulerModel, SimCluster, SimClusterConfig, SimReport, SimRequest, Slo,
+};
 
 mod load;
 mod taichi;
@@ -397,6 +399,57 @@ fn runs_are_deterministic_and_every_request_finishes() {
         .filter(|r| r.features.eff_isl_decode < r.features.isl - 512)
         .count();
     assert!(reused > 100, "{reused} of 200 reused a prefix");
+}
+
+#[test]
+fn reading_the_pools_routes_exactly_as_the_routers_index_does() {
+    // Seven prompt families whose members share prefixes of 256 to 1280 tokens, arrivals in
+    // threes at one instant, pools small enough to evict: every lookup's counts feed the
+    // worker choice and the features, so any difference shows in the records.
+    let reqs: Vec<SimRequest> = (0..300)
+        .map(|i| {
+            let mut t = tokens(2000 + i % 7, 256 * (1 + i % 5));
+            t.extend(tokens(i + 1, 100 + 53 * (i % 13)));
+            req(40.0 * f64::from(i / 3), &t, 8 + i % 40)
+        })
+        .collect();
+    let policies = [
+        Policy::Threshold(Default::default()),
+        Policy::AlwaysRemote,
+        Policy::AlwaysLocal,
+    ];
+    for policy in policies {
+        for (prefill, decode) in [(2, 2), (3, 1), (1, 3)] {
+            let sim = |lookup| {
+                let mut cfg = SimClusterConfig::new(prefill, decode, profile());
+                cfg.policy = policy;
+                cfg.total_blocks = 512;
+                cfg.prefix_lookup = lookup;
+                SimCluster::new(cfg).expect("valid config")
+            };
+            let (mut pools, mut index) = (sim(PrefixLookup::Pools), sim(PrefixLookup::RouterIndex));
+            let open = run(&mut pools, &reqs);
+            assert_eq!(
+                open,
+                run(&mut index, &reqs),
+                "{policy:?} {prefill}p{decode}d"
+            );
+            let closed = pools.run_closed(&reqs, 24).expect("runs");
+            assert_eq!(
+                closed,
+                index.run_closed(&reqs, 24).expect("runs"),
+                "{policy:?} {prefill}p{decode}d, closed loop"
+            );
+            // The workload does share: on the decode side, and on the prefill side when every
+            // prompt goes there.
+            let shared =
+                |f: fn(&crate::RequestRecord) -> bool| open.records.iter().filter(|r| f(r)).count();
+            assert!(shared(|r| r.features.eff_isl_decode + 256 <= r.features.isl) > 50);
+            if policy == Policy::AlwaysRemote {
+                assert!(shared(|r| r.features.eff_isl_prefill + 256 <= r.features.isl) > 50);
+            }
+        }
+    }
 }
 
 #[test]

@@ -18,6 +18,7 @@
 
 use std::collections::VecDeque;
 
+use dolphin_cluster::BlockHash;
 use dolphin_engine::policy::{
     StepBuilder, StepLimits, Want, blocks_read, compose_step, max_cached_blocks,
     prefill_context_pairs,
@@ -89,11 +90,62 @@ struct Entry {
     sample: bool,
 }
 
+/// Prompts whose start recurs across requests (a document many questions share) are walked
+/// over and over: by the router's lookup on every worker of a pool and by the admission of the
+/// worker chosen. This memo keeps the blocks a walk found, by the prompt's first hash, so the
+/// next walk over the same start checks those blocks' metadata (neighbouring lines, as a
+/// prompt's blocks are allocated together) instead of probing the cache's map (a miss per
+/// block). [`KvPool::cached_blocks`] checks every remembered block, so answers are exact.
+#[derive(Debug, Default)]
+struct PrefixMemo {
+    /// (first hash, the blocks found), most recently used last.
+    entries: Vec<(BlockHash, Vec<BlockId>)>,
+    /// The latest walk's answer.
+    found: Vec<BlockId>,
+}
+
+impl PrefixMemo {
+    /// Prompts remembered per worker.
+    const ENTRIES: usize = 4;
+    /// Shorter hits are not remembered: their walk is short anyway.
+    const MIN_BLOCKS: usize = 16;
+
+    /// The blocks of `pool` holding the longest cached prefix of `hashes`, in `self.found`;
+    /// returns how many.
+    fn walk(&mut self, pool: &KvPool, hashes: &[BlockHash]) -> usize {
+        let Some(&first) = hashes.first() else {
+            self.found.clear();
+            return 0;
+        };
+        let at = self.entries.iter().position(|(h, _)| *h == first);
+        let known = at.map_or(&[][..], |i| &self.entries[i].1[..]);
+        let n = pool.cached_blocks(hashes, known, &mut self.found);
+        if n < Self::MIN_BLOCKS {
+            return n;
+        }
+        let mut entry = match at {
+            Some(i) => self.entries.remove(i),
+            None if self.entries.len() == Self::ENTRIES => self.entries.remove(0),
+            None => (first, Vec::new()),
+        };
+        // A shorter walk (a prompt that ends sooner) keeps a longer answer it agrees with.
+        let keep = entry.0 == first && entry.1.len() > n && entry.1[..n] == self.found[..];
+        if !keep {
+            entry.0 = first;
+            entry.1.clear();
+            entry.1.extend_from_slice(&self.found);
+        }
+        self.entries.push(entry);
+        n
+    }
+}
+
 /// One simulated engine.
 #[derive(Debug)]
 pub(crate) struct Worker {
     id: u32,
     pool: KvPool,
+    memo: PrefixMemo,
     block_size: u32,
     limits: StepLimits,
     seqs: Vec<Seq>,
@@ -123,6 +175,7 @@ impl Worker {
         Worker {
             id,
             pool: KvPool::new(total_blocks, block_size),
+            memo: PrefixMemo::default(),
             block_size,
             limits,
             seqs: Vec::new(),
@@ -250,9 +303,9 @@ impl Worker {
         let s = &mut self.seqs[slot as usize];
         let hashes = &reqs[s.req as usize].hashes;
         let max_hits = max_cached_blocks(s.prompt_len, bs, hashes.len());
-        let hits = self.pool.match_prefix(&hashes[..max_hits]);
+        let hits = self.memo.walk(&self.pool, &hashes[..max_hits]);
         let new = s.blocks_needed - hits as u32;
-        if !self.pool.admit(&hashes[..hits], new, &mut s.table) {
+        if !self.pool.admit_blocks(&self.memo.found, new, &mut s.table) {
             return false;
         }
         self.waiting.pop_front();
@@ -419,6 +472,23 @@ impl Worker {
         self.inflight_tokens -= u64::from(s.prompt_len);
         s.phase = Phase::Free;
         self.free_slots.push(slot);
+    }
+
+    /// Stops queueing the pool's cache events: nothing will [`publish`](Self::publish) them.
+    pub fn silence_events(&mut self) {
+        self.pool.record_events(false);
+    }
+
+    /// Prefetches the pool's cache line for `hash`, so that [`cached_prefix`]
+    /// (Self::cached_prefix) on many workers overlaps their misses.
+    pub fn touch_cached(&self, hash: u64) {
+        self.pool.touch_cached(hash);
+    }
+
+    /// How many leading `hashes` the pool caches (what the router's index holds for this
+    /// worker when every event has reached it).
+    pub fn cached_prefix(&mut self, hashes: &[u64]) -> u32 {
+        self.memo.walk(&self.pool, hashes) as u32
     }
 
     /// Publishes the pool's cache changes to the router's index (the `Worker.Subscribe` feed).

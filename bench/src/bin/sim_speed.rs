@@ -19,7 +19,7 @@ use clap::Parser;
 use dolphin_bench::stats::median;
 use dolphin_engine::SimProfile;
 use dolphin_router::policy::{Decision, Policy, ThresholdConfig};
-use dolphin_sim::{SimCluster, SimClusterConfig, SimReport, SimRequest, Slo};
+use dolphin_sim::{PrefixLookup, SimCluster, SimClusterConfig, SimReport, SimRequest, Slo};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
@@ -59,6 +59,11 @@ struct Args {
     /// How often the simulated router refreshes its view of worker load, ms (0: instantly).
     #[arg(long, default_value_t = dolphin_sim::DEFAULT_LOAD_INTERVAL_MS)]
     load_interval_ms: f64,
+    /// Where the simulated router reads the workers' cached prefixes: `pools` (the pools
+    /// themselves, the simulator's default) or `router-index` (the router's index, fed by cache
+    /// events). Both give the same outcome.
+    #[arg(long, default_value = "pools", value_parser = ["pools", "router-index"])]
+    prefix_lookup: String,
     /// Workload seed.
     #[arg(long, default_value_t = 20_261_129)]
     seed: u64,
@@ -101,6 +106,7 @@ struct Result {
     profile: String,
     total_blocks_per_worker: u32,
     policy: &'static str,
+    prefix_lookup: String,
     workload: Workload,
     build_workload_s: f64,
     /// Median over the runs of the wall time of one run.
@@ -180,6 +186,10 @@ fn main() -> anyhow::Result<()> {
     cfg.total_blocks = args.total_blocks;
     cfg.load_interval_ms = args.load_interval_ms;
     cfg.policy = Policy::Threshold(ThresholdConfig::default());
+    cfg.prefix_lookup = match args.prefix_lookup.as_str() {
+        "router-index" => PrefixLookup::RouterIndex,
+        _ => PrefixLookup::Pools,
+    };
     let mut sim = SimCluster::new(cfg)?;
     let cpu = dolphin_bench::proc_stat::CpuClock::new(std::process::id());
     let (mut walls, mut cpus) = (Vec::new(), Vec::new());
@@ -224,6 +234,7 @@ fn main() -> anyhow::Result<()> {
         profile: args.profile.clone(),
         total_blocks_per_worker: args.total_blocks,
         policy: "threshold (dynamo-1.6)",
+        prefix_lookup: args.prefix_lookup.clone(),
         workload: Workload {
             requests: args.requests,
             rate_per_s: args.rate,

@@ -108,6 +108,8 @@ pub struct KvPool {
     /// Blocks promised to admitted sequences and not allocated yet.
     reserved: u32,
     events: Vec<KvEvent>,
+    /// Whether cache changes queue events (off where nothing subscribes).
+    record_events: bool,
 }
 
 impl KvPool {
@@ -122,6 +124,16 @@ impl KvPool {
             cached: BlockMap::with_capacity(2 * total_blocks as usize),
             reserved: 0,
             events: Vec::new(),
+            record_events: true,
+        }
+    }
+
+    /// Stops (or restarts) queueing cache events, for an owner that never drains them: the
+    /// simulator reads every pool directly where the router reads its index.
+    pub fn record_events(&mut self, on: bool) {
+        self.record_events = on;
+        if !on {
+            self.events.clear();
         }
     }
 
@@ -165,14 +177,26 @@ impl KvPool {
         self.cached.contains_key(hash)
     }
 
+    /// Prefetches the cache's home line for `hash`.
+    pub fn touch_cached(&self, hash: BlockHash) {
+        self.cached.touch_home(hash);
+    }
+
     /// Number of leading `hashes` present in the cache.
     pub fn match_prefix(&self, hashes: &[BlockHash]) -> usize {
+        // The first probe alone decides most walks (a prompt nobody shares misses at once):
+        // the lines ahead are fetched only once it hits. A lookup rarely leaves its key's home
+        // line (the map is at most a quarter full), so only that line is fetched ahead.
+        match hashes.first() {
+            Some(&h) if self.cached.contains_key(h) => {}
+            _ => return 0,
+        }
         for &h in hashes.iter().take(TOUCH_AHEAD) {
-            self.cached.touch(h);
+            self.cached.touch_home(h);
         }
         for (i, &h) in hashes.iter().enumerate() {
             if let Some(&ahead) = hashes.get(i + TOUCH_AHEAD) {
-                self.cached.touch(ahead);
+                self.cached.touch_home(ahead);
             }
             if !self.cached.contains_key(h) {
                 return i;
@@ -181,12 +205,66 @@ impl KvPool {
         hashes.len()
     }
 
+    /// The blocks that hold the longest cached prefix of `hashes`, into `out` (cleared first);
+    /// returns how many. `known` may name blocks that held the first hashes before (an earlier
+    /// answer for a prompt with the same start): each is checked by its own metadata, which
+    /// sits in a few neighbouring lines where the blocks were allocated together, and the cache
+    /// is probed only from the first that no longer holds its hash. The answer is exactly
+    /// [`match_prefix`](Self::match_prefix)'s, whatever `known` holds.
+    pub fn cached_blocks(
+        &self,
+        hashes: &[BlockHash],
+        known: &[BlockId],
+        out: &mut Vec<BlockId>,
+    ) -> usize {
+        out.clear();
+        let known = &known[..known.len().min(hashes.len())];
+        let touch = |b: BlockId| {
+            if let Some(meta) = self.blocks.get(b as usize) {
+                dolphin_cluster::prefetch::prefetch(meta);
+            }
+        };
+        for &b in known.iter().take(TOUCH_AHEAD) {
+            touch(b);
+        }
+        for (i, (&b, &h)) in known.iter().zip(hashes).enumerate() {
+            if let Some(&ahead) = known.get(i + TOUCH_AHEAD) {
+                touch(ahead);
+            }
+            let meta = self.blocks.get(b as usize);
+            if meta.and_then(BlockMeta::hash) != Some(h) {
+                break;
+            }
+            out.push(b);
+        }
+        let rest = &hashes[out.len()..];
+        // The first probe alone decides most walks (a prompt nobody shares misses at once):
+        // the lines ahead are fetched only once it hits.
+        match rest.first().map(|&h| self.cached.get(h)) {
+            Some(Some(b)) => out.push(b),
+            _ => return out.len(),
+        }
+        let rest = &rest[1..];
+        for &h in rest.iter().take(TOUCH_AHEAD) {
+            self.cached.touch_home(h);
+        }
+        for (i, &h) in rest.iter().enumerate() {
+            if let Some(&ahead) = rest.get(i + TOUCH_AHEAD) {
+                self.cached.touch_home(ahead);
+            }
+            let Some(b) = self.cached.get(h) else {
+                break;
+            };
+            out.push(b);
+        }
+        out.len()
+    }
+
     /// Admits a sequence if the pool can hold it: takes a reference on the cached blocks named by
     /// `hits` (all cached: a `match_prefix` result), appending them to `table`, and reserves
     /// `new_blocks` more. Returns false, changing nothing, if that does not fit.
     pub fn admit(&mut self, hits: &[BlockHash], new_blocks: u32, table: &mut Vec<BlockId>) -> bool {
         let start = table.len();
-        let mut revived = 0u32; // hits that leave the evictable set when referenced
         for (i, &hash) in hits.iter().enumerate() {
             if let Some(&ahead) = hits.get(i + TOUCH_AHEAD) {
                 self.cached.touch(ahead);
@@ -197,20 +275,52 @@ impl KvPool {
             };
             table.push(b);
         }
-        for &b in table[start..].iter().take(TOUCH_AHEAD) {
+        if self.admit_held(start, new_blocks, table) {
+            return true;
+        }
+        table.truncate(start);
+        false
+    }
+
+    /// [`admit`](Self::admit) for hits already resolved to their blocks (a
+    /// [`cached_blocks`](Self::cached_blocks) answer, with nothing changed in the pool since).
+    pub fn admit_blocks(
+        &mut self,
+        hits: &[BlockId],
+        new_blocks: u32,
+        table: &mut Vec<BlockId>,
+    ) -> bool {
+        let start = table.len();
+        debug_assert!(
+            hits.iter().all(|&b| self.blocks[b as usize].cached()),
+            "admitting an uncached hit"
+        );
+        table.extend_from_slice(hits);
+        if self.admit_held(start, new_blocks, table) {
+            return true;
+        }
+        table.truncate(start);
+        false
+    }
+
+    /// Takes a reference on `table[start..]` (cached blocks) and reserves `new_blocks`, if the
+    /// pool can hold both; false, changing nothing, if not.
+    fn admit_held(&mut self, start: usize, new_blocks: u32, table: &[BlockId]) -> bool {
+        let hits = &table[start..];
+        for &b in hits.iter().take(TOUCH_AHEAD) {
             self.touch_block(b);
         }
-        for (i, &b) in table[start..].iter().enumerate() {
-            if let Some(&ahead) = table[start..].get(i + TOUCH_AHEAD) {
+        let mut revived = 0u32; // hits that leave the evictable set when referenced
+        for (i, &b) in hits.iter().enumerate() {
+            if let Some(&ahead) = hits.get(i + TOUCH_AHEAD) {
                 self.touch_block(ahead);
             }
             revived += u32::from(self.blocks[b as usize].refs == 0);
         }
         if u64::from(new_blocks) + u64::from(revived) > u64::from(self.available()) {
-            table.truncate(start);
             return false;
         }
-        for &b in &table[start..] {
+        for &b in hits {
             let meta = &mut self.blocks[b as usize];
             if meta.refs == 0 {
                 self.lru.unlink(meta);
@@ -352,6 +462,9 @@ impl KvPool {
         meta.depth = depth;
         meta.set(CACHED, true);
         meta.set(HAS_PARENT, parent.is_some());
+        if !self.record_events {
+            return true;
+        }
         // Coalesce with the previous event when this block continues its chain.
         if let Some(KvEvent::Stored { hashes, .. }) = self.events.last_mut()
             && parent.is_some()
@@ -476,6 +589,9 @@ impl KvPool {
         meta.set(CACHED | HAS_PARENT, false);
         let hash = meta.hash;
         self.cached.remove(hash);
+        if !self.record_events {
+            return;
+        }
         if let Some(KvEvent::Removed { hashes }) = self.events.last_mut() {
             hashes.push(hash);
         } else {

@@ -14,23 +14,34 @@ const BS: u32 = 4;
 #[derive(Clone, Debug)]
 enum Op {
     /// Admit a prompt whose block `j` is variant `choices[j]` (few variants: prefixes collide),
-    /// with `extra` blocks reserved for generation.
-    Admit { choices: Vec<u8>, extra: u32 },
+    /// with `extra` blocks reserved for generation; `resolved`: its hits found as blocks
+    /// (`cached_blocks` with the latest lookup's answer as the hint, then `admit_blocks`).
+    Admit {
+        choices: Vec<u8>,
+        extra: u32,
+        resolved: bool,
+    },
     /// Allocate one reserved block of a live sequence (a block filled by generation).
     Grow { seq: usize, commit: bool },
     /// Release a live sequence.
     Release { seq: usize },
-    /// Look up a prompt's cached prefix.
-    Lookup { choices: Vec<u8> },
+    /// Look up a prompt's cached prefix (both ways: `match_prefix`, and `cached_blocks` with
+    /// the previous answer as its hint, `junk` ids appended to it).
+    Lookup {
+        choices: Vec<u8>,
+        junk: Vec<BlockId>,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {
     let choices = prop::collection::vec(0u8..2, 1..5);
     prop_oneof![
-        3 => (choices.clone(), 0u32..3).prop_map(|(choices, extra)| Op::Admit { choices, extra }),
+        3 => (choices.clone(), 0u32..3, any::<bool>())
+            .prop_map(|(choices, extra, resolved)| Op::Admit { choices, extra, resolved }),
         2 => (any::<usize>(), any::<bool>()).prop_map(|(seq, commit)| Op::Grow { seq, commit }),
         2 => any::<usize>().prop_map(|seq| Op::Release { seq }),
-        1 => choices.prop_map(|choices| Op::Lookup { choices }),
+        1 => (choices, prop::collection::vec(0u32..16, 0..3))
+            .prop_map(|(choices, junk)| Op::Lookup { choices, junk }),
     ]
 }
 
@@ -84,16 +95,25 @@ proptest! {
         let mut pool = KvPool::new(total, BS);
         let mut live: Vec<Held> = Vec::new();
         let mut cached: HashSet<BlockHash> = HashSet::new();
+        // The latest `cached_blocks` answer: a hint that goes stale as the pool changes.
+        let mut hint: Vec<BlockId> = Vec::new();
 
         for op in ops {
             match op {
-                Op::Admit { choices, extra } => {
+                Op::Admit { choices, extra, resolved } => {
                     let hashes = block_hashes(&tokens(&choices), BS as usize);
                     let hits = pool.match_prefix(&hashes);
                     let new = (hashes.len() - hits) as u32;
                     let before = (pool.available(), pool.referenced());
                     let mut table = Vec::new();
-                    if pool.admit(&hashes[..hits], new + extra, &mut table) {
+                    let admitted = if resolved {
+                        let mut found = Vec::new();
+                        prop_assert_eq!(pool.cached_blocks(&hashes, &hint, &mut found), hits);
+                        pool.admit_blocks(&found, new + extra, &mut table)
+                    } else {
+                        pool.admit(&hashes[..hits], new + extra, &mut table)
+                    };
+                    if admitted {
                         for i in hits..hashes.len() {
                             let b = pool.allocate().expect("reserved");
                             table.push(b);
@@ -129,11 +149,18 @@ proptest! {
                     pool.release(&held.table);
                     pool.unreserve(held.reserved);
                 }
-                Op::Lookup { choices } => {
+                Op::Lookup { choices, junk } => {
                     let hashes = block_hashes(&tokens(&choices), BS as usize);
                     replay(&mut pool, &mut cached);
                     let expect = hashes.iter().take_while(|h| cached.contains(h)).count();
                     prop_assert_eq!(pool.match_prefix(&hashes), expect);
+                    hint.extend(junk);
+                    let mut found = Vec::new();
+                    prop_assert_eq!(pool.cached_blocks(&hashes, &hint, &mut found), expect);
+                    for (&b, &h) in found.iter().zip(&hashes) {
+                        prop_assert_eq!(pool.blocks[b as usize].hash(), Some(h));
+                    }
+                    hint = found;
                 }
             }
             replay(&mut pool, &mut cached);

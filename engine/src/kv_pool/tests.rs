@@ -249,3 +249,32 @@ fn extending_a_hit_trades_reserved_blocks_for_cached_ones() {
     pool.release(&a);
     pool.check_invariants();
 }
+
+#[test]
+fn a_silenced_pool_caches_and_evicts_without_queueing_events() {
+    let mut pool = KvPool::new(2, 4);
+    pool.record_events(false);
+    let a = block_hashes(&prompt(1, 2), 4);
+    let t = take(&mut pool, &[], 2);
+    commit_all(&mut pool, &t, &a);
+    pool.release(&t);
+    assert_eq!(pool.match_prefix(&a), 2, "cached as before");
+    let b = block_hashes(&prompt(2, 1), 4);
+    let t = take(&mut pool, &[], 1);
+    commit_all(&mut pool, &t, &b);
+    assert_eq!(
+        pool.match_prefix(&a),
+        1,
+        "a's tail block was evicted for b's"
+    );
+    assert_eq!(pool.drain_events().count(), 0);
+    pool.check_invariants();
+    pool.record_events(true);
+    pool.release(&t);
+    let t = take(&mut pool, &[], 2);
+    assert!(matches!(
+        pool.drain_events().next(),
+        Some(KvEvent::Removed { .. })
+    ));
+    drop(t);
+}
