@@ -16,16 +16,18 @@
 mod lru;
 #[cfg(test)]
 mod proptests;
+mod tag_map;
 #[cfg(test)]
 mod tests;
 
 use std::collections::HashMap;
 
+use dolphin_cluster::BlockHash;
 use dolphin_cluster::block_map::TOUCH_AHEAD;
-use dolphin_cluster::{BlockHash, BlockMap};
 
 use crate::types::{BlockId, KvEvent};
 use lru::{Linked, Lru};
+use tag_map::TagMap;
 
 /// Per-block bookkeeping: 32 bytes, aligned, so one cache line serves a block's every field on
 /// the evict / allocate / commit path (at 40 bytes, one block in two straddled two lines, and
@@ -104,7 +106,8 @@ pub struct KvPool {
     free: Vec<BlockId>,
     /// Unreferenced cached blocks, least recently used first.
     lru: Lru,
-    cached: BlockMap<BlockId>,
+    /// Cached hash -> block (confirmed against `blocks`).
+    cached: TagMap,
     /// Blocks promised to admitted sequences and not allocated yet.
     reserved: u32,
     events: Vec<KvEvent>,
@@ -121,7 +124,7 @@ impl KvPool {
             // Reversed so block 0 is handed out first (easier to read in logs and tests).
             free: (0..total_blocks).rev().collect(),
             lru: Lru::default(),
-            cached: BlockMap::with_capacity(2 * total_blocks as usize),
+            cached: TagMap::with_capacity(2 * total_blocks as usize),
             reserved: 0,
             events: Vec::new(),
             record_events: true,
@@ -174,7 +177,14 @@ impl KvPool {
 
     /// Whether `hash` is cached.
     pub fn contains(&self, hash: BlockHash) -> bool {
-        self.cached.contains_key(hash)
+        self.lookup(hash).is_some()
+    }
+
+    /// The block cached under `hash`.
+    #[inline]
+    fn lookup(&self, hash: BlockHash) -> Option<BlockId> {
+        self.cached
+            .get(hash, |b| self.blocks[b as usize].hash() == Some(hash))
     }
 
     /// Prefetches the cache's home line for `hash`.
@@ -188,7 +198,7 @@ impl KvPool {
         // the lines ahead are fetched only once it hits. A lookup rarely leaves its key's home
         // line (the map is at most a quarter full), so only that line is fetched ahead.
         match hashes.first() {
-            Some(&h) if self.cached.contains_key(h) => {}
+            Some(&h) if self.contains(h) => {}
             _ => return 0,
         }
         for &h in hashes.iter().take(TOUCH_AHEAD) {
@@ -198,7 +208,7 @@ impl KvPool {
             if let Some(&ahead) = hashes.get(i + TOUCH_AHEAD) {
                 self.cached.touch_home(ahead);
             }
-            if !self.cached.contains_key(h) {
+            if !self.contains(h) {
                 return i;
             }
         }
@@ -240,7 +250,7 @@ impl KvPool {
         let rest = &hashes[out.len()..];
         // The first probe alone decides most walks (a prompt nobody shares misses at once):
         // the lines ahead are fetched only once it hits.
-        match rest.first().map(|&h| self.cached.get(h)) {
+        match rest.first().map(|&h| self.lookup(h)) {
             Some(Some(b)) => out.push(b),
             _ => return out.len(),
         }
@@ -252,7 +262,7 @@ impl KvPool {
             if let Some(&ahead) = rest.get(i + TOUCH_AHEAD) {
                 self.cached.touch_home(ahead);
             }
-            let Some(b) = self.cached.get(h) else {
+            let Some(b) = self.lookup(h) else {
                 break;
             };
             out.push(b);
@@ -269,7 +279,7 @@ impl KvPool {
             if let Some(&ahead) = hits.get(i + TOUCH_AHEAD) {
                 self.cached.touch(ahead);
             }
-            let Some(b) = self.cached.get(hash) else {
+            let Some(b) = self.lookup(hash) else {
                 table.truncate(start);
                 return false;
             };
@@ -447,16 +457,16 @@ impl KvPool {
         hash: BlockHash,
         depth: u32,
     ) -> bool {
-        let meta = &mut self.blocks[block as usize];
+        let meta = &self.blocks[block as usize];
         debug_assert!(meta.refs > 0, "committing unreferenced block {block}");
         if meta.cached() {
             return false;
         }
-        let (holder, inserted) = self.cached.entry(hash);
-        if !inserted {
+        if self.lookup(hash).is_some() {
             return false;
         }
-        *holder = block;
+        self.cached.insert(hash, block);
+        let meta = &mut self.blocks[block as usize];
         meta.hash = hash;
         meta.parent = parent.unwrap_or_default();
         meta.depth = depth;
@@ -538,8 +548,8 @@ impl KvPool {
     pub fn snapshot(&self) -> Vec<KvEvent> {
         let mut blocks: Vec<&BlockMeta> = self
             .cached
-            .iter()
-            .map(|(_, b)| &self.blocks[b as usize])
+            .blocks()
+            .map(|b| &self.blocks[b as usize])
             .collect();
         blocks.sort_unstable_by_key(|m| (m.depth, m.hash));
         let mut events: Vec<KvEvent> = Vec::new();
@@ -593,7 +603,8 @@ impl KvPool {
         }
         meta.set(CACHED | HAS_PARENT, false);
         let hash = meta.hash;
-        self.cached.remove(hash);
+        let removed = self.cached.remove(hash, block);
+        debug_assert!(removed, "cached block {block} missing from the map");
         if !self.record_events {
             return;
         }
@@ -627,19 +638,22 @@ impl KvPool {
             }
             if let Some(h) = m.hash() {
                 assert_eq!(
-                    self.cached.get(h),
+                    self.lookup(h),
                     Some(i as BlockId),
                     "block {i} hash not indexed"
                 );
             }
         }
-        for (h, b) in self.cached.iter() {
-            assert_eq!(
-                self.blocks[b as usize].hash(),
-                Some(h),
-                "index entry {h:x} -> {b} is stale"
-            );
+        for b in self.cached.blocks() {
+            let h = self.blocks[b as usize].hash();
+            assert!(h.is_some(), "map entry -> {b} is stale");
         }
+        let named = self.blocks.iter().filter(|m| m.cached()).count();
+        assert_eq!(
+            self.cached.len(),
+            named,
+            "map entries against cached blocks"
+        );
         assert!(
             self.reserved <= self.unreferenced(),
             "reserved {} > unreferenced",

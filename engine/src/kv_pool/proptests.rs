@@ -176,7 +176,8 @@ proptest! {
             }
             prop_assert_eq!(pool.referenced() as usize, refs.len());
             prop_assert_eq!(pool.reserved(), live.iter().map(|h| h.reserved).sum::<u32>());
-            let in_cache: HashSet<BlockHash> = pool.cached.iter().map(|(h, _)| h).collect();
+            let in_cache: HashSet<BlockHash> =
+                pool.cached.blocks().filter_map(|b| pool.blocks[b as usize].hash()).collect();
             prop_assert_eq!(&in_cache, &cached);
         }
 
