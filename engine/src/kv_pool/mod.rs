@@ -504,11 +504,12 @@ impl KvPool {
         debug_assert_eq!(blocks.len(), hashes.len());
         let mut parent = parent;
         let mut committed = 0;
-        // An insertion into the map (a quarter full) leaves its key's home line about one time
-        // in sixteen, so only that line is fetched ahead; a removal reads on to the next empty
-        // slot, so evictions fetch two. Measured: fetching one line here and two for evictions
-        // took the simulator's large run from 11.4-12.5 to 11.0-12.1 s (five alternated pairs,
-        // each won); one line for evictions too made it 13.4-13.8 s.
+        // An insertion into the map (at most a quarter full) rarely leaves its key's home line,
+        // so only that line is fetched ahead; a removal reads on to the next empty slot, so
+        // evictions fetch two. Measured on the simulator's large run (then with 16-byte
+        // slots): one line here and two for evictions took it from 11.4-12.5 to 11.0-12.1 s
+        // (five alternated pairs, each won); one line for evictions too made it 13.4-13.8 s,
+        // and lost again with 8-byte slots.
         for (&b, &h) in blocks.iter().zip(hashes).take(TOUCH_AHEAD) {
             self.touch_block(b);
             self.cached.touch_home(h);

@@ -65,7 +65,11 @@ impl TagMap {
             .max(MIN_SLOTS)
             .checked_next_power_of_two()
             .expect("tag map capacity overflows usize");
-        assert!(n <= 1 << 32, "a tag map holds at most 2^31 blocks");
+        // The home slot is at most 32 bits of the tag.
+        assert!(
+            n.trailing_zeros() <= 32,
+            "a tag map holds at most 2^31 blocks"
+        );
         Self {
             slots: vec![EMPTY; n].into_boxed_slice(),
             shift: 32 - n.trailing_zeros(),
@@ -193,7 +197,10 @@ impl TagMap {
 
     fn grow(&mut self) {
         let n = self.slots.len() * 2;
-        assert!(n <= 1 << 32, "a tag map holds at most 2^31 blocks");
+        assert!(
+            n.trailing_zeros() <= 32,
+            "a tag map holds at most 2^31 blocks"
+        );
         let old = std::mem::replace(&mut self.slots, vec![EMPTY; n].into_boxed_slice());
         self.shift -= 1;
         for s in old.iter().copied().filter(|&s| s != EMPTY) {
