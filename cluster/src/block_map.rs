@@ -34,6 +34,18 @@ struct Slot<V> {
     value: V,
 }
 
+/// In backward-shift deletion from a linearly probed table, whether the entry at `j` whose home
+/// slot is `home` stays reachable once slot `hole` (before `j` in its run) is emptied: whether
+/// `home` lies cyclically in `(hole, j]`. Otherwise the entry moves into the hole.
+#[inline]
+pub fn stays_reachable(hole: usize, home: usize, j: usize) -> bool {
+    if hole <= j {
+        hole < home && home <= j
+    } else {
+        hole < home || home <= j
+    }
+}
+
 /// A map from [`BlockHash`] to a small `Copy` value.
 #[derive(Clone, Debug)]
 pub struct BlockMap<V> {
@@ -234,14 +246,7 @@ impl<V: Copy + Default> BlockMap<V> {
             if slot.key == EMPTY {
                 break;
             }
-            let home = self.home(slot.key);
-            // Whether `home` lies cyclically in (hole, j]: then the entry stays reachable.
-            let stays = if hole <= j {
-                hole < home && home <= j
-            } else {
-                hole < home || home <= j
-            };
-            if !stays {
+            if !stays_reachable(hole, self.home(slot.key), j) {
                 self.slots[hole] = slot;
                 hole = j;
             }

@@ -15,6 +15,7 @@
 //! [`BlockMap`]: dolphin_cluster::BlockMap
 
 use dolphin_cluster::BlockHash;
+use dolphin_cluster::block_map::stays_reachable;
 use dolphin_cluster::prefetch::prefetch;
 
 use crate::types::BlockId;
@@ -180,14 +181,7 @@ impl TagMap {
             if s == EMPTY {
                 break;
             }
-            let home = self.home_of_tag(slot_tag(s));
-            // Whether `home` lies cyclically in (hole, j]: then the entry stays reachable.
-            let stays = if hole <= j {
-                hole < home && home <= j
-            } else {
-                hole < home || home <= j
-            };
-            if !stays {
+            if !stays_reachable(hole, self.home_of_tag(slot_tag(s)), j) {
                 self.slots[hole] = s;
                 hole = j;
             }
