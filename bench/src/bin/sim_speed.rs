@@ -15,7 +15,7 @@
 use std::time::Instant;
 
 use anyhow::ensure;
-use clap::Parser;
+use clap::{Parser, ValueEnum};
 use dolphin_bench::stats::median;
 use dolphin_engine::SimProfile;
 use dolphin_router::policy::{Decision, Policy, ThresholdConfig};
@@ -33,6 +33,14 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// Issue 11: at most 10 s on one core (issue 3 asked for 60 s).
 const TARGET_S: f64 = 10.0;
 const TOKENS_PER_ID: u32 = 512;
+
+/// `--prefix-lookup`: [`PrefixLookup`] on the command line and in the result.
+#[derive(Clone, Copy, Debug, ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+enum Lookup {
+    Pools,
+    RouterIndex,
+}
 
 #[derive(Debug, Parser)]
 #[command(about = "Wall time of the cluster simulator on a large cluster and workload")]
@@ -62,8 +70,8 @@ struct Args {
     /// Where the simulated router reads the workers' cached prefixes: `pools` (the pools
     /// themselves, the simulator's default) or `router-index` (the router's index, fed by cache
     /// events). Both give the same outcome.
-    #[arg(long, default_value = "pools", value_parser = ["pools", "router-index"])]
-    prefix_lookup: String,
+    #[arg(long, value_enum, default_value_t = Lookup::Pools)]
+    prefix_lookup: Lookup,
     /// Workload seed.
     #[arg(long, default_value_t = 20_261_129)]
     seed: u64,
@@ -106,7 +114,7 @@ struct Result {
     profile: String,
     total_blocks_per_worker: u32,
     policy: &'static str,
-    prefix_lookup: String,
+    prefix_lookup: Lookup,
     workload: Workload,
     build_workload_s: f64,
     /// Median over the runs of the wall time of one run.
@@ -186,9 +194,9 @@ fn main() -> anyhow::Result<()> {
     cfg.total_blocks = args.total_blocks;
     cfg.load_interval_ms = args.load_interval_ms;
     cfg.policy = Policy::Threshold(ThresholdConfig::default());
-    cfg.prefix_lookup = match args.prefix_lookup.as_str() {
-        "router-index" => PrefixLookup::RouterIndex,
-        _ => PrefixLookup::Pools,
+    cfg.prefix_lookup = match args.prefix_lookup {
+        Lookup::Pools => PrefixLookup::Pools,
+        Lookup::RouterIndex => PrefixLookup::RouterIndex,
     };
     let mut sim = SimCluster::new(cfg)?;
     let cpu = dolphin_bench::proc_stat::CpuClock::new(std::process::id());
@@ -234,7 +242,7 @@ fn main() -> anyhow::Result<()> {
         profile: args.profile.clone(),
         total_blocks_per_worker: args.total_blocks,
         policy: "threshold (dynamo-1.6)",
-        prefix_lookup: args.prefix_lookup.clone(),
+        prefix_lookup: args.prefix_lookup,
         workload: Workload {
             requests: args.requests,
             rate_per_s: args.rate,

@@ -93,6 +93,11 @@ impl Linked for BlockMeta {
     }
 }
 
+/// Whether a block is cached under `hash`: how the pool's map confirms a matching tag.
+fn holds(blocks: &[BlockMeta], hash: BlockHash) -> impl Fn(BlockId) -> bool + '_ {
+    move |b| blocks[b as usize].hash() == Some(hash)
+}
+
 /// Paged block pool with a prefix cache over chained block hashes.
 ///
 /// Walks over many blocks (admission, allocation of a prompt's blocks, commits, release) touch
@@ -183,8 +188,7 @@ impl KvPool {
     /// The block cached under `hash`.
     #[inline]
     fn lookup(&self, hash: BlockHash) -> Option<BlockId> {
-        self.cached
-            .get(hash, |b| self.blocks[b as usize].hash() == Some(hash))
+        self.cached.get(hash, holds(&self.blocks, hash))
     }
 
     /// Prefetches the cache's home line for `hash`.
@@ -194,23 +198,31 @@ impl KvPool {
 
     /// Number of leading `hashes` present in the cache.
     pub fn match_prefix(&self, hashes: &[BlockHash]) -> usize {
-        // The first probe alone decides most walks (a prompt nobody shares misses at once):
-        // the lines ahead are fetched only once it hits. A lookup rarely leaves its key's home
-        // line (the map is at most a quarter full), so only that line is fetched ahead.
-        match hashes.first() {
-            Some(&h) if self.contains(h) => {}
+        self.walk_cached(hashes, |_| {})
+    }
+
+    /// Walks the leading `hashes` present in the cache, handing each one's block to `hit`;
+    /// returns how many. The first probe alone decides most walks (a prompt nobody shares
+    /// misses at once), so the lines ahead are fetched only once it hits; a lookup rarely
+    /// leaves its key's home line (the map is at most a quarter full), so only that line is
+    /// fetched ahead.
+    fn walk_cached(&self, hashes: &[BlockHash], mut hit: impl FnMut(BlockId)) -> usize {
+        match hashes.first().map(|&h| self.lookup(h)) {
+            Some(Some(b)) => hit(b),
             _ => return 0,
         }
-        for &h in hashes.iter().take(TOUCH_AHEAD) {
+        let rest = &hashes[1..];
+        for &h in rest.iter().take(TOUCH_AHEAD) {
             self.cached.touch_home(h);
         }
-        for (i, &h) in hashes.iter().enumerate() {
-            if let Some(&ahead) = hashes.get(i + TOUCH_AHEAD) {
+        for (i, &h) in rest.iter().enumerate() {
+            if let Some(&ahead) = rest.get(i + TOUCH_AHEAD) {
                 self.cached.touch_home(ahead);
             }
-            if !self.contains(h) {
-                return i;
-            }
+            let Some(b) = self.lookup(h) else {
+                return 1 + i;
+            };
+            hit(b);
         }
         hashes.len()
     }
@@ -247,27 +259,8 @@ impl KvPool {
             }
             out.push(b);
         }
-        let rest = &hashes[out.len()..];
-        // The first probe alone decides most walks (a prompt nobody shares misses at once):
-        // the lines ahead are fetched only once it hits.
-        match rest.first().map(|&h| self.lookup(h)) {
-            Some(Some(b)) => out.push(b),
-            _ => return out.len(),
-        }
-        let rest = &rest[1..];
-        for &h in rest.iter().take(TOUCH_AHEAD) {
-            self.cached.touch_home(h);
-        }
-        for (i, &h) in rest.iter().enumerate() {
-            if let Some(&ahead) = rest.get(i + TOUCH_AHEAD) {
-                self.cached.touch_home(ahead);
-            }
-            let Some(b) = self.lookup(h) else {
-                break;
-            };
-            out.push(b);
-        }
-        out.len()
+        let checked = out.len();
+        checked + self.walk_cached(&hashes[checked..], |b| out.push(b))
     }
 
     /// Admits a sequence if the pool can hold it: takes a reference on the cached blocks named by
@@ -275,21 +268,11 @@ impl KvPool {
     /// `new_blocks` more. Returns false, changing nothing, if that does not fit.
     pub fn admit(&mut self, hits: &[BlockHash], new_blocks: u32, table: &mut Vec<BlockId>) -> bool {
         let start = table.len();
-        for (i, &hash) in hits.iter().enumerate() {
-            if let Some(&ahead) = hits.get(i + TOUCH_AHEAD) {
-                self.cached.touch(ahead);
-            }
-            let Some(b) = self.lookup(hash) else {
-                table.truncate(start);
-                return false;
-            };
-            table.push(b);
+        if self.walk_cached(hits, |b| table.push(b)) < hits.len() {
+            table.truncate(start);
+            return false;
         }
-        if self.admit_held(start, new_blocks, table) {
-            return true;
-        }
-        table.truncate(start);
-        false
+        self.admit_held(start, new_blocks, table)
     }
 
     /// [`admit`](Self::admit) for hits already resolved to their blocks (a
@@ -300,22 +283,19 @@ impl KvPool {
         new_blocks: u32,
         table: &mut Vec<BlockId>,
     ) -> bool {
-        let start = table.len();
         debug_assert!(
             hits.iter().all(|&b| self.blocks[b as usize].cached()),
             "admitting an uncached hit"
         );
+        let start = table.len();
         table.extend_from_slice(hits);
-        if self.admit_held(start, new_blocks, table) {
-            return true;
-        }
-        table.truncate(start);
-        false
+        self.admit_held(start, new_blocks, table)
     }
 
     /// Takes a reference on `table[start..]` (cached blocks) and reserves `new_blocks`, if the
-    /// pool can hold both; false, changing nothing, if not.
-    fn admit_held(&mut self, start: usize, new_blocks: u32, table: &[BlockId]) -> bool {
+    /// pool can hold both; false, with `table` cut back to `start` and nothing else changed, if
+    /// not.
+    fn admit_held(&mut self, start: usize, new_blocks: u32, table: &mut Vec<BlockId>) -> bool {
         let hits = &table[start..];
         for &b in hits.iter().take(TOUCH_AHEAD) {
             self.touch_block(b);
@@ -328,6 +308,7 @@ impl KvPool {
             revived += u32::from(self.blocks[b as usize].refs == 0);
         }
         if u64::from(new_blocks) + u64::from(revived) > u64::from(self.available()) {
+            table.truncate(start);
             return false;
         }
         for &b in hits {
@@ -462,10 +443,12 @@ impl KvPool {
         if meta.cached() {
             return false;
         }
-        if self.lookup(hash).is_some() {
+        if !self
+            .cached
+            .insert_if_absent(hash, block, holds(&self.blocks, hash))
+        {
             return false;
         }
-        self.cached.insert(hash, block);
         let meta = &mut self.blocks[block as usize];
         meta.hash = hash;
         meta.parent = parent.unwrap_or_default();

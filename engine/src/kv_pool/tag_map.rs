@@ -132,14 +132,33 @@ impl TagMap {
         }
     }
 
-    /// Adds `hash` -> `block`; the caller knows `hash` is absent.
+    /// Adds `hash` -> `block` unless `hash` is already there (a block with its tag that
+    /// `holds` confirms, as in [`get`](Self::get)): one probe for both. Returns whether it added.
     #[inline]
-    pub(super) fn insert(&mut self, hash: BlockHash, block: BlockId) {
+    pub(super) fn insert_if_absent(
+        &mut self,
+        hash: BlockHash,
+        block: BlockId,
+        holds: impl Fn(BlockId) -> bool,
+    ) -> bool {
         if (self.len + 1) * 2 > self.slots.len() {
             self.grow();
         }
-        self.place(slot(hash, block));
+        let (mask, t) = (self.mask(), tag(hash));
+        let mut i = self.home_of_tag(t);
+        loop {
+            let s = self.slots[i];
+            if s == EMPTY {
+                break;
+            }
+            if slot_tag(s) == t && holds(slot_block(s)) {
+                return false;
+            }
+            i = (i + 1) & mask;
+        }
+        self.slots[i] = slot(hash, block);
         self.len += 1;
+        true
     }
 
     fn place(&mut self, s: u64) {
@@ -232,7 +251,7 @@ mod tests {
                 let hash = (high << 32) | low;
                 match (add, model.get(&hash).copied()) {
                     (true, None) => {
-                        map.insert(hash, next);
+                        prop_assert!(map.insert_if_absent(hash, next, |_| false));
                         model.insert(hash, next);
                         next += 1;
                     }
@@ -243,7 +262,9 @@ mod tests {
                     (false, None) => {
                         prop_assert!(!map.remove(hash, next));
                     }
-                    (true, Some(_)) => {}
+                    (true, Some(b)) => {
+                        prop_assert!(!map.insert_if_absent(hash, next, |x| x == b));
+                    }
                 }
                 let holds = |b: BlockId| model.iter().any(|(&h, &mb)| mb == b && h == hash);
                 prop_assert_eq!(map.get(hash, holds), model.get(&hash).copied());
