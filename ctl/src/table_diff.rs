@@ -14,6 +14,12 @@ fn max_shift(a: &[Vec<f64>], b: &[Vec<f64>], c: usize) -> f64 {
         .fold(0.0, f64::max)
 }
 
+fn load_rule(t: &RoutingTable) -> String {
+    t.load_rule.map_or("none".into(), |r| {
+        format!("local while prefill busy > {}", r.prefill_busy_threshold)
+    })
+}
+
 /// The differences from `a` to `b`; empty when they are the same.
 pub fn diff(a: &RoutingTable, b: &RoutingTable) -> Vec<String> {
     let mut out = Vec::new();
@@ -35,6 +41,7 @@ pub fn diff(a: &RoutingTable, b: &RoutingTable) -> Vec<String> {
         a.slo.tpot_ms.to_string(),
         b.slo.tpot_ms.to_string(),
     );
+    field("load_rule", load_rule(a), load_rule(b));
     let (pa, pb) = (&a.provenance, &b.provenance);
     field(
         "provenance.workload",
@@ -123,10 +130,17 @@ mod tests {
         let mut b = a.clone();
         b.bits = vec![1, 1];
         b.provenance.rounds = 26;
+        b.load_rule = Some(dolphin_router::dolphin::table::LoadRule {
+            prefill_busy_threshold: 1.0,
+        });
         b.model.centroids = Some(vec![vec![-1.0, -1.0, -1.0, 0.5], vec![1.0, 1.0, 1.0, 0.0]]);
         let d = diff(&a, &b);
         assert!(
             d.contains(&"provenance.rounds: 3 -> 26".to_string()),
+            "{d:?}"
+        );
+        assert!(
+            d.contains(&"load_rule: none -> local while prefill busy > 1".to_string()),
             "{d:?}"
         );
         assert!(

@@ -350,6 +350,7 @@ pub fn fit(args: &FitArgs) -> Result<(RoutingTable, String), TablesError> {
         seed: args.seed,
         features: [true; 4],
         reward: Reward::E2e,
+        load_rule: None,
     };
     let mut r = fit_table(&log.records, &cfg)?;
     // Bits set, not learned: no evidence, so the router takes them as given (`dolphinctl

@@ -8,8 +8,8 @@
 use dolphin_router::dolphin::assign::CompiledTable;
 use dolphin_router::dolphin::split::Split;
 use dolphin_router::dolphin::table::{
-    ClusterMethod, ClusterModel, FEATURE_NAMES, N_FEATURES, Provenance, Reward, RoutingTable,
-    TABLE_SCHEMA_VERSION, TableSlo,
+    ClusterMethod, ClusterModel, FEATURE_NAMES, LoadRule, N_FEATURES, Provenance, Reward,
+    RoutingTable, TABLE_SCHEMA_VERSION, TableSlo,
 };
 use dolphin_router::dolphin::trust::ClusterEvidence;
 use dolphin_router::policy::{Decision, Policy, PoolState, ThresholdConfig};
@@ -56,6 +56,8 @@ pub struct FitConfig {
     /// What counts as meeting the SLO while the table's bits are learned (recorded in its
     /// provenance, read by the evaluators).
     pub reward: Reward,
+    /// The load rule the table's bits are learned under (`None`: the bits alone decide).
+    pub load_rule: Option<LoadRule>,
 }
 
 /// A fitted table and how the requests fell into it.
@@ -139,6 +141,7 @@ pub fn fit_table(records: &[LogRecord], cfg: &FitConfig) -> Result<FitReport, Le
         model,
         bits: vec![0; cfg.k],
         evidence: Vec::new(),
+        load_rule: cfg.load_rule,
         provenance: Provenance {
             workload: cfg.workload.clone(),
             date: stats::now_rfc3339(),
@@ -257,6 +260,7 @@ mod tests {
             seed: 1,
             features: [true; N_FEATURES],
             reward: Reward::E2e,
+            load_rule: None,
         }
     }
 

@@ -22,6 +22,7 @@ pub mod error;
 pub mod fit;
 pub mod gmm;
 pub mod kmeans;
+pub mod load_rule;
 pub mod log;
 pub mod measure;
 pub mod search;

@@ -737,6 +737,11 @@ fn count_dolphin_decision(route: &RouteDecision) {
             ],
         )
         .increment(1),
+        DecidedBy::TableLoad => hot::counter(
+            m::DOLPHIN_LOAD_RULE_TOTAL,
+            [("cluster", m::cluster_label(route.cluster))],
+        )
+        .increment(1),
         DecidedBy::Fallback(f) => {
             hot::counter(m::DOLPHIN_FALLBACK_TOTAL, [("fallback", f.as_str())]).increment(1);
         }

@@ -63,6 +63,9 @@ pub const DOLPHIN_FALLBACK_TOTAL: &str = "dolphin_router_dolphin_fallback_decisi
 /// trusted for them, by `cluster` and `reason` (out_of_range: beyond the cluster's training
 /// range; thin_evidence: too few training requests or too small a margin behind the bit).
 pub const DOLPHIN_DISTRUSTED_TOTAL: &str = "dolphin_router_dolphin_distrusted_total";
+/// Requests of the `dolphin` policy whose bit said remote and that the table's load rule sent
+/// local because the chosen prefill worker was busy, by `cluster`.
+pub const DOLPHIN_LOAD_RULE_TOTAL: &str = "dolphin_router_dolphin_load_rule_total";
 /// Requests the online learner sent by the path their cluster's bit does not give, by
 /// `cluster` and `decision` (the path explored).
 pub const ONLINE_EXPLORED_TOTAL: &str = "dolphin_router_online_explored_total";
@@ -99,7 +102,6 @@ pub fn cluster_label(cluster: Option<u32>) -> &'static str {
         .unwrap_or("none")
 }
 
-/// Describes every metric to the installed recorder. Call once at start.
 /// Every metric name above (the dashboard test checks its queries against these).
 pub const ALL: &[&str] = &[
     REQUESTS_TOTAL,
@@ -125,6 +127,7 @@ pub const ALL: &[&str] = &[
     REQUEST_LOG_DROPPED_TOTAL,
     DOLPHIN_DECISIONS_TOTAL,
     DOLPHIN_DISTRUSTED_TOTAL,
+    DOLPHIN_LOAD_RULE_TOTAL,
     DOLPHIN_FALLBACK_TOTAL,
     ONLINE_EXPLORED_TOTAL,
     ONLINE_FLIPS_TOTAL,
@@ -136,10 +139,15 @@ pub const ALL: &[&str] = &[
     APPROX_INDEX_LOOKUPS_TOTAL,
 ];
 
+/// Describes every metric to the installed recorder. Call once at start.
 pub fn describe() {
     describe_counter!(
         DOLPHIN_DECISIONS_TOTAL,
         "Dolphin table decisions, by cluster and decision."
+    );
+    describe_counter!(
+        DOLPHIN_LOAD_RULE_TOTAL,
+        "Dolphin table decisions turned local by the table's load rule (busy prefill worker)."
     );
     describe_counter!(
         DOLPHIN_FALLBACK_TOTAL,

@@ -256,6 +256,9 @@ pub enum DecidedBy {
     Policy(PolicyKind),
     /// The `dolphin` policy's routing table.
     Table,
+    /// The `dolphin` policy's routing table said remote, and its load rule made the request
+    /// local: the chosen prefill worker was busy.
+    TableLoad,
     /// The `dolphin` policy's fallback: the live split has no table.
     Fallback(FallbackKind),
     /// The `dolphin` policy's fallback: the table's bit was not trusted for this request (its
@@ -277,6 +280,7 @@ impl DecidedBy {
             DecidedBy::Policy(PolicyKind::AlwaysRemote) => "always-remote",
             DecidedBy::Policy(PolicyKind::Threshold) => "threshold",
             DecidedBy::Policy(PolicyKind::Dolphin) | DecidedBy::Table => "dolphin",
+            DecidedBy::TableLoad => "dolphin-load",
             DecidedBy::Fallback(FallbackKind::AlwaysLocal) => "dolphin-fallback/always-local",
             DecidedBy::Fallback(FallbackKind::AlwaysRemote) => "dolphin-fallback/always-remote",
             DecidedBy::Fallback(FallbackKind::Threshold) => "dolphin-fallback/threshold",

@@ -112,7 +112,9 @@ pub enum RouteError {
 ///
 /// - `force` (a caller's explicit choice) wins; forcing remote with no prefill worker fails.
 /// - With no prefill worker the decision is local (the features and cluster are still reported).
-/// - Under [`Policy::Dolphin`], `table` (the live split's) decides; without one, the policy's
+/// - Under [`Policy::Dolphin`], `table` (the live split's) decides, and its load rule turns a
+///   remote bit local while the chosen prefill worker is busy ([`DecidedBy::TableLoad`]);
+///   without a table, the policy's
 ///   fallback does ([`DecidedBy::Fallback`]), and so it does for a request whose cluster's bit
 ///   the policy's [`TrustConfig`] distrusts ([`DecidedBy::Distrusted`]).
 /// - Any other policy decides by its rule; `table`, if given, only names the cluster.
@@ -155,12 +157,14 @@ pub fn decide(
             }
             Some((t, (_, bit, None))) => {
                 table_version = t.version.cloned();
-                let decision = if pools.available {
-                    bit
-                } else {
-                    Decision::Local
-                };
-                (decision, DecidedBy::Table)
+                let busy = t.table.load_rule().is_some_and(|rule| {
+                    bit == Decision::Remote && pools.prefill_busy(rule.prefill_busy_threshold)
+                });
+                match (pools.available, busy) {
+                    (true, false) => (bit, DecidedBy::Table),
+                    (true, true) => (Decision::Local, DecidedBy::TableLoad),
+                    (false, _) => (Decision::Local, DecidedBy::Table),
+                }
             }
             None => fallback(cfg, &features, pools),
         },

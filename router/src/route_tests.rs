@@ -234,3 +234,73 @@ fn force_wins_but_remote_needs_a_prefill_worker() {
         (Decision::Remote, DecidedBy::Forced)
     );
 }
+
+#[test]
+fn a_tables_load_rule_turns_remote_bits_local_while_the_prefill_worker_is_busy() {
+    let mut doc = kmeans_table(Split::new(1, 1), [0, 1]);
+    doc.load_rule = Some(crate::dolphin::table::LoadRule {
+        prefill_busy_threshold: 1.0,
+    });
+    let t = CompiledTable::compile(doc).expect("compiles");
+    let tref = Some(TableRef {
+        table: &t,
+        version: None,
+    });
+    let dolphin = Policy::Dolphin(DolphinConfig::default());
+    let pending = |pending_tokens| {
+        Some(PrefillChoice {
+            cached_blocks: 0,
+            queue: 1,
+            pending_tokens,
+            max_batched_tokens: 2048,
+        })
+    };
+    let at = |isl, prefill| {
+        let r = route(&input(isl, prefill), &dolphin, tref, None).expect("routes");
+        (r.decision, r.decided_by, r.cluster)
+    };
+    // Busy: more than one step (2048 tokens) pending. A remote bit goes local...
+    assert_eq!(
+        at(5000, pending(2049)),
+        (Decision::Local, DecidedBy::TableLoad, Some(1))
+    );
+    assert_eq!(DecidedBy::TableLoad.label(), "dolphin-load");
+    // ... but not at the threshold, nor when the worker does not report its step size.
+    assert_eq!(
+        at(5000, pending(2048)),
+        (Decision::Remote, DecidedBy::Table, Some(1))
+    );
+    assert_eq!(
+        at(5000, IDLE),
+        (Decision::Remote, DecidedBy::Table, Some(1))
+    );
+    // A local bit stays local, decided by the table.
+    assert_eq!(
+        at(10, pending(1 << 20)),
+        (Decision::Local, DecidedBy::Table, Some(0))
+    );
+    // Forcing still wins, and the same table without the rule takes its bit.
+    let r = route(
+        &input(5000, pending(1 << 20)),
+        &dolphin,
+        tref,
+        Some(Decision::Remote),
+    )
+    .expect("routes");
+    assert_eq!(r.decided_by, DecidedBy::Forced);
+    let plain = table();
+    let r = route(
+        &input(5000, pending(1 << 20)),
+        &dolphin,
+        Some(TableRef {
+            table: &plain,
+            version: None,
+        }),
+        None,
+    )
+    .expect("routes");
+    assert_eq!(
+        (r.decision, r.decided_by),
+        (Decision::Remote, DecidedBy::Table)
+    );
+}

@@ -240,6 +240,32 @@ async fn learns_on_the_simulator_and_resumes_from_its_log() -> anyhow::Result<()
 }
 
 #[tokio::test]
+async fn learns_under_a_load_rule_and_keeps_it_in_the_table_and_the_log() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let (log, out) = (dir.path().join("rounds.jsonl"), dir.path().join("t.json"));
+    let mut args = sim(2, &log, &out);
+    args.extend(strings(&["--load-rule-busy-threshold", "0.5"]));
+    let run = dolphinctl(&args).await?;
+    anyhow::ensure!(run.status.success(), "learn failed: {}", text(&run));
+    let table = load_table(&out)?;
+    assert_eq!(
+        table.load_rule.map(|r| r.prefill_busy_threshold),
+        Some(0.5),
+        "{}",
+        text(&run)
+    );
+    let (header, _) = read_log(&log)?;
+    let settings = header["settings"].as_str().context("no settings")?;
+    assert!(settings.contains("load_rule busy 0.5"), "{settings}");
+    let fitted: RoutingTable = serde_json::from_value(header["table"].clone())?;
+    assert_eq!(fitted.load_rule, table.load_rule);
+    // The same log without the rule: other settings, refused.
+    let plain = dolphinctl(&sim(2, &log, &dir.path().join("plain.json"))).await?;
+    assert_eq!(plain.status.code(), Some(64), "{}", text(&plain));
+    Ok(())
+}
+
+#[tokio::test]
 async fn bad_input_fails_clearly_and_writes_nothing() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let out = dir.path().join("table.json");
@@ -261,7 +287,17 @@ async fn bad_input_fails_clearly_and_writes_nothing() -> anyhow::Result<()> {
         "--sim-profile",
         "dynamo-mocker",
     ];
-    let cases: [(Vec<String>, i32, String); 3] = [
+    let cases: [(Vec<String>, i32, String); 4] = [
+        (
+            strings(&[
+                "--workload",
+                "humaneval",
+                "--load-rule-busy-threshold",
+                "-1",
+            ]),
+            64,
+            "expected a number of steps >= 0, got \"-1\"".to_owned(),
+        ),
         (
             strings(&["--workload", &format!("mooncake:{}", missing.display())]),
             1,

@@ -277,6 +277,7 @@ fn table(
         model,
         bits: (0..K).map(|i| (i % 2) as u8).collect(),
         evidence: Vec::new(),
+        load_rule: None,
         provenance: Provenance {
             workload: "bench".into(),
             date: String::new(),

@@ -1,7 +1,8 @@
 //! The simulator experiments of `docs/results.md`, on the 72B-like profile (`qwen72b-h20`):
 //! TaiChi's flip, the learned table against Dynamo's rules and the fixed policies on mixed and
 //! real-trace workloads and on each single-type workload, at operating points below
-//! saturation (where Dynamo 1.6 meets the SLO for 50, 80 and 95% of requests), the step
+//! saturation (where Dynamo 1.6 meets the SLO for 50, 80 and 95% of requests), tables learned
+//! under a load rule the learner chooses (`--load-rule-only` runs that alone), the step
 //! limits' TTFT/TPOT trade, tables serving traffic unlike their training traffic, online
 //! learning after a split change, and the ablations (K, no scan, no output-length feature,
 //! k-means against GMM), and the simulator against the live real-model cluster under a measured
@@ -24,11 +25,12 @@ use std::path::PathBuf;
 use clap::Parser;
 use dolphin_bench::BenchError;
 use dolphin_bench::experiments::{
-    Ablation, Baseline, ClassRow, Comparison, CrosscheckRow, FlipRow, LoadKind, OnlineRow,
-    OperatingPoint, Samples, Setup, ShiftRow, StepLimitRow, TpotSloRow, ablations, attainment_bars,
-    best_baseline, cdfs, change_pct, crosscheck_section, find_load, flip, learn, operating_points,
-    operating_table, output_classes, run_baseline, run_crosscheck, run_table, split, split_change,
-    step_limit_trade, tpot_slo_sweep, traffic_shift,
+    Ablation, Baseline, ClassRow, Comparison, CrosscheckRow, FlipRow, LoadKind, LoadRuleRow,
+    OnlineRow, OperatingPoint, Samples, Setup, ShiftRow, StepLimitRow, TpotSloRow, ablations,
+    attainment_bars, best_baseline, cdfs, change_pct, crosscheck_section, find_load, flip, learn,
+    load_rule_comparison, operating_points, operating_table, output_classes, run_baseline,
+    run_crosscheck, run_table, split, split_change, step_limit_trade, tpot_slo_sweep,
+    traffic_shift,
 };
 use dolphin_engine::SimProfile;
 use dolphin_learn::fit::FitConfig;
@@ -71,6 +73,13 @@ struct Args {
     /// Only TaiChi's flip (for exploring its load).
     #[arg(long)]
     flip_only: bool,
+    /// Only the tables learned under a load rule.
+    #[arg(long)]
+    load_rule_only: bool,
+    /// Requests per sample (training, validation, test) of the tables learned under a load
+    /// rule.
+    #[arg(long, default_value_t = 1000)]
+    load_rule_requests: usize,
     /// The Mooncake conversation trace.
     #[arg(long, default_value = "../shared/traces/mooncake-conversation.jsonl")]
     mooncake: PathBuf,
@@ -120,6 +129,7 @@ struct Results {
     slo: Slo,
     flip: Vec<FlipRow>,
     comparisons: Vec<Comparison>,
+    load_rule: Vec<LoadRuleRow>,
     operating_points: Vec<OperatingPoint>,
     tpot_slo_sweep: Vec<TpotSloRow>,
     step_limits: Vec<StepLimitRow>,
@@ -219,8 +229,7 @@ fn run(args: Args) -> Result<(), BenchError> {
     let mooncake =
         trace::mooncake(&args.mooncake).map_err(|e| BenchError::Experiment(e.to_string()))?;
     let azure = trace::azure(&args.azure).map_err(|e| BenchError::Experiment(e.to_string()))?;
-    let samples = |name: &str| -> Result<(Workload, Workload), BenchError> {
-        let n = args.requests;
+    let samples_of = |name: &str, n: usize| -> Result<(Workload, Workload), BenchError> {
         // A trace's training sample is its first n rows, its test sample the next n.
         let rows = |w: &Workload, name: &str| -> Result<(Workload, Workload), BenchError> {
             if w.requests.len() < 2 * n {
@@ -243,8 +252,52 @@ fn run(args: Args) -> Result<(), BenchError> {
             _ => (synthetic::hybrid(n, 1), synthetic::hybrid(n, 2)),
         })
     };
+    let samples = |name: &str| samples_of(name, args.requests);
+    // A third sample, to choose among learned tables: the trace's rows after the test sample,
+    // or a third seed.
+    let validation = |name: &str, n: usize| -> Result<Workload, BenchError> {
+        Ok(match name {
+            "mooncake" => {
+                if mooncake.requests.len() < 3 * n {
+                    return Err(BenchError::Experiment(format!(
+                        "the mooncake trace has fewer than {} rows",
+                        3 * n
+                    )));
+                }
+                let mut w = mooncake.clone();
+                w.requests = mooncake.requests[2 * n..3 * n].to_vec();
+                w
+            }
+            _ => synthetic::hybrid(n, 3),
+        })
+    };
     if args.online_only {
         online_md(&mut md, &samples, &mooncake)?;
+        println!("{md}");
+        return Ok(());
+    }
+    let load_rule_md = |md: &mut String| -> Result<Vec<LoadRuleRow>, BenchError> {
+        let _ = writeln!(
+            md,
+            "\n## Learned tables under a load rule\n\nThe learner also chooses a load rule: none, or local prefill while the chosen prefill worker has more than 0.5, 1 or 2 steps of prefill work pending (Dynamo's `prefill_load` signal), learning the bits under each on the training sample and keeping the table that attains the most on a validation sample (`dolphinctl learn --load-rule-busy-threshold` learns under one rule). The plain table is learned on the same training sample. Both, the best baseline and Dynamo 1.6 are measured on the test sample. Closed loop; training, validation and test samples of {} requests each (at 400, a point of attainment is 4 requests, below what separates the rules).\n",
+            args.load_rule_requests
+        );
+        let mut settings = Vec::new();
+        for &concurrency in &args.concurrency {
+            for (name, split_name) in &mixed {
+                let n = args.load_rule_requests;
+                let (train, test) = samples_of(name, n)?;
+                settings.push((
+                    name.to_string(),
+                    setup(split(split_name)?, concurrency),
+                    (train, validation(name, n)?, test),
+                ));
+            }
+        }
+        load_rule_comparison(&settings, md)
+    };
+    if args.load_rule_only {
+        load_rule_md(&mut md)?;
         println!("{md}");
         return Ok(());
     }
@@ -365,6 +418,7 @@ fn run(args: Args) -> Result<(), BenchError> {
         md.push_str(&per_metric);
     }
     attainment_bars(&args.out, &comparisons)?;
+    let load_rule = load_rule_md(&mut md)?;
 
     let mut operating = Vec::new();
     if !args.operating_targets.is_empty() {
@@ -498,6 +552,7 @@ fn run(args: Args) -> Result<(), BenchError> {
         slo,
         flip,
         comparisons,
+        load_rule,
         operating_points: operating,
         tpot_slo_sweep: tpot_sweep,
         step_limits,

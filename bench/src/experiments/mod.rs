@@ -22,6 +22,7 @@ mod charts;
 mod classes;
 mod crosscheck;
 mod flip;
+mod load_rule;
 mod online;
 mod operating;
 mod shift;
@@ -32,6 +33,7 @@ pub use charts::{attainment_bars, cdfs};
 pub use classes::{ClassRow, capped_records, output_classes};
 pub use crosscheck::{CrosscheckRow, crosscheck_section, run_crosscheck};
 pub use flip::{FlipRow, flip};
+pub use load_rule::{LoadRuleRow, load_rule_comparison};
 pub use online::{OnlineRow, OnlineSeries, split_change};
 pub use operating::{
     LoadKind, OperatingPoint, StepLimitRow, find_load, operating_points, operating_table, split,
@@ -113,6 +115,7 @@ impl Setup {
             seed,
             features: [true; 4],
             reward: Reward::E2e,
+            load_rule: None,
         }
     }
 }
@@ -247,7 +250,7 @@ pub fn learn(
     learn_on_sim(&mut target, fit, search, &[], &mut |_| {}).map_err(learn_err)
 }
 
-fn learn_err(e: dolphin_learn::LearnError) -> BenchError {
+pub(crate) fn learn_err(e: dolphin_learn::LearnError) -> BenchError {
     BenchError::Experiment(e.to_string())
 }
 

@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
+use dolphin_router::dolphin::table::LoadRule;
 use dolphin_router::dolphin::{Reward, Split};
 use dolphin_workload::{Arrivals, WorkloadSpec};
 
@@ -43,6 +44,12 @@ pub struct LearnArgs {
     /// SLO, as TaiChi measures it). Recorded in the table's provenance.
     #[arg(long, value_enum, default_value_t = Reward::E2e)]
     pub reward: Reward,
+    /// Learn the bits under a load rule: a request whose bit says remote prefills locally
+    /// while its prefill worker has more than this many steps of prefill work pending
+    /// (Dynamo's `prefill_load` signal). Stored in the table, which the router then follows.
+    /// Off by default.
+    #[arg(long, value_parser = parse_busy_threshold, allow_negative_numbers = true)]
+    pub load_rule_busy_threshold: Option<f64>,
     /// The workload: mooncake:PATH, azure:PATH, bailian:PATH, burstgpt:PATH, arxiv, leval,
     /// humaneval or hybrid.
     #[arg(long)]
@@ -120,4 +127,22 @@ pub struct LearnArgs {
     /// it, a live run makes the table active before learning active again.
     #[arg(long)]
     pub activate: bool,
+}
+
+impl LearnArgs {
+    /// The load rule the table is learned under, if any.
+    pub fn load_rule(&self) -> Option<LoadRule> {
+        self.load_rule_busy_threshold
+            .map(|prefill_busy_threshold| LoadRule {
+                prefill_busy_threshold,
+            })
+    }
+}
+
+/// A busy threshold: a finite number of steps, at least 0.
+fn parse_busy_threshold(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(t) if t.is_finite() && t >= 0.0 => Ok(t),
+        _ => Err(format!("expected a number of steps >= 0, got {s:?}")),
+    }
 }

@@ -147,6 +147,7 @@ pub async fn run(args: &LearnArgs, out: &mut impl Write) -> Result<(), LearnCmdE
         seed: args.learn_seed,
         features: [true, true, true, !args.no_output_feature],
         reward: args.reward,
+        load_rule: args.load_rule(),
     };
     let search_cfg = SearchConfig {
         k,
@@ -330,8 +331,12 @@ fn search_logged(
 
 /// The settings a round log must match to be resumed.
 fn settings(args: &LearnArgs, fit: &FitConfig, search: &SearchConfig) -> String {
+    // Logs from before load rules read back with the same settings when no rule is set.
+    let rule = fit.load_rule.map_or(String::new(), |r| {
+        format!(" load_rule busy {}", r.prefill_busy_threshold)
+    });
     format!(
-        "split {} k {} method {} features {:?} slo {}ms/{}ms reward {} workload {} arrivals {} target {:?} {} | scan {} epsilon {} decay {} max_rounds {} patience {} seed {}",
+        "split {} k {} method {} features {:?} slo {}ms/{}ms reward {}{rule} workload {} arrivals {} target {:?} {} | scan {} epsilon {} decay {} max_rounds {} patience {} seed {}",
         fit.split,
         fit.k,
         fit.method.as_str(),

@@ -8,7 +8,7 @@
 
 use crate::policy::{Decision, Features};
 
-use super::table::{ClusterMethod, N_FEATURES, RoutingTable, TableError};
+use super::table::{ClusterMethod, LoadRule, N_FEATURES, RoutingTable, TableError};
 use super::trust::{Distrust, TrustConfig};
 
 /// A point in feature space.
@@ -201,6 +201,11 @@ impl CompiledTable {
             .get(cluster)
             .and_then(|e| trust.check(e, distance));
         (cluster, self.bit(cluster), distrust)
+    }
+
+    /// The load rule the bits were learned under.
+    pub fn load_rule(&self) -> Option<LoadRule> {
+        self.table.load_rule
     }
 
     /// The decision stored for `cluster`.

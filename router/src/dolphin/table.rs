@@ -62,8 +62,22 @@ pub struct RoutingTable {
     /// and every bit is trusted; see [`super::trust`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub evidence: Vec<ClusterEvidence>,
+    /// The load rule the bits were learned under (`None`: the bits alone decide).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load_rule: Option<LoadRule>,
     /// Where the table came from.
     pub provenance: Provenance,
+}
+
+/// What a table's bits cannot see: the chosen prefill worker's backlog. Under this rule a
+/// request whose bit says remote prefills locally while that worker is busy (Dynamo's
+/// `prefill_load` signal: prompt tokens pending above `prefill_busy_threshold` times its step
+/// size). The bits are learned with the rule in force, so they are the best bits given it.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LoadRule {
+    /// Steps of prefill work pending above which the chosen prefill worker is busy (>= 0).
+    pub prefill_busy_threshold: f64,
 }
 
 /// SLO targets of a table, in milliseconds.
@@ -373,6 +387,15 @@ impl RoutingTable {
                 }
             }
         }
+        if let Some(rule) = self.load_rule {
+            let t = rule.prefill_busy_threshold;
+            finite("load_rule.prefill_busy_threshold", t)?;
+            if t < 0.0 {
+                return Err(TableError::Model(format!(
+                    "load_rule.prefill_busy_threshold must be >= 0, got {t}"
+                )));
+            }
+        }
         let rewards = &self.provenance.rewards;
         if !rewards.is_empty() {
             length("provenance.rewards", rewards.len(), k)?;
@@ -470,6 +493,7 @@ pub(crate) mod tests {
             },
             bits: bits.to_vec(),
             evidence: Vec::new(),
+            load_rule: None,
             provenance: Provenance {
                 workload: "test".into(),
                 date: "2026-11-29T00:00:00Z".into(),
@@ -554,6 +578,37 @@ pub(crate) mod tests {
             .replace("\"k\":2", "\"k\":2,\"extra\":1");
         assert!(matches!(
             RoutingTable::from_json(&text),
+            Err(TableError::Json(_))
+        ));
+    }
+
+    #[test]
+    fn a_load_rule_is_optional_and_checked() {
+        let plain = kmeans_table(Split::new(1, 1), [0, 1]);
+        assert!(!plain.to_json_pretty().contains("load_rule"));
+        let mut t = plain.clone();
+        t.load_rule = Some(LoadRule {
+            prefill_busy_threshold: 0.5,
+        });
+        let text = t.to_json_pretty();
+        assert!(text.contains("\"prefill_busy_threshold\": 0.5"), "{text}");
+        assert_eq!(RoutingTable::from_json(&text).expect("valid"), t);
+        t.load_rule = Some(LoadRule {
+            prefill_busy_threshold: -1.0,
+        });
+        assert!(
+            matches!(refused(&t), TableError::Model(m) if m.contains("load_rule.prefill_busy_threshold"))
+        );
+        t.load_rule = Some(LoadRule {
+            prefill_busy_threshold: f64::INFINITY,
+        });
+        assert!(matches!(t.validate(), Err(TableError::NotFinite { .. })));
+        let unknown = serde_json::to_string(&plain).expect("json").replace(
+            "\"k\":2",
+            "\"k\":2,\"load_rule\":{\"prefill_busy_threshold\":1,\"queue\":2}",
+        );
+        assert!(matches!(
+            RoutingTable::from_json(&unknown),
             Err(TableError::Json(_))
         ));
     }
