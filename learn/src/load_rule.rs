@@ -14,6 +14,21 @@ use crate::measure::period_of;
 use crate::search::SearchConfig;
 use crate::sim_target::{SimLearned, SimTarget, learn_on_sim};
 
+/// The rules the learner chooses among by default: none (first, so the plain table wins
+/// ties), and busy above 0.5, 1 and 2 steps of prefill work.
+pub const CANDIDATES: [Option<LoadRule>; 4] = [
+    None,
+    Some(LoadRule {
+        prefill_busy_threshold: 0.5,
+    }),
+    Some(LoadRule {
+        prefill_busy_threshold: 1.0,
+    }),
+    Some(LoadRule {
+        prefill_busy_threshold: 2.0,
+    }),
+];
+
 /// One candidate's learning.
 #[derive(Clone, Debug)]
 pub struct Candidate {

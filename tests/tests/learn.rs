@@ -266,6 +266,108 @@ async fn learns_under_a_load_rule_and_keeps_it_in_the_table_and_the_log() -> any
 }
 
 #[tokio::test]
+async fn chooses_a_load_rule_on_a_validation_sample() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let out = dir.path().join("t.json");
+    let mut args = strings(&SIM);
+    args.extend(strings(&[
+        "--max-rounds",
+        "2",
+        "--choose-load-rule",
+        "--out",
+        &path(&out),
+    ]));
+    let run = dolphinctl(&args).await?;
+    anyhow::ensure!(run.status.success(), "learn failed: {}", text(&run));
+    let err = stderr(&run);
+    assert!(
+        err.contains("choosing a load rule: learning on 60 requests, validating on 60"),
+        "{}",
+        text(&run)
+    );
+    // One line per candidate: its rule and its validation attainment.
+    let candidates: Vec<(String, f64)> = err
+        .lines()
+        .filter_map(|l| l.strip_prefix("load rule "))
+        .map(|l| {
+            let rule = l.split("training").next().unwrap_or("").trim().to_owned();
+            let validation = l.rsplit(' ').next().and_then(|v| v.parse().ok());
+            (rule, validation.unwrap_or(f64::NAN))
+        })
+        .collect();
+    let rules: Vec<&str> = candidates.iter().map(|(r, _)| r.as_str()).collect();
+    assert_eq!(
+        rules,
+        ["none", "busy > 0.5", "busy > 1", "busy > 2"],
+        "{}",
+        text(&run)
+    );
+    let top = candidates.iter().map(|c| c.1).fold(f64::MIN, f64::max);
+    let chosen = &candidates.iter().find(|c| c.1 == top).context("a top")?.0;
+    assert!(
+        err.contains(&format!("chose load rule {chosen}:")),
+        "{}",
+        text(&run)
+    );
+    let table = load_table(&out)?;
+    let name = table.load_rule.map_or("none".to_owned(), |r| {
+        format!("busy > {}", r.prefill_busy_threshold)
+    });
+    assert_eq!(&name, chosen);
+
+    // What it cannot do: a round log, the live target, a fixed rule, a trace too short to
+    // hold a validation sample after the training rows.
+    let trace = dir.path().join("short.jsonl");
+    std::fs::write(
+        &trace,
+        "{\"timestamp\": 0, \"input_length\": 600, \"output_length\": 5, \"hash_ids\": [0, 1]}\n\
+         {\"timestamp\": 10, \"input_length\": 600, \"output_length\": 5, \"hash_ids\": [0, 2]}\n\
+         {\"timestamp\": 20, \"input_length\": 600, \"output_length\": 5, \"hash_ids\": [3, 4]}\n",
+    )?;
+    let base = strings(&[
+        "learn",
+        "--split",
+        "1p1d",
+        "--k",
+        "2",
+        "--sim-profile",
+        "dynamo-mocker",
+        "--choose-load-rule",
+    ]);
+    let log = dir.path().join("rounds.jsonl");
+    let other = dir.path().join("other.json");
+    let (log_arg, trace_arg) = (path(&log), format!("mooncake:{}", trace.display()));
+    let cases: [(Vec<&str>, &str); 4] = [
+        (
+            vec!["--workload", "humaneval", "--log", &log_arg],
+            "--choose-load-rule runs one search per rule and writes no round log",
+        ),
+        (
+            vec!["--workload", "humaneval", "--target", "live"],
+            "--choose-load-rule learns on the simulator (--target sim)",
+        ),
+        (
+            vec!["--workload", "humaneval", "--load-rule-busy-threshold", "1"],
+            "cannot be used with",
+        ),
+        (
+            vec!["--workload", &trace_arg, "--requests", "2"],
+            "--choose-load-rule validates on the trace's next 2 rows, but",
+        ),
+    ];
+    for (extra, message) in cases {
+        let mut args = base.clone();
+        args.extend(strings(&extra));
+        args.extend(strings(&["--out", &path(&other)]));
+        let run = dolphinctl(&args).await?;
+        assert_eq!(run.status.code(), Some(64), "{args:?}: {}", text(&run));
+        assert!(stderr(&run).contains(message), "{args:?}: {}", text(&run));
+        assert!(!other.exists() && !log.exists(), "{args:?} wrote files");
+    }
+    Ok(())
+}
+
+#[tokio::test]
 async fn bad_input_fails_clearly_and_writes_nothing() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let out = dir.path().join("table.json");

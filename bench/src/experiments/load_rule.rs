@@ -7,9 +7,9 @@
 
 use std::fmt::Write as _;
 
-use dolphin_learn::load_rule::learn_rule_on_sim;
+use dolphin_learn::load_rule::{CANDIDATES, learn_rule_on_sim};
 use dolphin_learn::search::SearchConfig;
-use dolphin_router::dolphin::table::{ClusterMethod, LoadRule};
+use dolphin_router::dolphin::table::ClusterMethod;
 use dolphin_workload::{Summary, Workload};
 use serde::Serialize;
 
@@ -17,9 +17,6 @@ use super::{
     Baseline, Setup, best_baseline, change_pct, learn, learn_err, run_baseline, run_table,
 };
 use crate::BenchError;
-
-/// The rules the learner chooses from (`None` first: the plain table wins ties).
-pub const CANDIDATE_THRESHOLDS: [Option<f64>; 4] = [None, Some(0.5), Some(1.0), Some(2.0)];
 
 /// A workload's training, validation and test samples.
 pub type Samples3 = (Workload, Workload, Workload);
@@ -55,14 +52,7 @@ pub fn load_rule_comparison(
     settings: &[(String, Setup, Samples3)],
     md: &mut String,
 ) -> Result<Vec<LoadRuleRow>, BenchError> {
-    let rules: Vec<Option<LoadRule>> = CANDIDATE_THRESHOLDS
-        .iter()
-        .map(|t| {
-            t.map(|prefill_busy_threshold| LoadRule {
-                prefill_busy_threshold,
-            })
-        })
-        .collect();
+    let rules = &CANDIDATES;
     md.push_str("| workload | split | in flight | rule chosen (attainment in training / validation: none, 0.5, 1, 2) | best baseline | plain table | table with rule | with rule vs best: P90 TTFT, P90 TPOT | with rule vs Dynamo 1.6: P90 TTFT, P90 TPOT |\n|---|---|---|---|---|---|---|---|---|\n");
     let mut rows = Vec::new();
     for (name, setup, (train, validate, test)) in settings {
@@ -77,7 +67,7 @@ pub fn load_rule_comparison(
             Some(&mut validate_target),
             &fit,
             &search,
-            &rules,
+            rules,
         )
         .map_err(learn_err)?;
         let mut target = s.target(test)?;

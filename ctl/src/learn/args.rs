@@ -50,6 +50,13 @@ pub struct LearnArgs {
     /// Off by default.
     #[arg(long, value_parser = parse_busy_threshold, allow_negative_numbers = true)]
     pub load_rule_busy_threshold: Option<f64>,
+    /// Sim: let the learner choose the load rule. It learns the table without a rule and under
+    /// each of 0.5, 1 and 2 steps, and keeps the one that attains the most on a validation
+    /// sample: the trace's next `--requests` rows (without `--requests`, the trace's second
+    /// half, the first half training), or the synthetic mix with the next seed. One search per
+    /// rule, printed as a summary (no round log).
+    #[arg(long, conflicts_with = "load_rule_busy_threshold")]
+    pub choose_load_rule: bool,
     /// The workload: mooncake:PATH, azure:PATH, bailian:PATH, burstgpt:PATH, arxiv, leval,
     /// humaneval or hybrid.
     #[arg(long)]

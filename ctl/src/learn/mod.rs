@@ -23,15 +23,16 @@ use std::path::PathBuf;
 
 use dolphin_engine::SimProfile;
 use dolphin_learn::fit::{FitConfig, InitBits, fit_table};
+use dolphin_learn::load_rule::{self, learn_rule_on_sim};
 use dolphin_learn::measure::{learned_table, records_from_outcomes};
 use dolphin_learn::search::{Evaluator, Phase, Round, SearchConfig, SearchResult, search};
 use dolphin_learn::sim_target::{SimEvaluator, SimTarget};
 use dolphin_proto::v1;
 use dolphin_router::dolphin::RoutingTable;
-use dolphin_router::dolphin::table::{ClusterMethod, TableSlo};
+use dolphin_router::dolphin::table::{ClusterMethod, LoadRule, TableSlo};
 use dolphin_router::policy::{Policy, ThresholdConfig};
 use dolphin_sim::SimClusterConfig;
-use dolphin_workload::{RequestOutcome, Slo};
+use dolphin_workload::{RequestOutcome, Slo, Workload, WorkloadSpec};
 
 pub use args::{LearnArgs, Method};
 pub use live::{LiveEvaluator, LiveTarget};
@@ -159,25 +160,12 @@ pub async fn run(args: &LearnArgs, out: &mut impl Write) -> Result<(), LearnCmdE
         seed: args.learn_seed,
     };
     let settings = settings(args, &fit_cfg, &search_cfg);
+    if args.choose_load_rule {
+        return choose_load_rule(args, &spec, workload, slo, &fit_cfg, &search_cfg, out).await;
+    }
 
     let mut measure = match args.target {
-        Target::Sim => {
-            let profile =
-                SimProfile::load(&args.sim_profile).map_err(|source| ReplayError::Profile {
-                    name: args.sim_profile.clone(),
-                    source,
-                })?;
-            let mut cluster = SimClusterConfig::new(args.split.prefill, args.split.decode, profile);
-            cluster.total_blocks = args.total_blocks;
-            let mut target = SimTarget::new(cluster, &workload, args.arrivals, slo)?;
-            if args.max_tokens_cap {
-                target.cap_max_tokens();
-            }
-            if let Some(path) = &args.classifier {
-                target.set_classifier(crate::replay::load_classifier(path)?);
-            }
-            Measure::Sim(Box::new(target))
-        }
+        Target::Sim => Measure::Sim(Box::new(sim_target(args, &workload, slo)?)),
         Target::Live => {
             if args.classifier.is_some() {
                 return Err(ReplayError::Usage(
@@ -296,6 +284,122 @@ pub async fn run(args: &LearnArgs, out: &mut impl Write) -> Result<(), LearnCmdE
         table.bits, result.attainment, result.converged_round, result.rounds
     );
     keep(args, &table, out).await
+}
+
+/// `workload` on the simulated cluster of `args`.
+fn sim_target(args: &LearnArgs, workload: &Workload, slo: Slo) -> Result<SimTarget, LearnCmdError> {
+    let profile = SimProfile::load(&args.sim_profile).map_err(|source| ReplayError::Profile {
+        name: args.sim_profile.clone(),
+        source,
+    })?;
+    let mut cluster = SimClusterConfig::new(args.split.prefill, args.split.decode, profile);
+    cluster.total_blocks = args.total_blocks;
+    let mut target = SimTarget::new(cluster, workload, args.arrivals, slo)?;
+    if args.max_tokens_cap {
+        target.cap_max_tokens();
+    }
+    if let Some(path) = &args.classifier {
+        target.set_classifier(crate::replay::load_classifier(path)?);
+    }
+    Ok(target)
+}
+
+/// `--choose-load-rule`: the table learned under each candidate rule on `workload`, judged on
+/// a validation sample, the best kept.
+async fn choose_load_rule(
+    args: &LearnArgs,
+    spec: &WorkloadSpec,
+    workload: Workload,
+    slo: Slo,
+    fit: &FitConfig,
+    search: &SearchConfig,
+    out: &mut impl Write,
+) -> Result<(), LearnCmdError> {
+    let usage = |m: &str| Err(LearnCmdError::Usage(m.into()));
+    if args.target != Target::Sim {
+        return usage("--choose-load-rule learns on the simulator (--target sim)");
+    }
+    if args.log.is_some() {
+        return usage(
+            "--choose-load-rule runs one search per rule and writes no round log; drop --log",
+        );
+    }
+    let (train, validate) = validation_split(spec, workload)?;
+    eprintln!(
+        "choosing a load rule: learning on {} requests, validating on {}",
+        train.requests.len(),
+        validate.requests.len()
+    );
+    let mut train_target = sim_target(args, &train, slo)?;
+    let mut validate_target = sim_target(args, &validate, slo)?;
+    let (learned, candidates) = learn_rule_on_sim(
+        &mut train_target,
+        Some(&mut validate_target),
+        fit,
+        search,
+        &load_rule::CANDIDATES,
+    )?;
+    for c in &candidates {
+        eprintln!(
+            "load rule {:<10} training attainment {:.4}, validation {:.4}",
+            rule_name(c.rule),
+            c.attainment,
+            c.validation.unwrap_or(f64::NAN)
+        );
+    }
+    let table = &learned.table;
+    eprintln!(
+        "chose load rule {}: bits {:?}, found in round {} of {}",
+        rule_name(table.load_rule),
+        table.bits,
+        learned.search.converged_round,
+        learned.search.rounds
+    );
+    keep(args, table, out).await
+}
+
+/// "none" or "busy > X".
+fn rule_name(rule: Option<LoadRule>) -> String {
+    rule.map_or("none".into(), |r| {
+        format!("busy > {}", r.prefill_busy_threshold)
+    })
+}
+
+/// The training and validation samples of `--choose-load-rule`: a synthetic mix is
+/// regenerated with the next seed; a trace's next rows validate (its second half when no
+/// `--requests` was given).
+fn validation_split(
+    spec: &WorkloadSpec,
+    workload: Workload,
+) -> Result<(Workload, Workload), LearnCmdError> {
+    if !spec.source.is_trace() {
+        let next = WorkloadSpec {
+            seed: spec.seed.wrapping_add(1),
+            ..spec.clone()
+        };
+        return Ok((workload, next.load().map_err(ReplayError::from)?));
+    }
+    let all = match spec.requests {
+        Some(n) => WorkloadSpec {
+            requests: Some(n.saturating_mul(2)),
+            ..spec.clone()
+        }
+        .load()
+        .map_err(ReplayError::from)?,
+        None => workload,
+    };
+    let n = spec.requests.unwrap_or(all.requests.len() / 2);
+    if n == 0 || all.requests.len() < 2 * n {
+        return Err(LearnCmdError::Usage(format!(
+            "--choose-load-rule validates on the trace's next {n} rows, but {spec} has {} in all",
+            all.requests.len()
+        )));
+    }
+    let (mut train, mut validate) = (all.clone(), all);
+    train.requests.truncate(n);
+    validate.requests.drain(..n);
+    validate.requests.truncate(n);
+    Ok((train, validate))
 }
 
 /// Runs the search, printing every round and appending it to the log.
