@@ -104,6 +104,11 @@ struct Run<'a> {
     held_kicks: Vec<(Pool, u32)>,
     hold_kicks: bool,
     counts: Vec<u32>,
+    /// Per request, its leading blocks some other request also has ([`shared_prefixes`]):
+    /// only these can ever be found in a pool, so with [`PrefixLookup::Pools`] only these
+    /// enter the pools' maps, and lookups stop there (`u32::MAX`, every block, with the
+    /// router's index).
+    shared: Vec<u32>,
     state: Vec<ReqState>,
     now: f64,
     bytes_per_ms: f64,
@@ -237,6 +242,11 @@ impl<'a> Run<'a> {
             held_kicks: Vec::new(),
             hold_kicks: false,
             counts: Vec::new(),
+            // The reference path keeps every block findable, as the engine does.
+            shared: match cfg.prefix_lookup {
+                PrefixLookup::Pools => shared_prefixes(reqs),
+                PrefixLookup::RouterIndex => vec![u32::MAX; reqs.len()],
+            },
             state: vec![ReqState::default(); reqs.len()],
             now: 0.0,
             bytes_per_ms: cfg.link_gbps * 1e9 / 8.0 / 1e3,
@@ -303,7 +313,7 @@ impl<'a> Run<'a> {
     fn select(
         index: Option<&PrefixIndex>,
         workers: &mut [Worker],
-        hashes: &[u64],
+        (hashes, shared): (&[u64], u32),
         counts: &mut Vec<u32>,
         (overlap_weight, inflight): (f64, bool),
         rng: &mut SmallRng,
@@ -313,7 +323,12 @@ impl<'a> Run<'a> {
         }
         match index {
             Some(index) => index.lookup(hashes, counts),
-            None => lookup_pools(workers, hashes, counts),
+            // Past the shared prefix no pool holds a block: its hashes are this request's own.
+            None => lookup_pools(
+                workers,
+                &hashes[..(shared as usize).min(hashes.len())],
+                counts,
+            ),
         }
         let candidates = workers.iter().enumerate().map(|(slot, w)| Candidate {
             slot,
@@ -328,6 +343,7 @@ impl<'a> Run<'a> {
     fn arrive(&mut self, req: u32) {
         let cfg = self.cfg;
         let r = &self.reqs[req as usize];
+        let shared = self.shared[req as usize];
         let w = cfg.overlap_weight;
         let bs = cfg.block_size;
         if cfg.load_interval_ms == 0.0 {
@@ -339,7 +355,7 @@ impl<'a> Run<'a> {
         let Some(decode) = Self::select(
             self.indexes.as_ref().map(|i| &i.decode),
             &mut self.decode,
-            &r.hashes,
+            (&r.hashes, shared),
             &mut self.counts,
             (w, true),
             &mut self.rng,
@@ -349,7 +365,7 @@ impl<'a> Run<'a> {
         let prefill = Self::select(
             self.indexes.as_ref().map(|i| &i.prefill),
             &mut self.prefill,
-            &r.hashes,
+            (&r.hashes, shared),
             &mut self.counts,
             (w, false),
             &mut self.rng,
@@ -408,7 +424,7 @@ impl<'a> Run<'a> {
         };
         let kind = if remote { Kind::Remote } else { Kind::Local };
         let mut pending = std::mem::take(&mut self.pending);
-        self.decode[d as usize].enqueue(req, self.reqs, kind, &mut pending);
+        self.decode[d as usize].enqueue(req, self.reqs, (kind, shared), &mut pending);
         self.after(Pool::Decode, d, pending);
     }
 
@@ -499,7 +515,13 @@ impl<'a> Run<'a> {
                 }
                 let Some(p) = st.prefill else { return };
                 // The prefill worker's own outcomes are handled in this same loop.
-                self.prefill[p as usize].enqueue(req, self.reqs, Kind::PrefillOnly, pending);
+                let shared = self.shared[req as usize];
+                self.prefill[p as usize].enqueue(
+                    req,
+                    self.reqs,
+                    (Kind::PrefillOnly, shared),
+                    pending,
+                );
                 self.publish(Pool::Prefill, p);
                 self.kick(Pool::Prefill, p);
             }
@@ -625,6 +647,26 @@ impl<'a> Run<'a> {
 /// For every worker of a pool, how many leading `hashes` it caches, into `out[slot]`: what the
 /// pool's index answers when every cache event has reached it. The first hash's lines are
 /// fetched for every worker at once, so their misses overlap.
+/// Per request, how many of its leading block hashes another request of `reqs` also has. The
+/// hashes are chained, so a prompt shares a prefix or nothing: sorted by their hashes, each
+/// request's longest common prefix with any other is the longer of its neighbours'.
+pub(crate) fn shared_prefixes(reqs: &[SimRequest]) -> Vec<u32> {
+    let mut order: Vec<u32> = (0..reqs.len() as u32).collect();
+    order.sort_unstable_by(|&a, &b| reqs[a as usize].hashes.cmp(&reqs[b as usize].hashes));
+    let lcp = |a: u32, b: u32| {
+        let (a, b) = (&reqs[a as usize].hashes, &reqs[b as usize].hashes);
+        a.iter().zip(b).take_while(|(x, y)| x == y).count() as u32
+    };
+    let mut shared = vec![0; reqs.len()];
+    for pair in order.windows(2) {
+        let n = lcp(pair[0], pair[1]);
+        for &r in pair {
+            shared[r as usize] = shared[r as usize].max(n);
+        }
+    }
+    shared
+}
+
 fn lookup_pools(workers: &mut [Worker], hashes: &[u64], out: &mut Vec<u32>) {
     out.clear();
     let Some(&first) = hashes.first() else {

@@ -49,11 +49,15 @@ pub enum SchedulerModel {
 pub enum PrefixLookup {
     /// Each pool is asked directly: no index to keep, so a block stored or evicted costs one
     /// map operation instead of two (the index's upkeep was a quarter of a large run's time),
-    /// and a lookup walks each holding worker's map instead of one shared one.
+    /// and a lookup walks each holding worker's map instead of one shared one. The simulator
+    /// also uses what it knows of the whole workload: a prompt block no other request shares
+    /// can never be found, so it is cached without entering its pool's map
+    /// (`KvPool::commit_many_unindexed`) and no lookup walks that far.
     #[default]
     Pools,
     /// The router's own [`PrefixIndex`](dolphin_router::prefix_index::PrefixIndex) per pool,
-    /// fed by the workers' cache events, as the live router keeps it.
+    /// fed by the workers' cache events, as the live router keeps it; every block is findable,
+    /// as in the engine (the reference the fast path is checked against).
     RouterIndex,
 }
 

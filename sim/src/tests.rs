@@ -403,12 +403,18 @@ fn runs_are_deterministic_and_every_request_finishes() {
 
 #[test]
 fn reading_the_pools_routes_exactly_as_the_routers_index_does() {
-    // Seven prompt families whose members share prefixes of 256 to 1280 tokens, arrivals in
-    // threes at one instant, pools small enough to evict: every lookup's counts feed the
-    // worker choice and the features, so any difference shows in the records.
+    // Seven prompt families whose members share prefixes of 256 to 1280 tokens, a prompt in
+    // ten shared with nobody, arrivals in threes at one instant, pools small enough to evict:
+    // every lookup's counts feed the worker choice and the features, so any difference shows
+    // in the records. The pools' path caches the blocks no other request has without
+    // indexing them and stops its lookups before them; the router's index path indexes all.
     let reqs: Vec<SimRequest> = (0..300)
         .map(|i| {
-            let mut t = tokens(2000 + i % 7, 256 * (1 + i % 5));
+            let mut t = if i % 10 == 9 {
+                tokens(3000 + i, 300 + 17 * (i % 11))
+            } else {
+                tokens(2000 + i % 7, 256 * (1 + i % 5))
+            };
             t.extend(tokens(i + 1, 100 + 53 * (i % 13)));
             req(40.0 * f64::from(i / 3), &t, 8 + i % 40)
         })
@@ -544,4 +550,25 @@ fn the_online_learner_flips_a_bad_bit_and_the_run_follows_it() {
     );
     // Every local request meets the target, every remote one misses it.
     assert!(after.iter().all(|r| r.met_each != r.explored));
+}
+
+#[test]
+fn a_shared_prefix_is_what_some_other_request_also_has() {
+    let doc = tokens(1, 64); // four blocks of 16
+    let with = |tail: u32, len: u32| {
+        let mut t = doc.clone();
+        t.extend(tokens(tail, len));
+        req(0.0, &t, 1)
+    };
+    let reqs = [
+        with(10, 32),                 // the document, then two blocks of its own
+        with(11, 40),                 // the document, then two and a half of its own
+        req(0.0, &tokens(12, 48), 1), // shared with nobody
+        with(10, 48),                 // request 0's prompt and one block more
+        req(0.0, &tokens(12, 48), 1), // request 2 again
+    ];
+    let shared = crate::cluster::shared_prefixes(&reqs);
+    assert_eq!(shared, vec![6, 4, 3, 6, 3]);
+    assert_eq!(crate::cluster::shared_prefixes(&reqs[2..3]), vec![0]);
+    assert!(crate::cluster::shared_prefixes(&[]).is_empty());
 }

@@ -76,6 +76,9 @@ struct Seq {
     table: Vec<BlockId>,
     reserved: u32,
     committed: u32,
+    /// Leading prompt blocks that enter the pool's map; the rest are this request's own and
+    /// are cached unindexed ([`KvPool::commit_many_unindexed`]).
+    indexed: u32,
     computed: u32,
     generated: u32,
     kind: Kind,
@@ -242,11 +245,13 @@ impl Worker {
     }
 
     /// Queues request `req` and admits what fits. Returns the sequence's slot.
+    /// Queues request `req` as a sequence of `kind`; its first `shared` prompt blocks are the
+    /// ones other requests may look up (the rest are cached without entering the map).
     pub fn enqueue(
         &mut self,
         req: u32,
         reqs: &[SimRequest],
-        kind: Kind,
+        (kind, shared): (Kind, u32),
         out: &mut Vec<Outcome>,
     ) -> u32 {
         let r = &reqs[req as usize];
@@ -261,6 +266,7 @@ impl Worker {
                     table: Vec::new(),
                     reserved: 0,
                     committed: 0,
+                    indexed: 0,
                     computed: 0,
                     generated: 0,
                     kind,
@@ -277,6 +283,7 @@ impl Worker {
         s.table.clear();
         s.reserved = 0;
         s.committed = 0;
+        s.indexed = shared;
         s.computed = 0;
         s.generated = 0;
         s.kind = kind;
@@ -302,7 +309,8 @@ impl Worker {
         let bs = self.block_size;
         let s = &mut self.seqs[slot as usize];
         let hashes = &reqs[s.req as usize].hashes;
-        let max_hits = max_cached_blocks(s.prompt_len, bs, hashes.len());
+        // Past its shared prefix no block of the prompt can be cached here.
+        let max_hits = max_cached_blocks(s.prompt_len, bs, hashes.len()).min(s.indexed as usize);
         let hits = self.memo.walk(&self.pool, &hashes[..max_hits]);
         let new = s.blocks_needed - hits as u32;
         if !self.pool.admit_blocks(&self.memo.found, new, &mut s.table) {
@@ -589,12 +597,19 @@ fn commit_blocks_through(pool: &mut KvPool, s: &mut Seq, r: &SimRequest, bs: u32
     let full = ((tokens / bs) as usize).min(r.hashes.len());
     let from = s.committed as usize;
     if from < full {
-        let parent = from.checked_sub(1).map(|p| r.hashes[p]);
+        let parent = |i: usize| i.checked_sub(1).map(|p| r.hashes[p]);
+        let split = (s.indexed as usize).clamp(from, full);
         pool.commit_many(
-            &s.table[from..full],
-            parent,
-            &r.hashes[from..full],
+            &s.table[from..split],
+            parent(from),
+            &r.hashes[from..split],
             from as u32,
+        );
+        pool.commit_many_unindexed(
+            &s.table[split..full],
+            parent(split),
+            &r.hashes[split..full],
+            split as u32,
         );
         s.committed = full as u32;
     }
@@ -621,7 +636,7 @@ mod tests {
         let mut w = Worker::new(0, 4096, 16, StepLimits::new(2048));
         let mut out = Vec::new();
         for req in 0..2 {
-            w.enqueue(req, &reqs, Kind::Local, &mut out);
+            w.enqueue(req, &reqs, (Kind::Local, u32::MAX), &mut out);
         }
         // Reports are snapshots: nothing until the next one.
         assert_eq!(w.prefill_backlog(), (0, 2048));
@@ -662,10 +677,10 @@ mod tests {
             }
         };
         // The first one caches the prefix; the others find it at admission.
-        w.enqueue(0, &reqs, Kind::Local, &mut out);
+        w.enqueue(0, &reqs, (Kind::Local, u32::MAX), &mut out);
         prefill(&mut w, &mut out);
         for req in 1..16 {
-            w.enqueue(req, &reqs, Kind::Local, &mut out);
+            w.enqueue(req, &reqs, (Kind::Local, u32::MAX), &mut out);
         }
         prefill(&mut w, &mut out);
         let ms = w.build_batch(&profile, &reqs).expect("decode step");

@@ -55,14 +55,18 @@ const CACHED: u8 = 1;
 const HAS_PARENT: u8 = 2;
 /// `BlockMeta::flags`: it is in the LRU order (evictable).
 const IN_LRU: u8 = 4;
+/// `BlockMeta::flags`: cached, but not in the map: no lookup will ask for its hash (see
+/// [`KvPool::commit_many_unindexed`]).
+const UNINDEXED: u8 = 8;
 
 impl BlockMeta {
     fn cached(&self) -> bool {
         self.flags & CACHED != 0
     }
 
+    /// The hash a lookup finds it by: cached and in the map.
     fn hash(&self) -> Option<BlockHash> {
-        self.cached().then_some(self.hash)
+        (self.flags & (CACHED | UNINDEXED) == CACHED).then_some(self.hash)
     }
 
     fn parent(&self) -> Option<BlockHash> {
@@ -449,14 +453,28 @@ impl KvPool {
         {
             return false;
         }
+        self.name(block, parent, hash, depth, CACHED);
+        true
+    }
+
+    /// Names `block` `hash` in its metadata (`flags`: `CACHED`, and `UNINDEXED` when the map
+    /// does not hold it) and queues its `Stored` event.
+    fn name(
+        &mut self,
+        block: BlockId,
+        parent: Option<BlockHash>,
+        hash: BlockHash,
+        depth: u32,
+        flags: u8,
+    ) {
         let meta = &mut self.blocks[block as usize];
         meta.hash = hash;
         meta.parent = parent.unwrap_or_default();
         meta.depth = depth;
-        meta.set(CACHED, true);
+        meta.set(flags, true);
         meta.set(HAS_PARENT, parent.is_some());
         if !self.record_events {
-            return true;
+            return;
         }
         // Coalesce with the previous event when this block continues its chain.
         if let Some(KvEvent::Stored { hashes, .. }) = self.events.last_mut()
@@ -470,7 +488,6 @@ impl KvPool {
                 hashes: vec![hash],
             });
         }
-        true
     }
 
     /// Commits consecutive blocks of one prompt: `blocks[i]` under `hashes[i]`, at depth
@@ -508,6 +525,33 @@ impl KvPool {
             parent = Some(h);
         }
         committed
+    }
+
+    /// [`commit_many`](Self::commit_many) for blocks whose hashes no lookup of this pool will
+    /// ever ask for: a simulator that knows the whole workload knows which prompt blocks no
+    /// other request shares. They are cached as far as the pool's capacity and LRU order go
+    /// (evictable once released, evicted in turn, with the same events) but not entered in
+    /// the map, whose random lines are what commits and evictions wait for; a lookup of such
+    /// a hash misses, as it would in a pool whose requests never repeat it. The blocks must be
+    /// referenced and not cached. The engine never calls this.
+    pub fn commit_many_unindexed(
+        &mut self,
+        blocks: &[BlockId],
+        parent: Option<BlockHash>,
+        hashes: &[BlockHash],
+        first_depth: u32,
+    ) {
+        debug_assert_eq!(blocks.len(), hashes.len());
+        let mut parent = parent;
+        for (i, (&b, &h)) in blocks.iter().zip(hashes).enumerate() {
+            let meta = &self.blocks[b as usize];
+            debug_assert!(meta.refs > 0 && !meta.cached(), "block {b} is {meta:?}");
+            if meta.cached() {
+                continue;
+            }
+            self.name(b, parent, h, first_depth + i as u32, CACHED | UNINDEXED);
+            parent = Some(h);
+        }
     }
 
     /// Takes `block` out of the prefix cache: its KV is not what its hash says (the step that
@@ -585,10 +629,13 @@ impl KvPool {
         if !meta.cached() {
             return;
         }
-        meta.set(CACHED | HAS_PARENT, false);
+        let indexed = meta.flags & UNINDEXED == 0;
+        meta.set(CACHED | HAS_PARENT | UNINDEXED, false);
         let hash = meta.hash;
-        let removed = self.cached.remove(hash, block);
-        debug_assert!(removed, "cached block {block} missing from the map");
+        if indexed {
+            let removed = self.cached.remove(hash, block);
+            debug_assert!(removed, "cached block {block} missing from the map");
+        }
         if !self.record_events {
             return;
         }
@@ -632,7 +679,7 @@ impl KvPool {
             let h = self.blocks[b as usize].hash();
             assert!(h.is_some(), "map entry -> {b} is stale");
         }
-        let named = self.blocks.iter().filter(|m| m.cached()).count();
+        let named = self.blocks.iter().filter(|m| m.hash().is_some()).count();
         assert_eq!(
             self.cached.len(),
             named,

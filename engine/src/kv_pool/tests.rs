@@ -278,3 +278,46 @@ fn a_silenced_pool_caches_and_evicts_without_queueing_events() {
     ));
     drop(t);
 }
+
+#[test]
+fn unindexed_blocks_are_cached_and_evicted_in_turn_but_never_found() {
+    // Three blocks: a's first block indexed, its second unindexed; then b needs two blocks
+    // and takes the free one and the least recently used: a's tail, the unindexed block.
+    let mut pool = KvPool::new(3, 4);
+    let a = block_hashes(&prompt(1, 2), 4);
+    let t = take(&mut pool, &[], 2);
+    assert!(pool.commit(t[0], None, a[0], 0));
+    pool.commit_many_unindexed(&t[1..], Some(a[0]), &a[1..], 1);
+    assert_eq!(pool.match_prefix(&a), 1, "the unindexed block is not found");
+    assert_eq!(pool.cached_len(), 1);
+    // It is announced as any cached block is, continuing its chain.
+    let stored: Vec<KvEvent> = pool.drain_events().collect();
+    assert_eq!(
+        stored,
+        vec![KvEvent::Stored {
+            parent: None,
+            hashes: a.clone(),
+        }]
+    );
+    pool.check_invariants();
+    pool.release(&t);
+    assert_eq!((pool.unreferenced(), pool.available()), (3, 3));
+    pool.check_invariants();
+    let b = block_hashes(&prompt(2, 2), 4);
+    let u = take(&mut pool, &[], 2);
+    assert_eq!(
+        u,
+        vec![2, t[1]],
+        "the free block, then the LRU's front: a's tail"
+    );
+    assert_eq!(
+        pool.drain_events().collect::<Vec<_>>(),
+        vec![KvEvent::Removed { hashes: vec![a[1]] }]
+    );
+    commit_all(&mut pool, &u, &b);
+    assert_eq!(pool.match_prefix(&b), 2);
+    assert_eq!(pool.match_prefix(&a), 1, "a's head stays");
+    pool.check_invariants();
+    pool.release(&u);
+    pool.check_invariants();
+}
