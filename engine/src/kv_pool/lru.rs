@@ -19,12 +19,16 @@ use crate::types::BlockId;
 
 #[derive(Clone, Copy, Debug)]
 struct Entry {
-    /// The block's hash when it entered (what its eviction removes from the cache), kept here
-    /// so a prefetch of the cache slot needs no read of the block's own line first.
+    /// The hash whose map slot the block's eviction will touch, kept here so a prefetch of that
+    /// slot needs no read of the block's own line first; [`NO_SLOT`] for a block not in the map
+    /// (a prefetch hint only: a real hash equal to it merely goes unprefetched).
     hash: BlockHash,
     block: BlockId,
     stamp: u32,
 }
+
+/// [`Entry::hash`] of a block whose eviction touches no map slot.
+const NO_SLOT: BlockHash = 0;
 
 /// A block's place in the LRU order, kept in its metadata: whether it is in the order, and
 /// the stamp of its latest queue entry (older entries are stale).
@@ -54,14 +58,15 @@ impl Lru {
         self.len
     }
 
-    /// Appends `block`, cached under `hash`, as the most recently used. It must not be in the
-    /// order.
+    /// Appends `block` as the most recently used; `slot_hint` is the hash whose map slot its
+    /// eviction will touch (`None`: it is not in the map). It must not be in the order.
     pub(crate) fn push_back<M: Linked>(
         &mut self,
         blocks: &mut [M],
         block: BlockId,
-        hash: BlockHash,
+        slot_hint: Option<BlockHash>,
     ) {
+        let hash = slot_hint.unwrap_or(NO_SLOT);
         let meta = &mut blocks[block as usize];
         debug_assert!(!meta.linked(), "block {block} already in the LRU order");
         let stamp = meta.stamp().wrapping_add(1);
@@ -94,10 +99,12 @@ impl Lru {
         None
     }
 
-    /// The block and hash `ahead` entries behind the queue's front (live or stale), to
-    /// prefetch.
-    pub(crate) fn front_ahead(&self, ahead: usize) -> Option<(BlockId, BlockHash)> {
-        self.queue.get(ahead).map(|e| (e.block, e.hash))
+    /// The block and map-slot hash (if any) `ahead` entries behind the queue's front (live or
+    /// stale), to prefetch.
+    pub(crate) fn front_ahead(&self, ahead: usize) -> Option<(BlockId, Option<BlockHash>)> {
+        self.queue
+            .get(ahead)
+            .map(|e| (e.block, (e.hash != NO_SLOT).then_some(e.hash)))
     }
 
     /// Drops stale entries once they outnumber the live ones.
@@ -151,7 +158,7 @@ mod tests {
         let mut links = vec![LruLink::default(); 8];
         let mut lru = Lru::default();
         for b in [3, 1, 4, 5] {
-            lru.push_back(&mut links, b, u64::from(b));
+            lru.push_back(&mut links, b, Some(u64::from(b)));
         }
         assert_eq!(lru.iter(&links).collect::<Vec<_>>(), vec![3, 1, 4, 5]);
         lru.unlink(&mut links[4]);
@@ -163,7 +170,7 @@ mod tests {
         assert_eq!(lru.iter(&links).collect::<Vec<_>>(), vec![1]);
         assert_eq!(lru.pop_front(&mut links), Some(1));
         assert_eq!(lru.pop_front(&mut links), None);
-        lru.push_back(&mut links, 4, 4);
+        lru.push_back(&mut links, 4, Some(4));
         assert_eq!(lru.iter(&links).collect::<Vec<_>>(), vec![4]);
     }
 
@@ -171,10 +178,10 @@ mod tests {
     fn a_revived_block_pushed_again_is_not_popped_twice() {
         let mut links = vec![LruLink::default(); 4];
         let mut lru = Lru::default();
-        lru.push_back(&mut links, 0, 0);
-        lru.push_back(&mut links, 1, 1);
+        lru.push_back(&mut links, 0, Some(0));
+        lru.push_back(&mut links, 1, Some(1));
         lru.unlink(&mut links[0]); // revived by a prefix hit ...
-        lru.push_back(&mut links, 0, 0); // ... and released again: now the most recent
+        lru.push_back(&mut links, 0, Some(0)); // ... and released again: now the most recent
         assert_eq!(lru.pop_front(&mut links), Some(1));
         assert_eq!(lru.pop_front(&mut links), Some(0));
         assert_eq!(lru.pop_front(&mut links), None);
@@ -185,15 +192,15 @@ mod tests {
     fn stale_entries_are_compacted_away() {
         let mut links = vec![LruLink::default(); 2];
         let mut lru = Lru::default();
-        lru.push_back(&mut links, 1, 1);
+        lru.push_back(&mut links, 1, Some(1));
         for _ in 0..10_000 {
-            lru.push_back(&mut links, 0, 0);
+            lru.push_back(&mut links, 0, Some(0));
             lru.unlink(&mut links[0]);
             // Pushing compacts: the queue never holds more than about twice the most blocks
             // that were ever evictable at once (two here).
             assert!(lru.queue.len() <= 2 * 2 + 65, "{}", lru.queue.len());
         }
-        lru.push_back(&mut links, 0, 0);
+        lru.push_back(&mut links, 0, Some(0));
         assert_eq!(lru.pop_front(&mut links), Some(1));
         assert_eq!(lru.pop_front(&mut links), Some(0));
     }

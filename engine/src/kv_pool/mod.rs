@@ -422,8 +422,9 @@ impl KvPool {
             meta.refs -= 1;
             if meta.refs == 0 {
                 if meta.cached() {
-                    let hash = meta.hash;
-                    self.lru.push_back(&mut self.blocks, b, hash);
+                    // The map slot its eviction will touch: none for an unindexed block.
+                    let slot_hint = meta.hash();
+                    self.lru.push_back(&mut self.blocks, b, slot_hint);
                 } else {
                     self.free.push(b);
                 }
@@ -610,11 +611,13 @@ impl KvPool {
     }
 
     /// Prefetches what evicting the LRU queue's entry `ahead` places behind its front will
-    /// touch: the block's line and its hash's cache slot.
+    /// touch: the block's line and, for a block in the map, its hash's slot.
     fn touch_eviction(&self, ahead: usize) {
         if let Some((b, hash)) = self.lru.front_ahead(ahead) {
             self.touch_block(b);
-            self.cached.touch(hash);
+            if let Some(hash) = hash {
+                self.cached.touch(hash);
+            }
         }
     }
 
