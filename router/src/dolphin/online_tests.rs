@@ -58,10 +58,13 @@ fn explore_flips_only_what_the_table_decided() {
         }
     }
     assert_eq!(flipped, 2);
+    // Nor what the table's load rule decided: the bit did not, so the learner neither
+    // explores nor learns from it.
     for by in [
         DecidedBy::Forced,
         DecidedBy::Fallback(FallbackKind::Threshold),
         DecidedBy::Distrusted(FallbackKind::Threshold, Distrust::OutOfRange),
+        DecidedBy::TableLoad,
     ] {
         for _ in 0..4 {
             let mut r = route(by);
@@ -69,6 +72,8 @@ fn explore_flips_only_what_the_table_decided() {
             assert_eq!(r.decision, Decision::Local);
         }
     }
+    assert!(!learns_from(DecidedBy::TableLoad));
+    assert!(learns_from(DecidedBy::Table));
     // Never remote without a prefill worker, nor onto one with more than a step waiting.
     let unavailable = PoolState {
         available: false,
