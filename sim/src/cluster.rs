@@ -644,9 +644,6 @@ impl<'a> Run<'a> {
     }
 }
 
-/// For every worker of a pool, how many leading `hashes` it caches, into `out[slot]`: what the
-/// pool's index answers when every cache event has reached it. The first hash's lines are
-/// fetched for every worker at once, so their misses overlap.
 /// Per request, how many of its leading block hashes another request of `reqs` also has. The
 /// hashes are chained, so a prompt shares a prefix or nothing: sorted by their hashes, each
 /// request's longest common prefix with any other is the longer of its neighbours'.
@@ -667,6 +664,9 @@ pub(crate) fn shared_prefixes(reqs: &[SimRequest]) -> Vec<u32> {
     shared
 }
 
+/// For every worker of a pool, how many leading `hashes` it caches, into `out[slot]`: what the
+/// pool's index answers when every cache event has reached it. The first hash's lines are
+/// fetched for every worker at once, so their misses overlap.
 fn lookup_pools(workers: &mut [Worker], hashes: &[u64], out: &mut Vec<u32>) {
     out.clear();
     let Some(&first) = hashes.first() else {

@@ -244,9 +244,9 @@ impl Worker {
         kv_tokens.div_ceil(u64::from(block_size)) as u32
     }
 
-    /// Queues request `req` and admits what fits. Returns the sequence's slot.
-    /// Queues request `req` as a sequence of `kind`; its first `shared` prompt blocks are the
-    /// ones other requests may look up (the rest are cached without entering the map).
+    /// Queues request `req` as a sequence of `kind` and admits what fits; returns the
+    /// sequence's slot. Its first `shared` prompt blocks are the ones other requests may look
+    /// up (the rest are cached without entering the map).
     pub fn enqueue(
         &mut self,
         req: u32,

@@ -332,10 +332,20 @@ async fn choose_load_rule(
     );
     let mut train_target = sim_target(args, &train, slo)?;
     let mut validate_target = sim_target(args, &validate, slo)?;
+    // The provenance names the sample the bits were learned on, and the one that chose.
+    let fit = FitConfig {
+        workload: format!(
+            "{spec} ({} requests, {}; rule chosen on {} more)",
+            train.requests.len(),
+            args.arrivals,
+            validate.requests.len()
+        ),
+        ..fit.clone()
+    };
     let (learned, candidates) = learn_rule_on_sim(
         &mut train_target,
         Some(&mut validate_target),
-        fit,
+        &fit,
         search,
         &load_rule::CANDIDATES,
     )?;
