@@ -315,8 +315,28 @@ async fn chooses_a_load_rule_on_a_validation_sample() -> anyhow::Result<()> {
     });
     assert_eq!(&name, chosen);
 
+    // Other candidates, in the order given.
+    let mut args = strings(&SIM);
+    args.extend(strings(&[
+        "--max-rounds",
+        "2",
+        "--choose-load-rule",
+        "--load-rule-candidates",
+        "3,none",
+        "--out",
+        &path(&out),
+    ]));
+    let run = dolphinctl(&args).await?;
+    anyhow::ensure!(run.status.success(), "learn failed: {}", text(&run));
+    let rules: Vec<String> = stderr(&run)
+        .lines()
+        .filter_map(|l| l.strip_prefix("load rule "))
+        .map(|l| l.split("training").next().unwrap_or("").trim().to_owned())
+        .collect();
+    assert_eq!(rules, ["busy > 3", "none"], "{}", text(&run));
+
     // What it cannot do: a round log, the live target, a fixed rule, a trace too short to
-    // hold a validation sample after the training rows.
+    // hold a validation sample after the training rows, a candidate that is not a rule.
     let trace = dir.path().join("short.jsonl");
     std::fs::write(
         &trace,
@@ -337,7 +357,16 @@ async fn chooses_a_load_rule_on_a_validation_sample() -> anyhow::Result<()> {
     let log = dir.path().join("rounds.jsonl");
     let other = dir.path().join("other.json");
     let (log_arg, trace_arg) = (path(&log), format!("mooncake:{}", trace.display()));
-    let cases: [(Vec<&str>, &str); 4] = [
+    let cases: [(Vec<&str>, &str); 5] = [
+        (
+            vec![
+                "--workload",
+                "humaneval",
+                "--load-rule-candidates",
+                "none,fast",
+            ],
+            "expected a number of steps >= 0, got \"fast\"",
+        ),
         (
             vec!["--workload", "humaneval", "--log", &log_arg],
             "--choose-load-rule runs one search per rule and writes no round log",

@@ -50,13 +50,23 @@ pub struct LearnArgs {
     /// Off by default.
     #[arg(long, value_parser = parse_busy_threshold, allow_negative_numbers = true)]
     pub load_rule_busy_threshold: Option<f64>,
-    /// Sim: let the learner choose the load rule. It learns the table without a rule and under
-    /// each of 0.5, 1 and 2 steps, and keeps the one that attains the most on a validation
+    /// Sim: let the learner choose the load rule. It learns the table under each of
+    /// `--load-rule-candidates` (default: none, 0.5, 1 and 2 steps), and keeps the one that attains the most on a validation
     /// sample: the trace's next `--requests` rows (without `--requests`, the trace's second
     /// half, the first half training), or the synthetic mix with the next seed. One search per
     /// rule, printed as a summary (no round log).
     #[arg(long, conflicts_with = "load_rule_busy_threshold")]
     pub choose_load_rule: bool,
+    /// The rules `--choose-load-rule` chooses among: `none` (no rule) and busy thresholds in
+    /// steps, comma-separated; the first wins a tie.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "none,0.5,1,2",
+        value_parser = parse_candidate,
+        requires = "choose_load_rule"
+    )]
+    pub load_rule_candidates: Vec<Candidate>,
     /// The workload: mooncake:PATH, azure:PATH, bailian:PATH, burstgpt:PATH, arxiv, leval,
     /// humaneval or hybrid.
     #[arg(long)]
@@ -144,6 +154,21 @@ impl LearnArgs {
                 prefill_busy_threshold,
             })
     }
+}
+
+/// One rule `--choose-load-rule` may choose: none, or a busy threshold.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Candidate(pub Option<LoadRule>);
+
+fn parse_candidate(s: &str) -> Result<Candidate, String> {
+    if s.trim() == "none" {
+        return Ok(Candidate(None));
+    }
+    parse_busy_threshold(s.trim()).map(|prefill_busy_threshold| {
+        Candidate(Some(LoadRule {
+            prefill_busy_threshold,
+        }))
+    })
 }
 
 /// A busy threshold: a finite number of steps, at least 0.

@@ -23,7 +23,7 @@ use std::path::PathBuf;
 
 use dolphin_engine::SimProfile;
 use dolphin_learn::fit::{FitConfig, InitBits, fit_table};
-use dolphin_learn::load_rule::{self, learn_rule_on_sim};
+use dolphin_learn::load_rule::learn_rule_on_sim;
 use dolphin_learn::measure::{learned_table, records_from_outcomes};
 use dolphin_learn::search::{Evaluator, Phase, Round, SearchConfig, SearchResult, search};
 use dolphin_learn::sim_target::{SimEvaluator, SimTarget};
@@ -342,12 +342,13 @@ async fn choose_load_rule(
         ),
         ..fit.clone()
     };
+    let rules: Vec<Option<LoadRule>> = args.load_rule_candidates.iter().map(|c| c.0).collect();
     let (learned, candidates) = learn_rule_on_sim(
         &mut train_target,
         Some(&mut validate_target),
         &fit,
         search,
-        &load_rule::CANDIDATES,
+        &rules,
     )?;
     for c in &candidates {
         eprintln!(
