@@ -282,19 +282,62 @@ fn run(args: Args) -> Result<(), BenchError> {
             "\n## Learned tables under a load rule\n\nThe learner also chooses a load rule: none, or local prefill while the chosen prefill worker has more than 0.5, 1 or 2 steps of prefill work pending (Dynamo's `prefill_load` signal), learning the bits under each on the training sample and keeping the table that attains the most on a validation sample (`dolphinctl learn --load-rule-busy-threshold` learns under one rule). The plain table is learned on the same training sample. Both, the best baseline and Dynamo 1.6 are measured on the test sample. Closed loop; training, validation and test samples of {} requests each (at 400, a point of attainment is 4 requests, below what separates the rules).\n",
             args.load_rule_requests
         );
-        let mut settings = Vec::new();
-        for &concurrency in &args.concurrency {
-            for (name, split_name) in &mixed {
-                let n = args.load_rule_requests;
-                let (train, test) = samples_of(name, n)?;
-                settings.push((
-                    name.to_string(),
-                    setup(split(split_name)?, concurrency),
-                    (train, validation(name, n)?, test),
-                ));
+        let n = args.load_rule_requests;
+        // A second set of samples, to see how much of each difference is the sample's: the
+        // trace's next 3n rows, or seeds 11-13.
+        let second = |name: &str| -> Result<(Workload, Workload, Workload), BenchError> {
+            Ok(match name {
+                "mooncake" => {
+                    let rows = |k: usize| -> Result<Workload, BenchError> {
+                        let (a, b) = ((3 + k) * n, (4 + k) * n);
+                        if mooncake.requests.len() < b {
+                            return Err(BenchError::Experiment(format!(
+                                "the mooncake trace has fewer than {b} rows"
+                            )));
+                        }
+                        let mut w = mooncake.clone();
+                        w.requests = mooncake.requests[a..b].to_vec();
+                        Ok(w)
+                    };
+                    (rows(0)?, rows(1)?, rows(2)?)
+                }
+                _ => (
+                    synthetic::hybrid(n, 11),
+                    synthetic::hybrid(n, 12),
+                    synthetic::hybrid(n, 13),
+                ),
+            })
+        };
+        let mut rows = Vec::new();
+        for set in ["first", "second"] {
+            let _ = writeln!(
+                md,
+                "\n### {set} set of samples ({})\n",
+                if set == "first" {
+                    "the trace's rows 0 to 3n, seeds 1-3"
+                } else {
+                    "the trace's rows 3n to 6n, seeds 11-13"
+                }
+            );
+            let mut settings = Vec::new();
+            for &concurrency in &args.concurrency {
+                for (name, split_name) in &mixed {
+                    let samples = if set == "first" {
+                        let (train, test) = samples_of(name, n)?;
+                        (train, validation(name, n)?, test)
+                    } else {
+                        second(name)?
+                    };
+                    settings.push((
+                        name.to_string(),
+                        setup(split(split_name)?, concurrency),
+                        samples,
+                    ));
+                }
             }
+            rows.extend(load_rule_comparison(&settings, md)?);
         }
-        load_rule_comparison(&settings, md)
+        Ok(rows)
     };
     if args.load_rule_only {
         load_rule_md(&mut md)?;
