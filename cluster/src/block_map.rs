@@ -38,12 +38,46 @@ struct Slot<V> {
 /// slot is `home` stays reachable once slot `hole` (before `j` in its run) is emptied: whether
 /// `home` lies cyclically in `(hole, j]`. Otherwise the entry moves into the hole.
 #[inline]
-pub fn stays_reachable(hole: usize, home: usize, j: usize) -> bool {
+fn stays_reachable(hole: usize, home: usize, j: usize) -> bool {
     if hole <= j {
         hole < home && home <= j
     } else {
         hole < home || home <= j
     }
+}
+
+/// The home slot of `key` in a table of `2^(64 - shift)` slots: the top bits of `key * SPREAD`.
+#[inline]
+fn home_of(key: BlockHash, shift: u32) -> usize {
+    (key.wrapping_mul(SPREAD) >> shift) as usize
+}
+
+/// Backward-shift deletion from a linearly probed table of a power-of-two length: empties slot
+/// `hole` and moves back every later entry of its run that would no longer be reachable from
+/// its home slot. `home` gives a full slot's home and `None` for an empty one (the run's end);
+/// `empty` is what the last hole is left holding. [`BlockMap`] and the engine's KV pool map
+/// (whose slots keep a tag, not the key) both delete with it.
+#[inline]
+pub fn backward_shift<T: Copy>(
+    slots: &mut [T],
+    mut hole: usize,
+    empty: T,
+    home: impl Fn(&T) -> Option<usize>,
+) {
+    let mask = slots.len() - 1;
+    let mut j = hole;
+    loop {
+        j = (j + 1) & mask;
+        let slot = slots[j];
+        let Some(h) = home(&slot) else {
+            break;
+        };
+        if !stays_reachable(hole, h, j) {
+            slots[hole] = slot;
+            hole = j;
+        }
+    }
+    slots[hole] = empty;
 }
 
 /// A map from [`BlockHash`] to a small `Copy` value.
@@ -97,7 +131,7 @@ impl<V: Copy + Default> BlockMap<V> {
 
     #[inline]
     fn home(&self, key: BlockHash) -> usize {
-        (key.wrapping_mul(SPREAD) >> self.shift) as usize
+        home_of(key, self.shift)
     }
 
     #[inline]
@@ -236,22 +270,11 @@ impl<V: Copy + Default> BlockMap<V> {
 
     /// Empties slot `hole` and moves back every later entry of the run that may no longer be
     /// reachable from its home slot (backward-shift deletion).
-    fn remove_at(&mut self, mut hole: usize) {
-        let mask = self.mask();
+    fn remove_at(&mut self, hole: usize) {
         self.len -= 1;
-        let mut j = hole;
-        loop {
-            j = (j + 1) & mask;
-            let slot = self.slots[j];
-            if slot.key == EMPTY {
-                break;
-            }
-            if !stays_reachable(hole, self.home(slot.key), j) {
-                self.slots[hole] = slot;
-                hole = j;
-            }
-        }
-        self.slots[hole] = Slot::default();
+        let shift = self.shift;
+        let home = |slot: &Slot<V>| (slot.key != EMPTY).then(|| home_of(slot.key, shift));
+        backward_shift(&mut self.slots, hole, Slot::default(), home);
     }
 
     /// Keeps the entries for which `keep` returns true; `keep` may change the value.

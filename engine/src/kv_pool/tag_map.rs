@@ -15,7 +15,7 @@
 //! [`BlockMap`]: dolphin_cluster::BlockMap
 
 use dolphin_cluster::BlockHash;
-use dolphin_cluster::block_map::stays_reachable;
+use dolphin_cluster::block_map::backward_shift;
 use dolphin_cluster::prefetch::prefetch;
 
 use crate::types::BlockId;
@@ -32,6 +32,13 @@ const SPREAD: u32 = 0x9e37_79b9;
 #[inline]
 fn tag(hash: BlockHash) -> u32 {
     (hash >> 32) as u32
+}
+
+/// The home slot of `tag` in a table of `2^(32 - shift)` slots. A shift by 32 (a one-slot
+/// table) cannot happen: tables have at least `MIN_SLOTS`.
+#[inline]
+fn home_of_tag(tag: u32, shift: u32) -> usize {
+    (tag.wrapping_mul(SPREAD) >> shift) as usize
 }
 
 #[inline]
@@ -85,8 +92,7 @@ impl TagMap {
 
     #[inline]
     fn home_of_tag(&self, tag: u32) -> usize {
-        // A shift by 32 (a one-slot table) cannot happen: tables have at least MIN_SLOTS.
-        (tag.wrapping_mul(SPREAD) >> self.shift) as usize
+        home_of_tag(tag, self.shift)
     }
 
     #[inline]
@@ -190,22 +196,11 @@ impl TagMap {
 
     /// Empties slot `hole` and moves back every later entry of the run that may no longer be
     /// reachable from its home slot (backward-shift deletion).
-    fn remove_at(&mut self, mut hole: usize) {
-        let mask = self.mask();
+    fn remove_at(&mut self, hole: usize) {
         self.len -= 1;
-        let mut j = hole;
-        loop {
-            j = (j + 1) & mask;
-            let s = self.slots[j];
-            if s == EMPTY {
-                break;
-            }
-            if !stays_reachable(hole, self.home_of_tag(slot_tag(s)), j) {
-                self.slots[hole] = s;
-                hole = j;
-            }
-        }
-        self.slots[hole] = EMPTY;
+        let shift = self.shift;
+        let home = |&s: &u64| (s != EMPTY).then(|| home_of_tag(slot_tag(s), shift));
+        backward_shift(&mut self.slots, hole, EMPTY, home);
     }
 
     fn grow(&mut self) {
