@@ -38,6 +38,8 @@ pub struct Candidate {
     pub attainment: f64,
     /// The attainment of its table on the validation workload (when one was given).
     pub validation: Option<f64>,
+    /// The table learned under it.
+    pub table: RoutingTable,
 }
 
 /// Learns the table under every rule of `rules` on the simulator and keeps the one whose table
@@ -69,6 +71,7 @@ pub fn learn_rule_on_sim(
             rule,
             attainment,
             validation,
+            table: learned.table.clone(),
         });
         let score = validation.unwrap_or(attainment);
         if best.as_ref().is_none_or(|(b, _)| score > *b) {

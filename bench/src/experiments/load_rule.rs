@@ -13,9 +13,7 @@ use dolphin_router::dolphin::table::ClusterMethod;
 use dolphin_workload::{Summary, Workload};
 use serde::Serialize;
 
-use super::{
-    Baseline, Setup, best_baseline, change_pct, learn, learn_err, run_baseline, run_table,
-};
+use super::{Baseline, Setup, best_baseline, change_pct, learn_err, run_baseline, run_table};
 use crate::BenchError;
 
 /// A workload's training, validation and test samples.
@@ -59,7 +57,6 @@ pub fn load_rule_comparison(
         let s = setup.with_classifier_for(name, train)?;
         let fit = s.fit(name, 8, ClusterMethod::Kmeans, 1);
         let search = SearchConfig::new(8);
-        let plain = learn(&s, train, &fit, &search)?;
         let mut train_target = s.target(train)?;
         let mut validate_target = s.target(validate)?;
         let (with_rule, candidates) = learn_rule_on_sim(
@@ -70,6 +67,12 @@ pub fn load_rule_comparison(
             rules,
         )
         .map_err(learn_err)?;
+        // The plain table is the candidate without a rule, learned on the same sample.
+        let plain = candidates
+            .iter()
+            .find(|c| c.rule.is_none())
+            .map(|c| c.table.clone())
+            .ok_or_else(|| BenchError::Experiment("no candidate without a rule".into()))?;
         let mut target = s.target(test)?;
         let baselines = Baseline::ALL
             .iter()
@@ -79,7 +82,7 @@ pub fn load_rule_comparison(
             .cloned()
             .ok_or_else(|| BenchError::Experiment("no baseline".into()))?;
         let dynamo = baselines[2].summary.clone();
-        let plain = run_table(&mut target, "learned", &plain.table)?.summary;
+        let plain = run_table(&mut target, "learned", &plain)?.summary;
         let ruled = run_table(&mut target, "learned with rule", &with_rule.table)?.summary;
         let chosen = with_rule.table.load_rule.map(|r| r.prefill_busy_threshold);
         let split = s.split.to_string();
