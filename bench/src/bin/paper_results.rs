@@ -20,6 +20,7 @@
 //! comparisons, at the loads found by bisection in the operating points.
 
 use std::fmt::Write as _;
+use std::ops::Range;
 use std::path::PathBuf;
 
 use clap::Parser;
@@ -140,6 +141,22 @@ struct Results {
     crosscheck: Vec<CrosscheckRow>,
 }
 
+/// Rows `range` of trace `w` (named `name` in the error when it is shorter).
+fn trace_rows(w: &Workload, name: &str, range: Range<usize>) -> Result<Workload, BenchError> {
+    let rows = w.requests.get(range.clone()).ok_or_else(|| {
+        BenchError::Experiment(format!(
+            "the {name} trace has fewer than {} rows",
+            range.end
+        ))
+    })?;
+    Ok(Workload {
+        name: w.name.clone(),
+        tokens_per_id: w.tokens_per_id,
+        requests: rows.to_vec(),
+        skipped_rows: w.skipped_rows,
+    })
+}
+
 fn main() {
     if let Err(e) = run(Args::parse()) {
         eprintln!("paper_results: {e}");
@@ -231,21 +248,12 @@ fn run(args: Args) -> Result<(), BenchError> {
     let azure = trace::azure(&args.azure).map_err(|e| BenchError::Experiment(e.to_string()))?;
     let samples_of = |name: &str, n: usize| -> Result<(Workload, Workload), BenchError> {
         // A trace's training sample is its first n rows, its test sample the next n.
-        let rows = |w: &Workload, name: &str| -> Result<(Workload, Workload), BenchError> {
-            if w.requests.len() < 2 * n {
-                return Err(BenchError::Experiment(format!(
-                    "the {name} trace has fewer than {} rows",
-                    2 * n
-                )));
-            }
-            let (mut train, mut test) = (w.clone(), w.clone());
-            train.requests = w.requests[..n].to_vec();
-            test.requests = w.requests[n..2 * n].to_vec();
-            Ok((train, test))
+        let rows = |w: &Workload| -> Result<(Workload, Workload), BenchError> {
+            Ok((trace_rows(w, name, 0..n)?, trace_rows(w, name, n..2 * n)?))
         };
         Ok(match name {
-            "azure" => rows(&azure, name)?,
-            "mooncake" => rows(&mooncake, name)?,
+            "azure" => rows(&azure)?,
+            "mooncake" => rows(&mooncake)?,
             "arxiv" => (synthetic::arxiv(n, 1), synthetic::arxiv(n, 2)),
             "leval" => (synthetic::leval(n, 1), synthetic::leval(n, 2)),
             "humaneval" => (synthetic::humaneval(n, 1), synthetic::humaneval(n, 2)),
@@ -257,17 +265,7 @@ fn run(args: Args) -> Result<(), BenchError> {
     // or a third seed.
     let validation = |name: &str, n: usize| -> Result<Workload, BenchError> {
         Ok(match name {
-            "mooncake" => {
-                if mooncake.requests.len() < 3 * n {
-                    return Err(BenchError::Experiment(format!(
-                        "the mooncake trace has fewer than {} rows",
-                        3 * n
-                    )));
-                }
-                let mut w = mooncake.clone();
-                w.requests = mooncake.requests[2 * n..3 * n].to_vec();
-                w
-            }
+            "mooncake" => trace_rows(&mooncake, name, 2 * n..3 * n)?,
             _ => synthetic::hybrid(n, 3),
         })
     };
@@ -288,17 +286,7 @@ fn run(args: Args) -> Result<(), BenchError> {
         let second = |name: &str| -> Result<(Workload, Workload, Workload), BenchError> {
             Ok(match name {
                 "mooncake" => {
-                    let rows = |k: usize| -> Result<Workload, BenchError> {
-                        let (a, b) = ((3 + k) * n, (4 + k) * n);
-                        if mooncake.requests.len() < b {
-                            return Err(BenchError::Experiment(format!(
-                                "the mooncake trace has fewer than {b} rows"
-                            )));
-                        }
-                        let mut w = mooncake.clone();
-                        w.requests = mooncake.requests[a..b].to_vec();
-                        Ok(w)
-                    };
+                    let rows = |k: usize| trace_rows(&mooncake, name, (3 + k) * n..(4 + k) * n);
                     (rows(0)?, rows(1)?, rows(2)?)
                 }
                 _ => (
