@@ -265,28 +265,21 @@ async fn learns_under_a_load_rule_and_keeps_it_in_the_table_and_the_log() -> any
     Ok(())
 }
 
-#[tokio::test]
-async fn chooses_a_load_rule_on_a_validation_sample() -> anyhow::Result<()> {
-    let dir = tempfile::tempdir()?;
-    let out = dir.path().join("t.json");
+/// The simulator run of these tests, two rounds, with `--choose-load-rule`, `extra` and `--out
+/// out`; it must succeed.
+async fn choose_load_rule(out: &Path, extra: &[&str]) -> anyhow::Result<Output> {
     let mut args = strings(&SIM);
-    args.extend(strings(&[
-        "--max-rounds",
-        "2",
-        "--choose-load-rule",
-        "--out",
-        &path(&out),
-    ]));
+    args.extend(strings(&["--max-rounds", "2", "--choose-load-rule"]));
+    args.extend(strings(extra));
+    args.extend(["--out".to_owned(), path(out)]);
     let run = dolphinctl(&args).await?;
     anyhow::ensure!(run.status.success(), "learn failed: {}", text(&run));
-    let err = stderr(&run);
-    assert!(
-        err.contains("choosing a load rule: learning on 60 requests, validating on 60"),
-        "{}",
-        text(&run)
-    );
-    // One line per candidate: its rule and its validation attainment.
-    let candidates: Vec<(String, f64)> = err
+    Ok(run)
+}
+
+/// `--choose-load-rule`'s line per candidate: its rule and its validation attainment.
+fn rule_lines(stderr: &str) -> Vec<(String, f64)> {
+    stderr
         .lines()
         .filter_map(|l| l.strip_prefix("load rule "))
         .map(|l| {
@@ -294,7 +287,21 @@ async fn chooses_a_load_rule_on_a_validation_sample() -> anyhow::Result<()> {
             let validation = l.rsplit(' ').next().and_then(|v| v.parse().ok());
             (rule, validation.unwrap_or(f64::NAN))
         })
-        .collect();
+        .collect()
+}
+
+#[tokio::test]
+async fn chooses_a_load_rule_on_a_validation_sample() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let out = dir.path().join("t.json");
+    let run = choose_load_rule(&out, &[]).await?;
+    let err = stderr(&run);
+    assert!(
+        err.contains("choosing a load rule: learning on 60 requests, validating on 60"),
+        "{}",
+        text(&run)
+    );
+    let candidates = rule_lines(&err);
     let rules: Vec<&str> = candidates.iter().map(|(r, _)| r.as_str()).collect();
     assert_eq!(
         rules,
@@ -316,23 +323,8 @@ async fn chooses_a_load_rule_on_a_validation_sample() -> anyhow::Result<()> {
     assert_eq!(&name, chosen);
 
     // Other candidates, in the order given.
-    let mut args = strings(&SIM);
-    args.extend(strings(&[
-        "--max-rounds",
-        "2",
-        "--choose-load-rule",
-        "--load-rule-candidates",
-        "3,none",
-        "--out",
-        &path(&out),
-    ]));
-    let run = dolphinctl(&args).await?;
-    anyhow::ensure!(run.status.success(), "learn failed: {}", text(&run));
-    let rules: Vec<String> = stderr(&run)
-        .lines()
-        .filter_map(|l| l.strip_prefix("load rule "))
-        .map(|l| l.split("training").next().unwrap_or("").trim().to_owned())
-        .collect();
+    let run = choose_load_rule(&out, &["--load-rule-candidates", "3,none"]).await?;
+    let rules: Vec<String> = rule_lines(&stderr(&run)).into_iter().map(|c| c.0).collect();
     assert_eq!(rules, ["busy > 3", "none"], "{}", text(&run));
 
     // What it cannot do: a round log, the live target, a fixed rule, a trace too short to
