@@ -77,6 +77,18 @@ struct Args {
     /// Where the processes' logs go.
     #[arg(long, default_value = "target/load_faults")]
     log_dir: std::path::PathBuf,
+    /// Run the router under this command (split on spaces), e.g. a heap profiler:
+    /// "heaptrack -o /tmp/router" with a router built `--features system-allocator`. The
+    /// router is stopped with SIGTERM at the end so the tool can write its output. Its memory
+    /// figures are then the wrapper's process, not the router's.
+    #[arg(long)]
+    router_wrapper: Option<String>,
+    /// The router binary (default: dolphin-router beside this binary).
+    #[arg(long)]
+    router_bin: Option<std::path::PathBuf>,
+    /// Write the JSON here instead of `bench/results/load_faults.json`.
+    #[arg(long)]
+    out: Option<std::path::PathBuf>,
 }
 
 /// The cluster: etcd, two decode workers, one prefill worker, the router.
@@ -105,7 +117,7 @@ fn worker_args(etcd: &str, extra: &[&str]) -> Vec<String> {
 }
 
 impl Cluster {
-    async fn start(log_dir: &Path) -> anyhow::Result<Self> {
+    async fn start(log_dir: &Path, launch: &Args) -> anyhow::Result<Self> {
         let etcd = EtcdServer::start().await;
         let url = etcd.endpoint();
         let decode_bin = sibling_binary("dolphin-decode-worker")?;
@@ -138,15 +150,26 @@ impl Cluster {
         args.extend(strings(&["--etcd", &url, "--model", MODEL]));
         // The router's own limit above the phase's streams: this measures memory, not shedding.
         args.extend(strings(&["--max-inflight", "20000"]));
-        let router = spawn_ready(
-            "router",
-            &sibling_binary("dolphin-router")?,
-            &args,
-            &[],
-            log_dir,
-            READY,
-        )
-        .await?;
+        let router_bin = match &launch.router_bin {
+            Some(bin) => bin.clone(),
+            None => sibling_binary("dolphin-router")?,
+        };
+        let mut wrapper = launch
+            .router_wrapper
+            .as_deref()
+            .unwrap_or_default()
+            .split_whitespace()
+            .map(str::to_owned);
+        let (program, args) = match wrapper.next() {
+            Some(program) => {
+                let mut a: Vec<String> = wrapper.collect();
+                a.push(router_bin.display().to_string());
+                a.extend(args);
+                (program.into(), a)
+            }
+            None => (router_bin, args),
+        };
+        let router = spawn_ready("router", &program, &args, &[], log_dir, READY).await?;
         wait_for_workers(router.admin_addr()?, 3).await?;
         Ok(Self {
             etcd,
@@ -481,7 +504,10 @@ async fn phase_streams(cluster: &Cluster, args: &Arc<Args>) -> anyhow::Result<St
         router_rss_peak_bytes: peak,
         bytes_per_open_stream: per_stream,
         target_bytes_per_stream: TARGET_BYTES_PER_STREAM,
-        met: errors_n == 0 && per_stream <= TARGET_BYTES_PER_STREAM,
+        // Under a wrapper the pid measured is the wrapper's: no memory verdict.
+        met: errors_n == 0
+            && args.router_wrapper.is_none()
+            && per_stream <= TARGET_BYTES_PER_STREAM,
     })
 }
 
@@ -646,7 +672,7 @@ async fn run(args: Arc<Args>) -> anyhow::Result<()> {
             bail!("unknown phase {p:?} (streams, kill, etcd)");
         }
     }
-    let mut cluster = Cluster::start(&args.log_dir).await?;
+    let mut cluster = Cluster::start(&args.log_dir, &args).await?;
     let mut report = Report {
         cpu: machine::cpu_name(),
         cpu_flags: machine::cpu_flags(),
@@ -671,8 +697,11 @@ async fn run(args: Arc<Args>) -> anyhow::Result<()> {
         println!("{}", serde_json::to_string_pretty(&r)?);
         report.etcd = Some(r);
     }
-    let path = dolphin_bench::results::write_json("load_faults", None, &report)?;
+    let path = dolphin_bench::results::write_json("load_faults", args.out.as_deref(), &report)?;
     println!("wrote {}", path.display());
+    if !cluster.router.stop(Duration::from_secs(60)).await {
+        eprintln!("the router did not exit within 60 s of SIGTERM");
+    }
     drop(cluster.prefill);
     Ok(())
 }
