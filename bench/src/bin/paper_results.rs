@@ -27,11 +27,11 @@ use clap::Parser;
 use dolphin_bench::BenchError;
 use dolphin_bench::experiments::{
     Ablation, Baseline, ClassRow, Comparison, CrosscheckRow, FlipRow, LoadKind, LoadRuleRow,
-    OnlineRow, OperatingPoint, Samples, Setup, ShiftRow, StepLimitRow, TpotSloRow, ablations,
-    attainment_bars, best_baseline, cdfs, change_pct, crosscheck_section, find_load, flip, learn,
-    load_rule_comparison, operating_points, operating_table, output_classes, run_baseline,
-    run_crosscheck, run_table, split, split_change, step_limit_trade, tpot_slo_sweep,
-    traffic_shift,
+    OnlineRow, OperatingPoint, Samples, Setup, ShiftRow, StepCapRow, StepLimitRow, TpotSloRow,
+    ablations, attainment_bars, best_baseline, cdfs, change_pct, crosscheck_section, find_load,
+    flip, learn, load_rule_comparison, operating_points, operating_table, output_classes,
+    run_baseline, run_crosscheck, run_table, split, split_change, step_cap_header, step_cap_sweep,
+    step_limit_trade, tpot_slo_sweep, traffic_shift,
 };
 use dolphin_engine::SimProfile;
 use dolphin_learn::fit::FitConfig;
@@ -95,6 +95,14 @@ struct Args {
     /// operating points where Dynamo 1.6 meets 80% (empty: no sweep).
     #[arg(long, value_delimiter = ',', default_value = "250,100,60,40")]
     tpot_slo_ms: Vec<f64>,
+    /// Caps on the prompt tokens of a step that also decodes (`--mixed-prefill-tokens`; 0: no
+    /// cap) under which Dynamo 1.6 is measured and tables are learned at the operating points
+    /// where Dynamo 1.6 meets 80% (empty: none).
+    #[arg(long, value_delimiter = ',', default_value = "0,1024,512,256")]
+    step_cap_tokens: Vec<u32>,
+    /// Only the step-cap sweep (the 80% loads are found again, nothing else is run).
+    #[arg(long)]
+    step_caps_only: bool,
     /// Online learning after a split change: requests of the long traffic.
     #[arg(long, default_value_t = 3000)]
     online_requests: usize,
@@ -133,6 +141,7 @@ struct Results {
     load_rule: Vec<LoadRuleRow>,
     operating_points: Vec<OperatingPoint>,
     tpot_slo_sweep: Vec<TpotSloRow>,
+    step_cap_sweep: Vec<StepCapRow>,
     step_limits: Vec<StepLimitRow>,
     traffic_shift: Vec<ShiftRow>,
     online: Vec<OnlineRow>,
@@ -269,6 +278,60 @@ fn run(args: Args) -> Result<(), BenchError> {
             _ => synthetic::hybrid(n, 3),
         })
     };
+    // Tables learned under a mixed-step cap at the 80% points of `points`.
+    let step_caps_md = |md: &mut String,
+                        points: &[OperatingPoint]|
+     -> Result<Vec<StepCapRow>, BenchError> {
+        if args.step_cap_tokens.is_empty() {
+            return Ok(Vec::new());
+        }
+        let _ = write!(
+            md,
+            "\n## Learned under a mixed-step cap at the 80% points\n\nAt each load where Dynamo 1.6 meets 80% without a cap (above), every engine runs with a cap on the prompt tokens of a step that also decodes (`--mixed-prefill-tokens`), Dynamo 1.6 is measured under it and a table is learned under it (e2e reward, K=8, on the training sample), both on the test traffic. Dynamo 1.6's cell: its attainment; its P90 TTFT and P90 TPOT against Dynamo 1.6 without a cap. The learned table's cell: its attainment; its P90s against Dynamo 1.6 without a cap; against Dynamo 1.6 under the same cap; the share sent remote. \"both\" where both P90s are lower by the paper's margins (5.7% and 2.6%).\n\n{}",
+            step_cap_header(&args.step_cap_tokens)
+        );
+        let mut rows = Vec::new();
+        for (name, s) in mixed {
+            let at_80: Vec<&OperatingPoint> = points
+                .iter()
+                .filter(|p| p.workload == name && p.split == s && (p.target - 0.8).abs() < 1e-9)
+                .collect();
+            rows.extend(step_cap_sweep(
+                &setup(split(s)?, 1),
+                name,
+                &samples(name)?,
+                &at_80,
+                &args.step_cap_tokens,
+                md,
+            )?);
+        }
+        Ok(rows)
+    };
+    if args.step_caps_only {
+        // The 80% loads alone, found as the operating points find them.
+        let mut points = Vec::new();
+        for (name, s) in mixed {
+            let base = setup(split(s)?, 1);
+            let (train, test) = samples(name)?;
+            let base = base.with_classifier_for(name, &train)?;
+            for kind in LoadKind::ALL {
+                if let Some(load) = find_load(&base, &test, kind, 0.8)? {
+                    points.push(OperatingPoint {
+                        workload: name.to_owned(),
+                        split: s.to_owned(),
+                        load_kind: kind,
+                        target: 0.8,
+                        load,
+                        rows: Vec::new(),
+                        best_baseline: String::new(),
+                    });
+                }
+            }
+        }
+        step_caps_md(&mut md, &points)?;
+        println!("{md}");
+        return Ok(());
+    }
     if args.online_only {
         online_md(&mut md, &samples, &mooncake)?;
         println!("{md}");
@@ -507,6 +570,8 @@ fn run(args: Args) -> Result<(), BenchError> {
         }
     }
 
+    let step_caps = step_caps_md(&mut md, &operating)?;
+
     // The step limits' trade, at the load where Dynamo 1.6 meets 80% on Hybrid 2p2d.
     let hybrid = samples("hybrid")?;
     let trade_split = Split::new(2, 2);
@@ -586,6 +651,7 @@ fn run(args: Args) -> Result<(), BenchError> {
         load_rule,
         operating_points: operating,
         tpot_slo_sweep: tpot_sweep,
+        step_cap_sweep: step_caps,
         step_limits,
         traffic_shift: shift,
         online,

@@ -26,6 +26,7 @@ mod load_rule;
 mod online;
 mod operating;
 mod shift;
+mod step_caps;
 mod tpot_slo;
 
 pub use ablation::{Ablation, ablations};
@@ -40,6 +41,7 @@ pub use operating::{
     step_limit_trade,
 };
 pub use shift::{Samples, ShiftRow, traffic_shift};
+pub use step_caps::{P90Change, StepCapCell, StepCapRow, step_cap_header, step_cap_sweep};
 pub use tpot_slo::{TpotSloRow, TpotSloTable, tpot_slo_sweep};
 
 /// Where and how a workload is replayed.
