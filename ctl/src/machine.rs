@@ -33,3 +33,29 @@ pub fn cpu_flags() -> Vec<&'static str> {
 pub fn load_average() -> String {
     std::fs::read_to_string("/proc/loadavg").map_or_else(|_| "?".into(), |s| s.trim().to_string())
 }
+
+/// The kernel's transparent huge page mode, the bracketed word of
+/// `/sys/kernel/mm/transparent_hugepage/enabled` (`always`, `madvise` or `never`; `?` when
+/// unreadable). Memory results record it: mimalloc asks for huge pages (`madvise`), which
+/// makes resident memory grow in 2 MiB steps where the kernel grants them.
+pub fn transparent_huge_pages() -> String {
+    std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
+        .ok()
+        .and_then(|s| thp_mode(&s).map(str::to_owned))
+        .unwrap_or_else(|| "?".into())
+}
+
+fn thp_mode(s: &str) -> Option<&str> {
+    s.split_whitespace()
+        .find_map(|w| w.strip_prefix('[')?.strip_suffix(']'))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_bracketed_thp_mode_is_the_active_one() {
+        assert_eq!(super::thp_mode("always [madvise] never\n"), Some("madvise"));
+        assert_eq!(super::thp_mode("[always] madvise never"), Some("always"));
+        assert_eq!(super::thp_mode("always madvise never"), None);
+    }
+}

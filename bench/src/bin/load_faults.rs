@@ -651,6 +651,10 @@ struct Report {
     cpu: String,
     cpu_flags: Vec<&'static str>,
     cores: usize,
+    /// The kernel's transparent huge page mode: it moves the router's resident memory.
+    transparent_huge_pages: String,
+    /// `MIMALLOC_*` settings the router inherited (its allocator's options).
+    mimalloc_env: BTreeMap<String, String>,
     command: String,
     streams: Option<StreamsResult>,
     kill: Option<KillResult>,
@@ -677,6 +681,10 @@ async fn run(args: Arc<Args>) -> anyhow::Result<()> {
         cpu: machine::cpu_name(),
         cpu_flags: machine::cpu_flags(),
         cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        transparent_huge_pages: machine::transparent_huge_pages(),
+        mimalloc_env: std::env::vars()
+            .filter(|(k, _)| k.starts_with("MIMALLOC_"))
+            .collect(),
         command: std::env::args().collect::<Vec<_>>().join(" "),
         streams: None,
         kill: None,
