@@ -18,6 +18,9 @@
 # tokenizer (SmolLM2's tokenizer on 1k- and 32k-token prompts; needs the model, seconds);
 # mocker_crosscheck (the cluster simulator against Dynamo 1.6.1's mocker on the same requests,
 # through Dynamo's offline replay; installs it with scripts/install-peers.sh, seconds).
+# kv_transfer also runs on links of given rates, each a network namespace whose loopback is
+# shaped to it (root and iproute2; writes kv_transfer_link.json):
+#   scripts/bench.sh kv_transfer -- --link-gbit 10,15,20,25
 # A benchmark that fails does not stop the others; the script then exits 1.
 # BENCH_PROFILE picks the cargo profile (default release); `BENCH_PROFILE=dist` measures what the
 # container image ships (fat LTO, one codegen unit: several minutes more to build), as the

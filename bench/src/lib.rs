@@ -6,7 +6,7 @@
 //! ([`process`]), the closed-loop load driver ([`load`]), a keep-alive HTTP/1.1 client
 //! ([`http_client`]), the router-overhead benchmark's processes and clients
 //! ([`overhead_cluster`], [`overhead_clients`]), and the routing benchmark's workload
-//! ([`routing_workload`], [`fake_worker`]), the real-model cluster benchmark's processes and
+//! ([`routing_workload`], [`fake_worker`]), a link of a given rate on one machine ([`link`]), the real-model cluster benchmark's processes and
 //! timed requests ([`candle_cluster`], [`timed_generate`]), and the simulator experiments of
 //! `docs/results.md` ([`experiments`]). Benchmarks report numbers; nothing here asserts on
 //! timing.
@@ -17,6 +17,7 @@ pub mod error;
 pub mod experiments;
 pub mod fake_worker;
 pub mod http_client;
+pub mod link;
 pub mod load;
 /// What a result records about the machine (dolphinctl's, shared with `profile fit`).
 pub use dolphinctl::machine;

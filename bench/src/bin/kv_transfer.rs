@@ -9,6 +9,11 @@
 //! as a cluster with `--tls-cert/--tls-key/--tls-ca` has them), so the cost of TLS is a ratio
 //! from the same run.
 //!
+//! With `--link-gbit 10,25` it runs itself once per rate inside a network namespace whose
+//! loopback is shaped to that rate (`dolphin_bench::link`; root and iproute2), so the ratios
+//! are those of a NIC of that speed rather than of memory-copy speed, and writes
+//! `bench/results/kv_transfer_link.json`.
+//!
 //! `cargo run --release -p dolphin-bench --bin kv_transfer [-- --reps 5 --out PATH]`
 
 use std::path::PathBuf;
@@ -16,6 +21,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, ensure};
 use clap::Parser;
+use dolphin_bench::link::ShapedLoopback;
 use dolphin_bench::proc_stat::CpuClock;
 use dolphin_bench::stats::median;
 use dolphin_kv_transfer::{KvBlock, KvReceiver, KvSender, TransferConfig, frame::block_checksum};
@@ -55,6 +61,112 @@ struct Args {
     /// Run only one path, write no JSON (for profiling one side under perf).
     #[arg(long, value_enum)]
     only: Option<Only>,
+    /// Link rates, Gbit/s: run the benchmark once per rate on a loopback shaped to it, in a
+    /// network namespace of its own (root and iproute2), and write the rates' results
+    /// together (default: bench/results/kv_transfer_link.json, or `--out`).
+    #[arg(long, value_delimiter = ',')]
+    link_gbit: Vec<f64>,
+}
+
+/// One link rate's run.
+#[derive(Debug, Serialize)]
+struct LinkRun {
+    link_gbit: f64,
+    /// The token bucket's depth, bytes.
+    burst_bytes: u64,
+    plain_median_gbps: f64,
+    kv_median_gbps: f64,
+    kv_tls_median_gbps: f64,
+    /// kv_tls_median / kv_median at this rate.
+    tls_ratio: f64,
+    tls_target_ratio: f64,
+    /// The whole report of the run inside the namespace.
+    run: serde_json::Value,
+}
+
+#[derive(Debug, Serialize)]
+struct LinkReport {
+    cpu: String,
+    cpu_flags: Vec<&'static str>,
+    cpus: usize,
+    runs: Vec<LinkRun>,
+    notes: &'static str,
+}
+
+/// `--link-gbit`: this benchmark again, once per rate, inside a shaped namespace.
+fn run_on_links(args: &Args) -> anyhow::Result<()> {
+    let exe = std::env::current_exe().context("this benchmark's path")?;
+    let tmp = std::env::temp_dir().join(format!("dolphin-kv-link-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).with_context(|| format!("create {}", tmp.display()))?;
+    let mut runs = Vec::new();
+    for (i, &gbit) in args.link_gbit.iter().enumerate() {
+        let link = ShapedLoopback::create(&format!("dolphin-kv-{}-{i}", std::process::id()), gbit)?;
+        let out = tmp.join(format!("{i}.json"));
+        println!("link {gbit} Gbit/s:");
+        let status = link
+            .command(&exe)
+            .args(["--bytes-per-token", &args.bytes_per_token.to_string()])
+            .args(["--block-tokens", &args.block_tokens.to_string()])
+            .args(["--transfer-tokens", &args.transfer_tokens.to_string()])
+            .args(["--transfers", &args.transfers.to_string()])
+            .args(["--channel-blocks", &args.channel_blocks.to_string()])
+            .args(["--reps", &args.reps.to_string()])
+            .arg("--out")
+            .arg(&out)
+            .status()
+            .context("run the benchmark in the namespace")?;
+        ensure!(
+            status.success(),
+            "the run at {gbit} Gbit/s failed ({status})"
+        );
+        let text =
+            std::fs::read_to_string(&out).with_context(|| format!("read {}", out.display()))?;
+        let run: serde_json::Value = serde_json::from_str(&text)?;
+        let num = |k: &str| {
+            run[k]
+                .as_f64()
+                .with_context(|| format!("{k} in {}", out.display()))
+        };
+        runs.push(LinkRun {
+            link_gbit: link.gbit(),
+            burst_bytes: dolphin_bench::link::burst_bytes(gbit),
+            plain_median_gbps: num("plain_median_gbps")?,
+            kv_median_gbps: num("kv_median_gbps")?,
+            kv_tls_median_gbps: num("kv_tls_median_gbps")?,
+            tls_ratio: num("tls_ratio")?,
+            tls_target_ratio: TLS_TARGET_RATIO,
+            run,
+        });
+    }
+    let _ = std::fs::remove_dir_all(&tmp);
+    for r in &runs {
+        println!(
+            "link {} Gbit/s: plain {:.2} GB/s, kv {:.2} GB/s, kv over mTLS {:.2} GB/s: {:.1}% of kv \
+             (target >= {:.0}%)",
+            r.link_gbit,
+            r.plain_median_gbps,
+            r.kv_median_gbps,
+            r.kv_tls_median_gbps,
+            100.0 * r.tls_ratio,
+            100.0 * TLS_TARGET_RATIO
+        );
+    }
+    let report = LinkReport {
+        cpu: dolphin_bench::machine::cpu_name(),
+        cpu_flags: dolphin_bench::machine::cpu_flags(),
+        cpus: std::thread::available_parallelism().map_or(1, usize::from),
+        runs,
+        notes: "each rate: a network namespace of its own whose loopback is shaped by a token \
+                bucket (tc tbf, 2 ms of the rate deep, at least 1 MiB; 20 ms queue), both ends \
+                of every path in one process inside it, on this machine's cores",
+    };
+    let out = args.out.clone().unwrap_or_else(|| {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("results/kv_transfer_link.json")
+    });
+    std::fs::write(&out, serde_json::to_string_pretty(&report)? + "\n")
+        .with_context(|| format!("write {}", out.display()))?;
+    println!("wrote {}", out.display());
+    Ok(())
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -121,6 +233,13 @@ struct Workload {
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    if !args.link_gbit.is_empty() {
+        ensure!(
+            args.only.is_none(),
+            "--link-gbit runs every path: drop --only"
+        );
+        return run_on_links(&args);
+    }
     let block_bytes = args.bytes_per_token * args.block_tokens;
     let n_blocks = args.transfer_tokens.div_ceil(args.block_tokens);
     ensure!(block_bytes > 0 && n_blocks > 0 && args.transfers > 0 && args.reps > 0);
