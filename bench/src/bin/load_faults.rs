@@ -86,7 +86,8 @@ struct Args {
     /// The router binary (default: dolphin-router beside this binary).
     #[arg(long)]
     router_bin: Option<std::path::PathBuf>,
-    /// Write the JSON here instead of `bench/results/load_faults.json`.
+    /// Write the JSON here instead of `bench/results/load_faults.json` (with
+    /// `--router-wrapper`: the temporary directory's `load_faults_wrapped.json`).
     #[arg(long)]
     out: Option<std::path::PathBuf>,
 }
@@ -705,7 +706,13 @@ async fn run(args: Arc<Args>) -> anyhow::Result<()> {
         println!("{}", serde_json::to_string_pretty(&r)?);
         report.etcd = Some(r);
     }
-    let path = dolphin_bench::results::write_json("load_faults", args.out.as_deref(), &report)?;
+    // A wrapped router is being profiled: its numbers are not a result to publish.
+    let out = args.out.clone().or_else(|| {
+        args.router_wrapper
+            .as_ref()
+            .map(|_| std::env::temp_dir().join("load_faults_wrapped.json"))
+    });
+    let path = dolphin_bench::results::write_json("load_faults", out.as_deref(), &report)?;
     println!("wrote {}", path.display());
     if !cluster.router.stop(Duration::from_secs(60)).await {
         eprintln!("the router did not exit within 60 s of SIGTERM");
