@@ -50,6 +50,17 @@ impl LoadKind {
     }
 }
 
+/// The first three cells of a markdown row about one operating point: workload, split and the
+/// load in its unit (whole numbers without decimals).
+pub(super) fn point_cells(workload: &str, split: &str, load: f64, kind: LoadKind) -> String {
+    let load = if load.fract() == 0.0 {
+        format!("{load:.0}")
+    } else {
+        format!("{load:.2}")
+    };
+    format!("| {workload} | {split} | {load} {} |", kind.unit())
+}
+
 /// Every policy at one load: where Dynamo 1.6 meets the SLO for `target` of the requests.
 #[derive(Debug, Serialize)]
 pub struct OperatingPoint {

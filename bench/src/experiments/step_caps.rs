@@ -11,7 +11,7 @@ use dolphin_router::dolphin::table::ClusterMethod;
 use dolphin_workload::{Summary, Workload};
 use serde::Serialize;
 
-use super::operating::TRAIN_SEED;
+use super::operating::{TRAIN_SEED, point_cells};
 use super::tpot_slo::{PAPER_TPOT_CUT_PCT, PAPER_TTFT_CUT_PCT};
 use super::{
     Baseline, LoadKind, OperatingPoint, Setup, change_pct, learn, run_baseline, run_table,
@@ -158,18 +158,7 @@ pub fn step_cap_header(caps: &[u32]) -> String {
 fn write_table(rows: &[StepCapRow], md: &mut String) {
     let pct = |c: &P90Change| format!("{:+.1}%, {:+.1}%", c.ttft_pct, c.tpot_pct);
     for r in rows {
-        let load = if r.load.fract() == 0.0 {
-            format!("{:.0}", r.load)
-        } else {
-            format!("{:.2}", r.load)
-        };
-        let _ = write!(
-            md,
-            "| {} | {} | {load} {} |",
-            r.workload,
-            r.split,
-            r.load_kind.unit()
-        );
+        md.push_str(&point_cells(&r.workload, &r.split, r.load, r.load_kind));
         for c in &r.cells {
             let _ = write!(
                 md,

@@ -12,7 +12,7 @@ use dolphin_router::dolphin::table::ClusterMethod;
 use dolphin_workload::{Slo, Workload};
 use serde::Serialize;
 
-use super::operating::TRAIN_SEED;
+use super::operating::{TRAIN_SEED, point_cells};
 use super::{
     Baseline, LoadKind, OperatingPoint, Setup, change_pct, learn, run_baseline, run_table,
 };
@@ -119,17 +119,10 @@ pub fn tpot_slo_sweep(
 
 fn write_table(rows: &[TpotSloRow], md: &mut String) {
     for r in rows {
-        let load = if r.load.fract() == 0.0 {
-            format!("{:.0}", r.load)
-        } else {
-            format!("{:.2}", r.load)
-        };
         let _ = write!(
             md,
-            "| {} | {} | {load} {} | {:+.1}%, {:+.1}% |",
-            r.workload,
-            r.split,
-            r.load_kind.unit(),
+            "{} {:+.1}%, {:+.1}% |",
+            point_cells(&r.workload, &r.split, r.load, r.load_kind),
             r.always_remote_change_pct.0,
             r.always_remote_change_pct.1
         );
