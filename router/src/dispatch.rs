@@ -336,9 +336,9 @@ impl Dispatcher {
     }
 
     /// The prompt's token ids, checked against the vocabulary and the length limit.
-    pub fn tokenize(&self, prompt: &Prompt) -> Result<Vec<u32>, DispatchError> {
+    pub fn tokenize(&self, prompt: Prompt) -> Result<Vec<u32>, DispatchError> {
         let tokens = match prompt {
-            Prompt::Text(t) => self.tokenizer.encode(t).map_err(internal)?,
+            Prompt::Text(t) => self.tokenizer.encode(&t).map_err(internal)?,
             Prompt::Chat(msgs) => {
                 if msgs.is_empty() {
                     return Err(DispatchError::InvalidRequest(
@@ -347,7 +347,7 @@ impl Dispatcher {
                 }
                 let text = self
                     .tokenizer
-                    .render_chat(msgs)
+                    .render_chat(&msgs)
                     .map_err(|e| DispatchError::InvalidRequest(e.to_string()))?;
                 self.tokenizer.encode(&text).map_err(internal)?
             }
@@ -358,7 +358,7 @@ impl Dispatcher {
                         "token id {bad} is outside the vocabulary (size {vocab})"
                     )));
                 }
-                ids.clone()
+                ids
             }
         };
         if tokens.is_empty() {
@@ -514,16 +514,16 @@ impl Dispatcher {
             .min()
             .map(|t| tokio::time::Instant::from_std(arrived) + t);
         let tokenize = tracing::trace_span!(target: otel::TARGET, "router.tokenize");
-        let tokens = if p.prompt.text_bytes() > INLINE_TOKENIZE_BYTES {
-            let (d, prompt) = (
-                Arc::clone(self),
-                std::mem::replace(&mut p.prompt, Prompt::Tokens(Vec::new())),
-            );
-            tokio::task::spawn_blocking(move || tokenize.in_scope(|| d.tokenize(&prompt)))
+        // The prompt leaves the request here: its text (or ids) is not held while the request
+        // waits for its first token, only the tokens.
+        let prompt = std::mem::replace(&mut p.prompt, Prompt::Tokens(Vec::new()));
+        let tokens = if prompt.text_bytes() > INLINE_TOKENIZE_BYTES {
+            let d = Arc::clone(self);
+            tokio::task::spawn_blocking(move || tokenize.in_scope(|| d.tokenize(prompt)))
                 .await
                 .map_err(|e| DispatchError::Internal(format!("tokenizing failed: {e}")))??
         } else {
-            let tokens = tokenize.in_scope(|| self.tokenize(&p.prompt));
+            let tokens = tokenize.in_scope(|| self.tokenize(prompt));
             drop(tokenize);
             tokens?
         };
@@ -701,6 +701,9 @@ impl Dispatcher {
             .decode_call(&req, &metadata)
             .await
             .map_err(fail)?;
+        // Sent: the request's copy of the prompt is not kept through the wait for the first
+        // token (the dispatcher's own tokens are, for retries and migration).
+        drop((req, metadata));
         match stream.message().await {
             Ok(Some(first)) => Ok((stream, first)),
             Ok(None) => Err(DispatchError::Truncated {

@@ -661,3 +661,13 @@ async fn requests_past_the_workers_context_are_refused_or_given_less_room() {
         .collect();
     assert_eq!(sent, [2, 2], "refused requests never reach the worker");
 }
+
+#[test]
+fn token_ids_become_the_tokens_without_a_copy() {
+    let d = dispatcher(threshold(), RequestLog::disabled());
+    let ids = vec![5_u32; 64];
+    let at = ids.as_ptr();
+    let tokens = d.tokenize(Prompt::Tokens(ids)).expect("valid ids");
+    assert_eq!(tokens.len(), 64);
+    assert_eq!(tokens.as_ptr(), at, "the request's ids are the tokens");
+}
