@@ -100,6 +100,35 @@ mod tests {
     }
 
     #[test]
+    fn the_namespace_has_a_shaped_loopback_and_goes_away_on_drop() {
+        let name = format!("dolphin-link-test-{}", std::process::id());
+        let link = match ShapedLoopback::create(&name, 1.5) {
+            Ok(link) => link,
+            Err(e) => {
+                // Namespaces need root and iproute2; CI has both.
+                eprintln!("skipped: {e}");
+                return;
+            }
+        };
+        let out = link
+            .command(std::path::Path::new("tc"))
+            .args(["qdisc", "show", "dev", "lo"])
+            .output()
+            .expect("tc runs");
+        let shown = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            shown.contains("tbf") && shown.contains("rate 1500Mbit"),
+            "{shown}"
+        );
+        drop(link);
+        let list = Command::new("ip")
+            .args(["netns", "list"])
+            .output()
+            .expect("ip runs");
+        assert!(!String::from_utf8_lossy(&list.stdout).contains(&name));
+    }
+
+    #[test]
     fn a_rate_must_be_positive() {
         for bad in [0.0, -1.0, f64::NAN] {
             let e = ShapedLoopback::create("dolphin-never-made", bad).unwrap_err();
