@@ -32,7 +32,7 @@ use dolphin_bench::overhead_clients::{Addrs, Client, Mode, Prompts, Target};
 use dolphin_bench::overhead_cluster::{self, RouterLaunch};
 use dolphin_bench::peers::{self, Peer, PeerBins, SmgMode};
 use dolphin_bench::proc_stat::CpuClock;
-use dolphin_bench::stats::Summary;
+use dolphin_bench::stats::{Summary, median};
 use dolphin_router::tokenizer::SimTokenizer;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -100,13 +100,20 @@ struct Args {
     /// The smg launcher (default: the venv of scripts/install-peers.sh).
     #[arg(long)]
     smg: Option<PathBuf>,
+    /// Rounds: every mode at every concurrency once per round, in the same order, so a busy
+    /// moment on this shared machine lands in one round instead of one router's phase. The
+    /// JSON's `phases` hold, per mode and concurrency, the round with the median CPU per
+    /// request, with the median of the rounds' own added p50 and ratios; `rounds_phases` all
+    /// of them.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    rounds: u32,
     /// Where to write the JSON result (default: bench/results/router_overhead.json; with
     /// `--router-wrapper`, the temporary directory's `router_overhead_wrapped.json`).
     #[arg(long)]
     out: Option<PathBuf>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Clone, Debug, Serialize)]
 struct Phase {
     mode: Mode,
     router: Target,
@@ -168,7 +175,11 @@ struct Report {
     smg_version: &'static str,
     /// Each router's idle CPU, us per second (subtracted in `cpu_us_per_req`).
     idle_cpu_us_per_s: BTreeMap<String, f64>,
+    rounds: u32,
     phases: Vec<Phase>,
+    /// Every round's phases, with that round's own ratios (only with more than one round).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    rounds_phases: Vec<Vec<Phase>>,
     targets: Vec<Check>,
 }
 
@@ -446,66 +457,82 @@ fn main() -> anyhow::Result<()> {
     modes.sort_by_key(|m| m.target() != Target::None);
     modes.dedup();
 
-    let mut phases: Vec<Phase> = Vec::new();
+    let mut rounds_phases: Vec<Vec<Phase>> = Vec::new();
     // Idle CPU per router, us/s, from the baseline phases (no router serves anything then).
     let mut idle: HashMap<Target, Vec<f64>> = HashMap::new();
-    for &conc in &args.concurrency {
-        let mut base_p50: HashMap<Mode, f64> = HashMap::new();
-        for &mode in &modes {
-            let m = rt.block_on(run_phase(mode, conc, &args, &prompts, &addrs, &clocks))?;
-            let mut run = m.run;
-            let elapsed = run.elapsed.as_secs_f64();
-            if mode.target() == Target::None {
-                for (t, cpu) in &m.routers {
-                    idle.entry(*t)
-                        .or_default()
-                        .push(cpu.as_secs_f64() * 1e6 / elapsed);
-                }
-            }
-            let latency = Summary::from_nanos(&mut run.latencies_ns);
-            let p50_ms = latency.p50_us / 1e3;
-            let added = if mode.target() == Target::None {
-                base_p50.insert(mode, p50_ms);
-                None
-            } else {
-                base_p50.get(&mode.baseline()).map(|b| p50_ms - b)
-            };
-            let router = mode.target();
-            let (gross, net) = match m.routers.get(&router) {
-                Some(cpu) => {
-                    let gross = per_request_us(*cpu, run.ok);
-                    let rates = idle.get(&router).map(Vec::as_slice).unwrap_or_default();
-                    let idle_us = rates.iter().sum::<f64>() / rates.len().max(1) as f64;
-                    (
-                        gross,
-                        (gross - idle_us * elapsed / run.ok.max(1) as f64).max(0.0),
-                    )
-                }
-                None => (0.0, 0.0),
-            };
-            let phase = Phase {
-                mode,
-                router,
-                concurrency: conc,
-                requests: run.ok,
-                errors: run.errors,
-                first_error: run.first_error.clone(),
-                elapsed_s: elapsed,
-                requests_per_s: run.rps(),
-                latency,
-                baseline: mode.baseline(),
-                added_p50_ms: added,
-                router_cpu_us_per_request: gross,
-                cpu_us_per_req: net,
-                ratio_to_nginx: None,
-                ratio_to_smg: None,
-                worker_cpu_us_per_request: per_request_us(m.worker, run.ok),
-            };
-            print_phase(&phase);
-            phases.push(phase);
+    for round in 0..args.rounds {
+        if args.rounds > 1 {
+            println!("round {} of {}", round + 1, args.rounds);
         }
+        let mut phases: Vec<Phase> = Vec::new();
+        for &conc in &args.concurrency {
+            let mut base_p50: HashMap<Mode, f64> = HashMap::new();
+            for &mode in &modes {
+                let m = rt.block_on(run_phase(mode, conc, &args, &prompts, &addrs, &clocks))?;
+                let mut run = m.run;
+                let elapsed = run.elapsed.as_secs_f64();
+                if mode.target() == Target::None {
+                    for (t, cpu) in &m.routers {
+                        idle.entry(*t)
+                            .or_default()
+                            .push(cpu.as_secs_f64() * 1e6 / elapsed);
+                    }
+                }
+                let latency = Summary::from_nanos(&mut run.latencies_ns);
+                let p50_ms = latency.p50_us / 1e3;
+                let added = if mode.target() == Target::None {
+                    base_p50.insert(mode, p50_ms);
+                    None
+                } else {
+                    base_p50.get(&mode.baseline()).map(|b| p50_ms - b)
+                };
+                let router = mode.target();
+                let (gross, net) = match m.routers.get(&router) {
+                    Some(cpu) => {
+                        let gross = per_request_us(*cpu, run.ok);
+                        let rates = idle.get(&router).map(Vec::as_slice).unwrap_or_default();
+                        let idle_us = rates.iter().sum::<f64>() / rates.len().max(1) as f64;
+                        (
+                            gross,
+                            (gross - idle_us * elapsed / run.ok.max(1) as f64).max(0.0),
+                        )
+                    }
+                    None => (0.0, 0.0),
+                };
+                let phase = Phase {
+                    mode,
+                    router,
+                    concurrency: conc,
+                    requests: run.ok,
+                    errors: run.errors,
+                    first_error: run.first_error.clone(),
+                    elapsed_s: elapsed,
+                    requests_per_s: run.rps(),
+                    latency,
+                    baseline: mode.baseline(),
+                    added_p50_ms: added,
+                    router_cpu_us_per_request: gross,
+                    cpu_us_per_req: net,
+                    ratio_to_nginx: None,
+                    ratio_to_smg: None,
+                    worker_cpu_us_per_request: per_request_us(m.worker, run.ok),
+                };
+                print_phase(&phase);
+                phases.push(phase);
+            }
+        }
+        fill_ratios(&mut phases);
+        rounds_phases.push(phases);
     }
-    fill_ratios(&mut phases);
+    let phases = median_phases(&rounds_phases);
+    if args.rounds > 1 {
+        println!("medians over {} rounds:", args.rounds);
+        for p in &phases {
+            print_phase(p);
+        }
+    } else {
+        rounds_phases.clear();
+    }
     let targets = checks(&phases);
 
     if !rt.block_on(running.cluster.stop(Duration::from_secs(60))) {
@@ -541,7 +568,9 @@ fn main() -> anyhow::Result<()> {
         missing,
         smg_version: peers::SMG_VERSION,
         idle_cpu_us_per_s,
+        rounds: args.rounds,
         phases,
+        rounds_phases,
         targets,
     };
     for c in &report.targets {
@@ -600,6 +629,30 @@ fn fill_ratios(phases: &mut [Phase]) {
         p.ratio_to_nginx = n;
         p.ratio_to_smg = s;
     }
+}
+
+/// Per mode and concurrency (every round runs them in the same order): the round with the
+/// median CPU per request, carrying the median of the rounds' added p50 and same-round ratios.
+fn median_phases(rounds: &[Vec<Phase>]) -> Vec<Phase> {
+    let Some(first) = rounds.first() else {
+        return Vec::new();
+    };
+    (0..first.len())
+        .map(|i| {
+            let mut of: Vec<&Phase> = rounds.iter().filter_map(|r| r.get(i)).collect();
+            of.sort_by(|a, b| a.cpu_us_per_req.total_cmp(&b.cpu_us_per_req));
+            let median_of = |f: fn(&Phase) -> Option<f64>| {
+                let v: Vec<f64> = of.iter().filter_map(|p| f(p)).collect();
+                (!v.is_empty()).then(|| median(v.iter().copied()))
+            };
+            Phase {
+                added_p50_ms: median_of(|p| p.added_p50_ms),
+                ratio_to_nginx: median_of(|p| p.ratio_to_nginx),
+                ratio_to_smg: median_of(|p| p.ratio_to_smg),
+                ..of[of.len() / 2].clone()
+            }
+        })
+        .collect()
 }
 
 fn checks(phases: &[Phase]) -> Vec<Check> {
