@@ -8,7 +8,9 @@ use std::time::Duration;
 use dolphin_proto::v1::{self, router_admin_client::RouterAdminClient};
 
 use crate::BenchError;
-use crate::process::{ChildProcess, router_listener_args, sibling_binary, spawn_ready, strings};
+use crate::process::{
+    ChildProcess, router_listener_args, sibling_binary, spawn_ready, strings, wrapped,
+};
 
 /// How long a process may take to print its ready line.
 const READY_TIMEOUT: Duration = Duration::from_secs(60);
@@ -109,15 +111,7 @@ pub async fn start_router(
         Some(bin) => bin.clone(),
         None => sibling_binary("dolphin-router")?,
     };
-    let (program, router_args) = match launch.wrapper.split_first() {
-        Some((program, rest)) => {
-            let mut a = rest.to_vec();
-            a.push(router_bin.display().to_string());
-            a.extend(router_args);
-            (PathBuf::from(program), a)
-        }
-        None => (router_bin, router_args),
-    };
+    let (program, router_args) = wrapped(&launch.wrapper, router_bin, router_args);
     spawn_ready(name, &program, &router_args, &env, log_dir, READY_TIMEOUT).await
 }
 

@@ -47,6 +47,21 @@ pub fn build_profile() -> String {
         .unwrap_or_else(|| "unknown".to_owned())
 }
 
+/// The program to start for `bin` with `args` under `wrapper` (a command line split into
+/// words, e.g. a profiler's; empty: none), and its arguments: the wrapper's words, then `bin`,
+/// then `args`.
+pub fn wrapped(wrapper: &[String], bin: PathBuf, args: Vec<String>) -> (PathBuf, Vec<String>) {
+    match wrapper.split_first() {
+        Some((program, rest)) => {
+            let mut a = rest.to_vec();
+            a.push(bin.display().to_string());
+            a.extend(args);
+            (PathBuf::from(program), a)
+        }
+        None => (bin, args),
+    }
+}
+
 /// Path of a release binary built beside the running benchmark (`target/release/<name>`).
 pub fn sibling_binary(name: &str) -> Result<PathBuf, BenchError> {
     let exe = std::env::current_exe().map_err(BenchError::io("locate the benchmark binary"))?;
@@ -189,6 +204,18 @@ mod tests {
     //! The supervisor itself is tested in dolphinctl (`ctl/src/process.rs`); these cover what
     //! the benchmarks add: the announced addresses, a fresh log, `stop`'s answer.
     use super::*;
+
+    #[test]
+    fn a_wrapper_runs_the_binary_with_its_arguments() {
+        let (bin, args) = (PathBuf::from("/bin/router"), strings(&["--a", "1"]));
+        assert_eq!(
+            wrapped(&[], bin.clone(), args.clone()),
+            (bin.clone(), args.clone())
+        );
+        let (program, a) = wrapped(&strings(&["perf", "record", "-g"]), bin, args);
+        assert_eq!(program, PathBuf::from("perf"));
+        assert_eq!(a, strings(&["record", "-g", "/bin/router", "--a", "1"]));
+    }
 
     fn sh(script: &str) -> Vec<String> {
         vec!["-c".to_string(), script.to_string()]

@@ -11,6 +11,14 @@ pub fn results_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("results")
 }
 
+/// Where benchmark `name` writes its JSON: `out` when given; else, for a run under a profiler
+/// (`profiled`: its numbers are not a result to publish), the temporary directory's
+/// `<name>_wrapped.json`; else `None`, `bench/results/<name>.json` (see [`write_json`]).
+pub fn out_path(name: &str, out: Option<&Path>, profiled: bool) -> Option<PathBuf> {
+    out.map(Path::to_path_buf)
+        .or_else(|| profiled.then(|| std::env::temp_dir().join(format!("{name}_wrapped.json"))))
+}
+
 /// Writes `value` as pretty JSON to `path` (or `bench/results/<name>.json` when `path` is
 /// `None`), through a temporary file so a reader never sees half a result. Returns the path.
 pub fn write_json<T: Serialize>(
@@ -51,5 +59,14 @@ mod tests {
         assert_eq!(back["a"], 1);
         assert!(!path.with_extension("json.tmp").exists());
         std::fs::remove_dir_all(&dir).expect("cleanup");
+    }
+
+    #[test]
+    fn a_profiled_run_writes_beside_the_published_results_not_over_them() {
+        let given = Path::new("/tmp/given.json");
+        assert_eq!(out_path("x", Some(given), true).as_deref(), Some(given));
+        assert_eq!(out_path("x", None, false), None);
+        let profiled = out_path("x", None, true).expect("a path");
+        assert_eq!(profiled, std::env::temp_dir().join("x_wrapped.json"));
     }
 }

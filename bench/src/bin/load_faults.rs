@@ -27,7 +27,7 @@ use clap::Parser;
 use dolphin_bench::machine;
 use dolphin_bench::overhead_cluster::wait_for_workers;
 use dolphin_bench::process::{
-    ChildProcess, router_listener_args, sibling_binary, spawn_ready, strings,
+    ChildProcess, router_listener_args, sibling_binary, spawn_ready, strings, wrapped,
 };
 use dolphin_bench::stats::Summary;
 use dolphin_cluster::testing::EtcdServer;
@@ -155,21 +155,14 @@ impl Cluster {
             Some(bin) => bin.clone(),
             None => sibling_binary("dolphin-router")?,
         };
-        let mut wrapper = launch
+        let wrapper: Vec<String> = launch
             .router_wrapper
             .as_deref()
             .unwrap_or_default()
             .split_whitespace()
-            .map(str::to_owned);
-        let (program, args) = match wrapper.next() {
-            Some(program) => {
-                let mut a: Vec<String> = wrapper.collect();
-                a.push(router_bin.display().to_string());
-                a.extend(args);
-                (program.into(), a)
-            }
-            None => (router_bin, args),
-        };
+            .map(str::to_owned)
+            .collect();
+        let (program, args) = wrapped(&wrapper, router_bin, args);
         let router = spawn_ready("router", &program, &args, &[], log_dir, READY).await?;
         wait_for_workers(router.admin_addr()?, 3).await?;
         Ok(Self {
@@ -706,12 +699,11 @@ async fn run(args: Arc<Args>) -> anyhow::Result<()> {
         println!("{}", serde_json::to_string_pretty(&r)?);
         report.etcd = Some(r);
     }
-    // A wrapped router is being profiled: its numbers are not a result to publish.
-    let out = args.out.clone().or_else(|| {
-        args.router_wrapper
-            .as_ref()
-            .map(|_| std::env::temp_dir().join("load_faults_wrapped.json"))
-    });
+    let out = dolphin_bench::results::out_path(
+        "load_faults",
+        args.out.as_deref(),
+        args.router_wrapper.is_some(),
+    );
     let path = dolphin_bench::results::write_json("load_faults", out.as_deref(), &report)?;
     println!("wrote {}", path.display());
     if !cluster.router.stop(Duration::from_secs(60)).await {

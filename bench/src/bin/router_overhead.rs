@@ -578,12 +578,11 @@ fn main() -> anyhow::Result<()> {
         let verdict = if c.met { "met" } else { "MISSED" };
         println!("{:<60} {v:>8} (limit {:.2}): {verdict}", c.what, c.limit);
     }
-    // A wrapped router is being profiled: its numbers are not a result to publish.
-    let out = args.out.clone().or_else(|| {
-        args.router_wrapper
-            .as_ref()
-            .map(|_| std::env::temp_dir().join("router_overhead_wrapped.json"))
-    });
+    let out = dolphin_bench::results::out_path(
+        "router_overhead",
+        args.out.as_deref(),
+        args.router_wrapper.is_some(),
+    );
     let path = dolphin_bench::results::write_json("router_overhead", out.as_deref(), &report)?;
     println!("wrote {}", path.display());
     if failed > 0 {
