@@ -30,8 +30,8 @@ use dolphin_bench::experiments::{
     OnlineRow, OperatingPoint, Samples, Setup, ShiftRow, StepCapRow, StepLimitRow, TpotSloRow,
     ablations, attainment_bars, best_baseline, cdfs, change_pct, crosscheck_section, find_load,
     flip, learn, load_rule_comparison, operating_points, operating_table, output_classes,
-    run_baseline, run_crosscheck, run_table, split, split_change, step_cap_header, step_cap_sweep,
-    step_limit_trade, tpot_slo_sweep, traffic_shift,
+    points_at, run_baseline, run_crosscheck, run_table, split, split_change, step_cap_header,
+    step_cap_sweep, step_limit_trade, tpot_slo_sweep, traffic_shift,
 };
 use dolphin_engine::SimProfile;
 use dolphin_learn::fit::FitConfig;
@@ -292,10 +292,7 @@ fn run(args: Args) -> Result<(), BenchError> {
         );
         let mut rows = Vec::new();
         for (name, s) in mixed {
-            let at_80: Vec<&OperatingPoint> = points
-                .iter()
-                .filter(|p| p.workload == name && p.split == s && (p.target - 0.8).abs() < 1e-9)
-                .collect();
+            let at_80 = points_at(points, name, s, 0.8);
             rows.extend(step_cap_sweep(
                 &setup(split(s)?, 1),
                 name,
@@ -555,10 +552,7 @@ fn run(args: Args) -> Result<(), BenchError> {
             "---|".repeat(args.tpot_slo_ms.len())
         );
         for (name, s) in mixed {
-            let at_80: Vec<&OperatingPoint> = operating
-                .iter()
-                .filter(|p| p.workload == name && p.split == s && (p.target - 0.8).abs() < 1e-9)
-                .collect();
+            let at_80 = points_at(&operating, name, s, 0.8);
             tpot_sweep.extend(tpot_slo_sweep(
                 &setup(split(s)?, 1),
                 name,

@@ -37,8 +37,8 @@ pub use flip::{FlipRow, flip};
 pub use load_rule::{LoadRuleRow, load_rule_comparison};
 pub use online::{OnlineRow, OnlineSeries, split_change};
 pub use operating::{
-    LoadKind, OperatingPoint, StepLimitRow, find_load, operating_points, operating_table, split,
-    step_limit_trade,
+    LoadKind, OperatingPoint, StepLimitRow, find_load, operating_points, operating_table,
+    points_at, split, step_limit_trade,
 };
 pub use shift::{Samples, ShiftRow, traffic_shift};
 pub use step_caps::{P90Change, StepCapCell, StepCapRow, step_cap_header, step_cap_sweep};

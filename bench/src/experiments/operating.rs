@@ -61,6 +61,19 @@ pub(super) fn point_cells(workload: &str, split: &str, load: f64, kind: LoadKind
     format!("| {workload} | {split} | {load} {} |", kind.unit())
 }
 
+/// The points of `points` on `workload` and `split` whose target share is `target`.
+pub fn points_at<'a>(
+    points: &'a [OperatingPoint],
+    workload: &str,
+    split: &str,
+    target: f64,
+) -> Vec<&'a OperatingPoint> {
+    points
+        .iter()
+        .filter(|p| p.workload == workload && p.split == split && (p.target - target).abs() < 1e-9)
+        .collect()
+}
+
 /// Every policy at one load: where Dynamo 1.6 meets the SLO for `target` of the requests.
 #[derive(Debug, Serialize)]
 pub struct OperatingPoint {
