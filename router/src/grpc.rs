@@ -38,7 +38,7 @@ impl InferenceService {
 }
 
 /// Turns a `GenerateRequest` into dispatcher parameters.
-fn params(r: v1::GenerateRequest) -> Result<GenerateParams, Status> {
+pub(crate) fn params(r: v1::GenerateRequest) -> Result<GenerateParams, Status> {
     let prompt = match r.input {
         Some(Input::Text(t)) => Prompt::Text(t),
         Some(Input::TokenIds(t)) => Prompt::Tokens(t.ids),
@@ -83,11 +83,12 @@ fn params(r: v1::GenerateRequest) -> Result<GenerateParams, Status> {
     })
 }
 
-type GenerateStream = Pin<Box<dyn Stream<Item = Result<v1::GenerateResponse, Status>> + Send>>;
+pub(crate) type GenerateStream =
+    Pin<Box<dyn Stream<Item = Result<v1::GenerateResponse, Status>> + Send>>;
 
 /// Maps the response stream to `GenerateResponse`s: routing on the first message (where the
 /// request started) and the last (where it ended, after any migration or fallback).
-fn responses(stream: ResponseStream) -> GenerateStream {
+pub(crate) fn responses(stream: ResponseStream) -> GenerateStream {
     let request_id = stream.request_id().to_string();
     let routing = stream.routing();
     let mut first = true;
@@ -331,6 +332,13 @@ pub(crate) async fn serve(
         .tcp_nodelay(true)
         // Outermost: the call's span covers the key check and the in-flight limit too.
         .layer(dolphin_cluster::layers::ServerSpanLayer)
+        // Plain `Generate` calls skip tonic's routes, layers and codec (`grpc_generate`); the
+        // rest, compressed `Generate` calls included, go on to the services below.
+        .layer(crate::grpc_generate::GenerateLayer::new(
+            dispatcher.clone(),
+            api_keys.clone(),
+            limit.clone(),
+        ))
         .add_routes(common)
         .add_service(inference_service(dispatcher, api_keys, &limit))
         .serve_with_incoming_shutdown(incoming, shutdown.cancelled_owned())

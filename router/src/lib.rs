@@ -17,6 +17,7 @@ pub mod dolphin;
 pub mod error;
 pub mod grpc;
 pub mod grpc_call;
+mod grpc_generate;
 pub mod http;
 pub mod metrics;
 mod migration;

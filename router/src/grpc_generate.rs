@@ -1,0 +1,387 @@
+//! `dolphin.v1.Inference/Generate` straight from hyper's request, every other gRPC call through
+//! tonic's routes.
+//!
+//! Why: callgrind put about 15k instructions of a gRPC request's 146k in what lies between
+//! hyper's stream and the handler, and around the answer (tonic's routes, which are axum's
+//! router, the key interceptor, the in-flight limit layer, the server's codec and its
+//! `EncodeBody`, each with its own boxes and body wrappers; `docs/dev/profiling.md`), as the
+//! HTTP inference routes had in axum (`http/public.rs`). This layer does the same checks in
+//! the same order (key, then a slot of the in-flight limit, then the message), with the same
+//! status codes and messages as tonic's codec, in straight-line code, and writes the answer
+//! stream itself: each wake-up's messages in one DATA frame, then the trailers.
+//!
+//! Only a plain call takes this path: `POST`, `application/grpc` (or `+proto`) and an
+//! uncompressed request. A gzip-compressed one, or anything unusual, goes to tonic as before.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use dolphin_proto::v1;
+use futures::StreamExt;
+use futures::future::Either;
+use http::header::{CONTENT_TYPE, HeaderMap, HeaderValue};
+use http_body::Frame;
+use http_body_util::BodyExt;
+use prost::Message;
+use tonic::Status;
+use tonic::body::Body;
+
+use crate::admission::{InflightLimit, Permit};
+use crate::auth::{KeySet, Verdict};
+use crate::dispatch::Dispatcher;
+use crate::grpc::{GenerateStream, params, responses};
+use crate::stream::Api;
+
+/// The call this layer answers itself.
+const GENERATE: &str = "/dolphin.v1.Inference/Generate";
+
+/// A gRPC message's prefix: the compressed flag and the length.
+const PREFIX: usize = 5;
+
+/// The largest request message, as tonic's decoder allows by default (4 MiB): a longer one is
+/// refused with `OUT_OF_RANGE` before it is read.
+pub(crate) const MAX_MESSAGE_BYTES: usize = 4 << 20;
+
+/// The most bytes of messages written in one DATA frame: a stream whose messages were all
+/// ready at once still goes out in frames of a size h2 sends without splitting much.
+const MAX_FRAME_BYTES: usize = 32 << 10;
+
+/// Answers plain `Generate` calls itself (see the module doc), passing every other call to the
+/// service below (tonic's routes).
+#[derive(Clone, Debug)]
+pub(crate) struct GenerateLayer(Arc<Shared>);
+
+#[derive(Debug)]
+struct Shared {
+    dispatcher: Arc<Dispatcher>,
+    api_keys: Option<KeySet>,
+    limit: InflightLimit,
+}
+
+impl GenerateLayer {
+    /// `Generate` over `dispatcher`, for callers with one of `api_keys` (all when `None`),
+    /// each holding a slot of `limit`.
+    pub(crate) fn new(
+        dispatcher: Arc<Dispatcher>,
+        api_keys: Option<KeySet>,
+        limit: InflightLimit,
+    ) -> Self {
+        Self(Arc::new(Shared {
+            dispatcher,
+            api_keys,
+            limit,
+        }))
+    }
+}
+
+impl<S> tower::Layer<S> for GenerateLayer {
+    type Service = GenerateFast<S>;
+
+    fn layer(&self, inner: S) -> GenerateFast<S> {
+        GenerateFast {
+            inner,
+            shared: Arc::clone(&self.0),
+        }
+    }
+}
+
+/// See [`GenerateLayer`].
+#[derive(Clone, Debug)]
+pub(crate) struct GenerateFast<S> {
+    inner: S,
+    shared: Arc<Shared>,
+}
+
+type Answer = Pin<Box<dyn Future<Output = http::Response<Body>> + Send>>;
+
+impl<S> tower::Service<http::Request<Body>> for GenerateFast<S>
+where
+    S: tower::Service<http::Request<Body>, Response = http::Response<Body>>,
+{
+    type Response = http::Response<Body>;
+    type Error = S::Error;
+    type Future = Either<AnswerFuture<S::Error>, S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: http::Request<Body>) -> Self::Future {
+        if !is_plain_generate(&req) {
+            return Either::Right(self.inner.call(req));
+        }
+        let shared = Arc::clone(&self.shared);
+        Either::Left(AnswerFuture {
+            answer: Box::pin(async move { shared.generate(req).await }),
+            _error: std::marker::PhantomData,
+        })
+    }
+}
+
+/// The fast path's answer, as the service's `Result` (it never fails: errors are statuses).
+pub(crate) struct AnswerFuture<E> {
+    answer: Answer,
+    _error: std::marker::PhantomData<fn() -> E>,
+}
+
+impl<E> Future for AnswerFuture<E> {
+    type Output = Result<http::Response<Body>, E>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        self.answer.as_mut().poll(cx).map(Ok)
+    }
+}
+
+/// A `Generate` call this layer can answer: `POST`, a gRPC protobuf content type, and an
+/// uncompressed message (no `grpc-encoding`, or `identity`).
+fn is_plain_generate<B>(req: &http::Request<B>) -> bool {
+    if req.method() != http::Method::POST || req.uri().path() != GENERATE {
+        return false;
+    }
+    let headers = req.headers();
+    let grpc_content = headers.get(CONTENT_TYPE).is_some_and(|v| {
+        let v = v.as_bytes();
+        v == b"application/grpc" || v == b"application/grpc+proto"
+    });
+    let uncompressed = headers
+        .get("grpc-encoding")
+        .is_none_or(|v| v.as_bytes() == b"identity");
+    grpc_content && uncompressed
+}
+
+impl Shared {
+    /// Answers one call: the status as a Trailers-Only response when it fails before the
+    /// stream starts, else the stream.
+    async fn generate(&self, req: http::Request<Body>) -> http::Response<Body> {
+        match self.start(req).await {
+            Ok(response) => response,
+            Err(status) => status.into_http(),
+        }
+    }
+
+    async fn start(&self, req: http::Request<Body>) -> Result<http::Response<Body>, Status> {
+        // First the key: a caller without one learns nothing, not even that the router is full.
+        let authorization = req.headers().get("authorization").map(|v| v.as_bytes());
+        if let Some(refusal) = Verdict::of(self.api_keys.as_ref(), authorization).status("API") {
+            return Err(refusal);
+        }
+        // Then a slot, before the message is read; it travels in the answer's body.
+        let permit = self.limit.try_admit(Api::Grpc)?;
+        let timeout = req
+            .headers()
+            .get(dolphin_proto::deadline::GRPC_TIMEOUT)
+            .and_then(|v| v.to_str().ok())
+            .and_then(dolphin_proto::deadline::parse);
+        let message = read_message(req.into_body()).await?;
+        let request = v1::GenerateRequest::decode(message)
+            // As tonic's codec answers a message that does not decode.
+            .map_err(|e| Status::internal(e.to_string()))?;
+        let mut p = params(request)?;
+        p.timeout = timeout;
+        let stream = self.dispatcher.generate(p).await?;
+        let mut response = http::Response::new(Body::new(GenerateBody {
+            stream: responses(stream),
+            permit: Some(permit),
+            end: None,
+        }));
+        let mut headers = HeaderMap::with_capacity(2);
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
+        // Compressed requests are welcome (tonic's path decodes them).
+        headers.insert("grpc-accept-encoding", HeaderValue::from_static("gzip"));
+        *response.headers_mut() = headers;
+        Ok(response)
+    }
+}
+
+/// The request's one message (its bytes after the prefix), read to the end of the body. The
+/// checks and their statuses are tonic's decoder's: a compressed flag without an encoding, a
+/// flag other than 0 or 1, a length over [`MAX_MESSAGE_BYTES`], no message, a message cut
+/// short. Bytes after the first message are read and dropped, as tonic reads the rest of a
+/// unary request to its end.
+pub(crate) async fn read_message<B>(body: B) -> Result<Bytes, Status>
+where
+    B: http_body::Body<Data = Bytes>,
+    B::Error: Into<Status>,
+{
+    let mut body = std::pin::pin!(body);
+    let mut message = Reader::default();
+    while let Some(frame) = body.frame().await {
+        if let Ok(data) = frame.map_err(Into::into)?.into_data() {
+            message.push(data)?;
+        }
+    }
+    message.finish()
+}
+
+/// The first message of a request, gathered from DATA frames. One frame holding the whole
+/// message (the usual case) is kept as it came, without a copy.
+#[derive(Debug, Default)]
+pub(crate) struct Reader {
+    /// What has arrived of the prefix and the message.
+    first: Option<Bytes>,
+    more: BytesMut,
+    /// The prefix and message's length, once the prefix is in.
+    total: Option<usize>,
+}
+
+impl Reader {
+    /// Takes one DATA frame's bytes.
+    pub(crate) fn push(&mut self, data: Bytes) -> Result<(), Status> {
+        if self.total.is_some_and(|total| self.len() >= total) {
+            return Ok(()); // past the first message
+        }
+        match self.first.take() {
+            None if self.more.is_empty() => self.first = Some(data),
+            None => self.more.extend_from_slice(&data),
+            Some(first) => {
+                self.more.extend_from_slice(&first);
+                self.more.extend_from_slice(&data);
+            }
+        }
+        if self.total.is_none() {
+            self.total = self.prefix()?;
+        }
+        Ok(())
+    }
+
+    fn len(&self) -> usize {
+        self.first.as_ref().map_or(self.more.len(), Bytes::len)
+    }
+
+    fn bytes(&self) -> &[u8] {
+        self.first.as_deref().unwrap_or(&self.more)
+    }
+
+    /// The message's total length with its prefix, once the prefix has arrived.
+    fn prefix(&self) -> Result<Option<usize>, Status> {
+        let Some(mut prefix) = self.bytes().get(..PREFIX) else {
+            return Ok(None);
+        };
+        match prefix.get_u8() {
+            0 => {}
+            1 => {
+                return Err(Status::internal(
+                    "protocol error: received message with compressed-flag but no grpc-encoding was specified",
+                ));
+            }
+            f => {
+                return Err(Status::internal(format!(
+                    "protocol error: received message with invalid compression flag: {f} (valid flags are 0 and 1), while sending request"
+                )));
+            }
+        }
+        let len = prefix.get_u32() as usize;
+        if len > MAX_MESSAGE_BYTES {
+            return Err(Status::out_of_range(format!(
+                "Error, decoded message length too large: found {len} bytes, the limit is: {MAX_MESSAGE_BYTES} bytes"
+            )));
+        }
+        Ok(Some(PREFIX + len))
+    }
+
+    /// The message, once the body has ended.
+    pub(crate) fn finish(self) -> Result<Bytes, Status> {
+        let len = self.len();
+        match self.total {
+            None if len == 0 => Err(Status::internal("Missing request message.")),
+            Some(total) if len >= total => {
+                let mut all = self.first.unwrap_or_else(|| self.more.freeze());
+                all.truncate(total);
+                all.advance(PREFIX);
+                Ok(all)
+            }
+            _ => Err(Status::internal("Unexpected EOF decoding stream.")),
+        }
+    }
+}
+
+/// The answer's body: the response messages, each wake-up's in one DATA frame, then the
+/// trailers (`grpc-status` 0, or the stream's error). Holds the request's slot of the in-flight
+/// limit until the trailers are out or the client went away.
+struct GenerateBody {
+    stream: GenerateStream,
+    permit: Option<Permit>,
+    /// The trailers, once the stream has ended; `Some(None)` once they were sent.
+    end: Option<Option<HeaderMap>>,
+}
+
+impl http_body::Body for GenerateBody {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        let this = &mut *self;
+        if this.end.is_none() {
+            let mut buf = BytesMut::new();
+            while buf.len() < MAX_FRAME_BYTES {
+                match this.stream.poll_next_unpin(cx) {
+                    Poll::Ready(Some(Ok(msg))) => encode(&msg, &mut buf),
+                    Poll::Ready(Some(Err(status))) => {
+                        this.end = Some(Some(trailers(&status)));
+                        break;
+                    }
+                    Poll::Ready(None) => {
+                        this.end = Some(Some(ok_trailers()));
+                        break;
+                    }
+                    Poll::Pending => break,
+                }
+            }
+            if !buf.is_empty() {
+                return Poll::Ready(Some(Ok(Frame::data(buf.freeze()))));
+            }
+        }
+        match this.end.as_mut() {
+            None => Poll::Pending,
+            Some(end) => match end.take() {
+                Some(trailers) => {
+                    this.permit = None;
+                    Poll::Ready(Some(Ok(Frame::trailers(trailers))))
+                }
+                None => Poll::Ready(None),
+            },
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        matches!(self.end, Some(None))
+    }
+}
+
+/// Appends `msg` with its prefix (uncompressed).
+fn encode(msg: &v1::GenerateResponse, buf: &mut BytesMut) {
+    let len = msg.encoded_len();
+    buf.reserve(PREFIX + len);
+    buf.put_u8(0);
+    buf.put_u32(len as u32);
+    msg.encode(buf).expect("the buffer was reserved");
+}
+
+/// A call's trailers when it succeeded: `grpc-status: 0` alone.
+fn ok_trailers() -> HeaderMap {
+    let mut map = HeaderMap::with_capacity(1);
+    map.insert("grpc-status", HeaderValue::from_static("0"));
+    map
+}
+
+/// A call's trailers for a failure's `status`.
+fn trailers(status: &Status) -> HeaderMap {
+    let mut map = HeaderMap::with_capacity(2);
+    if let Err(e) = status.add_header(&mut map) {
+        // Only details that cannot be a header value fail: the code alone then.
+        map.clear();
+        let _ = Status::new(e.code(), "").add_header(&mut map);
+    }
+    map
+}
+
+#[cfg(test)]
+#[path = "grpc_generate_tests.rs"]
+mod tests;
