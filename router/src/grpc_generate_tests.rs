@@ -2,7 +2,6 @@
 //! codes and messages), and the stream and trailers it writes.
 
 use dolphin_cluster::Role;
-use dolphin_proto::v1::generate_request::Input;
 use http::Request;
 use http_body_util::Full;
 use proptest::prelude::*;
@@ -12,7 +11,7 @@ use tower::{Layer, Service, ServiceExt};
 use super::*;
 use crate::policy::Policy;
 use crate::request_log::RequestLog;
-use crate::testutil::{Behavior, FakeWorker, dispatcher};
+use crate::testutil::{Behavior, FakeWorker, dispatcher, text_request};
 
 /// What the service below answers: a marker header, so a test sees which path ran.
 const BELOW: &str = "x-answered-below";
@@ -46,17 +45,6 @@ fn framed(msg: &v1::GenerateRequest) -> Bytes {
     buf.put_u32(msg.encoded_len() as u32);
     msg.encode(&mut buf).expect("encode");
     buf.freeze()
-}
-
-fn text_request(text: &str, max_tokens: u32) -> v1::GenerateRequest {
-    v1::GenerateRequest {
-        input: Some(Input::Text(text.into())),
-        sampling: Some(v1::SamplingParams {
-            max_tokens,
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
 }
 
 fn call() -> http::request::Builder {

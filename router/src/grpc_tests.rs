@@ -11,7 +11,7 @@ use super::*;
 use crate::admission::InflightLimit;
 use crate::auth::KeySet;
 use crate::request_log::RequestLog;
-use crate::testutil::{Behavior, FakeWorker, dispatcher, until_in_flight};
+use crate::testutil::{Behavior, FakeWorker, dispatcher, text_request, until_in_flight};
 
 async fn start(d: Arc<Dispatcher>) -> (Channel, CancellationToken) {
     let (public, _admin, stop) = start_with_keys(d, None, None).await;
@@ -133,17 +133,6 @@ async fn inference_and_admin_take_only_their_own_keys() {
         .await
         .expect_err("not public");
     assert_eq!(err.code(), Code::Unimplemented);
-}
-
-fn text_request(text: &str, max_tokens: u32) -> v1::GenerateRequest {
-    v1::GenerateRequest {
-        input: Some(Input::Text(text.into())),
-        sampling: Some(v1::SamplingParams {
-            max_tokens,
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
 }
 
 #[tokio::test]

@@ -68,6 +68,19 @@ pub enum Behavior {
     },
 }
 
+/// A gRPC `GenerateRequest` for `text`, at most `max_tokens`.
+pub fn text_request(text: &str, max_tokens: u32) -> dolphin_proto::v1::GenerateRequest {
+    use dolphin_proto::v1;
+    v1::GenerateRequest {
+        input: Some(v1::generate_request::Input::Text(text.into())),
+        sampling: Some(v1::SamplingParams {
+            max_tokens,
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
 /// Waits (at most 10 s, else fails) until `limit` counts `n` requests in flight.
 pub async fn until_in_flight(limit: &crate::admission::InflightLimit, n: u32) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
