@@ -15,9 +15,7 @@ fn max_shift(a: &[Vec<f64>], b: &[Vec<f64>], c: usize) -> f64 {
 }
 
 fn load_rule(t: &RoutingTable) -> String {
-    t.load_rule.map_or("none".into(), |r| {
-        format!("local while prefill busy > {}", r.prefill_busy_threshold)
-    })
+    t.load_rule.map_or("none".into(), |r| r.to_string())
 }
 
 /// The differences from `a` to `b`; empty when they are the same.

@@ -305,7 +305,12 @@ async fn chooses_a_load_rule_on_a_validation_sample() -> anyhow::Result<()> {
     let rules: Vec<&str> = candidates.iter().map(|(r, _)| r.as_str()).collect();
     assert_eq!(
         rules,
-        ["none", "busy > 0.5", "busy > 1", "busy > 2"],
+        [
+            "none",
+            "local while prefill busy > 0.5",
+            "local while prefill busy > 1",
+            "local while prefill busy > 2"
+        ],
         "{}",
         text(&run)
     );
@@ -317,15 +322,18 @@ async fn chooses_a_load_rule_on_a_validation_sample() -> anyhow::Result<()> {
         text(&run)
     );
     let table = load_table(&out)?;
-    let name = table.load_rule.map_or("none".to_owned(), |r| {
-        format!("busy > {}", r.prefill_busy_threshold)
-    });
+    let name = table.load_rule.map_or("none".to_owned(), |r| r.to_string());
     assert_eq!(&name, chosen);
 
     // Other candidates, in the order given.
     let run = choose_load_rule(&out, &["--load-rule-candidates", "3,none"]).await?;
     let rules: Vec<String> = rule_lines(&stderr(&run)).into_iter().map(|c| c.0).collect();
-    assert_eq!(rules, ["busy > 3", "none"], "{}", text(&run));
+    assert_eq!(
+        rules,
+        ["local while prefill busy > 3", "none"],
+        "{}",
+        text(&run)
+    );
 
     // What it cannot do: a round log, the live target, a fixed rule, a trace too short to
     // hold a validation sample after the training rows, a candidate that is not a rule.

@@ -125,7 +125,17 @@ pub async fn run(args: &LearnArgs, out: &mut impl Write) -> Result<(), LearnCmdE
     if let Some(seed) = args.seed {
         spec.seed = seed;
     }
-    let workload = spec.load().map_err(ReplayError::from)?;
+    // `--choose-load-rule` on a trace validates on the rows after the training ones: both
+    // are read here, in one pass (`validation_split` divides them).
+    let workload = match spec.requests {
+        Some(n) if args.choose_load_rule && spec.source.is_trace() => WorkloadSpec {
+            requests: Some(n.saturating_mul(2)),
+            ..spec.clone()
+        }
+        .load(),
+        _ => spec.load(),
+    }
+    .map_err(ReplayError::from)?;
     crate::replay::warn_skipped(&workload);
     let method = match args.method {
         Method::Kmeans => ClusterMethod::Kmeans,
@@ -352,7 +362,7 @@ async fn choose_load_rule(
     )?;
     for c in &candidates {
         eprintln!(
-            "load rule {:<10} training attainment {:.4}, validation {:.4}",
+            "load rule {:<32} training attainment {:.4}, validation {:.4}",
             rule_name(c.rule),
             c.attainment,
             c.validation.unwrap_or(f64::NAN)
@@ -369,16 +379,15 @@ async fn choose_load_rule(
     keep(args, table, out).await
 }
 
-/// "none" or "busy > X".
+/// "none" or the rule as every command names it.
 fn rule_name(rule: Option<LoadRule>) -> String {
-    rule.map_or("none".into(), |r| {
-        format!("busy > {}", r.prefill_busy_threshold)
-    })
+    rule.map_or("none".into(), |r| r.to_string())
 }
 
 /// The training and validation samples of `--choose-load-rule`: a synthetic mix is
 /// regenerated with the next seed; a trace's next rows validate (its second half when no
-/// `--requests` was given).
+/// `--requests` was given). `workload` holds a trace's rows of both (`learn` reads twice
+/// `--requests`).
 fn validation_split(
     spec: &WorkloadSpec,
     workload: Workload,
@@ -390,15 +399,7 @@ fn validation_split(
         };
         return Ok((workload, next.load().map_err(ReplayError::from)?));
     }
-    let all = match spec.requests {
-        Some(n) => WorkloadSpec {
-            requests: Some(n.saturating_mul(2)),
-            ..spec.clone()
-        }
-        .load()
-        .map_err(ReplayError::from)?,
-        None => workload,
-    };
+    let all = workload;
     let n = spec.requests.unwrap_or(all.requests.len() / 2);
     if n == 0 || all.requests.len() < 2 * n {
         return Err(LearnCmdError::Usage(format!(
@@ -446,7 +447,8 @@ fn search_logged(
 
 /// The settings a round log must match to be resumed.
 fn settings(args: &LearnArgs, fit: &FitConfig, search: &SearchConfig) -> String {
-    // Logs from before load rules read back with the same settings when no rule is set.
+    // Logs from before load rules read back with the same settings when no rule is set; the
+    // rule keeps its spelling here (not `LoadRule`'s `Display`) so existing logs still resume.
     let rule = fit.load_rule.map_or(String::new(), |r| {
         format!(" load_rule busy {}", r.prefill_busy_threshold)
     });

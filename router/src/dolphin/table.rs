@@ -80,6 +80,18 @@ pub struct LoadRule {
     pub prefill_busy_threshold: f64,
 }
 
+/// How every command names a rule: `local while prefill busy > X` (`none` where there is no
+/// rule is the caller's).
+impl std::fmt::Display for LoadRule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "local while prefill busy > {}",
+            self.prefill_busy_threshold
+        )
+    }
+}
+
 /// SLO targets of a table, in milliseconds.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
