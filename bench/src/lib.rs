@@ -6,7 +6,7 @@
 //! ([`process`]), the closed-loop load driver ([`load`]), a keep-alive HTTP/1.1 client
 //! ([`http_client`]), the router-overhead benchmark's processes and clients
 //! ([`overhead_cluster`], [`overhead_clients`]), and the routing benchmark's workload
-//! ([`routing_workload`], [`fake_worker`]), a link of a given rate on one machine ([`link`]), the real-model cluster benchmark's processes and
+//! ([`routing_workload`], [`fake_worker`]), a link of a given rate on one machine ([`link`]), the plain socket the KV benchmarks compare with ([`plain_socket`]), the real-model cluster benchmark's processes and
 //! timed requests ([`candle_cluster`], [`timed_generate`]), and the simulator experiments of
 //! `docs/results.md` ([`experiments`]). Benchmarks report numbers; nothing here asserts on
 //! timing.
@@ -24,6 +24,7 @@ pub use dolphinctl::machine;
 pub mod overhead_clients;
 pub mod overhead_cluster;
 pub mod peers;
+pub mod plain_socket;
 pub mod proc_stat;
 pub mod process;
 pub mod results;

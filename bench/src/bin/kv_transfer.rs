@@ -22,12 +22,12 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, ensure};
 use clap::Parser;
 use dolphin_bench::link::ShapedLoopback;
+use dolphin_bench::plain_socket::PlainPath;
 use dolphin_bench::proc_stat::CpuClock;
 use dolphin_bench::stats::median;
 use dolphin_kv_transfer::{KvBlock, KvReceiver, KvSender, TransferConfig, frame::block_checksum};
 use serde::Serialize;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 
 /// Issue 11's target: the KV transport at least 90% of a plain socket's throughput.
 const TARGET_RATIO: f64 = 0.9;
@@ -478,54 +478,6 @@ impl KvPath {
             );
         }
         Ok(start.elapsed())
-    }
-}
-
-struct PlainPath {
-    writer: TcpStream,
-    reader: Option<TcpStream>,
-    block_bytes: usize,
-}
-
-impl PlainPath {
-    async fn new(block_bytes: usize) -> anyhow::Result<Self> {
-        let listener = TcpListener::bind("127.0.0.1:0").await?;
-        let writer = TcpStream::connect(listener.local_addr()?).await?;
-        let (reader, _) = listener.accept().await?;
-        writer.set_nodelay(true)?;
-        reader.set_nodelay(true)?;
-        Ok(Self {
-            writer,
-            reader: Some(reader),
-            block_bytes,
-        })
-    }
-
-    async fn run(&mut self, blocks: &[KvBlock], transfers: usize) -> anyhow::Result<Duration> {
-        let mut reader = self.reader.take().context("reader in use")?;
-        let n = blocks.len();
-        let block_bytes = self.block_bytes;
-        let start = Instant::now();
-        let read = tokio::spawn(async move {
-            let mut buf = vec![0u8; block_bytes];
-            for _ in 0..transfers {
-                for _ in 0..n {
-                    reader.read_exact(&mut buf).await?;
-                }
-                reader.write_all(&[1u8; 8]).await?;
-            }
-            anyhow::Ok(reader)
-        });
-        for _ in 0..transfers {
-            for block in blocks {
-                self.writer.write_all(block).await?;
-            }
-            let mut ack = [0u8; 8];
-            self.writer.read_exact(&mut ack).await?;
-        }
-        let elapsed = start.elapsed();
-        self.reader = Some(read.await??);
-        Ok(elapsed)
     }
 }
 
