@@ -107,6 +107,8 @@ where
     type Future = Either<AnswerFuture<S::Error>, S::Future>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        // Tonic's routes are always ready and reserve nothing, so a call this layer answers
+        // itself leaves nothing held below.
         self.inner.poll_ready(cx)
     }
 

@@ -487,7 +487,9 @@ async fn main() -> anyhow::Result<()> {
 /// The plain socket's time for `kv_bytes` in the blocks a `prompt_tokens` prefill exports
 /// (`DEFAULT_BLOCK_SIZE` tokens each), median of [`PLAIN_REPS`] after one warm-up run.
 async fn plain_socket_ms(kv_bytes: u64, prompt_tokens: usize) -> anyhow::Result<f64> {
-    let blocks = prompt_tokens.div_ceil(dolphin_cluster::DEFAULT_BLOCK_SIZE).max(1);
+    let blocks = prompt_tokens
+        .div_ceil(dolphin_cluster::DEFAULT_BLOCK_SIZE)
+        .max(1);
     let block_bytes = (kv_bytes as usize / blocks).max(1);
     let data = vec![vec![0x5au8; block_bytes]; blocks];
     let mut path = PlainPath::new(block_bytes).await?;
