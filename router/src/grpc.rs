@@ -292,11 +292,13 @@ pub(crate) fn inference_service(
     Response = http::Response<impl http_body::Body<Data = bytes::Bytes, Error = Status> + use<>>,
     Error = std::convert::Infallible,
     Future: Send,
-> + tonic::server::NamedService
+>
++ tonic::server::NamedService
 + Clone
 + Send
 + Sync
-+ 'static {
++ 'static
++ use<> {
     let limited = limit
         .layer(
             Api::Grpc,
@@ -308,7 +310,10 @@ pub(crate) fn inference_service(
                 // Clients may compress requests (long prompts as token ids shrink well); answers
                 // stay uncompressed, since every client advertises gzip and a token stream
                 // would pay for compressing each small message.
-                .accept_compressed(tonic::codec::CompressionEncoding::Gzip),
+                .accept_compressed(tonic::codec::CompressionEncoding::Gzip)
+                // Stated, not left to tonic's default, so the `Generate` fast path's limit is
+                // the same by construction.
+                .max_decoding_message_size(crate::grpc_generate::MAX_MESSAGE_BYTES),
         );
     InterceptedService::new(limited, auth::interceptor(api_keys, "API"))
 }

@@ -178,10 +178,7 @@ impl Shared {
             .get(dolphin_proto::deadline::GRPC_TIMEOUT)
             .and_then(|v| v.to_str().ok())
             .and_then(dolphin_proto::deadline::parse);
-        let message = read_message(req.into_body()).await?;
-        let request = v1::GenerateRequest::decode(message)
-            // As tonic's codec answers a message that does not decode.
-            .map_err(|e| Status::internal(e.to_string()))?;
+        let request = read_request(req.into_body()).await?;
         let mut p = params(request)?;
         p.timeout = timeout;
         let stream = self.dispatcher.generate(p).await?;
@@ -190,51 +187,67 @@ impl Shared {
             permit: Some(permit),
             end: None,
         }));
-        let mut headers = HeaderMap::with_capacity(2);
+        // What tonic's server-streaming answer carries: the content type alone.
+        let mut headers = HeaderMap::with_capacity(1);
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
-        // Compressed requests are welcome (tonic's path decodes them).
-        headers.insert("grpc-accept-encoding", HeaderValue::from_static("gzip"));
         *response.headers_mut() = headers;
         Ok(response)
     }
 }
 
-/// The request's one message (its bytes after the prefix), read to the end of the body. The
-/// checks and their statuses are tonic's decoder's: a compressed flag without an encoding, a
-/// flag other than 0 or 1, a length over [`MAX_MESSAGE_BYTES`], no message, a message cut
-/// short. Bytes after the first message are read and dropped, as tonic reads the rest of a
-/// unary request to its end.
-pub(crate) async fn read_message<B>(body: B) -> Result<Bytes, Status>
+/// The request's message, decoded, with the checks and statuses of tonic's unary request
+/// decoding: each message's prefix (a compressed flag without an encoding, a flag other than 0
+/// or 1, a length over [`MAX_MESSAGE_BYTES`]), the first message decoded as soon as it is in
+/// (its error answered at once), no message, a message cut short at the end. As tonic does, the
+/// body is read to its end (or its trailers) and any further message is checked and decoded,
+/// then dropped.
+pub(crate) async fn read_request<B>(body: B) -> Result<v1::GenerateRequest, Status>
 where
     B: http_body::Body<Data = Bytes>,
     B::Error: Into<Status>,
 {
     let mut body = std::pin::pin!(body);
-    let mut message = Reader::default();
+    let mut reader = Reader::default();
     while let Some(frame) = body.frame().await {
-        if let Ok(data) = frame.map_err(Into::into)?.into_data() {
-            message.push(data)?;
+        match frame.map_err(Into::into)?.into_data() {
+            Ok(data) => reader.push(data)?,
+            // Trailers end the request, as in tonic.
+            Err(_) => return reader.finish(End::Trailers),
         }
     }
-    message.finish()
+    reader.finish(End::Eos)
 }
 
-/// The first message of a request, gathered from DATA frames. One frame holding the whole
-/// message (the usual case) is kept as it came, without a copy.
+/// How a request body ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum End {
+    /// The stream's end: a message cut short is an error.
+    Eos,
+    /// A trailers frame: tonic's decoder stops there, with what it has.
+    Trailers,
+}
+
+/// The messages of a request body, gathered from DATA frames. A first message that arrives in
+/// one frame (the usual case) is decoded where it lies, without a copy.
 #[derive(Debug, Default)]
 pub(crate) struct Reader {
-    /// What has arrived of the prefix and the message.
+    /// What has arrived of the first message and its prefix: `first` while it is one frame.
     first: Option<Bytes>,
     more: BytesMut,
-    /// The prefix and message's length, once the prefix is in.
+    /// The first message's length with its prefix, once the prefix is in.
     total: Option<usize>,
+    /// The first message, decoded.
+    request: Option<v1::GenerateRequest>,
+    /// Bytes after the first message not yet a whole message.
+    rest: BytesMut,
 }
 
 impl Reader {
     /// Takes one DATA frame's bytes.
     pub(crate) fn push(&mut self, data: Bytes) -> Result<(), Status> {
-        if self.total.is_some_and(|total| self.len() >= total) {
-            return Ok(()); // past the first message
+        if self.request.is_some() {
+            self.rest.extend_from_slice(&data);
+            return self.drain_rest();
         }
         match self.first.take() {
             None if self.more.is_empty() => self.first = Some(data),
@@ -245,60 +258,87 @@ impl Reader {
             }
         }
         if self.total.is_none() {
-            self.total = self.prefix()?;
+            self.total = message_len(self.pending())?.map(|len| PREFIX + len);
+            if let Some(total) = self.total {
+                self.more.reserve(total.saturating_sub(self.more.len()));
+            }
+        }
+        let Some(total) = self.total else {
+            return Ok(());
+        };
+        let pending = self.pending();
+        if pending.len() < total {
+            return Ok(());
+        }
+        let request = decode(&pending[PREFIX..total])?;
+        let rest = BytesMut::from(&pending[total..]);
+        (self.request, self.rest) = (Some(request), rest);
+        (self.first, self.more) = (None, BytesMut::new());
+        self.drain_rest()
+    }
+
+    /// What has arrived of the first message.
+    fn pending(&self) -> &[u8] {
+        self.first.as_deref().unwrap_or(&self.more)
+    }
+
+    /// Checks and drops every whole message in `rest`.
+    fn drain_rest(&mut self) -> Result<(), Status> {
+        while let Some(len) = message_len(&self.rest)? {
+            if self.rest.len() < PREFIX + len {
+                break;
+            }
+            decode(&self.rest[PREFIX..PREFIX + len])?;
+            self.rest.advance(PREFIX + len);
         }
         Ok(())
     }
 
-    fn len(&self) -> usize {
-        self.first.as_ref().map_or(self.more.len(), Bytes::len)
-    }
-
-    fn bytes(&self) -> &[u8] {
-        self.first.as_deref().unwrap_or(&self.more)
-    }
-
-    /// The message's total length with its prefix, once the prefix has arrived.
-    fn prefix(&self) -> Result<Option<usize>, Status> {
-        let Some(mut prefix) = self.bytes().get(..PREFIX) else {
-            return Ok(None);
-        };
-        match prefix.get_u8() {
-            0 => {}
-            1 => {
-                return Err(Status::internal(
-                    "protocol error: received message with compressed-flag but no grpc-encoding was specified",
-                ));
-            }
-            f => {
-                return Err(Status::internal(format!(
-                    "protocol error: received message with invalid compression flag: {f} (valid flags are 0 and 1), while sending request"
-                )));
-            }
-        }
-        let len = prefix.get_u32() as usize;
-        if len > MAX_MESSAGE_BYTES {
-            return Err(Status::out_of_range(format!(
-                "Error, decoded message length too large: found {len} bytes, the limit is: {MAX_MESSAGE_BYTES} bytes"
-            )));
-        }
-        Ok(Some(PREFIX + len))
-    }
-
-    /// The message, once the body has ended.
-    pub(crate) fn finish(self) -> Result<Bytes, Status> {
-        let len = self.len();
-        match self.total {
-            None if len == 0 => Err(Status::internal("Missing request message.")),
-            Some(total) if len >= total => {
-                let mut all = self.first.unwrap_or_else(|| self.more.freeze());
-                all.truncate(total);
-                all.advance(PREFIX);
-                Ok(all)
+    /// The first message, once the body has ended.
+    pub(crate) fn finish(self, end: End) -> Result<v1::GenerateRequest, Status> {
+        let cut_short = !self.pending().is_empty() || !self.rest.is_empty();
+        match (self.request, end) {
+            (Some(request), End::Trailers) => Ok(request),
+            (Some(request), End::Eos) if !cut_short => Ok(request),
+            (None, _) if !cut_short || end == End::Trailers => {
+                Err(Status::internal("Missing request message."))
             }
             _ => Err(Status::internal("Unexpected EOF decoding stream.")),
         }
     }
+}
+
+/// The length a message's prefix announces, once the prefix is in `bytes`; tonic's statuses
+/// for a prefix it refuses.
+fn message_len(bytes: &[u8]) -> Result<Option<usize>, Status> {
+    let Some(mut prefix) = bytes.get(..PREFIX) else {
+        return Ok(None);
+    };
+    match prefix.get_u8() {
+        0 => {}
+        1 => {
+            return Err(Status::internal(
+                "protocol error: received message with compressed-flag but no grpc-encoding was specified",
+            ));
+        }
+        f => {
+            return Err(Status::internal(format!(
+                "protocol error: received message with invalid compression flag: {f} (valid flags are 0 and 1), while sending request"
+            )));
+        }
+    }
+    let len = prefix.get_u32() as usize;
+    if len > MAX_MESSAGE_BYTES {
+        return Err(Status::out_of_range(format!(
+            "Error, decoded message length too large: found {len} bytes, the limit is: {MAX_MESSAGE_BYTES} bytes"
+        )));
+    }
+    Ok(Some(len))
+}
+
+/// A request message, or tonic's status for one that does not decode.
+fn decode(bytes: &[u8]) -> Result<v1::GenerateRequest, Status> {
+    v1::GenerateRequest::decode(bytes).map_err(|e| Status::internal(e.to_string()))
 }
 
 /// The answer's body: the response messages, each wake-up's in one DATA frame, then the
@@ -376,10 +416,11 @@ fn ok_trailers() -> HeaderMap {
 /// A call's trailers for a failure's `status`.
 fn trailers(status: &Status) -> HeaderMap {
     let mut map = HeaderMap::with_capacity(2);
-    if let Err(e) = status.add_header(&mut map) {
-        // Only details that cannot be a header value fail: the code alone then.
+    if status.add_header(&mut map).is_err() {
+        // Percent-encoded messages and base64 details are always header values; should that
+        // ever fail, the code alone still goes out.
         map.clear();
-        let _ = Status::new(e.code(), "").add_header(&mut map);
+        let _ = Status::new(status.code(), "").add_header(&mut map);
     }
     map
 }

@@ -183,47 +183,259 @@ async fn the_key_is_checked_before_the_limit_and_a_refusal_takes_no_slot() {
 }
 
 #[tokio::test]
-async fn an_error_after_the_first_token_ends_the_stream_with_its_status() {
+async fn an_error_after_the_first_token_ends_the_stream_in_the_trailers_as_through_tonic() {
     let (_fake, d) = with_worker(Behavior::FailAfterFirst(Code::InvalidArgument)).await;
-    let mut svc = layered(d, None, InflightLimit::new(4));
-    let response = svc
-        .ready()
-        .await
-        .unwrap()
-        .call(request(framed(&text_request("hello", 5))));
-    let (status, messages) = answer(response.await.unwrap()).await;
-    assert_ne!(status.code(), Code::Ok, "{status:?}");
+    let body = framed(&text_request("hello", 5));
+    let mut fast = layered(d.clone(), None, InflightLimit::new(4));
+    let response = fast.ready().await.unwrap().call(request(body.clone()));
+    let response = response.await.unwrap();
+    assert!(
+        Status::from_header_map(response.headers()).is_none(),
+        "not Trailers-Only"
+    );
+    let (status, messages) = answer(response).await;
+    assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
     assert!(!messages.is_empty(), "the first token went out");
+    let mut tonic = tonic_path(d);
+    let response = tonic.ready().await.unwrap().call(request(body)).await;
+    let (through_tonic, _) = answer(response.unwrap()).await;
+    assert_eq!(
+        (status.code(), status.message()),
+        (through_tonic.code(), through_tonic.message())
+    );
 }
 
-#[test]
-fn a_message_in_one_frame_is_kept_without_a_copy() {
-    let body = framed(&text_request("hello", 2));
-    let mut reader = Reader::default();
-    reader.push(body.clone()).expect("push");
-    let message = reader.finish().expect("message");
-    assert_eq!(message.as_ptr(), body[PREFIX..].as_ptr());
+/// `msg` framed, split into `parts` frames.
+fn frames(msg: &v1::GenerateRequest, extra: &[u8], parts: usize) -> Vec<Bytes> {
+    let mut all = framed(msg).to_vec();
+    all.extend_from_slice(extra);
+    let size = all.len().div_ceil(parts).max(1);
+    all.chunks(size).map(Bytes::copy_from_slice).collect()
 }
 
-#[test]
-fn a_message_split_over_frames_is_joined_and_what_follows_it_dropped() {
+fn read(frames: &[Bytes], end: End) -> Result<v1::GenerateRequest, Status> {
     let mut reader = Reader::default();
-    for part in [
-        &b"\x00\x00"[..],
-        b"\x00\x00\x03a",
-        b"bc\x00\x09\x09",
-        b"more",
-    ] {
-        reader.push(Bytes::copy_from_slice(part)).expect("push");
+    for f in frames {
+        reader.push(f.clone())?;
     }
-    assert_eq!(reader.finish().expect("message"), &b"abc"[..]);
+    reader.finish(end)
+}
+
+#[test]
+fn a_message_split_over_frames_is_joined_and_later_messages_are_checked() {
+    let msg = text_request("hello", 2);
+    for parts in [1, 2, 3, 7] {
+        assert_eq!(read(&frames(&msg, b"", parts), End::Eos).unwrap(), msg);
+        // A second whole message is decoded and dropped, as tonic reads a unary request.
+        let second = framed(&text_request("more", 1));
+        assert_eq!(read(&frames(&msg, &second, parts), End::Eos).unwrap(), msg);
+        // A second message cut short, or with a bad prefix, fails the call as in tonic.
+        let err = read(&frames(&msg, &second[..6], parts), End::Eos).unwrap_err();
+        assert!(err.message().contains("Unexpected EOF"), "{err:?}");
+        let err = read(&frames(&msg, b"\x00\x09\x09\x09\x09", parts), End::Eos).unwrap_err();
+        assert_eq!(err.code(), Code::OutOfRange, "{err:?}");
+        let err = read(
+            &frames(&msg, b"\x00\x00\x00\x00\x02\xff\xff", parts),
+            End::Eos,
+        );
+        assert_eq!(err.unwrap_err().code(), Code::Internal);
+        // Trailers end the body with what has arrived.
+        assert_eq!(
+            read(&frames(&msg, &second[..6], parts), End::Trailers).unwrap(),
+            msg
+        );
+    }
+    let err = read(&[framed(&msg).slice(..8)], End::Trailers).unwrap_err();
+    assert_eq!(err.message(), "Missing request message.");
+}
+
+/// Tonic's own `Inference` service, as `serve` installs it below the fast path.
+fn tonic_path(
+    d: Arc<Dispatcher>,
+) -> impl Service<http::Request<Body>, Response = http::Response<Body>, Error = Infallible> {
+    let limit = InflightLimit::new(4);
+    let svc = crate::grpc::inference_service(d, None, &limit);
+    tower::ServiceBuilder::new()
+        .map_response(|r: http::Response<_>| r.map(Body::new))
+        .service(svc)
+}
+
+#[tokio::test]
+async fn both_paths_answer_the_same_bodies_the_same_way() {
+    let (_fake, d) = with_worker(Behavior::Text("xyz".into())).await;
+    let mut fast = layered(d.clone(), None, InflightLimit::new(4));
+    let mut tonic = tonic_path(d);
+    let msg = framed(&text_request("hello", 3));
+    let second = framed(&text_request("more", 1));
+    let mut bodies: Vec<Vec<u8>> = vec![
+        msg.to_vec(),
+        [&msg[..], &second[..]].concat(),
+        [&msg[..], &second[..4]].concat(),
+        [&msg[..], b"\x00\x09\x09\x09\x09"].concat(),
+        [&msg[..], b"\x00\x00\x00\x00\x02\xff\xff"].concat(),
+        [&b"\x00\x00\x00\x00\x02\xff\xff"[..], &msg[..]].concat(),
+        framed(&v1::GenerateRequest::default()).to_vec(),
+        framed(&text_request("hello", 0)).to_vec(),
+    ];
+    bodies.extend(
+        [
+            &b""[..],
+            b"\x00\x00\x00",
+            b"\x01\x00\x00\x00\x00",
+            b"\x07\x00\x00\x00\x00",
+        ]
+        .map(<[u8]>::to_vec),
+    );
+    bodies.push(b"\x00\x00\x50\x00\x01".to_vec());
+    for body in bodies {
+        let body = Bytes::from(body);
+        let a = fast
+            .ready()
+            .await
+            .unwrap()
+            .call(request(body.clone()))
+            .await;
+        let b = tonic
+            .ready()
+            .await
+            .unwrap()
+            .call(request(body.clone()))
+            .await;
+        let ((sa, ma), (sb, mb)) = (answer(a.unwrap()).await, answer(b.unwrap()).await);
+        assert_eq!(
+            (sa.code(), sa.message()),
+            (sb.code(), sb.message()),
+            "{body:?}"
+        );
+        let text =
+            |m: &[v1::GenerateResponse]| m.iter().map(|m| m.text.clone()).collect::<String>();
+        assert_eq!(text(&ma), text(&mb), "{body:?}");
+    }
+}
+
+/// A scripted answer stream: `None` stands for one `Pending`.
+fn scripted(items: Vec<Option<Result<v1::GenerateResponse, Status>>>) -> GenerateStream {
+    let mut items = std::collections::VecDeque::from(items);
+    Box::pin(futures::stream::poll_fn(move |cx| {
+        match items.pop_front() {
+            Some(Some(item)) => Poll::Ready(Some(item)),
+            Some(None) => {
+                cx.waker().wake_by_ref();
+                Poll::Pending
+            }
+            None => Poll::Ready(None),
+        }
+    }))
+}
+
+fn text_message(text: &str) -> v1::GenerateResponse {
+    v1::GenerateResponse {
+        text: text.into(),
+        ..Default::default()
+    }
+}
+
+/// Every frame of `body`, and whether it said it had ended after the last.
+async fn frames_of(mut body: GenerateBody) -> (Vec<Frame<Bytes>>, bool) {
+    let mut frames = Vec::new();
+    while let Some(frame) = body.frame().await {
+        frames.push(frame.expect("infallible"));
+    }
+    let ended = http_body::Body::is_end_stream(&body);
+    assert!(body.frame().await.is_none(), "stays ended");
+    (frames, ended)
+}
+
+#[tokio::test]
+async fn the_body_batches_what_is_ready_then_sends_the_trailers() {
+    let limit = InflightLimit::new(1);
+    let big = "x".repeat(20_000);
+    let body = GenerateBody {
+        stream: scripted(vec![
+            Some(Ok(text_message("a"))),
+            Some(Ok(text_message("b"))),
+            None,
+            Some(Ok(text_message(&big))),
+            Some(Ok(text_message(&big))),
+            Some(Ok(text_message("c"))),
+            Some(Err(Status::unavailable("gone"))),
+        ]),
+        permit: Some(limit.try_acquire().unwrap()),
+        end: None,
+    };
+    let (frames, ended) = frames_of(body).await;
+    let data: Vec<usize> = frames
+        .iter()
+        .filter_map(|f| f.data_ref().map(Bytes::len))
+        .collect();
+    // "a" and "b" together; the two large ones pass the frame threshold, "c" follows.
+    assert_eq!(data.len(), 3, "{data:?}");
+    assert_eq!(data[0], 2 * (PREFIX + text_message("a").encoded_len()));
+    let trailers = frames
+        .last()
+        .and_then(|f| f.trailers_ref())
+        .expect("trailers last");
+    let status = Status::from_header_map(trailers).expect("status");
+    assert_eq!(
+        (status.code(), status.message()),
+        (Code::Unavailable, "gone")
+    );
+    assert!(ended);
+    assert_eq!(limit.in_flight(), 0);
+}
+
+#[tokio::test]
+async fn an_empty_stream_is_trailers_alone_and_a_dropped_body_frees_its_slot() {
+    let limit = InflightLimit::new(1);
+    let body = GenerateBody {
+        stream: scripted(Vec::new()),
+        permit: Some(limit.try_acquire().unwrap()),
+        end: None,
+    };
+    let (frames, ended) = frames_of(body).await;
+    assert_eq!(frames.len(), 1);
+    let trailers = frames[0].trailers_ref().expect("trailers");
+    assert_eq!(trailers.len(), 1);
+    assert_eq!(trailers["grpc-status"], "0");
+    assert!(ended);
+
+    let mut body = GenerateBody {
+        stream: scripted(vec![Some(Ok(text_message("a"))), None, None]),
+        permit: Some(limit.try_acquire().unwrap()),
+        end: None,
+    };
+    assert!(body.frame().await.expect("a frame").unwrap().is_data());
+    assert_eq!(limit.in_flight(), 1);
+    drop(body);
+    assert_eq!(limit.in_flight(), 0);
+}
+
+#[tokio::test]
+async fn identity_and_proto_content_take_the_fast_path() {
+    let (_fake, d) = with_worker(Behavior::Text("xyz".into())).await;
+    let mut svc = layered(d, None, InflightLimit::new(4));
+    let body = framed(&text_request("hello", 2));
+    let mut req = request(body.clone());
+    req.headers_mut()
+        .insert("grpc-encoding", HeaderValue::from_static("identity"));
+    let mut proto = request(body);
+    proto.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("application/grpc+proto"),
+    );
+    for req in [req, proto] {
+        let response = svc.ready().await.unwrap().call(req).await.unwrap();
+        assert!(!response.headers().contains_key(BELOW));
+        let (status, messages) = answer(response).await;
+        assert_eq!((status.code(), messages.is_empty()), (Code::Ok, false));
+    }
 }
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(512))]
 
-    /// Arbitrary frames: an answer every time (a message or a status), never a panic, and a
-    /// message only when the prefix says so.
+    /// Arbitrary frames: an answer every time (a request or a status), never a panic, and a
+    /// request only when the bytes hold one.
     #[test]
     fn arbitrary_frames_never_panic(frames in proptest::collection::vec(
         proptest::collection::vec(any::<u8>(), 0..24), 0..6)
@@ -236,12 +448,11 @@ proptest! {
                 break;
             }
         }
-        if !refused && let Ok(message) = reader.finish() {
+        if !refused && let Ok(request) = reader.finish(End::Eos) {
             let all: Vec<u8> = frames.concat();
             let len = u32::from_be_bytes(all[1..5].try_into().unwrap()) as usize;
             prop_assert_eq!(all[0], 0);
-            prop_assert_eq!(&message[..], &all[PREFIX..PREFIX + len]);
-            let _ = v1::GenerateRequest::decode(message);
+            prop_assert_eq!(request, v1::GenerateRequest::decode(&all[PREFIX..PREFIX + len]).unwrap());
         }
     }
 }
