@@ -5,10 +5,12 @@
 //! hyper's stream and the handler, and around the answer (tonic's routes, which are axum's
 //! router, the key interceptor, the in-flight limit layer, the server's codec and its
 //! `EncodeBody`, each with its own boxes and body wrappers; `docs/dev/profiling.md`), as the
-//! HTTP inference routes had in axum (`http/public.rs`). This layer does the same checks in
-//! the same order (key, then a slot of the in-flight limit, then the message), with the same
-//! status codes and messages as tonic's codec, in straight-line code, and writes the answer
-//! stream itself: each wake-up's messages in one DATA frame, then the trailers.
+//! HTTP inference routes had in axum (`http/public.rs`); skipping them saved about 7k
+//! (`docs/architecture.md`, "`Generate` straight from hyper too"). This layer does the same
+//! checks in the same order (key, then a slot of the in-flight limit, then the message), with
+//! the same status codes and messages as tonic's codec, in straight-line code, and writes the
+//! answer stream itself: each wake-up's messages in one DATA frame, then the trailers. The
+//! tests send the same bodies through both paths and require the same answers.
 //!
 //! Only a plain call takes this path: `POST`, `application/grpc` (or `+proto`) and an
 //! uncompressed request. A gzip-compressed one, or anything unusual, goes to tonic as before.
