@@ -57,6 +57,9 @@ pub fn router(state: AppState) -> PublicApi {
         .route("/v1/completions", any(public::post_only))
         .route("/v1/chat/completions", any(public::post_only))
         .route("/v1/models", get(models))
+        // OpenAI's "retrieve model" (`client.models.retrieve`); ids may hold `/` (Hugging Face
+        // names), hence the wildcard.
+        .route("/v1/models/{*model}", get(model))
         // First thing on every route (unknown paths too): no key, no answer beyond 401.
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
@@ -117,19 +120,34 @@ fn key_refusal(st: &AppState, headers: &HeaderMap) -> Option<Response> {
     Some(resp)
 }
 
+/// The served model's card, as `/v1/models` lists it.
+fn model_card(st: &AppState) -> serde_json::Value {
+    serde_json::json!({
+        "id": st.dispatcher.config().model,
+        "object": "model",
+        "created": *SERVING_SINCE,
+        "owned_by": "dolphin",
+        "max_model_len": st.dispatcher.context_length(),
+    })
+}
+
 async fn models(State(st): State<AppState>) -> Response {
-    let cfg = st.dispatcher.config();
     axum::Json(serde_json::json!({
         "object": "list",
-        "data": [{
-            "id": cfg.model,
-            "object": "model",
-            "created": *SERVING_SINCE,
-            "owned_by": "dolphin",
-            "max_model_len": st.dispatcher.context_length(),
-        }],
+        "data": [model_card(&st)],
     }))
     .into_response()
+}
+
+/// One model's card, or 404 `model_not_found` in OpenAI's shape.
+async fn model(
+    State(st): State<AppState>,
+    axum::extract::Path(model): axum::extract::Path<String>,
+) -> Response {
+    if model != st.dispatcher.config().model {
+        return ApiError::from(crate::error::DispatchError::ModelNotFound(model)).into_response();
+    }
+    axum::Json(model_card(&st)).into_response()
 }
 
 async fn health(State(st): State<AppState>) -> Response {

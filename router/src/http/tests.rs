@@ -665,6 +665,16 @@ async fn models_health_and_metrics() {
             .is_some_and(|t| t > 1_700_000_000),
         "a Unix time: {v}"
     );
+    // One model, as OpenAI's `models.retrieve` asks for it.
+    let (status, _, body) = call(s.addr, Method::GET, "/v1/models/sim-model", "").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(parse(&body), v["data"][0]);
+    for other in ["/v1/models/gpt-4", "/v1/models/org/sim-model"] {
+        let (status, _, body) = call(s.addr, Method::GET, other, "").await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{other}");
+        let e = parse(&body);
+        assert_eq!(e["error"]["code"], "model_not_found", "{other}: {e}");
+    }
     let (status, _, _) = call(s.addr, Method::GET, "/health", "").await;
     assert_eq!(
         status,
