@@ -160,11 +160,7 @@ fn run_on_links(args: &Args) -> anyhow::Result<()> {
                 bucket (tc tbf, 2 ms of the rate deep, at least 1 MiB; 20 ms queue), both ends \
                 of every path in one process inside it, on this machine's cores",
     };
-    let out = args.out.clone().unwrap_or_else(|| {
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("results/kv_transfer_link.json")
-    });
-    std::fs::write(&out, serde_json::to_string_pretty(&report)? + "\n")
-        .with_context(|| format!("write {}", out.display()))?;
+    let out = dolphin_bench::results::write_json("kv_transfer_link", args.out.as_deref(), &report)?;
     println!("wrote {}", out.display());
     Ok(())
 }
@@ -404,14 +400,7 @@ fn main() -> anyhow::Result<()> {
         100.0 * TLS_TARGET_RATIO,
         100.0 * tls_bound
     );
-    let out = args.out.unwrap_or_else(|| {
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("results/kv_transfer.json")
-    });
-    if let Some(dir) = out.parent() {
-        std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
-    }
-    std::fs::write(&out, serde_json::to_string_pretty(&report)? + "\n")
-        .with_context(|| format!("write {}", out.display()))?;
+    let out = dolphin_bench::results::write_json("kv_transfer", args.out.as_deref(), &report)?;
     println!("wrote {}", out.display());
     Ok(())
 }
