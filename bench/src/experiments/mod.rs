@@ -41,8 +41,8 @@ pub use operating::{
     points_at, split, step_limit_trade,
 };
 pub use shift::{Samples, ShiftRow, traffic_shift};
-pub use step_caps::{P90Change, StepCapCell, StepCapRow, step_cap_header, step_cap_sweep};
-pub use tpot_slo::{TpotSloRow, TpotSloTable, tpot_slo_sweep};
+pub use step_caps::{StepCapCell, StepCapRow, step_cap_header, step_cap_sweep};
+pub use tpot_slo::{P90Change, TpotSloRow, TpotSloTable, tpot_slo_sweep};
 
 /// Where and how a workload is replayed.
 #[derive(Clone, Debug)]

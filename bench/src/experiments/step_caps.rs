@@ -8,38 +8,13 @@ use std::fmt::Write as _;
 
 use dolphin_learn::search::SearchConfig;
 use dolphin_router::dolphin::table::ClusterMethod;
-use dolphin_workload::{Summary, Workload};
+use dolphin_workload::Workload;
 use serde::Serialize;
 
 use super::operating::{TRAIN_SEED, point_cells};
-use super::tpot_slo::{PAPER_TPOT_CUT_PCT, PAPER_TTFT_CUT_PCT};
-use super::{
-    Baseline, LoadKind, OperatingPoint, Setup, change_pct, learn, run_baseline, run_table,
-};
+use super::tpot_slo::P90Change;
+use super::{Baseline, LoadKind, OperatingPoint, Setup, learn, run_baseline, run_table};
 use crate::BenchError;
-
-/// P90 TTFT and P90 TPOT of one policy against a reference, %.
-#[derive(Clone, Copy, Debug, Serialize)]
-pub struct P90Change {
-    /// P90 TTFT change, %.
-    pub ttft_pct: f64,
-    /// P90 TPOT change, %.
-    pub tpot_pct: f64,
-}
-
-impl P90Change {
-    fn of(reference: &Summary, s: &Summary) -> Self {
-        Self {
-            ttft_pct: change_pct(reference.ttft.p90, s.ttft.p90),
-            tpot_pct: change_pct(reference.tpot.p90, s.tpot.p90),
-        }
-    }
-
-    /// Both below the reference by the paper's margins.
-    pub fn both(&self) -> bool {
-        self.ttft_pct <= -PAPER_TTFT_CUT_PCT && self.tpot_pct <= -PAPER_TPOT_CUT_PCT
-    }
-}
 
 /// One cap at one operating point.
 #[derive(Debug, Serialize)]

@@ -9,7 +9,7 @@ use dolphin_learn::fit::FitConfig;
 use dolphin_learn::search::SearchConfig;
 use dolphin_router::dolphin::Reward;
 use dolphin_router::dolphin::table::ClusterMethod;
-use dolphin_workload::{Slo, Workload};
+use dolphin_workload::{Slo, Summary, Workload};
 use serde::Serialize;
 
 use super::operating::{TRAIN_SEED, point_cells};
@@ -22,6 +22,30 @@ use crate::BenchError;
 pub const PAPER_TTFT_CUT_PCT: f64 = 5.7;
 /// See [`PAPER_TTFT_CUT_PCT`].
 pub const PAPER_TPOT_CUT_PCT: f64 = 2.6;
+
+/// P90 TTFT and P90 TPOT of one policy against a reference, %.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct P90Change {
+    /// P90 TTFT change, %.
+    pub ttft_pct: f64,
+    /// P90 TPOT change, %.
+    pub tpot_pct: f64,
+}
+
+impl P90Change {
+    /// `s` against `reference`.
+    pub(super) fn of(reference: &Summary, s: &Summary) -> Self {
+        Self {
+            ttft_pct: change_pct(reference.ttft.p90, s.ttft.p90),
+            tpot_pct: change_pct(reference.tpot.p90, s.tpot.p90),
+        }
+    }
+
+    /// Both below the reference by the paper's margins.
+    pub fn both(&self) -> bool {
+        self.ttft_pct <= -PAPER_TTFT_CUT_PCT && self.tpot_pct <= -PAPER_TPOT_CUT_PCT
+    }
+}
 
 /// One table learned at one TPOT target.
 #[derive(Debug, Serialize)]
@@ -88,17 +112,14 @@ pub fn tpot_slo_sweep(
             };
             let learned = learn(&s, train, &fit, &SearchConfig::new(8))?;
             let r = run_table(&mut test_target, "learned", &learned.table)?.summary;
-            let (ttft, tpot_change) = (
-                change_pct(dynamo.ttft.p90, r.ttft.p90),
-                change_pct(dynamo.tpot.p90, r.tpot.p90),
-            );
+            let change = P90Change::of(&dynamo, &r);
             tables.push(TpotSloTable {
                 tpot_slo_ms: tpot,
                 attainment: r.attainment,
-                ttft_p90_change_pct: ttft,
-                tpot_p90_change_pct: tpot_change,
+                ttft_p90_change_pct: change.ttft_pct,
+                tpot_p90_change_pct: change.tpot_pct,
                 remote_share: r.remote as f64 / r.requests.max(1) as f64,
-                both: ttft <= -PAPER_TTFT_CUT_PCT && tpot_change <= -PAPER_TPOT_CUT_PCT,
+                both: change.both(),
             });
         }
         rows.push(TpotSloRow {
@@ -106,10 +127,10 @@ pub fn tpot_slo_sweep(
             split: p.split.clone(),
             load: p.load,
             load_kind: p.load_kind,
-            always_remote_change_pct: (
-                change_pct(dynamo.ttft.p90, remote.ttft.p90),
-                change_pct(dynamo.tpot.p90, remote.tpot.p90),
-            ),
+            always_remote_change_pct: {
+                let c = P90Change::of(&dynamo, &remote);
+                (c.ttft_pct, c.tpot_pct)
+            },
             tables,
         });
     }
