@@ -83,6 +83,8 @@ fn body() -> impl Strategy<Value = Vec<u8>> {
         Just("logprobs"),
         Just("tools"),
         Just("ignore_eos"),
+        Just("repetition_penalty"),
+        Just("min_tokens"),
         Just("unknown_field"),
     ];
     let base = prop_oneof![

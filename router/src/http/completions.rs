@@ -58,6 +58,18 @@ fn build(
             Some("top_p"),
         ));
     }
+    // -1 and 0 both mean "off" (vLLM's and SGLang's clients send -1); a larger k than the
+    // vocabulary is all of it.
+    let top_k = match f.top_k {
+        None | Some(-1 | 0) => 0,
+        Some(k) if k > 0 => u32::try_from(k).unwrap_or(u32::MAX),
+        Some(k) => {
+            return Err(ApiError::invalid(
+                format!("top_k must be -1 or 0 (off) or at least 1, got {k}"),
+                Some("top_k"),
+            ));
+        }
+    };
     let force = match f.prefill_mode.as_deref() {
         None => None,
         Some("local") => Some(Decision::Local),
@@ -86,7 +98,7 @@ fn build(
         prompt,
         sampling: v1::SamplingParams {
             temperature: f.temperature.unwrap_or(1.0),
-            top_k: f.top_k.unwrap_or(0),
+            top_k,
             top_p: f.top_p.unwrap_or(1.0),
             seed: f.seed,
             max_tokens: max_tokens.unwrap_or(default_max_tokens),

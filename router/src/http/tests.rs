@@ -230,6 +230,37 @@ async fn completion_whole() {
     );
 }
 
+/// What clients of vLLM and SGLang send: nulls for fields they do not set, `top_k: -1` for
+/// "off", and vLLM's sampling extensions at their defaults. All served, as those servers do.
+#[tokio::test]
+async fn nulls_and_vllm_defaults_are_served() {
+    let (fake, _d, s) = with_worker(Behavior::Text("abc".into())).await;
+    let req = json!({
+        "model": null, "prompt": "hello", "max_tokens": 3, "stream": null, "ignore_eos": null,
+        "stream_options": {"include_usage": null}, "top_k": -1, "n": null, "stop": null,
+        "repetition_penalty": 1.0, "best_of": 1.0, "min_p": 0, "min_tokens": 0,
+        "stop_token_ids": [], "include_stop_str_in_output": false, "guided_json": null,
+        "length_penalty": 1,
+    });
+    let (status, _, body) = post(s.addr, "/v1/completions", req).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(parse(&body)["choices"][0]["text"], "abc");
+    let (status, _, body) = post(
+        s.addr,
+        "/v1/chat/completions",
+        json!({"model": null, "messages": [{"role": "user", "content": "hi"}], "stream": null,
+               "max_tokens": 2, "top_k": 5}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let calls = fake.state.calls.lock().clone();
+    let top_k: Vec<u32> = calls
+        .iter()
+        .map(|c| c.sampling.as_ref().expect("sampling").top_k)
+        .collect();
+    assert_eq!(top_k, [0, 5], "-1 is off, as 0 is on the wire");
+}
+
 #[tokio::test]
 async fn completion_stream_with_usage() {
     let (_fake, _d, s) = with_worker(Behavior::Text("abc".into())).await;
@@ -450,6 +481,28 @@ async fn bad_requests_get_openai_errors() {
             json!({"frequency_penalty": -1}),
             "frequency_penalty",
         ),
+        (
+            "/v1/completions",
+            json!({"prompt": "hi", "repetition_penalty": 1.1}),
+            "repetition_penalty",
+        ),
+        (
+            "/v1/completions",
+            json!({"prompt": "hi", "min_tokens": 4}),
+            "min_tokens",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"guided_json": {"type": "object"}}),
+            "guided_json",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"stop_token_ids": [2]}),
+            "stop_token_ids",
+        ),
+        ("/v1/chat/completions", json!({"best_of": 2.0}), "best_of"),
+        ("/v1/chat/completions", json!({"top_k": -2}), "top_k"),
     ];
     let chat = |extra: &serde_json::Value| {
         let mut req = json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1});

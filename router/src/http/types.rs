@@ -1,6 +1,17 @@
 //! OpenAI request and response bodies (the subset the router serves).
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize};
+
+/// A field whose `null` means what its absence means: clients built on libraries that write
+/// every field (`"stream": null`) are served as if they had left it out, as vLLM and OpenAI
+/// serve them.
+fn null_as_default<'de, D, T>(d: D) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Default + Deserialize<'de>,
+{
+    Ok(Option::<T>::deserialize(d)?.unwrap_or_default())
+}
 
 /// `prompt` of `/v1/completions`: text, token ids, or a batch of one of either.
 #[derive(Clone, Debug, Deserialize)]
@@ -40,7 +51,7 @@ impl StopInput {
 #[derive(Clone, Copy, Debug, Default, Deserialize)]
 pub struct StreamOptions {
     /// Send a last chunk with the usage.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     pub include_usage: bool,
 }
 
@@ -51,19 +62,19 @@ pub struct SamplingFields {
     pub temperature: Option<f32>,
     /// Nucleus sampling.
     pub top_p: Option<f32>,
-    /// Top-k (an extension; 0 disables).
-    pub top_k: Option<u32>,
+    /// Top-k (an extension; 0 or -1 disables, as in vLLM and SGLang).
+    pub top_k: Option<i64>,
     /// Seed.
     pub seed: Option<u64>,
     /// Stop strings.
     pub stop: Option<StopInput>,
     /// Keep going past end-of-sequence (an extension).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     pub ignore_eos: bool,
     /// Number of choices (only 1 is served).
     pub n: Option<u32>,
     /// Stream as server-sent events.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     pub stream: bool,
     /// Streaming options.
     pub stream_options: Option<StreamOptions>,
@@ -77,9 +88,10 @@ pub struct SamplingFields {
     pub unsupported: UnsupportedFields,
 }
 
-/// OpenAI request fields the server does not implement. Each is accepted only with a value
-/// that asks for nothing (absent, null, false, 0, empty, or the default), so a client is never
-/// silently served something other than what it asked for.
+/// Request fields the server does not implement: OpenAI's, and the sampling and decoding
+/// extensions of vLLM and SGLang that their clients (benchmark scripts, LiteLLM) send. Each is
+/// accepted only with a value that asks for nothing (absent, null, false, 0, empty, or the
+/// default), so a client is never silently served something other than what it asked for.
 #[derive(Clone, Debug, Default, Deserialize)]
 pub struct UnsupportedFields {
     logprobs: Option<serde_json::Value>,
@@ -98,6 +110,24 @@ pub struct UnsupportedFields {
     suffix: Option<serde_json::Value>,
     audio: Option<serde_json::Value>,
     prediction: Option<serde_json::Value>,
+    // vLLM's and SGLang's extensions.
+    repetition_penalty: Option<serde_json::Value>,
+    min_p: Option<serde_json::Value>,
+    min_tokens: Option<serde_json::Value>,
+    stop_token_ids: Option<serde_json::Value>,
+    include_stop_str_in_output: Option<serde_json::Value>,
+    use_beam_search: Option<serde_json::Value>,
+    length_penalty: Option<serde_json::Value>,
+    prompt_logprobs: Option<serde_json::Value>,
+    truncate_prompt_tokens: Option<serde_json::Value>,
+    guided_json: Option<serde_json::Value>,
+    guided_regex: Option<serde_json::Value>,
+    guided_choice: Option<serde_json::Value>,
+    guided_grammar: Option<serde_json::Value>,
+    structured_outputs: Option<serde_json::Value>,
+    regex: Option<serde_json::Value>,
+    json_schema: Option<serde_json::Value>,
+    ebnf: Option<serde_json::Value>,
 }
 
 /// A field's name, its value, and which values ask for something the server still serves.
@@ -120,7 +150,8 @@ impl UnsupportedFields {
             Value::Array(a) => a.is_empty(),
             Value::Object(o) => o.is_empty(),
         };
-        let fields: [UnsupportedField<'_>; 16] = [
+        let one = |v: &Value| v.as_f64() == Some(1.0);
+        let fields: [UnsupportedField<'_>; 33] = [
             ("logprobs", &self.logprobs, |_| false),
             ("top_logprobs", &self.top_logprobs, |_| false),
             ("tools", &self.tools, |_| false),
@@ -137,11 +168,38 @@ impl UnsupportedFields {
             ("logit_bias", &self.logit_bias, |_| false),
             ("presence_penalty", &self.presence_penalty, |_| false),
             ("frequency_penalty", &self.frequency_penalty, |_| false),
-            ("best_of", &self.best_of, |v| v == 1),
+            ("best_of", &self.best_of, one),
             ("echo", &self.echo, |_| false),
             ("suffix", &self.suffix, |_| false),
             ("audio", &self.audio, |_| false),
             ("prediction", &self.prediction, |_| false),
+            // 1 is no penalty (vLLM's default, sent by its benchmark client).
+            ("repetition_penalty", &self.repetition_penalty, one),
+            ("min_p", &self.min_p, |_| false),
+            ("min_tokens", &self.min_tokens, |_| false),
+            ("stop_token_ids", &self.stop_token_ids, |_| false),
+            (
+                "include_stop_str_in_output",
+                &self.include_stop_str_in_output,
+                |_| false,
+            ),
+            ("use_beam_search", &self.use_beam_search, |_| false),
+            // Only beam search reads it.
+            ("length_penalty", &self.length_penalty, one),
+            ("prompt_logprobs", &self.prompt_logprobs, |_| false),
+            (
+                "truncate_prompt_tokens",
+                &self.truncate_prompt_tokens,
+                |_| false,
+            ),
+            ("guided_json", &self.guided_json, |_| false),
+            ("guided_regex", &self.guided_regex, |_| false),
+            ("guided_choice", &self.guided_choice, |_| false),
+            ("guided_grammar", &self.guided_grammar, |_| false),
+            ("structured_outputs", &self.structured_outputs, |_| false),
+            ("regex", &self.regex, |_| false),
+            ("json_schema", &self.json_schema, |_| false),
+            ("ebnf", &self.ebnf, |_| false),
         ];
         fields.into_iter().find_map(|(name, value, accepted)| {
             let v = value.as_ref()?;
@@ -165,7 +223,7 @@ pub struct HandoffField {
 #[derive(Clone, Debug, Deserialize)]
 pub struct CompletionRequest {
     /// Model name.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     pub model: String,
     /// The prompt.
     pub prompt: PromptInput,
@@ -211,7 +269,7 @@ pub struct ChatMessageIn {
 #[derive(Clone, Debug, Deserialize)]
 pub struct ChatRequest {
     /// Model name.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     pub model: String,
     /// The conversation.
     pub messages: Vec<ChatMessageIn>,
