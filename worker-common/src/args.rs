@@ -238,6 +238,13 @@ pub struct CommonArgs {
     /// Log JSON lines instead of text.
     #[arg(long, env = "DOLPHIN_LOG_JSON")]
     pub log_json: bool,
+    /// Threads of the async runtime that serves gRPC, moves KV blocks and talks to etcd
+    /// (absent: one per core). The engine computes on threads of its own. One thread spares
+    /// the runtime's threads waking each other for every short request (2 cores, 8-token
+    /// requests: 127-129 against 174-215 us of worker CPU each at one connection), but with
+    /// 10,000 streams through the router it added TTFT (`docs/dev/profiling.md`).
+    #[arg(long, env = "DOLPHIN_RUNTIME_THREADS")]
+    pub runtime_threads: Option<usize>,
     /// How KV blocks move between prefill and decode workers.
     #[arg(long, env = "DOLPHIN_KV_TRANSPORT", value_enum, default_value_t = KvTransportKind::Tcp)]
     pub kv_transport: KvTransportKind,
@@ -254,6 +261,12 @@ impl CommonArgs {
     /// Checks every flag; the process exits 64 on an error.
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.engine.validate()?;
+        if self.runtime_threads == Some(0) {
+            return Err(ConfigError::invalid(
+                "runtime-threads",
+                "must be at least 1",
+            ));
+        }
         if let Some(id) = &self.worker_id
             && (id.is_empty() || id.contains('/') || id.chars().any(char::is_whitespace))
         {
@@ -503,6 +516,7 @@ mod tests {
         assert_eq!(flag_of(&["--cluster", ""]), "cluster");
         assert_eq!(flag_of(&["--lease-ttl-secs", "0"]), "lease-ttl-secs");
         assert_eq!(flag_of(&["--threads", "0"]), "threads");
+        assert_eq!(flag_of(&["--runtime-threads", "0"]), "runtime-threads");
         assert_eq!(flag_of(&["--kv-bytes", "0"]), "kv-bytes");
         assert_eq!(flag_of(&["--model", " "]), "model");
         assert_eq!(flag_of(&["--grpc-addr", "0.0.0.0:7000"]), "grpc-addr");

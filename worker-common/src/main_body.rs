@@ -42,10 +42,18 @@ where
         eprintln!("{name}: {err}");
         return ExitCode::from(64);
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    match cfg.common().runtime_threads {
+        Some(0) => {
+            eprintln!("{name}: invalid --runtime-threads: must be at least 1");
+            return ExitCode::from(64);
+        }
+        Some(n) => {
+            builder.worker_threads(n);
+        }
+        None => {}
+    }
+    let runtime = match builder.enable_all().build() {
         Ok(rt) => rt,
         Err(err) => {
             eprintln!("{name}: cannot start the runtime: {err}");
