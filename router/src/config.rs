@@ -37,6 +37,11 @@ pub struct RouterConfig {
     /// `authorization: Bearer KEY`). Absent: no key needed.
     #[arg(long, env = "DOLPHIN_API_KEY_FILE")]
     pub api_key_file: Option<PathBuf>,
+    /// Origins that browser apps may call the public HTTP API from (CORS): comma-separated
+    /// (`https://app.example,http://localhost:3000`), or `*` for every origin. Preflights are
+    /// answered without a key; the calls themselves still need one. Absent: no CORS.
+    #[arg(long, env = "DOLPHIN_CORS_ALLOWED_ORIGINS", value_delimiter = ',')]
+    pub cors_allowed_origins: Vec<String>,
     /// File of admin keys, like `--api-key-file`, for the admin listener. Absent: whoever
     /// reaches the admin listener may use it.
     #[arg(long, env = "DOLPHIN_ADMIN_KEY_FILE")]
@@ -149,6 +154,11 @@ pub struct RouterConfig {
 pub struct ConfigError(pub String);
 
 impl RouterConfig {
+    /// The origins of `--cors-allowed-origins` (`None`: no CORS).
+    pub fn cors(&self) -> Result<Option<crate::http::cors::Cors>, crate::http::cors::BadOrigin> {
+        crate::http::cors::Cors::from_flag(&self.cors_allowed_origins)
+    }
+
     /// Checks what clap cannot: ranges and that some discovery is configured.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let bad = |m: String| Err(ConfigError(m));
@@ -161,6 +171,9 @@ impl RouterConfig {
             {
                 return bad(format!("{flag}: {e}"));
             }
+        }
+        if let Err(e) = self.cors() {
+            return bad(e.to_string());
         }
         if self.etcd.is_empty()
             && self.static_workers.is_none()
@@ -550,6 +563,13 @@ mod tests {
         assert!(invalid(&["--decode", "a:1", "--model", " "]));
         assert!(!invalid(&["--static-workers", "/tmp/w.json"]));
         assert!(invalid(&["--decode", "a:1", "--tokenizer", "gguf"]));
+        assert!(invalid(&["--decode", "a:1", "--cors-allowed-origins", "app.example"]));
+        assert!(!invalid(&[
+            "--decode",
+            "a:1",
+            "--cors-allowed-origins",
+            "https://app.example,http://localhost:3000"
+        ]));
     }
 
     #[test]

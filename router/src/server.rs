@@ -215,7 +215,10 @@ pub async fn start(
         api_keys: api_keys.clone(),
         limit: crate::admission::InflightLimit::new(cfg.max_inflight),
     };
-    let app = crate::http::router(state.clone());
+    let cors = cfg
+        .cors()
+        .map_err(|e| ServerError::Config(ConfigError(e.to_string())))?;
+    let app = crate::http::router(state.clone()).with_cors(cors);
     let limit = state.limit.clone();
     // Operators' listeners, on the control runtime: plain HTTP for Prometheus and probes, and
     // the admin gRPC (TLS like the public one, its own keys).

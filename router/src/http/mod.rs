@@ -2,6 +2,7 @@
 //! API keys checked before anything else; and the operators' listener (`/metrics`, `/health`).
 
 mod completions;
+pub mod cors;
 pub mod error;
 mod public;
 mod sse;

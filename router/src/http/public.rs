@@ -25,6 +25,7 @@ use http_body_util::{BodyExt, LengthLimitError, Limited};
 use tower::ServiceExt;
 
 use super::completions::{self, Endpoint};
+use super::cors::Cors;
 use super::error::ApiError;
 use super::{AppState, MAX_BODY_BYTES};
 use crate::admission::PermitBody;
@@ -40,12 +41,38 @@ struct Inner {
     state: AppState,
     /// Everything but the two inference routes' POSTs.
     rest: Router,
+    /// Origins browsers may call from (`None`: no CORS).
+    cors: Option<Cors>,
 }
 
 impl PublicApi {
     /// The two inference routes over `state`, and `rest` for every other request.
     pub(crate) fn new(state: AppState, rest: Router) -> Self {
-        Self(Arc::new(Inner { state, rest }))
+        Self(Arc::new(Inner {
+            state,
+            rest,
+            cors: None,
+        }))
+    }
+
+    /// The same API answering browsers from other origins as `cors` allows.
+    pub fn with_cors(self, cors: Option<Cors>) -> Self {
+        Self(Arc::new(Inner {
+            state: self.0.state.clone(),
+            rest: self.0.rest.clone(),
+            cors,
+        }))
+    }
+
+    /// A request to its route: the inference POSTs here, the rest through axum.
+    fn route(&self, req: Request) -> ResponseFuture {
+        match inference_route(&req) {
+            Some(endpoint) => {
+                let inner = Arc::clone(&self.0);
+                Box::pin(async move { Ok(inner.inference(endpoint, req).await) })
+            }
+            None => Box::pin(self.0.rest.clone().oneshot(req)),
+        }
     }
 }
 
@@ -73,13 +100,24 @@ impl tower::Service<Request> for PublicApi {
     }
 
     fn call(&mut self, req: Request) -> ResponseFuture {
-        match inference_route(&req) {
-            Some(endpoint) => {
-                let inner = Arc::clone(&self.0);
-                Box::pin(async move { Ok(inner.inference(endpoint, req).await) })
-            }
-            None => Box::pin(self.0.rest.clone().oneshot(req)),
+        let Some(cors) = &self.0.cors else {
+            return self.route(req);
+        };
+        // Preflights carry no key: answered before the key check.
+        if let Some(answer) = cors.preflight(&req) {
+            return Box::pin(std::future::ready(Ok(answer)));
         }
+        let Some(allow) = cors.for_request(req.headers()) else {
+            return self.route(req);
+        };
+        let (inner, answer) = (Arc::clone(&self.0), self.route(req));
+        Box::pin(async move {
+            let mut answer = answer.await?;
+            if let Some(cors) = &inner.cors {
+                cors.decorate(allow, answer.headers_mut());
+            }
+            Ok(answer)
+        })
     }
 }
 

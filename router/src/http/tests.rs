@@ -45,6 +45,15 @@ async fn start_with(
     api_keys: Option<crate::auth::KeySet>,
     limit: InflightLimit,
 ) -> Server {
+    start_with_cors(d, api_keys, limit, None).await
+}
+
+async fn start_with_cors(
+    d: Arc<Dispatcher>,
+    api_keys: Option<crate::auth::KeySet>,
+    limit: InflightLimit,
+    cors: Option<super::cors::Cors>,
+) -> Server {
     let bind = || async {
         tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
@@ -61,7 +70,8 @@ async fn start_with(
         limit,
     };
     let mut shards = crate::shard::deal(listener, 1, None, stop.clone()).expect("deal");
-    tokio::spawn(serve(shards.remove(0), router(state.clone()), stop.clone()));
+    let app = router(state.clone()).with_cors(cors);
+    tokio::spawn(serve(shards.remove(0), app, stop.clone()));
     tokio::spawn(async move { axum::serve(ops_listener, ops_router(state)).await });
     Server { addr, ops, stop }
 }
@@ -169,6 +179,35 @@ async fn raw_post(
     conn.read_to_end(&mut answer).await.expect("answer");
     let answer = String::from_utf8_lossy(&answer).into_owned();
     (status_code(&answer), answer)
+}
+
+/// A request with these headers (and nothing else set).
+async fn call_headers(
+    addr: SocketAddr,
+    method: Method,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> (StatusCode, HeaderMap, String) {
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build_http::<Full<Bytes>>();
+    let mut req = hyper::Request::builder()
+        .method(method)
+        .uri(format!("http://{addr}{path}"));
+    for (name, value) in headers {
+        req = req.header(*name, *value);
+    }
+    let req = req
+        .body(Full::new(Bytes::from(body.to_owned())))
+        .expect("request");
+    let resp = client.request(req).await.expect("response");
+    let (parts, body) = resp.into_parts();
+    let bytes = body.collect().await.expect("body").to_bytes();
+    (
+        parts.status,
+        parts.headers,
+        String::from_utf8_lossy(&bytes).into_owned(),
+    )
 }
 
 async fn post(addr: SocketAddr, path: &str, body: Value) -> (StatusCode, HeaderMap, String) {
@@ -807,4 +846,114 @@ async fn api_keys_are_required_when_configured() {
     // The operators' listener takes no key.
     let (status, _, _) = call(s.ops, Method::GET, "/health", "").await;
     assert_eq!(status, StatusCode::OK);
+}
+
+/// A browser app on an allowed origin: its preflight is answered without a key, its calls
+/// need one and carry the CORS headers whatever the answer (a 401 too, so the app can read
+/// it); another origin gets no CORS header; without `--cors-allowed-origins` a preflight is
+/// a 405, as before.
+#[tokio::test]
+async fn browsers_on_allowed_origins_get_cors_headers() {
+    let fake = FakeWorker::start("d1", Role::Decode, Behavior::Text("x".into())).await;
+    let d = dispatcher(Policy::AlwaysLocal, RequestLog::disabled());
+    d.registry().add(fake.record()).expect("add");
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("keys");
+    std::fs::write(&path, "sk-one\n").expect("write");
+    let keys = crate::auth::KeySet::load(&path).expect("keys");
+    let cors = super::cors::Cors::from_flag(&["https://app.example".to_owned()]).expect("origin");
+    let s = start_with_cors(d.clone(), Some(keys), InflightLimit::new(16), cors).await;
+    let app = ("origin", "https://app.example");
+    let preflight = [
+        ("access-control-request-method", "POST"),
+        (
+            "access-control-request-headers",
+            "authorization, content-type",
+        ),
+    ];
+    for path in ["/v1/chat/completions", "/v1/completions", "/v1/models"] {
+        let (status, headers, _) = call_headers(
+            s.addr,
+            Method::OPTIONS,
+            path,
+            &[app, preflight[0], preflight[1]],
+            "",
+        )
+        .await;
+        assert_eq!(status, StatusCode::NO_CONTENT, "{path}");
+        assert_eq!(
+            headers["access-control-allow-origin"],
+            "https://app.example"
+        );
+        assert_eq!(
+            headers["access-control-allow-headers"],
+            "authorization, content-type"
+        );
+    }
+    let (status, headers, _) = call_headers(
+        s.addr,
+        Method::OPTIONS,
+        "/v1/completions",
+        &[("origin", "https://evil.example"), preflight[0]],
+        "",
+    )
+    .await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    assert!(!headers.contains_key("access-control-allow-origin"));
+
+    let body = json!({"prompt": "hi", "max_tokens": 2}).to_string();
+    let json = ("content-type", "application/json");
+    let (status, headers, _) =
+        call_headers(s.addr, Method::POST, "/v1/completions", &[app, json], &body).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    assert_eq!(
+        headers["access-control-allow-origin"],
+        "https://app.example"
+    );
+    let key = ("authorization", "Bearer sk-one");
+    let (status, headers, text) = call_headers(
+        s.addr,
+        Method::POST,
+        "/v1/completions",
+        &[app, json, key],
+        &body,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    assert_eq!(
+        headers["access-control-allow-origin"],
+        "https://app.example"
+    );
+    assert_eq!(headers["vary"], "origin");
+    assert!(
+        headers["access-control-expose-headers"]
+            .to_str()
+            .expect("text")
+            .contains("x-request-id")
+    );
+    let (status, headers, _) =
+        call_headers(s.addr, Method::GET, "/v1/models", &[app, key], "").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        headers["access-control-allow-origin"],
+        "https://app.example"
+    );
+    let (_, headers, _) =
+        call_headers(s.addr, Method::POST, "/v1/completions", &[json, key], &body).await;
+    assert!(
+        !headers.contains_key("access-control-allow-origin"),
+        "no Origin, no CORS"
+    );
+
+    let plain = start(d).await;
+    let (status, headers, _) = call_headers(
+        plain.addr,
+        Method::OPTIONS,
+        "/v1/completions",
+        &[app, preflight[0]],
+        "",
+    )
+    .await;
+    assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
+    assert!(!headers.contains_key("access-control-allow-origin"));
 }
