@@ -563,7 +563,12 @@ mod tests {
         assert!(invalid(&["--decode", "a:1", "--model", " "]));
         assert!(!invalid(&["--static-workers", "/tmp/w.json"]));
         assert!(invalid(&["--decode", "a:1", "--tokenizer", "gguf"]));
-        assert!(invalid(&["--decode", "a:1", "--cors-allowed-origins", "app.example"]));
+        assert!(invalid(&[
+            "--decode",
+            "a:1",
+            "--cors-allowed-origins",
+            "app.example"
+        ]));
         assert!(!invalid(&[
             "--decode",
             "a:1",

@@ -100,7 +100,7 @@ fn build(
             temperature: f.temperature.unwrap_or(1.0),
             top_k,
             top_p: f.top_p.unwrap_or(1.0),
-            seed: f.seed,
+            seed: f.seed.map(Seed::bits),
             max_tokens: max_tokens.unwrap_or(default_max_tokens),
             stop: f.stop.map(StopInput::into_vec).unwrap_or_default(),
             ignore_eos: f.ignore_eos,
@@ -198,6 +198,12 @@ pub(crate) fn chat(
             role: m.role,
             content,
         });
+    }
+    if req.add_generation_prompt == Some(false) {
+        return Err(ApiError::invalid(
+            "add_generation_prompt false is not supported by this server: the assistant's turn is always opened",
+            Some("add_generation_prompt"),
+        ));
     }
     let cap = st.dispatcher.config().max_output_tokens;
     let max_tokens = req.max_completion_tokens.or(req.max_tokens);

@@ -279,7 +279,7 @@ async fn nulls_and_vllm_defaults_are_served() {
         "stream_options": {"include_usage": null}, "top_k": -1, "n": null, "stop": null,
         "repetition_penalty": 1.0, "best_of": 1.0, "min_p": 0, "min_tokens": 0,
         "stop_token_ids": [], "include_stop_str_in_output": false, "guided_json": null,
-        "length_penalty": 1,
+        "length_penalty": 1, "seed": -1,
     });
     let (status, _, body) = post(s.addr, "/v1/completions", req).await;
     assert_eq!(status, StatusCode::OK, "{body}");
@@ -288,7 +288,9 @@ async fn nulls_and_vllm_defaults_are_served() {
         s.addr,
         "/v1/chat/completions",
         json!({"model": null, "messages": [{"role": "user", "content": "hi"}], "stream": null,
-               "max_tokens": 2, "top_k": 5}),
+               "max_tokens": 2, "top_k": 5, "add_generation_prompt": true,
+               "continue_final_message": false, "chat_template_kwargs": {},
+               "seed": u64::MAX}),
     )
     .await;
     assert_eq!(status, StatusCode::OK, "{body}");
@@ -298,6 +300,15 @@ async fn nulls_and_vllm_defaults_are_served() {
         .map(|c| c.sampling.as_ref().expect("sampling").top_k)
         .collect();
     assert_eq!(top_k, [0, 5], "-1 is off, as 0 is on the wire");
+    let seeds: Vec<Option<u64>> = calls
+        .iter()
+        .map(|c| c.sampling.as_ref().expect("sampling").seed)
+        .collect();
+    assert_eq!(
+        seeds,
+        [Some(u64::MAX), Some(u64::MAX)],
+        "a negative seed is its two's complement"
+    );
 }
 
 #[tokio::test]
@@ -542,6 +553,16 @@ async fn bad_requests_get_openai_errors() {
         ),
         ("/v1/chat/completions", json!({"best_of": 2.0}), "best_of"),
         ("/v1/chat/completions", json!({"top_k": -2}), "top_k"),
+        (
+            "/v1/chat/completions",
+            json!({"add_generation_prompt": false}),
+            "add_generation_prompt",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"chat_template_kwargs": {"enable_thinking": false}}),
+            "chat_template_kwargs",
+        ),
     ];
     let chat = |extra: &serde_json::Value| {
         let mut req = json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1});

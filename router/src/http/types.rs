@@ -47,6 +47,28 @@ impl StopInput {
     }
 }
 
+/// `seed`: OpenAI's is a signed 64-bit integer, vLLM's any integer; both map onto the
+/// engine's 64 bits (a negative seed as its two's complement), so every integer a client sends
+/// names one reproducible stream.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(untagged)]
+pub enum Seed {
+    /// 0 to 2^64 - 1.
+    Unsigned(u64),
+    /// Below 0.
+    Signed(i64),
+}
+
+impl Seed {
+    /// The engine's seed.
+    pub fn bits(self) -> u64 {
+        match self {
+            Seed::Unsigned(s) => s,
+            Seed::Signed(s) => s as u64,
+        }
+    }
+}
+
 /// `stream_options`.
 #[derive(Clone, Copy, Debug, Default, Deserialize)]
 pub struct StreamOptions {
@@ -65,7 +87,7 @@ pub struct SamplingFields {
     /// Top-k (an extension; 0 or -1 disables, as in vLLM and SGLang).
     pub top_k: Option<i64>,
     /// Seed.
-    pub seed: Option<u64>,
+    pub seed: Option<Seed>,
     /// Stop strings.
     pub stop: Option<StopInput>,
     /// Keep going past end-of-sequence (an extension).
@@ -111,6 +133,10 @@ pub struct UnsupportedFields {
     audio: Option<serde_json::Value>,
     prediction: Option<serde_json::Value>,
     // vLLM's and SGLang's extensions.
+    continue_final_message: Option<serde_json::Value>,
+    chat_template: Option<serde_json::Value>,
+    chat_template_kwargs: Option<serde_json::Value>,
+    documents: Option<serde_json::Value>,
     repetition_penalty: Option<serde_json::Value>,
     min_p: Option<serde_json::Value>,
     min_tokens: Option<serde_json::Value>,
@@ -151,7 +177,7 @@ impl UnsupportedFields {
             Value::Object(o) => o.is_empty(),
         };
         let one = |v: &Value| v.as_f64() == Some(1.0);
-        let fields: [UnsupportedField<'_>; 33] = [
+        let fields: [UnsupportedField<'_>; 37] = [
             ("logprobs", &self.logprobs, |_| false),
             ("top_logprobs", &self.top_logprobs, |_| false),
             ("tools", &self.tools, |_| false),
@@ -173,6 +199,17 @@ impl UnsupportedFields {
             ("suffix", &self.suffix, |_| false),
             ("audio", &self.audio, |_| false),
             ("prediction", &self.prediction, |_| false),
+            // The chat template is the model's own, rendered as it comes.
+            (
+                "continue_final_message",
+                &self.continue_final_message,
+                |_| false,
+            ),
+            ("chat_template", &self.chat_template, |_| false),
+            ("chat_template_kwargs", &self.chat_template_kwargs, |_| {
+                false
+            }),
+            ("documents", &self.documents, |_| false),
             // 1 is no penalty (vLLM's default, sent by its benchmark client).
             ("repetition_penalty", &self.repetition_penalty, one),
             ("min_p", &self.min_p, |_| false),
@@ -277,6 +314,9 @@ pub struct ChatRequest {
     pub max_tokens: Option<u32>,
     /// Tokens to generate.
     pub max_completion_tokens: Option<u32>,
+    /// Open the assistant's turn after the messages (vLLM's extension; only `true`, the
+    /// default, is served).
+    pub add_generation_prompt: Option<bool>,
     /// The rest.
     #[serde(flatten)]
     pub sampling: SamplingFields,
