@@ -101,24 +101,9 @@ async fn call_with(
     body: impl Into<Bytes>,
     authorization: Option<&str>,
 ) -> (StatusCode, HeaderMap, String) {
-    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-        .build_http::<Full<Bytes>>();
-    let mut req = hyper::Request::builder()
-        .method(method)
-        .uri(format!("http://{addr}{path}"))
-        .header("content-type", "application/json");
-    if let Some(value) = authorization {
-        req = req.header("authorization", value);
-    }
-    let req = req.body(Full::new(body.into())).expect("request");
-    let resp = client.request(req).await.expect("response");
-    let (parts, body) = resp.into_parts();
-    let bytes = body.collect().await.expect("body").to_bytes();
-    (
-        parts.status,
-        parts.headers,
-        String::from_utf8_lossy(&bytes).into_owned(),
-    )
+    let mut headers = vec![("content-type", "application/json")];
+    headers.extend(authorization.map(|value| ("authorization", value)));
+    call_headers(addr, method, path, &headers, body).await
 }
 
 /// POSTs `len` bytes in 64 KiB chunks (no Content-Length) over a raw connection; returns the
@@ -187,7 +172,7 @@ async fn call_headers(
     method: Method,
     path: &str,
     headers: &[(&str, &str)],
-    body: &str,
+    body: impl Into<Bytes>,
 ) -> (StatusCode, HeaderMap, String) {
     let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
         .build_http::<Full<Bytes>>();
@@ -197,9 +182,7 @@ async fn call_headers(
     for (name, value) in headers {
         req = req.header(*name, *value);
     }
-    let req = req
-        .body(Full::new(Bytes::from(body.to_owned())))
-        .expect("request");
+    let req = req.body(Full::new(body.into())).expect("request");
     let resp = client.request(req).await.expect("response");
     let (parts, body) = resp.into_parts();
     let bytes = body.collect().await.expect("body").to_bytes();
@@ -819,15 +802,29 @@ async fn models_health_and_metrics() {
     assert!(body.contains("dolphin_router_requests_total"), "{body}");
 }
 
-#[tokio::test]
-async fn api_keys_are_required_when_configured() {
+/// A worker answering "x...", a dispatcher in front of it, and a key file holding `keys`
+/// (the directory lives as long as the caller holds it).
+async fn keyed_worker(
+    keys: &str,
+) -> (
+    FakeWorker,
+    Arc<Dispatcher>,
+    tempfile::TempDir,
+    crate::auth::KeySet,
+) {
     let fake = FakeWorker::start("d1", Role::Decode, Behavior::Text("x".into())).await;
     let d = dispatcher(Policy::AlwaysLocal, RequestLog::disabled());
     d.registry().add(fake.record()).expect("add");
     let dir = tempfile::tempdir().expect("dir");
     let path = dir.path().join("keys");
-    std::fs::write(&path, "sk-one\nsk-two\n").expect("write");
+    std::fs::write(&path, keys).expect("write");
     let keys = crate::auth::KeySet::load(&path).expect("keys");
+    (fake, d, dir, keys)
+}
+
+#[tokio::test]
+async fn api_keys_are_required_when_configured() {
+    let (_fake, d, _dir, keys) = keyed_worker("sk-one\nsk-two\n").await;
     let s = start_with_keys(d, Some(keys)).await;
     let body = json!({"prompt": "hi", "max_tokens": 2}).to_string();
     for (auth, message) in [
@@ -875,13 +872,7 @@ async fn api_keys_are_required_when_configured() {
 /// a 405, as before.
 #[tokio::test]
 async fn browsers_on_allowed_origins_get_cors_headers() {
-    let fake = FakeWorker::start("d1", Role::Decode, Behavior::Text("x".into())).await;
-    let d = dispatcher(Policy::AlwaysLocal, RequestLog::disabled());
-    d.registry().add(fake.record()).expect("add");
-    let dir = tempfile::tempdir().expect("dir");
-    let path = dir.path().join("keys");
-    std::fs::write(&path, "sk-one\n").expect("write");
-    let keys = crate::auth::KeySet::load(&path).expect("keys");
+    let (_fake, d, _dir, keys) = keyed_worker("sk-one\n").await;
     let cors = super::cors::Cors::from_flag(&["https://app.example".to_owned()]).expect("origin");
     let s = start_with_cors(d.clone(), Some(keys), InflightLimit::new(16), cors).await;
     let app = ("origin", "https://app.example");
@@ -924,8 +915,14 @@ async fn browsers_on_allowed_origins_get_cors_headers() {
 
     let body = json!({"prompt": "hi", "max_tokens": 2}).to_string();
     let json = ("content-type", "application/json");
-    let (status, headers, _) =
-        call_headers(s.addr, Method::POST, "/v1/completions", &[app, json], &body).await;
+    let (status, headers, _) = call_headers(
+        s.addr,
+        Method::POST,
+        "/v1/completions",
+        &[app, json],
+        body.clone(),
+    )
+    .await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
     assert_eq!(
         headers["access-control-allow-origin"],
@@ -937,7 +934,7 @@ async fn browsers_on_allowed_origins_get_cors_headers() {
         Method::POST,
         "/v1/completions",
         &[app, json, key],
-        &body,
+        body.clone(),
     )
     .await;
     assert_eq!(status, StatusCode::OK, "{text}");
@@ -959,8 +956,14 @@ async fn browsers_on_allowed_origins_get_cors_headers() {
         headers["access-control-allow-origin"],
         "https://app.example"
     );
-    let (_, headers, _) =
-        call_headers(s.addr, Method::POST, "/v1/completions", &[json, key], &body).await;
+    let (_, headers, _) = call_headers(
+        s.addr,
+        Method::POST,
+        "/v1/completions",
+        &[json, key],
+        body.clone(),
+    )
+    .await;
     assert!(
         !headers.contains_key("access-control-allow-origin"),
         "no Origin, no CORS"
