@@ -114,59 +114,26 @@ pub struct SamplingFields {
 /// extensions of vLLM and SGLang that their clients (benchmark scripts, LiteLLM) send. Each is
 /// accepted only with a value that asks for nothing (absent, null, false, 0, empty, or the
 /// default), so a client is never silently served something other than what it asked for.
+///
+/// Held as the request's leftover fields, not one field each: a request that sends none of
+/// them (nearly all) carries an empty map, where 37 `Option<Value>`s made every move of the
+/// request's fields a 1.2 KB copy (callgrind, `/v1/completions` at one connection: 116.9k
+/// instructions a request with the fields, 115.0k with the map, 115.4k before the list grew
+/// from 16 fields to 37).
 #[derive(Clone, Debug, Default, Deserialize)]
-pub struct UnsupportedFields {
-    logprobs: Option<serde_json::Value>,
-    top_logprobs: Option<serde_json::Value>,
-    tools: Option<serde_json::Value>,
-    tool_choice: Option<serde_json::Value>,
-    parallel_tool_calls: Option<serde_json::Value>,
-    functions: Option<serde_json::Value>,
-    function_call: Option<serde_json::Value>,
-    response_format: Option<serde_json::Value>,
-    logit_bias: Option<serde_json::Value>,
-    presence_penalty: Option<serde_json::Value>,
-    frequency_penalty: Option<serde_json::Value>,
-    best_of: Option<serde_json::Value>,
-    echo: Option<serde_json::Value>,
-    suffix: Option<serde_json::Value>,
-    audio: Option<serde_json::Value>,
-    prediction: Option<serde_json::Value>,
-    // vLLM's and SGLang's extensions.
-    continue_final_message: Option<serde_json::Value>,
-    chat_template: Option<serde_json::Value>,
-    chat_template_kwargs: Option<serde_json::Value>,
-    documents: Option<serde_json::Value>,
-    repetition_penalty: Option<serde_json::Value>,
-    min_p: Option<serde_json::Value>,
-    min_tokens: Option<serde_json::Value>,
-    stop_token_ids: Option<serde_json::Value>,
-    include_stop_str_in_output: Option<serde_json::Value>,
-    use_beam_search: Option<serde_json::Value>,
-    length_penalty: Option<serde_json::Value>,
-    prompt_logprobs: Option<serde_json::Value>,
-    truncate_prompt_tokens: Option<serde_json::Value>,
-    guided_json: Option<serde_json::Value>,
-    guided_regex: Option<serde_json::Value>,
-    guided_choice: Option<serde_json::Value>,
-    guided_grammar: Option<serde_json::Value>,
-    structured_outputs: Option<serde_json::Value>,
-    regex: Option<serde_json::Value>,
-    json_schema: Option<serde_json::Value>,
-    ebnf: Option<serde_json::Value>,
-}
+#[serde(transparent)]
+pub struct UnsupportedFields(serde_json::Map<String, serde_json::Value>);
 
-/// A field's name, its value, and which values ask for something the server still serves.
-type UnsupportedField<'a> = (
-    &'static str,
-    &'a Option<serde_json::Value>,
-    fn(&serde_json::Value) -> bool,
-);
+/// A field's name and which values ask for something the server still serves.
+type UnsupportedField = (&'static str, fn(&serde_json::Value) -> bool);
 
 impl UnsupportedFields {
     /// The first field that asks for something the server does not do.
     pub fn first_used(&self) -> Option<&'static str> {
         use serde_json::Value;
+        if self.0.is_empty() {
+            return None;
+        }
         // A value that asks for nothing: what the field's absence means.
         let inert = |v: &Value| match v {
             Value::Null => true,
@@ -177,69 +144,53 @@ impl UnsupportedFields {
             Value::Object(o) => o.is_empty(),
         };
         let one = |v: &Value| v.as_f64() == Some(1.0);
-        let fields: [UnsupportedField<'_>; 37] = [
-            ("logprobs", &self.logprobs, |_| false),
-            ("top_logprobs", &self.top_logprobs, |_| false),
-            ("tools", &self.tools, |_| false),
+        let fields: [UnsupportedField; 37] = [
+            ("logprobs", |_| false),
+            ("top_logprobs", |_| false),
+            ("tools", |_| false),
             // "none" (no tool may be called) is what no tools means.
-            ("tool_choice", &self.tool_choice, |v| v == "none"),
+            ("tool_choice", |v| v == "none"),
             // Whether tools may run in parallel says nothing without tools.
-            ("parallel_tool_calls", &self.parallel_tool_calls, |_| true),
-            ("functions", &self.functions, |_| false),
-            ("function_call", &self.function_call, |v| v == "none"),
+            ("parallel_tool_calls", |_| true),
+            ("functions", |_| false),
+            ("function_call", |v| v == "none"),
             // Plain text is what the server writes.
-            ("response_format", &self.response_format, |v| {
-                v["type"] == "text"
-            }),
-            ("logit_bias", &self.logit_bias, |_| false),
-            ("presence_penalty", &self.presence_penalty, |_| false),
-            ("frequency_penalty", &self.frequency_penalty, |_| false),
-            ("best_of", &self.best_of, one),
-            ("echo", &self.echo, |_| false),
-            ("suffix", &self.suffix, |_| false),
-            ("audio", &self.audio, |_| false),
-            ("prediction", &self.prediction, |_| false),
+            ("response_format", |v| v["type"] == "text"),
+            ("logit_bias", |_| false),
+            ("presence_penalty", |_| false),
+            ("frequency_penalty", |_| false),
+            ("best_of", one),
+            ("echo", |_| false),
+            ("suffix", |_| false),
+            ("audio", |_| false),
+            ("prediction", |_| false),
             // The chat template is the model's own, rendered as it comes.
-            (
-                "continue_final_message",
-                &self.continue_final_message,
-                |_| false,
-            ),
-            ("chat_template", &self.chat_template, |_| false),
-            ("chat_template_kwargs", &self.chat_template_kwargs, |_| {
-                false
-            }),
-            ("documents", &self.documents, |_| false),
+            ("continue_final_message", |_| false),
+            ("chat_template", |_| false),
+            ("chat_template_kwargs", |_| false),
+            ("documents", |_| false),
             // 1 is no penalty (vLLM's default, sent by its benchmark client).
-            ("repetition_penalty", &self.repetition_penalty, one),
-            ("min_p", &self.min_p, |_| false),
-            ("min_tokens", &self.min_tokens, |_| false),
-            ("stop_token_ids", &self.stop_token_ids, |_| false),
-            (
-                "include_stop_str_in_output",
-                &self.include_stop_str_in_output,
-                |_| false,
-            ),
-            ("use_beam_search", &self.use_beam_search, |_| false),
+            ("repetition_penalty", one),
+            ("min_p", |_| false),
+            ("min_tokens", |_| false),
+            ("stop_token_ids", |_| false),
+            ("include_stop_str_in_output", |_| false),
+            ("use_beam_search", |_| false),
             // Only beam search reads it.
-            ("length_penalty", &self.length_penalty, one),
-            ("prompt_logprobs", &self.prompt_logprobs, |_| false),
-            (
-                "truncate_prompt_tokens",
-                &self.truncate_prompt_tokens,
-                |_| false,
-            ),
-            ("guided_json", &self.guided_json, |_| false),
-            ("guided_regex", &self.guided_regex, |_| false),
-            ("guided_choice", &self.guided_choice, |_| false),
-            ("guided_grammar", &self.guided_grammar, |_| false),
-            ("structured_outputs", &self.structured_outputs, |_| false),
-            ("regex", &self.regex, |_| false),
-            ("json_schema", &self.json_schema, |_| false),
-            ("ebnf", &self.ebnf, |_| false),
+            ("length_penalty", one),
+            ("prompt_logprobs", |_| false),
+            ("truncate_prompt_tokens", |_| false),
+            ("guided_json", |_| false),
+            ("guided_regex", |_| false),
+            ("guided_choice", |_| false),
+            ("guided_grammar", |_| false),
+            ("structured_outputs", |_| false),
+            ("regex", |_| false),
+            ("json_schema", |_| false),
+            ("ebnf", |_| false),
         ];
-        fields.into_iter().find_map(|(name, value, accepted)| {
-            let v = value.as_ref()?;
+        fields.into_iter().find_map(|(name, accepted)| {
+            let v = self.0.get(name)?;
             (!inert(v) && !accepted(v)).then_some(name)
         })
     }
