@@ -43,15 +43,9 @@ where
         return ExitCode::from(64);
     }
     let mut builder = tokio::runtime::Builder::new_multi_thread();
-    match cfg.common().runtime_threads {
-        Some(0) => {
-            eprintln!("{name}: invalid --runtime-threads: must be at least 1");
-            return ExitCode::from(64);
-        }
-        Some(n) => {
-            builder.worker_threads(n);
-        }
-        None => {}
+    // 0 is refused by `CommonArgs::validate`, first thing in `run`; tokio would panic on it.
+    if let Some(n) = cfg.common().runtime_threads.filter(|&n| n > 0) {
+        builder.worker_threads(n);
     }
     let runtime = match builder.enable_all().build() {
         Ok(rt) => rt,
