@@ -196,6 +196,9 @@ pub struct SeqStart<'a> {
     pub sampling: &'a Sampling,
     /// Its prompt.
     pub prompt: &'a [u32],
+    /// Tokens it has generated so far (a resumed or handed-over sequence has some); those at
+    /// positions below `computed` are never fed to a step again.
+    pub output: &'a [u32],
     /// Blocks allocated so far (at least those covering `computed` tokens).
     pub table: &'a [BlockId],
     /// Leading prompt tokens whose KV is already in the table: a prefix-cache hit (a block

@@ -39,6 +39,43 @@ pub struct Sampling {
     /// Trace replay: end (reason `Stop`, as at end of sequence) after this many tokens, the
     /// traced output's length; admission still reserves `max_tokens`, the client's cap.
     pub end_after: Option<u32>,
+    /// Penalties on tokens already in the text and other changes to the logits before a draw.
+    pub logits: LogitsRules,
+    /// Produce at least this many tokens: end-of-sequence and `stop_token_ids` cannot be drawn
+    /// before (and do not stop the sequence).
+    pub min_tokens: u32,
+}
+
+/// Changes to a draw's logits, applied in this order before temperature, top-k and top-p (as
+/// vLLM orders them). The default changes nothing.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct LogitsRules {
+    /// Added to these tokens' logits (OpenAI's `logit_bias`).
+    pub bias: Vec<(u32, f32)>,
+    /// Every token of the prompt and of the output so far: a positive logit divided by it, a
+    /// negative one multiplied (`None`: 1, no penalty).
+    pub repetition_penalty: Option<f32>,
+    /// Subtracted from the logit of every token the output holds.
+    pub presence_penalty: f32,
+    /// Times the number of times the output holds a token, subtracted from its logit.
+    pub frequency_penalty: f32,
+    /// After temperature: tokens less likely than this share of the most likely one's
+    /// probability are dropped (`None`: none).
+    pub min_p: Option<f32>,
+}
+
+impl LogitsRules {
+    /// Whether a draw must know the tokens already in the text.
+    pub fn needs_history(&self) -> bool {
+        self.repetition_penalty.is_some()
+            || self.presence_penalty != 0.0
+            || self.frequency_penalty != 0.0
+    }
+
+    /// Whether the rules change anything.
+    pub fn is_empty(&self) -> bool {
+        *self == LogitsRules::default()
+    }
 }
 
 /// A request's choice of token-level handoff algorithm.
@@ -64,6 +101,8 @@ impl Default for Sampling {
             stop_token_ids: Vec::new(),
             handoff: None,
             end_after: None,
+            logits: LogitsRules::default(),
+            min_tokens: 0,
         }
     }
 }

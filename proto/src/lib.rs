@@ -16,6 +16,7 @@ pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("dolp
 
 pub mod codec;
 pub mod deadline;
+pub mod sampling;
 
 pub use prost;
 pub use tonic_health;

@@ -301,7 +301,8 @@ impl Dispatcher {
         if !s.top_p.is_finite() || !(0.0..=1.0).contains(&s.top_p) {
             return bad(format!("top_p must be in [0, 1], got {}", s.top_p));
         }
-        Ok(())
+        dolphin_proto::sampling::check_logit_rules(s, self.tokenizer.vocab_size())
+            .map_err(|e| DispatchError::InvalidRequest(e.message))
     }
 
     /// The longest sequence a request may ask for (prompt plus generated tokens): the live
@@ -324,7 +325,8 @@ impl Dispatcher {
         if asked as usize <= room {
             return Ok(());
         }
-        if p.max_tokens_is_default && room > 0 {
+        // A default max_tokens shrinks to fit, but never below the request's min_tokens.
+        if p.max_tokens_is_default && room > 0 && room >= p.sampling.min_tokens as usize {
             p.sampling.max_tokens = room as u32;
             return Ok(());
         }

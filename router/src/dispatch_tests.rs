@@ -246,6 +246,13 @@ async fn bad_requests_are_refused_before_any_worker_call() {
     let mut p = params("hi", 2);
     p.sampling.top_p = 2.0;
     assert_eq!(kind(d.generate(p).await), ErrorKind::InvalidRequest);
+    // The logit rules (every API: gRPC clients reach the dispatcher directly).
+    let mut p = params("hi", 2);
+    p.sampling.frequency_penalty = 3.0;
+    assert_eq!(kind(d.generate(p).await), ErrorKind::InvalidRequest);
+    let mut p = params("hi", 2);
+    p.sampling.logit_bias.insert(400, 1.0);
+    assert_eq!(kind(d.generate(p).await), ErrorKind::InvalidRequest);
     let mut p = params("hi", 2);
     p.force = Some(Decision::Remote);
     assert!(matches!(

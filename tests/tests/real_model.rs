@@ -5,6 +5,9 @@
 //!   one over 512 tokens, and one whose long prefix the decode worker already holds), greedy
 //!   output with remote prefill equals output with local prefill equals a single-process
 //!   reference (`candle_engine` in this test process), token for token.
+//! - So are the logit rules (a logit bias, repetition, presence and frequency penalties and a
+//!   minimum length), which read the prompt on the prefill worker and the output so far on the
+//!   decode worker.
 //! - `/v1/chat/completions` answers a simple question sensibly.
 //!
 //! Skipped with a notice when the model file is absent (run `scripts/fetch-model.sh`), unless
@@ -15,7 +18,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use dolphin_engine::candle::{CandleConfig, candle_engine};
-use dolphin_engine::{Engine, Sampling, SeqOutput, SeqRequest};
+use dolphin_engine::{Engine, LogitsRules, Sampling, SeqOutput, SeqRequest};
 use dolphin_proto::v1::generate_request::Input;
 use dolphin_proto::v1::{FinishReason, GenerateRequest, PrefillMode, SamplingParams, TokenIds};
 use dolphin_tests::{ClusterConfig, TestCluster, grpc, http};
@@ -75,14 +78,53 @@ fn prompts(tok: &ModelTokenizer) -> anyhow::Result<Vec<(&'static str, Vec<u32>)>
 
 /// Greedy tokens from the in-process reference engine.
 async fn reference(engine: &dyn Engine, id: &str, prompt: &[u32], stops: &[u32]) -> Vec<u32> {
+    let sampling = Sampling {
+        max_tokens: MAX_TOKENS,
+        stop_token_ids: stops.to_vec(),
+        ..Sampling::default()
+    };
+    reference_with(engine, id, prompt, sampling).await
+}
+
+/// The logit rules of the penalized request, with `banned` biased out of reach: the engine's
+/// form, then the wire's.
+fn penalized(banned: u32, stops: &[u32]) -> (Sampling, SamplingParams) {
+    let engine = Sampling {
+        max_tokens: MAX_TOKENS,
+        stop_token_ids: stops.to_vec(),
+        min_tokens: 4,
+        logits: LogitsRules {
+            bias: vec![(banned, -100.0)],
+            repetition_penalty: Some(1.3),
+            presence_penalty: 0.4,
+            frequency_penalty: 0.6,
+            min_p: None,
+        },
+        ..Sampling::default()
+    };
+    let wire = SamplingParams {
+        max_tokens: MAX_TOKENS,
+        min_tokens: 4,
+        logit_bias: [(banned, -100.0)].into_iter().collect(),
+        repetition_penalty: 1.3,
+        presence_penalty: 0.4,
+        frequency_penalty: 0.6,
+        ..SamplingParams::default()
+    };
+    (engine, wire)
+}
+
+/// Tokens from the in-process reference engine.
+async fn reference_with(
+    engine: &dyn Engine,
+    id: &str,
+    prompt: &[u32],
+    sampling: Sampling,
+) -> Vec<u32> {
     let req = SeqRequest {
         request_id: id.to_owned(),
         prompt: prompt.to_vec(),
-        sampling: Sampling {
-            max_tokens: MAX_TOKENS,
-            stop_token_ids: stops.to_vec(),
-            ..Sampling::default()
-        },
+        sampling,
     };
     let mut out = engine.generate(req).await.expect("reference generate");
     let mut tokens = Vec::new();
@@ -155,6 +197,7 @@ async fn smollm2_remote_equals_local_equals_single_process_and_chat_answers() ->
     // The single-process reference first, then dropped: the cluster gets the cores.
     let mut expected = Vec::new();
     let chat_expected;
+    let penalized_expected;
     {
         let mut cfg = CandleConfig::new(&path);
         cfg.threads = Some(1);
@@ -167,7 +210,11 @@ async fn smollm2_remote_equals_local_equals_single_process_and_chat_answers() ->
             expected.push(tokens);
         }
         chat_expected = reference(&*engine, "chat", &chat_tokens(&tok, QUESTION)?, &stops).await;
+        // The code prompt with the logit rules, its greedy first token banned.
+        let (sampling, _) = penalized(expected[1][0], &stops);
+        penalized_expected = reference_with(&*engine, "rules", &prompts[1].1, sampling).await;
     }
+    assert_ne!(penalized_expected, expected[1], "the rules change nothing");
 
     let cluster = start_cluster(&path).await?;
     let mut client = cluster.inference().await?;
@@ -208,6 +255,23 @@ async fn smollm2_remote_equals_local_equals_single_process_and_chat_answers() ->
         if remote.tokens.len() < MAX_TOKENS as usize {
             assert_eq!(remote.finish_reason, Some(FinishReason::Stop), "{name}");
         }
+    }
+
+    // The logit rules give the same tokens on both paths: the prefill worker draws the first
+    // token (bias, repetition penalty over the prompt), the decode worker the rest (penalties
+    // over the output, including the token it received).
+    let (_, wire) = penalized(expected[1][0], &stops);
+    for mode in [PrefillMode::Remote, PrefillMode::Local] {
+        let mut req = token_request(&prompts[1].1, mode);
+        req.sampling = Some(wire.clone());
+        let out = grpc::generate(&mut client, req).await.context("rules")?;
+        let routing = out.last_routing.clone().context("routing info")?;
+        assert_eq!(routing.mode, mode as i32, "{routing:?}");
+        assert!(!routing.fell_back, "fell back: {routing:?}");
+        assert_eq!(
+            out.tokens, penalized_expected,
+            "{mode:?} prefill with the logit rules != reference"
+        );
     }
 
     // The chat endpoint renders the GGUF's template and detokenizes exactly what the engine

@@ -1,7 +1,7 @@
 //! Turning a request's wire fields into an engine request, refusing what the engine cannot serve
 //! with a message that says which field is wrong.
 
-use dolphin_engine::{EngineInfo, HandoffChoice, Sampling, SeqRequest};
+use dolphin_engine::{EngineInfo, HandoffChoice, LogitsRules, Sampling, SeqRequest};
 use dolphin_proto::v1;
 
 /// A request field the worker refuses (INVALID_ARGUMENT).
@@ -43,11 +43,35 @@ pub fn seq_request(
         )));
     }
     let params = sampling.unwrap_or_default();
+    if let Err(e) = dolphin_proto::sampling::check_logit_rules(&params, info.vocab_size) {
+        return Err(BadRequest(format!("sampling.{e}")));
+    }
     Ok(SeqRequest {
         request_id,
         prompt: token_ids,
         sampling: sampling_from(&params)?,
     })
+}
+
+/// The logit rules of `params` (checked by
+/// [`check_logit_rules`](dolphin_proto::sampling::check_logit_rules)).
+fn logits_rules(params: &v1::SamplingParams) -> LogitsRules {
+    let mut bias: Vec<(u32, f32)> = params
+        .logit_bias
+        .iter()
+        .filter(|(_, b)| **b != 0.0)
+        .map(|(&t, &b)| (t, b))
+        .collect();
+    // The wire's map has no order; a sorted list keeps every run the same.
+    bias.sort_unstable_by_key(|&(t, _)| t);
+    LogitsRules {
+        bias,
+        // 0 (unset on the wire) and 1 are no penalty.
+        repetition_penalty: Some(params.repetition_penalty).filter(|&r| r != 0.0 && r != 1.0),
+        presence_penalty: params.presence_penalty,
+        frequency_penalty: params.frequency_penalty,
+        min_p: Some(params.min_p).filter(|&p| p > 0.0),
+    }
 }
 
 /// The engine's sampling settings for the wire's.
@@ -76,6 +100,9 @@ pub fn sampling_from(params: &v1::SamplingParams) -> Result<Sampling, BadRequest
             )));
         }
     };
+    let mut stop_token_ids = params.stop_token_ids.clone();
+    stop_token_ids.sort_unstable();
+    stop_token_ids.dedup();
     Ok(Sampling {
         temperature: params.temperature,
         // 0 on the wire: unset.
@@ -84,12 +111,14 @@ pub fn sampling_from(params: &v1::SamplingParams) -> Result<Sampling, BadRequest
         seed: params.seed,
         max_tokens: params.max_tokens,
         ignore_eos: params.ignore_eos,
-        stop_token_ids: Vec::new(),
+        stop_token_ids,
         handoff: params.handoff.as_ref().map(|h| HandoffChoice {
             algorithm: h.algorithm.clone(),
             threshold: h.threshold,
         }),
         end_after: params.replay_output_tokens,
+        logits: logits_rules(params),
+        min_tokens: params.min_tokens,
     })
 }
 
@@ -159,6 +188,65 @@ mod tests {
         let mut wide = params(1);
         wide.top_p = 1.5;
         assert!(bad("r", vec![1], Some(wide)).contains("top_p"));
+        let refused = |f: fn(&mut v1::SamplingParams), needle: &str| {
+            let mut p = params(4);
+            f(&mut p);
+            let msg = bad("r", vec![1], Some(p));
+            assert!(msg.contains(needle), "{msg:?} should name {needle}");
+        };
+        refused(|p| p.repetition_penalty = -1.0, "repetition_penalty");
+        refused(
+            |p| p.repetition_penalty = f32::INFINITY,
+            "repetition_penalty",
+        );
+        refused(|p| p.presence_penalty = 2.5, "presence_penalty");
+        refused(|p| p.frequency_penalty = f32::NAN, "frequency_penalty");
+        refused(|p| p.min_p = 1.5, "min_p");
+        refused(|p| p.min_tokens = 5, "min_tokens");
+        refused(
+            |p| p.stop_token_ids = vec![3, 100],
+            "stop_token_ids names token 100",
+        );
+        refused(
+            |p| _ = p.logit_bias.insert(100, 1.0),
+            "logit_bias names token 100",
+        );
+        refused(
+            |p| _ = p.logit_bias.insert(7, -101.0),
+            "logit_bias for token 7",
+        );
+    }
+
+    #[test]
+    fn maps_the_logit_rules() {
+        let mut p = params(4);
+        p.repetition_penalty = 1.2;
+        p.presence_penalty = -0.5;
+        p.frequency_penalty = 2.0;
+        p.min_p = 0.05;
+        p.min_tokens = 4;
+        p.stop_token_ids = vec![9, 3, 9];
+        p.logit_bias = [(9, 1.5), (2, -100.0), (5, 0.0)].into_iter().collect();
+        let s = seq_request("r".into(), vec![1], Some(p), &info())
+            .expect("valid")
+            .sampling;
+        assert_eq!(s.stop_token_ids, vec![3, 9]);
+        assert_eq!(s.min_tokens, 4);
+        assert_eq!(
+            s.logits,
+            LogitsRules {
+                bias: vec![(2, -100.0), (9, 1.5)],
+                repetition_penalty: Some(1.2),
+                presence_penalty: -0.5,
+                frequency_penalty: 2.0,
+                min_p: Some(0.05),
+            }
+        );
+        // 0 (unset on the wire) and 1 are no repetition penalty.
+        let mut one = params(1);
+        one.repetition_penalty = 1.0;
+        let s = seq_request("r".into(), vec![1], Some(one), &info()).expect("valid");
+        assert!(s.sampling.logits.is_empty());
     }
 
     #[test]

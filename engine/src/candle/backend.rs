@@ -169,7 +169,14 @@ impl Backend for CandleBackend {
         self.samplers.insert(
             start.seq,
             (
-                Sampler::new(start.sampling, fallback_seed(start.seq)),
+                Sampler::new(start.sampling, fallback_seed(start.seq)).for_text(
+                    start.prompt,
+                    start.output,
+                    start.computed,
+                    self.info
+                        .eos_token_id
+                        .filter(|_| !start.sampling.ignore_eos),
+                ),
                 start.stats,
             ),
         );
@@ -189,12 +196,14 @@ impl Backend for CandleBackend {
             let table = batch.table(e);
             let len = e.len() as usize;
             self.check_table(e.seq, table, e.position as usize + len)?;
-            if !self.samplers.contains_key(&e.seq) {
+            let Some((sampler, _)) = self.samplers.get_mut(&e.seq) else {
                 return Err(BackendError::Invalid(format!(
                     "sequence {} was not started",
                     e.seq
                 )));
-            }
+            };
+            // The penalties count what the model reads, whoever drew it.
+            sampler.observe(e.position, batch.tokens(e));
             let start = self.tokens.len();
             self.tokens.extend_from_slice(batch.tokens(e));
             spans.push(Span {

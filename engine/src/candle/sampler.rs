@@ -1,14 +1,19 @@
-//! Token sampling from logits: greedy, temperature, top-k, top-p, seeded.
+//! Token sampling from logits: logit bias, the minimum output length, repetition, presence and
+//! frequency penalties, then greedy or temperature with top-k, min-p and top-p; seeded.
 //!
 //! The randomness of each draw is a function of the request's seed and the position of the
-//! token being drawn (not a stream advanced draw by draw), so a sequence whose first token was
-//! sampled on a prefill worker continues on the decode worker exactly as it would have locally.
+//! token being drawn (not a stream advanced draw by draw), and the penalties count the tokens
+//! fed to the model (not the ones this sampler drew), so a sequence whose first token was
+//! sampled on a prefill worker, or by the other model of a group, continues exactly as it would
+//! have locally.
+
+use std::collections::HashMap;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use crate::error::BackendError;
-use crate::types::{Sampling, TokenStats};
+use crate::types::{LogitsRules, Sampling, TokenStats};
 
 /// One sequence's sampling state.
 #[derive(Debug)]
@@ -17,19 +22,87 @@ pub(crate) struct Sampler {
     top_k: Option<usize>,
     top_p: Option<f32>,
     seed: u64,
+    rules: LogitsRules,
+    /// Tokens that cannot be drawn before `min_tokens` outputs: end of sequence and stops.
+    end_tokens: Vec<u32>,
+    min_tokens: u32,
+    prompt_len: u32,
+    /// The text so far, kept only when a penalty reads it.
+    history: Option<History>,
     /// (scaled logit, token) candidates, reused between draws.
     scratch: Vec<(f32, u32)>,
+    /// The logits after the rules, reused between draws.
+    adjusted: Vec<f32>,
+}
+
+/// What the penalties read: the prompt's distinct tokens and the output's token counts.
+#[derive(Debug, Default)]
+struct History {
+    /// Sorted, distinct (read by the repetition penalty only).
+    prompt: Vec<u32>,
+    output: HashMap<u32, u32>,
+    /// Output positions below this are counted.
+    seen: u32,
 }
 
 impl Sampler {
-    /// A sampler for `s`; `fallback_seed` is used when the request names no seed.
+    /// A sampler for `s` with no text yet; `fallback_seed` is used when the request names no
+    /// seed.
     pub fn new(s: &Sampling, fallback_seed: u64) -> Sampler {
         Sampler {
             temperature: s.temperature,
             top_k: s.top_k.map(|k| k.get() as usize),
             top_p: s.top_p.filter(|&p| p > 0.0 && p < 1.0),
             seed: s.seed.unwrap_or(fallback_seed),
+            rules: s.logits.clone(),
+            end_tokens: s.stop_token_ids.clone(),
+            min_tokens: s.min_tokens,
+            prompt_len: 0,
+            history: s.logits.needs_history().then(History::default),
             scratch: Vec::new(),
+            adjusted: Vec::new(),
+        }
+    }
+
+    /// Sets the sequence the sampler draws for: its prompt, the output it already has, how many
+    /// of its leading tokens are computed (never fed again), and the model's end-of-sequence
+    /// token, which `min_tokens` masks (`None` where the request ignores it).
+    pub fn for_text(
+        mut self,
+        prompt: &[u32],
+        output: &[u32],
+        computed: u32,
+        eos: Option<u32>,
+    ) -> Sampler {
+        self.prompt_len = prompt.len() as u32;
+        self.end_tokens.extend(eos);
+        let prompt_len = self.prompt_len;
+        if let Some(h) = &mut self.history {
+            if self.rules.repetition_penalty.is_some() {
+                h.prompt = prompt.to_vec();
+                h.prompt.sort_unstable();
+                h.prompt.dedup();
+            }
+            h.seen = prompt_len.max(computed);
+            let counted = h.seen - prompt_len;
+            for &t in output.iter().take(counted as usize) {
+                *h.output.entry(t).or_default() += 1;
+            }
+        }
+        self
+    }
+
+    /// Notes `tokens`, fed to the model from `position` on: those past the prompt, not seen
+    /// before, count as output.
+    pub fn observe(&mut self, position: u32, tokens: &[u32]) {
+        let Some(h) = &mut self.history else {
+            return;
+        };
+        for (pos, &t) in (position..).zip(tokens) {
+            if pos >= h.seen {
+                *h.output.entry(t).or_default() += 1;
+                h.seen = pos + 1;
+            }
         }
     }
 
@@ -43,6 +116,65 @@ impl Sampler {
     pub fn sample(&mut self, logits: &[f32], position: u32) -> Result<u32, BackendError> {
         if logits.is_empty() || logits.iter().any(|x| x.is_nan()) {
             return Err(BackendError::Compute("logits are empty or NaN".into()));
+        }
+        let mask_ends = position.saturating_sub(self.prompt_len) < self.min_tokens
+            && !self.end_tokens.is_empty();
+        if self.rules.is_empty() && !mask_ends {
+            return self.draw(logits, position);
+        }
+        let mut adjusted = std::mem::take(&mut self.adjusted);
+        adjusted.clear();
+        adjusted.extend_from_slice(logits);
+        self.apply_rules(&mut adjusted, mask_ends);
+        let token = self.draw(&adjusted, position);
+        self.adjusted = adjusted;
+        token
+    }
+
+    /// The bias, the end tokens' mask, then the penalties, in place.
+    fn apply_rules(&self, logits: &mut [f32], mask_ends: bool) {
+        for &(t, bias) in &self.rules.bias {
+            if let Some(l) = logits.get_mut(t as usize) {
+                *l += bias;
+            }
+        }
+        if mask_ends {
+            for &t in &self.end_tokens {
+                if let Some(l) = logits.get_mut(t as usize) {
+                    *l = f32::NEG_INFINITY;
+                }
+            }
+        }
+        let Some(h) = &self.history else {
+            return;
+        };
+        if let Some(r) = self.rules.repetition_penalty {
+            let output_only = h
+                .output
+                .keys()
+                .filter(|t| h.prompt.binary_search(t).is_err());
+            for &t in h.prompt.iter().chain(output_only) {
+                if let Some(l) = logits.get_mut(t as usize) {
+                    *l = if *l > 0.0 { *l / r } else { *l * r };
+                }
+            }
+        }
+        let (presence, frequency) = (self.rules.presence_penalty, self.rules.frequency_penalty);
+        if presence != 0.0 || frequency != 0.0 {
+            for (&t, &n) in &h.output {
+                if let Some(l) = logits.get_mut(t as usize) {
+                    *l -= presence + frequency * n as f32;
+                }
+            }
+        }
+    }
+
+    /// Greedy, or a draw at the temperature from the candidates top-k, min-p and top-p keep.
+    fn draw(&mut self, logits: &[f32], position: u32) -> Result<u32, BackendError> {
+        if logits.iter().all(|l| *l == f32::NEG_INFINITY) {
+            return Err(BackendError::Compute(
+                "no token may be drawn: every logit is masked".into(),
+            ));
         }
         if self.is_greedy() {
             return Ok(argmax(logits));
@@ -65,6 +197,10 @@ impl Sampler {
         let max = c.iter().fold(f32::NEG_INFINITY, |m, x| m.max(x.0));
         for x in c.iter_mut() {
             x.0 = (x.0 - max).exp();
+        }
+        // Relative to the most likely token, whose weight is now 1.
+        if let Some(min_p) = self.rules.min_p {
+            c.retain(|x| x.0 >= min_p);
         }
         let total: f64 = c.iter().map(|x| f64::from(x.0)).sum();
         let mut keep = c.len();
@@ -228,6 +364,122 @@ mod tests {
         let uniform = token_stats(&[1.0; 8], 3);
         assert!((f64::from(uniform.entropy) - 8f64.ln()).abs() < 1e-6);
         assert_eq!(uniform.margin, 0.0);
+    }
+
+    fn with_rules(rules: LogitsRules) -> Sampling {
+        Sampling {
+            logits: rules,
+            ..Sampling::default()
+        }
+    }
+
+    #[test]
+    fn logit_bias_moves_the_draw() {
+        let bias = with_rules(LogitsRules {
+            bias: vec![(3, 10.0), (1, -5.0), (99, 1.0)],
+            ..LogitsRules::default()
+        });
+        let mut s = Sampler::new(&bias, 1);
+        assert_eq!(s.sample(&LOGITS, 0).unwrap(), 3);
+    }
+
+    #[test]
+    fn end_tokens_wait_for_min_tokens() {
+        // Token 1 is end of sequence, token 4 a stop token: both lead.
+        let mut sampling = Sampling {
+            min_tokens: 2,
+            stop_token_ids: vec![4],
+            ..Sampling::default()
+        };
+        let prompt = [0, 5, 5, 0];
+        let mut s = Sampler::new(&sampling, 1).for_text(&prompt, &[], 0, Some(1));
+        assert_eq!(s.sample(&LOGITS, 4).unwrap(), 2, "first output");
+        assert_eq!(s.sample(&LOGITS, 5).unwrap(), 2, "second output");
+        assert_eq!(s.sample(&LOGITS, 6).unwrap(), 1, "third: ends may be drawn");
+        // Without an end-of-sequence token (ignore_eos) only the stop token waits.
+        let mut s = Sampler::new(&sampling, 1).for_text(&prompt, &[], 0, None);
+        assert_eq!(s.sample(&LOGITS, 4).unwrap(), 1);
+        // Every token an end token: nothing may be drawn.
+        sampling.stop_token_ids = (0..6).collect();
+        let mut s = Sampler::new(&sampling, 1).for_text(&prompt, &[], 0, None);
+        assert!(s.sample(&LOGITS, 4).is_err());
+    }
+
+    #[test]
+    fn repetition_penalty_reads_prompt_and_output() {
+        let rules = LogitsRules {
+            repetition_penalty: Some(4.0),
+            ..LogitsRules::default()
+        };
+        // Token 1 (2.0) in the prompt falls to 0.5, below token 4 (2.0).
+        let mut s = Sampler::new(&with_rules(rules.clone()), 1).for_text(&[1, 1], &[], 0, None);
+        assert_eq!(s.sample(&LOGITS, 2).unwrap(), 4);
+        // Then token 4 is output too (fed at position 2): 2 (1.9) leads.
+        s.observe(2, &[4]);
+        assert_eq!(s.sample(&LOGITS, 3).unwrap(), 2);
+        // A negative logit is multiplied: token 1 (-0.5) falls to -2.0, below token 0 (-1.0).
+        let logits = [-1.0, -0.5, -3.0];
+        let mut s = Sampler::new(&with_rules(rules), 1).for_text(&[1], &[], 0, None);
+        assert_eq!(s.sample(&logits, 1).unwrap(), 0);
+        let mut plain = Sampler::new(&Sampling::default(), 1);
+        assert_eq!(plain.sample(&logits, 1).unwrap(), 1);
+    }
+
+    #[test]
+    fn presence_and_frequency_penalties_count_the_output_once() {
+        let frequency = with_rules(LogitsRules {
+            frequency_penalty: 0.06,
+            ..LogitsRules::default()
+        });
+        // Prompt tokens never count: token 1 stays first.
+        let mut s = Sampler::new(&frequency, 1).for_text(&[1, 1, 1], &[], 0, None);
+        assert_eq!(s.sample(&LOGITS, 3).unwrap(), 1);
+        // Token 1 output once: 2.0 - 0.06 < 2.0 (token 4). Feeding the same position again
+        // (a recomputed step) does not count it twice.
+        s.observe(3, &[1]);
+        s.observe(0, &[1, 1, 1, 1]);
+        assert_eq!(s.sample(&LOGITS, 4).unwrap(), 4);
+        // Then 4 once and 1 once: both at 1.94, still above 2 (1.9); the first maximum wins.
+        s.observe(4, &[4]);
+        assert_eq!(s.sample(&LOGITS, 5).unwrap(), 1);
+        // 1 twice: 1.88 < 1.9.
+        s.observe(5, &[1]);
+        assert_eq!(s.sample(&LOGITS, 6).unwrap(), 4);
+        // Output already there when the sequence starts (resumed, or handed over) counts too,
+        // up to the computed tokens; the rest is counted when fed.
+        let presence = with_rules(LogitsRules {
+            presence_penalty: 0.5,
+            ..LogitsRules::default()
+        });
+        let mut s = Sampler::new(&presence, 1).for_text(&[0, 0], &[1, 4, 2], 4, None);
+        assert_eq!(
+            s.sample(&LOGITS, 5).unwrap(),
+            2,
+            "1 and 4 counted, 2 not yet fed"
+        );
+        s.observe(4, &[2]);
+        assert_eq!(s.sample(&LOGITS, 5).unwrap(), 1, "1 (1.5) above 2 (1.4)");
+    }
+
+    #[test]
+    fn min_p_keeps_tokens_near_the_most_likely() {
+        let at = |min_p: f32| {
+            let mut sampling = with_rules(LogitsRules {
+                min_p: Some(min_p),
+                ..LogitsRules::default()
+            });
+            sampling.temperature = 1.0;
+            sampling.seed = Some(5);
+            let mut s = Sampler::new(&sampling, 1);
+            let mut drawn: Vec<u32> = (0..400).map(|p| s.sample(&LOGITS, p).unwrap()).collect();
+            drawn.sort_unstable();
+            drawn.dedup();
+            drawn
+        };
+        // exp(1.9 - 2.0) = 0.905: token 2 is kept at 0.9, not at 0.95.
+        assert_eq!(at(0.9), vec![1, 2, 4]);
+        assert_eq!(at(0.95), vec![1, 4]);
+        assert_eq!(at(0.0), vec![0, 1, 2, 3, 4, 5]);
     }
 
     #[test]

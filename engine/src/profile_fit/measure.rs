@@ -307,6 +307,7 @@ impl<'a, B: Backend> Bench<'a, B> {
                 seq: *seq,
                 sampling: &self.sampling,
                 prompt: &prompt[..prompt_len as usize],
+                output: &[],
                 table,
                 computed: position.min(prompt_len),
                 stats: false,

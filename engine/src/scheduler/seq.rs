@@ -158,8 +158,13 @@ impl Seq {
 
     /// The stop condition the latest generated token meets, if any.
     pub fn stop_reason(&self, token: u32, eos: Option<u32>) -> Option<FinishReason> {
-        if (!self.sampling.ignore_eos && eos == Some(token))
-            || self.sampling.stop_token_ids.contains(&token)
+        // The first `min_tokens` tokens are never end tokens (the sampler masks them; an
+        // engine that does not sample, the simulated one, must not stop on one either).
+        // `generated` counts `token` already.
+        let may_stop = self.generated > self.sampling.min_tokens;
+        if (may_stop
+            && ((!self.sampling.ignore_eos && eos == Some(token))
+                || self.sampling.stop_token_ids.contains(&token)))
             || self.sampling.end_after.is_some_and(|n| self.generated >= n)
         {
             Some(FinishReason::Stop)

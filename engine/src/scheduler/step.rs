@@ -46,6 +46,7 @@ impl<B: Backend> Core<B> {
                 seq: id,
                 sampling: &seq.sampling,
                 prompt: &seq.tokens[..seq.prompt_len as usize],
+                output: &seq.tokens[seq.prompt_len as usize..],
                 table: &seq.table,
                 computed: seq.computed,
                 stats: seq.driver().is_some(),

@@ -457,6 +457,12 @@ async fn stop_conditions() {
     r.sampling.stop_token_ids = vec![5, 6];
     let (tokens, reason, _) = collect(engine.generate(r).await.expect("ok")).await;
     assert_eq!((tokens, reason), (vec![4, 5], FinishReason::Stop));
+    // min_tokens: none of the first two tokens stops the request, the third may.
+    let mut r = req("c", 1, 10);
+    r.sampling.stop_token_ids = vec![5, 6];
+    r.sampling.min_tokens = 2;
+    let (tokens, reason, _) = collect(engine.generate(r).await.expect("ok")).await;
+    assert_eq!((tokens, reason), (vec![4, 5, 6], FinishReason::Stop));
     // max_tokens 1: the prefill's token is the whole answer.
     let (tokens, reason, _) = collect(engine.generate(req("d", 9, 1)).await.expect("ok")).await;
     assert_eq!((tokens, reason), (vec![12], FinishReason::Length));

@@ -70,6 +70,17 @@ fn build(
             ));
         }
     };
+    // OpenAI's keys are token ids written as strings.
+    let mut logit_bias = std::collections::HashMap::new();
+    for (key, bias) in f.logit_bias.unwrap_or_default() {
+        let Ok(token) = key.parse::<u32>() else {
+            return Err(ApiError::invalid(
+                format!("logit_bias keys must be token ids, got {key:?}"),
+                Some("logit_bias"),
+            ));
+        };
+        logit_bias.insert(token, bias);
+    }
     let force = match f.prefill_mode.as_deref() {
         None => None,
         Some("local") => Some(Decision::Local),
@@ -92,25 +103,40 @@ fn build(
     } else {
         model
     };
+    let sampling = v1::SamplingParams {
+        temperature: f.temperature.unwrap_or(1.0),
+        top_k,
+        top_p: f.top_p.unwrap_or(1.0),
+        seed: f.seed.map(Seed::bits),
+        max_tokens: max_tokens.unwrap_or(default_max_tokens),
+        stop: f.stop.map(StopInput::into_vec).unwrap_or_default(),
+        ignore_eos: f.ignore_eos,
+        handoff: f.handoff.map(|h| v1::HandoffParams {
+            algorithm: h.algorithm,
+            threshold: h.threshold,
+        }),
+        // Trace replay's end is a gRPC field of `dolphinctl replay`, not an OpenAI one.
+        replay_output_tokens: None,
+        repetition_penalty: f.repetition_penalty.unwrap_or(1.0),
+        presence_penalty: f.presence_penalty.unwrap_or(0.0),
+        frequency_penalty: f.frequency_penalty.unwrap_or(0.0),
+        min_p: f.min_p.unwrap_or(0.0),
+        logit_bias,
+        stop_token_ids: f.stop_token_ids.unwrap_or_default(),
+        min_tokens: f.min_tokens.unwrap_or(0),
+    };
+    // The dispatcher checks these too (for gRPC); here the error names the field.
+    if let Err(e) = dolphin_proto::sampling::check_logit_rules(
+        &sampling,
+        st.dispatcher.tokenizer().vocab_size(),
+    ) {
+        return Err(ApiError::invalid(e.message, Some(e.field)));
+    }
     Ok(GenerateParams {
         request_id,
         model,
         prompt,
-        sampling: v1::SamplingParams {
-            temperature: f.temperature.unwrap_or(1.0),
-            top_k,
-            top_p: f.top_p.unwrap_or(1.0),
-            seed: f.seed.map(Seed::bits),
-            max_tokens: max_tokens.unwrap_or(default_max_tokens),
-            stop: f.stop.map(StopInput::into_vec).unwrap_or_default(),
-            ignore_eos: f.ignore_eos,
-            handoff: f.handoff.map(|h| v1::HandoffParams {
-                algorithm: h.algorithm,
-                threshold: h.threshold,
-            }),
-            // Trace replay's end is a gRPC field of `dolphinctl replay`, not an OpenAI one.
-            replay_output_tokens: None,
-        },
+        sampling,
         max_tokens_is_default: max_tokens.is_none(),
         force,
         slo: None,

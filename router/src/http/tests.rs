@@ -294,6 +294,57 @@ async fn nulls_and_vllm_defaults_are_served() {
     );
 }
 
+/// OpenAI's penalties and logit bias, and vLLM's repetition penalty, min-p, stop token ids and
+/// minimum length, reach the worker as asked.
+#[tokio::test]
+async fn logit_rules_reach_the_worker() {
+    let (fake, _d, s) = with_worker(Behavior::Text("abc".into())).await;
+    let req = json!({
+        "prompt": "hello", "max_tokens": 6, "presence_penalty": 0.5, "frequency_penalty": -1.5,
+        "logit_bias": {"42": -100, "7": 3.5}, "repetition_penalty": 1.3, "min_p": 0.1,
+        "stop_token_ids": [9, 11], "min_tokens": 2,
+    });
+    let (status, _, body) = post(s.addr, "/v1/completions", req).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let (status, _, body) = post(
+        s.addr,
+        "/v1/chat/completions",
+        json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let calls = fake.state.calls.lock().clone();
+    let asked = calls[0].sampling.clone().expect("sampling");
+    assert_eq!(
+        (
+            asked.presence_penalty,
+            asked.frequency_penalty,
+            asked.repetition_penalty,
+            asked.min_p,
+            asked.min_tokens
+        ),
+        (0.5, -1.5, 1.3, 0.1, 2)
+    );
+    assert_eq!(asked.stop_token_ids, [9, 11]);
+    assert_eq!(
+        asked.logit_bias,
+        [(42, -100.0), (7, 3.5)].into_iter().collect()
+    );
+    // Unset: no penalty, no bias (repetition 1 divides by one).
+    let plain = calls[1].sampling.clone().expect("sampling");
+    assert_eq!(
+        (
+            plain.presence_penalty,
+            plain.frequency_penalty,
+            plain.repetition_penalty,
+            plain.min_p,
+            plain.min_tokens
+        ),
+        (0.0, 0.0, 1.0, 0.0, 0)
+    );
+    assert!(plain.logit_bias.is_empty() && plain.stop_token_ids.is_empty());
+}
+
 #[tokio::test]
 async fn completion_stream_with_usage() {
     let (_fake, _d, s) = with_worker(Behavior::Text("abc".into())).await;
@@ -501,28 +552,38 @@ async fn bad_requests_get_openai_errors() {
         ),
         (
             "/v1/chat/completions",
-            json!({"logit_bias": {"42": 10}}),
+            json!({"logit_bias": {"42": 101}}),
             "logit_bias",
         ),
         (
             "/v1/chat/completions",
-            json!({"presence_penalty": 0.5}),
+            json!({"logit_bias": {"hello": 1}}),
+            "logit_bias",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"presence_penalty": 2.5}),
             "presence_penalty",
         ),
         (
             "/v1/chat/completions",
-            json!({"frequency_penalty": -1}),
+            json!({"frequency_penalty": -3}),
             "frequency_penalty",
         ),
         (
             "/v1/completions",
-            json!({"prompt": "hi", "repetition_penalty": 1.1}),
+            json!({"prompt": "hi", "repetition_penalty": -1.1}),
             "repetition_penalty",
         ),
         (
             "/v1/completions",
-            json!({"prompt": "hi", "min_tokens": 4}),
+            json!({"prompt": "hi", "min_tokens": 4, "max_tokens": 2}),
             "min_tokens",
+        ),
+        (
+            "/v1/completions",
+            json!({"prompt": "hi", "min_p": 1.5}),
+            "min_p",
         ),
         (
             "/v1/chat/completions",
@@ -531,7 +592,7 @@ async fn bad_requests_get_openai_errors() {
         ),
         (
             "/v1/chat/completions",
-            json!({"stop_token_ids": [2]}),
+            json!({"stop_token_ids": [2, 1000000]}),
             "stop_token_ids",
         ),
         ("/v1/chat/completions", json!({"best_of": 2.0}), "best_of"),

@@ -95,6 +95,21 @@ pub struct SamplingFields {
     pub ignore_eos: bool,
     /// Number of choices (only 1 is served).
     pub n: Option<u32>,
+    /// Subtracted from the logit of every token the output holds, in [-2, 2].
+    pub presence_penalty: Option<f32>,
+    /// Times the number of times the output holds a token, subtracted from its logit.
+    pub frequency_penalty: Option<f32>,
+    /// Token id (as a string, OpenAI's form) to the bias added to its logit, -100 to 100.
+    pub logit_bias: Option<std::collections::HashMap<String, f32>>,
+    /// vLLM's: prompt and output tokens' logits divided (positive) or multiplied by it; 1 is
+    /// none.
+    pub repetition_penalty: Option<f32>,
+    /// vLLM's: drop tokens less likely than this share of the most likely one's probability.
+    pub min_p: Option<f32>,
+    /// vLLM's: stop after any of these tokens, which the output keeps.
+    pub stop_token_ids: Option<Vec<u32>>,
+    /// vLLM's: no end of sequence or stop token before this many tokens.
+    pub min_tokens: Option<u32>,
     /// Stream as server-sent events.
     #[serde(default, deserialize_with = "null_as_default")]
     pub stream: bool,
@@ -144,7 +159,7 @@ impl UnsupportedFields {
             Value::Object(o) => o.is_empty(),
         };
         let one = |v: &Value| v.as_f64() == Some(1.0);
-        let fields: [UnsupportedField; 37] = [
+        let fields: [UnsupportedField; 30] = [
             ("logprobs", |_| false),
             ("top_logprobs", |_| false),
             ("tools", |_| false),
@@ -156,9 +171,6 @@ impl UnsupportedFields {
             ("function_call", |v| v == "none"),
             // Plain text is what the server writes.
             ("response_format", |v| v["type"] == "text"),
-            ("logit_bias", |_| false),
-            ("presence_penalty", |_| false),
-            ("frequency_penalty", |_| false),
             ("best_of", one),
             ("echo", |_| false),
             ("suffix", |_| false),
@@ -169,11 +181,6 @@ impl UnsupportedFields {
             ("chat_template", |_| false),
             ("chat_template_kwargs", |_| false),
             ("documents", |_| false),
-            // 1 is no penalty (vLLM's default, sent by its benchmark client).
-            ("repetition_penalty", one),
-            ("min_p", |_| false),
-            ("min_tokens", |_| false),
-            ("stop_token_ids", |_| false),
             ("include_stop_str_in_output", |_| false),
             ("use_beam_search", |_| false),
             // Only beam search reads it.

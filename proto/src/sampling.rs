@@ -1,0 +1,137 @@
+//! Range checks of the logit rules in [`v1::SamplingParams`] (penalties, min-p, logit bias,
+//! stop tokens, minimum length), shared by the router, which refuses a bad request before
+//! routing it, and the workers, which never trust the wire.
+
+use crate::v1;
+
+/// Largest logit bias in either direction (OpenAI's range).
+pub const MAX_LOGIT_BIAS: f32 = 100.0;
+
+/// Largest presence or frequency penalty in either direction (OpenAI's and vLLM's range).
+pub const MAX_PENALTY: f32 = 2.0;
+
+/// A rule outside its range: the message starts with the field's name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuleError {
+    /// The field (`repetition_penalty`, `logit_bias`, ...).
+    pub field: &'static str,
+    /// What is wrong, starting with the field's name.
+    pub message: String,
+}
+
+impl std::fmt::Display for RuleError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for RuleError {}
+
+/// Checks the logit rules of `s` for a model of `vocab_size` tokens.
+pub fn check_logit_rules(s: &v1::SamplingParams, vocab_size: u32) -> Result<(), RuleError> {
+    let err = |field: &'static str, message: String| Err(RuleError { field, message });
+    let r = s.repetition_penalty;
+    // 0 (unset on the wire) and 1 are no penalty; any other positive number is one.
+    if !(r.is_finite() && r >= 0.0) {
+        return err(
+            "repetition_penalty",
+            format!("repetition_penalty must be a finite number > 0, got {r}"),
+        );
+    }
+    for (field, v) in [
+        ("presence_penalty", s.presence_penalty),
+        ("frequency_penalty", s.frequency_penalty),
+    ] {
+        if !(-MAX_PENALTY..=MAX_PENALTY).contains(&v) {
+            return err(field, format!("{field} must be in [-2, 2], got {v}"));
+        }
+    }
+    if !(0.0..=1.0).contains(&s.min_p) {
+        return err("min_p", format!("min_p must be in [0, 1], got {}", s.min_p));
+    }
+    if s.min_tokens > s.max_tokens {
+        return err(
+            "min_tokens",
+            format!(
+                "min_tokens ({}) must not exceed max_tokens ({})",
+                s.min_tokens, s.max_tokens
+            ),
+        );
+    }
+    if let Some(t) = s.stop_token_ids.iter().find(|&&t| t >= vocab_size) {
+        return err(
+            "stop_token_ids",
+            format!("stop_token_ids names token {t}, outside the vocabulary (size {vocab_size})"),
+        );
+    }
+    // The smallest offending token, so the message does not depend on the map's order.
+    let bad_bias = s
+        .logit_bias
+        .iter()
+        .filter(|(t, b)| **t >= vocab_size || !(-MAX_LOGIT_BIAS..=MAX_LOGIT_BIAS).contains(*b))
+        .min_by_key(|(t, _)| **t);
+    if let Some((t, b)) = bad_bias {
+        return err(
+            "logit_bias",
+            if *t >= vocab_size {
+                format!("logit_bias names token {t}, outside the vocabulary (size {vocab_size})")
+            } else {
+                format!("logit_bias for token {t} must be in [-100, 100], got {b}")
+            },
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accepts_the_defaults_and_the_ranges_edges() {
+        let mut s = v1::SamplingParams {
+            max_tokens: 4,
+            ..Default::default()
+        };
+        assert_eq!(check_logit_rules(&s, 10), Ok(()));
+        s.repetition_penalty = 1.0;
+        s.presence_penalty = -2.0;
+        s.frequency_penalty = 2.0;
+        s.min_p = 1.0;
+        s.min_tokens = 4;
+        s.stop_token_ids = vec![9];
+        s.logit_bias.insert(0, -100.0);
+        s.logit_bias.insert(9, 100.0);
+        assert_eq!(check_logit_rules(&s, 10), Ok(()));
+    }
+
+    #[test]
+    fn names_the_field_out_of_range() {
+        let field = |f: fn(&mut v1::SamplingParams)| {
+            let mut s = v1::SamplingParams {
+                max_tokens: 4,
+                ..Default::default()
+            };
+            f(&mut s);
+            check_logit_rules(&s, 10).expect_err("refused").field
+        };
+        assert_eq!(field(|s| s.repetition_penalty = -0.5), "repetition_penalty");
+        assert_eq!(
+            field(|s| s.repetition_penalty = f32::NAN),
+            "repetition_penalty"
+        );
+        assert_eq!(field(|s| s.presence_penalty = -2.1), "presence_penalty");
+        assert_eq!(
+            field(|s| s.frequency_penalty = f32::INFINITY),
+            "frequency_penalty"
+        );
+        assert_eq!(field(|s| s.min_p = -0.1), "min_p");
+        assert_eq!(field(|s| s.min_tokens = 5), "min_tokens");
+        assert_eq!(field(|s| s.stop_token_ids = vec![10]), "stop_token_ids");
+        assert_eq!(field(|s| _ = s.logit_bias.insert(10, 0.0)), "logit_bias");
+        assert_eq!(
+            field(|s| _ = s.logit_bias.insert(3, f32::NAN)),
+            "logit_bias"
+        );
+    }
+}
