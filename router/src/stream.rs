@@ -82,6 +82,9 @@ pub struct Delta {
     pub text: String,
     /// Set on the last delta.
     pub finish: Option<Finish>,
+    /// Which of a request's choices (OpenAI's `n`) it belongs to; 0 but where the HTTP API
+    /// merges the streams of several.
+    pub choice: u32,
 }
 
 /// A running request's output.
@@ -392,6 +395,7 @@ impl Running {
             token_ids: msg.token_ids,
             text,
             finish,
+            choice: 0,
         }
     }
 

@@ -5,6 +5,7 @@ use std::collections::VecDeque;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use dolphin_proto::v1::{self, FinishReason};
+use futures::StreamExt;
 
 use super::AppState;
 use super::error::ApiError;
@@ -38,9 +39,13 @@ fn build(
     max_tokens: Option<u32>,
     default_max_tokens: u32,
     f: SamplingFields,
-) -> Result<GenerateParams, ApiError> {
-    if f.n.is_some_and(|n| n != 1) {
-        return Err(ApiError::invalid("only n=1 is supported", Some("n")));
+) -> Result<(GenerateParams, u32), ApiError> {
+    let choices = f.n.unwrap_or(1);
+    if !(1..=MAX_CHOICES).contains(&choices) {
+        return Err(ApiError::invalid(
+            format!("n must be between 1 and {MAX_CHOICES}, got {choices}"),
+            Some("n"),
+        ));
     }
     if let Some(field) = f.unsupported.first_used() {
         return Err(ApiError::invalid(
@@ -132,7 +137,7 @@ fn build(
     ) {
         return Err(ApiError::invalid(e.message, Some(e.field)));
     }
-    Ok(GenerateParams {
+    let params = GenerateParams {
         request_id,
         model,
         prompt,
@@ -145,12 +150,15 @@ fn build(
         trace: crate::dispatch::TraceHeaders::read(|k| {
             headers.get(k)?.to_str().ok().map(str::to_owned)
         }),
-    })
+    };
+    Ok((params, choices))
 }
 
 /// A request checked and turned into dispatcher parameters, ready to [`run`].
 pub(crate) struct Prepared {
     params: GenerateParams,
+    /// OpenAI's `n`: generations of the same request.
+    choices: u32,
     endpoint: Endpoint,
     stream: bool,
     include_usage: bool,
@@ -179,16 +187,18 @@ pub(crate) fn completions(
         req.sampling.stream,
         req.sampling.stream_options.unwrap_or_default(),
     );
+    let (params, choices) = build(
+        st,
+        headers,
+        req.model,
+        prompt,
+        req.max_tokens,
+        COMPLETIONS_DEFAULT_MAX_TOKENS,
+        req.sampling,
+    )?;
     Ok(Prepared {
-        params: build(
-            st,
-            headers,
-            req.model,
-            prompt,
-            req.max_tokens,
-            COMPLETIONS_DEFAULT_MAX_TOKENS,
-            req.sampling,
-        )?,
+        params,
+        choices,
         endpoint: Endpoint::Completions,
         stream: stream_mode,
         include_usage: opts.include_usage,
@@ -237,16 +247,18 @@ pub(crate) fn chat(
         req.sampling.stream,
         req.sampling.stream_options.unwrap_or_default(),
     );
+    let (params, choices) = build(
+        st,
+        headers,
+        req.model,
+        Prompt::Chat(messages),
+        max_tokens,
+        CHAT_DEFAULT_MAX_TOKENS.min(cap),
+        req.sampling,
+    )?;
     Ok(Prepared {
-        params: build(
-            st,
-            headers,
-            req.model,
-            Prompt::Chat(messages),
-            max_tokens,
-            CHAT_DEFAULT_MAX_TOKENS.min(cap),
-            req.sampling,
-        )?,
+        params,
+        choices,
         endpoint: Endpoint::Chat,
         stream: stream_mode,
         include_usage: opts.include_usage,
@@ -257,24 +269,18 @@ pub(crate) fn chat(
 pub(crate) async fn run(st: &AppState, prepared: Prepared) -> Result<Response, ApiError> {
     let Prepared {
         params,
+        choices,
         endpoint: ep,
         stream,
         include_usage,
     } = prepared;
+    if choices > 1 {
+        return run_choices(st, params, choices, ep, stream, include_usage).await;
+    }
     let model = params.model.clone();
     let rs = st.dispatcher.generate(params).await?;
     let headers = routing_headers(&rs);
-    let id = format!(
-        "{}-{}",
-        if ep == Endpoint::Chat {
-            "chatcmpl"
-        } else {
-            "cmpl"
-        },
-        rs.request_id()
-    );
-    let created = crate::request_log::unix_ms() / 1000;
-    let enc = Encoder::new(ep, id, model, created, include_usage);
+    let enc = Encoder::new(ep, response_id(ep, &rs), model, now(), include_usage);
     let mut resp = if stream {
         let mut resp = Response::new(axum::body::Body::new(SseBody::new(rs, enc)));
         let h = resp.headers_mut();
@@ -289,6 +295,99 @@ pub(crate) async fn run(st: &AppState, prepared: Prepared) -> Result<Response, A
     };
     resp.headers_mut().extend(headers);
     Ok(resp)
+}
+
+/// The response's id: the endpoint's prefix and the request's id.
+fn response_id(ep: Endpoint, rs: &ResponseStream) -> String {
+    let prefix = match ep {
+        Endpoint::Chat => "chatcmpl",
+        Endpoint::Completions => "cmpl",
+    };
+    format!("{prefix}-{}", rs.request_id())
+}
+
+/// Unix seconds, the responses' `created`.
+fn now() -> u64 {
+    crate::request_log::unix_ms() / 1000
+}
+
+/// Answers a request for `choices` > 1 generations: each is dispatched as a request of its own
+/// (a seeded request's choice `i` uses seed + `i`, so choice 0 is what `n: 1` gives), and their
+/// outputs go out as one response (the routing headers are the first choice's) or one stream
+/// of events tagged with each choice's index. A choice that fails fails the whole response, and
+/// dropping the others cancels them.
+async fn run_choices(
+    st: &AppState,
+    params: GenerateParams,
+    choices: u32,
+    ep: Endpoint,
+    stream: bool,
+    include_usage: bool,
+) -> Result<Response, ApiError> {
+    let model = params.model.clone();
+    let starts = (0..choices).map(|i| {
+        let mut p = params.clone();
+        p.sampling.seed = p.sampling.seed.map(|s| s.wrapping_add(u64::from(i)));
+        st.dispatcher.generate(p)
+    });
+    let streams = futures::future::try_join_all(starts).await?;
+    let headers = routing_headers(&streams[0]);
+    let enc = Encoder::new(
+        ep,
+        response_id(ep, &streams[0]),
+        model,
+        now(),
+        include_usage,
+    )
+    .with_choices(choices);
+    let mut resp = if stream {
+        let tagged = streams.into_iter().zip(0..).map(|(rs, i)| {
+            rs.map(move |d| {
+                d.map(|mut d| {
+                    d.choice = i;
+                    d
+                })
+            })
+        });
+        let mut resp = Response::new(axum::body::Body::new(SseBody::new(
+            futures::stream::select_all(tagged),
+            enc,
+        )));
+        let h = resp.headers_mut();
+        h.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/event-stream"),
+        );
+        h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+        resp
+    } else {
+        let outputs = futures::future::try_join_all(streams.into_iter().map(collect)).await?;
+        let path = outputs[0].path;
+        let mut usage = outputs[0].usage.clone();
+        for o in &outputs[1..] {
+            add_usage(&mut usage, &o.usage);
+        }
+        let texts = outputs.into_iter().map(|o| (o.text, o.reason)).collect();
+        let mut resp = enc.whole(texts, &usage);
+        resp.headers_mut()
+            .insert(X_PREFILL_PATH, HeaderValue::from_static(path.as_str()));
+        resp
+    };
+    resp.headers_mut().extend(headers);
+    Ok(resp)
+}
+
+/// Adds a further choice's usage to the request's: the prompt counts once, the generated
+/// tokens of every choice add up.
+fn add_usage(total: &mut v1::Usage, more: &v1::Usage) {
+    total.completion_tokens += more.completion_tokens;
+    total.handoffs += more.handoffs;
+    for m in &more.by_model {
+        match total.by_model.iter_mut().find(|t| t.model == m.model) {
+            Some(t) => t.completion_tokens += m.completion_tokens,
+            None => total.by_model.push(m.clone()),
+        }
+    }
 }
 
 // Response headers, named once (`from_static` checks its name at compile time in a const).
@@ -358,7 +457,12 @@ pub(crate) struct Encoder {
     model: String,
     created: u64,
     include_usage: bool,
-    sent_role: bool,
+    /// Choices whose first chat chunk (the one with the role) went out, one bit each.
+    sent_role: u32,
+    /// Choices not finished yet, and the usage of those that are: with several choices the
+    /// usage chunk follows the last one's end.
+    unfinished: u32,
+    usage: Option<v1::Usage>,
 }
 
 impl Encoder {
@@ -376,23 +480,37 @@ impl Encoder {
             model,
             created,
             include_usage,
-            sent_role: false,
+            sent_role: 0,
+            unfinished: 1,
+            usage: None,
         }
+    }
+
+    /// Whether every choice has ended (its last chunk written).
+    pub(crate) fn finished(&self) -> bool {
+        self.unfinished == 0
+    }
+
+    /// The encoder of a request for `choices` generations (at most [`MAX_CHOICES`]).
+    pub(crate) fn with_choices(mut self, choices: u32) -> Self {
+        self.unfinished = choices;
+        self
     }
 
     /// JSON chunks for one delta (none when it carries no text and does not finish).
     pub(crate) fn chunks(&mut self, d: &Delta, out: &mut VecDeque<String>) {
         let finish = d.finish.as_ref().map(|f| finish_str(f.reason));
+        let role_bit = 1u32 << d.choice;
         if d.text.is_empty()
             && finish.is_none()
-            && (self.sent_role || self.ep == Endpoint::Completions)
+            && (self.sent_role & role_bit != 0 || self.ep == Endpoint::Completions)
         {
             return;
         }
         let json = match self.ep {
             Endpoint::Completions => serde_json::to_string(&self.completion(
                 vec![CompletionChoice {
-                    index: 0,
+                    index: d.choice,
                     text: d.text.clone(),
                     logprobs: None,
                     finish_reason: finish,
@@ -400,10 +518,11 @@ impl Encoder {
                 None,
             )),
             Endpoint::Chat => {
-                let role = (!std::mem::replace(&mut self.sent_role, true)).then_some("assistant");
+                let role = (self.sent_role & role_bit == 0).then_some("assistant");
+                self.sent_role |= role_bit;
                 serde_json::to_string(&self.chat_chunk(
                     vec![ChatChunkChoice {
-                        index: 0,
+                        index: d.choice,
                         delta: ChatDelta {
                             role,
                             content: (!d.text.is_empty() || role.is_some()).then(|| d.text.clone()),
@@ -416,14 +535,32 @@ impl Encoder {
             }
         };
         out.extend(json.ok());
-        if let (Some(f), true) = (&d.finish, self.include_usage) {
-            let usage = Some(UsageOut::from(&f.usage));
-            let json = match self.ep {
-                Endpoint::Completions => serde_json::to_string(&self.completion(vec![], usage)),
-                Endpoint::Chat => serde_json::to_string(&self.chat_chunk(vec![], usage)),
-            };
-            out.extend(json.ok());
+        let Some(f) = &d.finish else {
+            return;
+        };
+        self.unfinished = self.unfinished.saturating_sub(1);
+        if !self.include_usage {
+            return;
         }
+        if self.unfinished > 0 {
+            match &mut self.usage {
+                Some(total) => add_usage(total, &f.usage),
+                None => self.usage = Some(f.usage.clone()),
+            }
+            return;
+        }
+        let usage = Some(match self.usage.take() {
+            Some(mut total) => {
+                add_usage(&mut total, &f.usage);
+                UsageOut::from(&total)
+            }
+            None => UsageOut::from(&f.usage),
+        });
+        let json = match self.ep {
+            Endpoint::Completions => serde_json::to_string(&self.completion(vec![], usage)),
+            Endpoint::Chat => serde_json::to_string(&self.chat_chunk(vec![], usage)),
+        };
+        out.extend(json.ok());
     }
 
     /// A `/v1/completions` body or stream chunk of this request.
@@ -454,20 +591,29 @@ impl Encoder {
         }
     }
 
-    fn whole(&self, text: String, reason: FinishReason, usage: &v1::Usage) -> Response {
+    /// The whole answer: each choice's text and why it ended, in index order.
+    fn whole(&self, choices: Vec<(String, FinishReason)>, usage: &v1::Usage) -> Response {
         let usage = UsageOut::from(usage);
-        let finish_reason = Some(finish_str(reason));
-        // The fixed fields, ids and counts take about 300 bytes; the text may need escapes.
-        let size = 384 + self.id.len() + self.model.len() + text.len() + text.len() / 8;
+        let text_len: usize = choices.iter().map(|(t, _)| t.len()).sum();
+        // The fixed fields, ids and counts take about 300 bytes, a choice about 100 more; the
+        // text may need escapes.
+        let size =
+            300 + 100 * choices.len() + self.id.len() + self.model.len() + text_len + text_len / 8;
+        let indexed = choices
+            .into_iter()
+            .zip(0..)
+            .map(|((text, reason), index)| (index, text, Some(finish_str(reason))));
         match self.ep {
             Endpoint::Completions => json_response(
                 &self.completion(
-                    vec![CompletionChoice {
-                        index: 0,
-                        text,
-                        logprobs: None,
-                        finish_reason,
-                    }],
+                    indexed
+                        .map(|(index, text, finish_reason)| CompletionChoice {
+                            index,
+                            text,
+                            logprobs: None,
+                            finish_reason,
+                        })
+                        .collect(),
                     Some(usage),
                 ),
                 size,
@@ -478,15 +624,17 @@ impl Encoder {
                     object: "chat.completion",
                     created: self.created,
                     model: self.model.clone(),
-                    choices: vec![ChatChoice {
-                        index: 0,
-                        message: ChatMessageOut {
-                            role: "assistant",
-                            content: text,
-                        },
-                        logprobs: None,
-                        finish_reason,
-                    }],
+                    choices: indexed
+                        .map(|(index, content, finish_reason)| ChatChoice {
+                            index,
+                            message: ChatMessageOut {
+                                role: "assistant",
+                                content,
+                            },
+                            logprobs: None,
+                            finish_reason,
+                        })
+                        .collect(),
                     usage,
                 },
                 size,
@@ -495,21 +643,41 @@ impl Encoder {
     }
 }
 
-/// Collects the whole output.
-async fn whole(mut rs: ResponseStream, enc: Encoder) -> Result<Response, ApiError> {
+/// One generation's whole output.
+struct Output {
+    text: String,
+    reason: FinishReason,
+    usage: v1::Usage,
+    /// The prefill path the decode worker took.
+    path: crate::policy::PrefillPath,
+}
+
+/// Collects one generation's whole output.
+async fn collect(mut rs: ResponseStream) -> Result<Output, ApiError> {
     let mut text = String::new();
     while let Some(item) = rs.next().await {
         let d = item?;
         text.push_str(&d.text);
         if let Some(f) = d.finish {
-            let mut resp = enc.whole(text, f.reason, &f.usage);
-            // Known once the decode worker answered: only a whole response can carry it.
-            resp.headers_mut()
-                .insert(X_PREFILL_PATH, HeaderValue::from_static(rs.path().as_str()));
-            return Ok(resp);
+            return Ok(Output {
+                text,
+                reason: f.reason,
+                usage: f.usage,
+                path: rs.path(),
+            });
         }
     }
     Err(ApiError::from(crate::error::DispatchError::Truncated {
         worker: rs.route().decode.worker.id.0.clone(),
     }))
+}
+
+/// Collects the whole output.
+async fn whole(rs: ResponseStream, enc: Encoder) -> Result<Response, ApiError> {
+    let out = collect(rs).await?;
+    let mut resp = enc.whole(vec![(out.text, out.reason)], &out.usage);
+    // Known once the decode worker answered: only a whole response can carry it.
+    resp.headers_mut()
+        .insert(X_PREFILL_PATH, HeaderValue::from_static(out.path.as_str()));
+    Ok(resp)
 }

@@ -96,7 +96,8 @@ where
             match Pin::new(&mut this.rs).poll_next(cx) {
                 Poll::Ready(Some(Ok(d))) => {
                     this.enc.chunks(&d, &mut this.queue);
-                    if d.finish.is_some() {
+                    // With several choices, the stream ends after the last one's end.
+                    if d.finish.is_some() && this.enc.finished() {
                         this.queue.push_back("[DONE]".into());
                         this.ended = true;
                     }
@@ -155,6 +156,7 @@ mod tests {
             token_ids: vec![1],
             text: text.into(),
             finish: None,
+            choice: 0,
         }
     }
 

@@ -376,6 +376,69 @@ async fn completion_stream_with_usage() {
     assert_eq!(usage["usage"]["prompt_tokens"], 3);
 }
 
+/// `n` > 1: one generation per choice (seeds counted up from the request's), answered as one
+/// response or one stream with each choice's index, the usage counting the prompt once.
+#[tokio::test]
+async fn several_choices_whole_and_streamed() {
+    let (fake, _d, s) = with_worker(Behavior::Text("abc".into())).await;
+    let req = json!({"prompt": [40, 41, 42], "max_tokens": 4, "n": 3, "seed": 5});
+    let (status, headers, body) = post(s.addr, "/v1/completions", req).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(headers["x-dolphin-decode-worker"], "d1");
+    let v = parse(&body);
+    let choices = v["choices"].as_array().expect("choices");
+    assert_eq!(choices.len(), 3, "{v}");
+    for (i, c) in choices.iter().enumerate() {
+        assert_eq!(c["index"], i, "{v}");
+        assert_eq!(c["text"], "abca", "{v}");
+        assert_eq!(c["finish_reason"], "length", "{v}");
+    }
+    assert_eq!(v["usage"]["prompt_tokens"], 3);
+    assert_eq!(v["usage"]["completion_tokens"], 12);
+    assert_eq!(v["usage"]["total_tokens"], 15);
+    let mut seeds: Vec<Option<u64>> = fake
+        .state
+        .calls
+        .lock()
+        .iter()
+        .map(|c| c.sampling.as_ref().expect("sampling").seed)
+        .collect();
+    seeds.sort();
+    assert_eq!(seeds, [Some(5), Some(6), Some(7)]);
+
+    let req = json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, "n": 2,
+                     "stream": true, "stream_options": {"include_usage": true}});
+    let (status, _, body) = post(s.addr, "/v1/chat/completions", req).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let data = sse_data(&body);
+    assert_eq!(data.last().map(String::as_str), Some("[DONE]"), "{body}");
+    let chunks: Vec<Value> = data[..data.len() - 1].iter().map(|d| parse(d)).collect();
+    for index in 0..2 {
+        let mine: Vec<&Value> = chunks
+            .iter()
+            .filter_map(|c| c["choices"].as_array()?.first())
+            .filter(|c| c["index"] == index)
+            .collect();
+        assert!(!mine.is_empty(), "choice {index}: {body}");
+        assert_eq!(mine[0]["delta"]["role"], "assistant", "{body}");
+        let roles = mine
+            .iter()
+            .filter(|c| c["delta"]["role"].is_string())
+            .count();
+        assert_eq!(roles, 1, "one role chunk per choice: {body}");
+        let text: String = mine
+            .iter()
+            .filter_map(|c| c["delta"]["content"].as_str())
+            .collect();
+        assert_eq!(text, "ab", "{body}");
+        assert_eq!(mine.last().expect("chunks")["finish_reason"], "length");
+    }
+    let usage: Vec<&Value> = chunks.iter().filter(|c| c["usage"].is_object()).collect();
+    assert_eq!(usage.len(), 1, "one usage chunk, after both ends: {body}");
+    assert_eq!(chunks.last(), Some(usage[0]), "{body}");
+    assert_eq!(usage[0]["usage"]["completion_tokens"], 4);
+}
+
 #[tokio::test]
 async fn chat_whole_and_streamed() {
     let (fake, _d, s) = with_worker(Behavior::Text("Hi!".into())).await;
@@ -462,7 +525,8 @@ async fn bad_requests_get_openai_errors() {
             json!({"prompt": "hi", "max_tokens": -1}),
             StatusCode::BAD_REQUEST,
         ),
-        (json!({"prompt": "hi", "n": 2}), StatusCode::BAD_REQUEST),
+        (json!({"prompt": "hi", "n": 17}), StatusCode::BAD_REQUEST),
+        (json!({"prompt": "hi", "n": 0}), StatusCode::BAD_REQUEST),
         (
             json!({"prompt": "hi", "top_p": 0.0}),
             StatusCode::BAD_REQUEST,

@@ -77,6 +77,10 @@ pub struct StreamOptions {
     pub include_usage: bool,
 }
 
+/// Most choices (`n`) one request may ask for: every choice is a generation of its own under
+/// the request's one slot of the in-flight limit.
+pub const MAX_CHOICES: u32 = 16;
+
 /// Sampling fields shared by both endpoints (flattened into the request bodies).
 #[derive(Clone, Debug, Default, Deserialize)]
 pub struct SamplingFields {
@@ -93,7 +97,7 @@ pub struct SamplingFields {
     /// Keep going past end-of-sequence (an extension).
     #[serde(default, deserialize_with = "null_as_default")]
     pub ignore_eos: bool,
-    /// Number of choices (only 1 is served).
+    /// Number of choices, each its own generation (1 to [`MAX_CHOICES`]).
     pub n: Option<u32>,
     /// Subtracted from the logit of every token the output holds, in [-2, 2].
     pub presence_penalty: Option<f32>,
@@ -339,7 +343,7 @@ impl From<&dolphin_proto::v1::Usage> for UsageOut {
 /// One choice of a completion (whole or chunk).
 #[derive(Clone, Debug, Serialize)]
 pub struct CompletionChoice {
-    /// Always 0.
+    /// Which of the request's `n` choices.
     pub index: u32,
     /// Generated text.
     pub text: String,
@@ -379,7 +383,7 @@ pub struct ChatMessageOut {
 /// A chat choice (whole response).
 #[derive(Clone, Debug, Serialize)]
 pub struct ChatChoice {
-    /// Always 0.
+    /// Which of the request's `n` choices.
     pub index: u32,
     /// The answer.
     pub message: ChatMessageOut,
@@ -420,7 +424,7 @@ pub struct ChatDelta {
 /// A chat stream choice.
 #[derive(Clone, Debug, Serialize)]
 pub struct ChatChunkChoice {
-    /// Always 0.
+    /// Which of the request's `n` choices.
     pub index: u32,
     /// New output.
     pub delta: ChatDelta,
