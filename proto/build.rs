@@ -17,6 +17,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .file_descriptor_set_path(out.join("dolphin_descriptor.bin"))
         // prost with a small per-RPC buffer (src/codec.rs).
         .codec_path("crate::codec::DolphinCodec")
+        // Rare, and large beside the rest of the request (a map and a list).
+        .boxed("dolphin.v1.SamplingParams.logits")
         .compile_protos(PROTOS, &["proto"])?;
     for proto in PROTOS {
         println!("cargo:rerun-if-changed={proto}");

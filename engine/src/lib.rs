@@ -31,7 +31,7 @@ pub use scheduler::policy;
 pub use scheduler::{BatchWait, LinkModel, Lockstep, Scheduler, SchedulerConfig, StepProfile};
 pub use sim::{SimConfig, SimProfile, sim_backend, sim_engine};
 pub use types::{
-    BlockId, EngineInfo, FinishReason, HandoffChoice, KvEvent, LoadSnapshot, LogitsRules,
+    BlockId, EngineInfo, FinishReason, HandoffChoice, KvEvent, LoadSnapshot, LogitRules,
     ModelTokens, OutputStream, PrefillOutput, Reservation, Sampled, Sampling, SeqId, SeqOutput,
     SeqRequest, SeqUsage, TokenStats,
 };

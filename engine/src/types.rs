@@ -40,7 +40,7 @@ pub struct Sampling {
     /// traced output's length; admission still reserves `max_tokens`, the client's cap.
     pub end_after: Option<u32>,
     /// Penalties on tokens already in the text and other changes to the logits before a draw.
-    pub logits: LogitsRules,
+    pub logits: LogitRules,
     /// Produce at least this many tokens: end-of-sequence and `stop_token_ids` cannot be drawn
     /// before (and do not stop the sequence).
     pub min_tokens: u32,
@@ -49,7 +49,7 @@ pub struct Sampling {
 /// Changes to a draw's logits, applied in this order before temperature, top-k and top-p (as
 /// vLLM orders them). The default changes nothing.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct LogitsRules {
+pub struct LogitRules {
     /// Added to these tokens' logits (OpenAI's `logit_bias`).
     pub bias: Vec<(u32, f32)>,
     /// Every token of the prompt and of the output so far: a positive logit divided by it, a
@@ -64,7 +64,7 @@ pub struct LogitsRules {
     pub min_p: Option<f32>,
 }
 
-impl LogitsRules {
+impl LogitRules {
     /// Whether a draw must know the tokens already in the text.
     pub fn needs_history(&self) -> bool {
         self.repetition_penalty.is_some()
@@ -74,7 +74,7 @@ impl LogitsRules {
 
     /// Whether the rules change anything.
     pub fn is_empty(&self) -> bool {
-        *self == LogitsRules::default()
+        *self == LogitRules::default()
     }
 }
 
@@ -101,7 +101,7 @@ impl Default for Sampling {
             stop_token_ids: Vec::new(),
             handoff: None,
             end_after: None,
-            logits: LogitsRules::default(),
+            logits: LogitRules::default(),
             min_tokens: 0,
         }
     }

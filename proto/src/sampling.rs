@@ -1,6 +1,6 @@
-//! Range checks of the logit rules in [`v1::SamplingParams`] (penalties, min-p, logit bias,
-//! stop tokens, minimum length), shared by the router, which refuses a bad request before
-//! routing it, and the workers, which never trust the wire.
+//! Range checks of [`v1::LogitRules`] (penalties, min-p, logit bias, stop tokens, minimum
+//! length), shared by the router, which refuses a bad request before routing it, and the
+//! workers, which never trust the wire.
 
 use crate::v1;
 
@@ -27,8 +27,12 @@ impl std::fmt::Display for RuleError {
 
 impl std::error::Error for RuleError {}
 
-/// Checks the logit rules of `s` for a model of `vocab_size` tokens.
-pub fn check_logit_rules(s: &v1::SamplingParams, vocab_size: u32) -> Result<(), RuleError> {
+/// Checks the logit rules of `params` (none: nothing to check) for a model of `vocab_size`
+/// tokens.
+pub fn check_logit_rules(params: &v1::SamplingParams, vocab_size: u32) -> Result<(), RuleError> {
+    let Some(s) = params.logits.as_deref() else {
+        return Ok(());
+    };
     let err = |field: &'static str, message: String| Err(RuleError { field, message });
     let r = s.repetition_penalty;
     // 0 (unset on the wire) and 1 are no penalty; any other positive number is one.
@@ -49,12 +53,12 @@ pub fn check_logit_rules(s: &v1::SamplingParams, vocab_size: u32) -> Result<(), 
     if !(0.0..=1.0).contains(&s.min_p) {
         return err("min_p", format!("min_p must be in [0, 1], got {}", s.min_p));
     }
-    if s.min_tokens > s.max_tokens {
+    if s.min_tokens > params.max_tokens {
         return err(
             "min_tokens",
             format!(
                 "min_tokens ({}) must not exceed max_tokens ({})",
-                s.min_tokens, s.max_tokens
+                s.min_tokens, params.max_tokens
             ),
         );
     }
@@ -87,33 +91,42 @@ pub fn check_logit_rules(s: &v1::SamplingParams, vocab_size: u32) -> Result<(), 
 mod tests {
     use super::*;
 
+    fn params(rules: v1::LogitRules) -> v1::SamplingParams {
+        v1::SamplingParams {
+            max_tokens: 4,
+            logits: Some(Box::new(rules)),
+            ..Default::default()
+        }
+    }
+
     #[test]
     fn accepts_the_defaults_and_the_ranges_edges() {
-        let mut s = v1::SamplingParams {
+        let none = v1::SamplingParams {
             max_tokens: 4,
             ..Default::default()
         };
-        assert_eq!(check_logit_rules(&s, 10), Ok(()));
-        s.repetition_penalty = 1.0;
-        s.presence_penalty = -2.0;
-        s.frequency_penalty = 2.0;
-        s.min_p = 1.0;
-        s.min_tokens = 4;
-        s.stop_token_ids = vec![9];
-        s.logit_bias.insert(0, -100.0);
-        s.logit_bias.insert(9, 100.0);
-        assert_eq!(check_logit_rules(&s, 10), Ok(()));
+        assert_eq!(check_logit_rules(&none, 10), Ok(()));
+        assert_eq!(check_logit_rules(&params(Default::default()), 10), Ok(()));
+        let edges = v1::LogitRules {
+            repetition_penalty: 1.0,
+            presence_penalty: -2.0,
+            frequency_penalty: 2.0,
+            min_p: 1.0,
+            min_tokens: 4,
+            stop_token_ids: vec![9],
+            logit_bias: [(0, -100.0), (9, 100.0)].into_iter().collect(),
+        };
+        assert_eq!(check_logit_rules(&params(edges), 10), Ok(()));
     }
 
     #[test]
     fn names_the_field_out_of_range() {
-        let field = |f: fn(&mut v1::SamplingParams)| {
-            let mut s = v1::SamplingParams {
-                max_tokens: 4,
-                ..Default::default()
-            };
-            f(&mut s);
-            check_logit_rules(&s, 10).expect_err("refused").field
+        let field = |f: fn(&mut v1::LogitRules)| {
+            let mut rules = v1::LogitRules::default();
+            f(&mut rules);
+            check_logit_rules(&params(rules), 10)
+                .expect_err("refused")
+                .field
         };
         assert_eq!(field(|s| s.repetition_penalty = -0.5), "repetition_penalty");
         assert_eq!(

@@ -326,7 +326,8 @@ impl Dispatcher {
             return Ok(());
         }
         // A default max_tokens shrinks to fit, but never below the request's min_tokens.
-        if p.max_tokens_is_default && room > 0 && room >= p.sampling.min_tokens as usize {
+        let min_tokens = p.sampling.logits.as_ref().map_or(0, |r| r.min_tokens);
+        if p.max_tokens_is_default && room > 0 && room >= min_tokens as usize {
             p.sampling.max_tokens = room as u32;
             return Ok(());
         }

@@ -248,10 +248,16 @@ async fn bad_requests_are_refused_before_any_worker_call() {
     assert_eq!(kind(d.generate(p).await), ErrorKind::InvalidRequest);
     // The logit rules (every API: gRPC clients reach the dispatcher directly).
     let mut p = params("hi", 2);
-    p.sampling.frequency_penalty = 3.0;
+    p.sampling.logits = Some(Box::new(v1::LogitRules {
+        frequency_penalty: 3.0,
+        ..Default::default()
+    }));
     assert_eq!(kind(d.generate(p).await), ErrorKind::InvalidRequest);
     let mut p = params("hi", 2);
-    p.sampling.logit_bias.insert(400, 1.0);
+    p.sampling.logits = Some(Box::new(v1::LogitRules {
+        logit_bias: [(400, 1.0)].into_iter().collect(),
+        ..Default::default()
+    }));
     assert_eq!(kind(d.generate(p).await), ErrorKind::InvalidRequest);
     let mut p = params("hi", 2);
     p.force = Some(Decision::Remote);

@@ -18,9 +18,11 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use dolphin_engine::candle::{CandleConfig, candle_engine};
-use dolphin_engine::{Engine, LogitsRules, Sampling, SeqOutput, SeqRequest};
+use dolphin_engine::{Engine, LogitRules, Sampling, SeqOutput, SeqRequest};
 use dolphin_proto::v1::generate_request::Input;
-use dolphin_proto::v1::{FinishReason, GenerateRequest, PrefillMode, SamplingParams, TokenIds};
+use dolphin_proto::v1::{
+    self as v1, FinishReason, GenerateRequest, PrefillMode, SamplingParams, TokenIds,
+};
 use dolphin_tests::{ClusterConfig, TestCluster, grpc, http};
 use dolphin_tokenizer::{ChatMessage, ModelTokenizer, SMOLLM2_FILE, model_or_skip};
 
@@ -93,7 +95,7 @@ fn penalized(banned: u32, stops: &[u32]) -> (Sampling, SamplingParams) {
         max_tokens: MAX_TOKENS,
         stop_token_ids: stops.to_vec(),
         min_tokens: 4,
-        logits: LogitsRules {
+        logits: LogitRules {
             bias: vec![(banned, -100.0)],
             repetition_penalty: Some(1.3),
             presence_penalty: 0.4,
@@ -104,11 +106,14 @@ fn penalized(banned: u32, stops: &[u32]) -> (Sampling, SamplingParams) {
     };
     let wire = SamplingParams {
         max_tokens: MAX_TOKENS,
-        min_tokens: 4,
-        logit_bias: [(banned, -100.0)].into_iter().collect(),
-        repetition_penalty: 1.3,
-        presence_penalty: 0.4,
-        frequency_penalty: 0.6,
+        logits: Some(Box::new(v1::LogitRules {
+            min_tokens: 4,
+            logit_bias: [(banned, -100.0)].into_iter().collect(),
+            repetition_penalty: 1.3,
+            presence_penalty: 0.4,
+            frequency_penalty: 0.6,
+            ..v1::LogitRules::default()
+        })),
         ..SamplingParams::default()
     };
     (engine, wire)

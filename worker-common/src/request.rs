@@ -1,7 +1,7 @@
 //! Turning a request's wire fields into an engine request, refusing what the engine cannot serve
 //! with a message that says which field is wrong.
 
-use dolphin_engine::{EngineInfo, HandoffChoice, LogitsRules, Sampling, SeqRequest};
+use dolphin_engine::{EngineInfo, HandoffChoice, LogitRules, Sampling, SeqRequest};
 use dolphin_proto::v1;
 
 /// A request field the worker refuses (INVALID_ARGUMENT).
@@ -55,7 +55,7 @@ pub fn seq_request(
 
 /// The logit rules of `params` (checked by
 /// [`check_logit_rules`](dolphin_proto::sampling::check_logit_rules)).
-fn logits_rules(params: &v1::SamplingParams) -> LogitsRules {
+fn logits_rules(params: &v1::LogitRules) -> LogitRules {
     let mut bias: Vec<(u32, f32)> = params
         .logit_bias
         .iter()
@@ -64,7 +64,7 @@ fn logits_rules(params: &v1::SamplingParams) -> LogitsRules {
         .collect();
     // The wire's map has no order; a sorted list keeps every run the same.
     bias.sort_unstable_by_key(|&(t, _)| t);
-    LogitsRules {
+    LogitRules {
         bias,
         // 0 (unset on the wire) and 1 are no penalty.
         repetition_penalty: Some(params.repetition_penalty).filter(|&r| r != 0.0 && r != 1.0),
@@ -100,7 +100,8 @@ pub fn sampling_from(params: &v1::SamplingParams) -> Result<Sampling, BadRequest
             )));
         }
     };
-    let mut stop_token_ids = params.stop_token_ids.clone();
+    let rules = params.logits.as_deref();
+    let mut stop_token_ids = rules.map(|r| r.stop_token_ids.clone()).unwrap_or_default();
     stop_token_ids.sort_unstable();
     stop_token_ids.dedup();
     Ok(Sampling {
@@ -117,8 +118,8 @@ pub fn sampling_from(params: &v1::SamplingParams) -> Result<Sampling, BadRequest
             threshold: h.threshold,
         }),
         end_after: params.replay_output_tokens,
-        logits: logits_rules(params),
-        min_tokens: params.min_tokens,
+        logits: rules.map(logits_rules).unwrap_or_default(),
+        min_tokens: rules.map_or(0, |r| r.min_tokens),
     })
 }
 
@@ -188,9 +189,11 @@ mod tests {
         let mut wide = params(1);
         wide.top_p = 1.5;
         assert!(bad("r", vec![1], Some(wide)).contains("top_p"));
-        let refused = |f: fn(&mut v1::SamplingParams), needle: &str| {
+        let refused = |f: fn(&mut v1::LogitRules), needle: &str| {
             let mut p = params(4);
-            f(&mut p);
+            let mut rules = v1::LogitRules::default();
+            f(&mut rules);
+            p.logits = Some(Box::new(rules));
             let msg = bad("r", vec![1], Some(p));
             assert!(msg.contains(needle), "{msg:?} should name {needle}");
         };
@@ -220,13 +223,15 @@ mod tests {
     #[test]
     fn maps_the_logit_rules() {
         let mut p = params(4);
-        p.repetition_penalty = 1.2;
-        p.presence_penalty = -0.5;
-        p.frequency_penalty = 2.0;
-        p.min_p = 0.05;
-        p.min_tokens = 4;
-        p.stop_token_ids = vec![9, 3, 9];
-        p.logit_bias = [(9, 1.5), (2, -100.0), (5, 0.0)].into_iter().collect();
+        p.logits = Some(Box::new(v1::LogitRules {
+            repetition_penalty: 1.2,
+            presence_penalty: -0.5,
+            frequency_penalty: 2.0,
+            min_p: 0.05,
+            min_tokens: 4,
+            stop_token_ids: vec![9, 3, 9],
+            logit_bias: [(9, 1.5), (2, -100.0), (5, 0.0)].into_iter().collect(),
+        }));
         let s = seq_request("r".into(), vec![1], Some(p), &info())
             .expect("valid")
             .sampling;
@@ -234,7 +239,7 @@ mod tests {
         assert_eq!(s.min_tokens, 4);
         assert_eq!(
             s.logits,
-            LogitsRules {
+            LogitRules {
                 bias: vec![(2, -100.0), (9, 1.5)],
                 repetition_penalty: Some(1.2),
                 presence_penalty: -0.5,
@@ -244,7 +249,10 @@ mod tests {
         );
         // 0 (unset on the wire) and 1 are no repetition penalty.
         let mut one = params(1);
-        one.repetition_penalty = 1.0;
+        one.logits = Some(Box::new(v1::LogitRules {
+            repetition_penalty: 1.0,
+            ..Default::default()
+        }));
         let s = seq_request("r".into(), vec![1], Some(one), &info()).expect("valid");
         assert!(s.sampling.logits.is_empty());
     }

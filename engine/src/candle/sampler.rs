@@ -13,7 +13,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use crate::error::BackendError;
-use crate::types::{LogitsRules, Sampling, TokenStats};
+use crate::types::{LogitRules, Sampling, TokenStats};
 
 /// One sequence's sampling state.
 #[derive(Debug)]
@@ -22,7 +22,7 @@ pub(crate) struct Sampler {
     top_k: Option<usize>,
     top_p: Option<f32>,
     seed: u64,
-    rules: LogitsRules,
+    rules: LogitRules,
     /// Tokens that cannot be drawn before `min_tokens` outputs: end of sequence and stops.
     end_tokens: Vec<u32>,
     min_tokens: u32,
@@ -366,7 +366,7 @@ mod tests {
         assert_eq!(uniform.margin, 0.0);
     }
 
-    fn with_rules(rules: LogitsRules) -> Sampling {
+    fn with_rules(rules: LogitRules) -> Sampling {
         Sampling {
             logits: rules,
             ..Sampling::default()
@@ -375,9 +375,9 @@ mod tests {
 
     #[test]
     fn logit_bias_moves_the_draw() {
-        let bias = with_rules(LogitsRules {
+        let bias = with_rules(LogitRules {
             bias: vec![(3, 10.0), (1, -5.0), (99, 1.0)],
-            ..LogitsRules::default()
+            ..LogitRules::default()
         });
         let mut s = Sampler::new(&bias, 1);
         assert_eq!(s.sample(&LOGITS, 0).unwrap(), 3);
@@ -407,9 +407,9 @@ mod tests {
 
     #[test]
     fn repetition_penalty_reads_prompt_and_output() {
-        let rules = LogitsRules {
+        let rules = LogitRules {
             repetition_penalty: Some(4.0),
-            ..LogitsRules::default()
+            ..LogitRules::default()
         };
         // Token 1 (2.0) in the prompt falls to 0.5, below token 4 (2.0).
         let mut s = Sampler::new(&with_rules(rules.clone()), 1).for_text(&[1, 1], &[], 0, None);
@@ -427,9 +427,9 @@ mod tests {
 
     #[test]
     fn presence_and_frequency_penalties_count_the_output_once() {
-        let frequency = with_rules(LogitsRules {
+        let frequency = with_rules(LogitRules {
             frequency_penalty: 0.06,
-            ..LogitsRules::default()
+            ..LogitRules::default()
         });
         // Prompt tokens never count: token 1 stays first.
         let mut s = Sampler::new(&frequency, 1).for_text(&[1, 1, 1], &[], 0, None);
@@ -447,9 +447,9 @@ mod tests {
         assert_eq!(s.sample(&LOGITS, 6).unwrap(), 4);
         // Output already there when the sequence starts (resumed, or handed over) counts too,
         // up to the computed tokens; the rest is counted when fed.
-        let presence = with_rules(LogitsRules {
+        let presence = with_rules(LogitRules {
             presence_penalty: 0.5,
-            ..LogitsRules::default()
+            ..LogitRules::default()
         });
         let mut s = Sampler::new(&presence, 1).for_text(&[0, 0], &[1, 4, 2], 4, None);
         assert_eq!(
@@ -464,9 +464,9 @@ mod tests {
     #[test]
     fn min_p_keeps_tokens_near_the_most_likely() {
         let at = |min_p: f32| {
-            let mut sampling = with_rules(LogitsRules {
+            let mut sampling = with_rules(LogitRules {
                 min_p: Some(min_p),
-                ..LogitsRules::default()
+                ..LogitRules::default()
             });
             sampling.temperature = 1.0;
             sampling.seed = Some(5);

@@ -38,7 +38,7 @@ fn build(
     prompt: Prompt,
     max_tokens: Option<u32>,
     default_max_tokens: u32,
-    f: SamplingFields,
+    mut f: SamplingFields,
 ) -> Result<(GenerateParams, u32), ApiError> {
     let choices = f.n.unwrap_or(1);
     if !(1..=MAX_CHOICES).contains(&choices) {
@@ -47,7 +47,11 @@ fn build(
             Some("n"),
         ));
     }
-    if let Some(field) = f.unsupported.first_used() {
+    let logits = f
+        .other
+        .take_logit_rules()
+        .map_err(|(field, message)| ApiError::invalid(message, Some(field)))?;
+    if let Some(field) = f.other.first_used() {
         return Err(ApiError::invalid(
             format!("{field} is not supported by this server"),
             Some(field),
@@ -75,17 +79,6 @@ fn build(
             ));
         }
     };
-    // OpenAI's keys are token ids written as strings.
-    let mut logit_bias = std::collections::HashMap::new();
-    for (key, bias) in f.logit_bias.unwrap_or_default() {
-        let Ok(token) = key.parse::<u32>() else {
-            return Err(ApiError::invalid(
-                format!("logit_bias keys must be token ids, got {key:?}"),
-                Some("logit_bias"),
-            ));
-        };
-        logit_bias.insert(token, bias);
-    }
     let force = match f.prefill_mode.as_deref() {
         None => None,
         Some("local") => Some(Decision::Local),
@@ -122,13 +115,7 @@ fn build(
         }),
         // Trace replay's end is a gRPC field of `dolphinctl replay`, not an OpenAI one.
         replay_output_tokens: None,
-        repetition_penalty: f.repetition_penalty.unwrap_or(1.0),
-        presence_penalty: f.presence_penalty.unwrap_or(0.0),
-        frequency_penalty: f.frequency_penalty.unwrap_or(0.0),
-        min_p: f.min_p.unwrap_or(0.0),
-        logit_bias,
-        stop_token_ids: f.stop_token_ids.unwrap_or_default(),
-        min_tokens: f.min_tokens.unwrap_or(0),
+        logits: logits.map(Box::new),
     };
     // The dispatcher checks these too (for gRPC); here the error names the field.
     if let Err(e) = dolphin_proto::sampling::check_logit_rules(

@@ -316,33 +316,19 @@ async fn logit_rules_reach_the_worker() {
     let calls = fake.state.calls.lock().clone();
     let asked = calls[0].sampling.clone().expect("sampling");
     assert_eq!(
-        (
-            asked.presence_penalty,
-            asked.frequency_penalty,
-            asked.repetition_penalty,
-            asked.min_p,
-            asked.min_tokens
-        ),
-        (0.5, -1.5, 1.3, 0.1, 2)
+        asked.logits.as_deref(),
+        Some(&dolphin_proto::v1::LogitRules {
+            presence_penalty: 0.5,
+            frequency_penalty: -1.5,
+            repetition_penalty: 1.3,
+            min_p: 0.1,
+            min_tokens: 2,
+            stop_token_ids: vec![9, 11],
+            logit_bias: [(42, -100.0), (7, 3.5)].into_iter().collect(),
+        })
     );
-    assert_eq!(asked.stop_token_ids, [9, 11]);
-    assert_eq!(
-        asked.logit_bias,
-        [(42, -100.0), (7, 3.5)].into_iter().collect()
-    );
-    // Unset: no penalty, no bias (repetition 1 divides by one).
-    let plain = calls[1].sampling.clone().expect("sampling");
-    assert_eq!(
-        (
-            plain.presence_penalty,
-            plain.frequency_penalty,
-            plain.repetition_penalty,
-            plain.min_p,
-            plain.min_tokens
-        ),
-        (0.0, 0.0, 1.0, 0.0, 0)
-    );
-    assert!(plain.logit_bias.is_empty() && plain.stop_token_ids.is_empty());
+    // None asked: none sent (the rules travel boxed, and only when asked for).
+    assert_eq!(calls[1].sampling.as_ref().expect("sampling").logits, None);
 }
 
 #[tokio::test]
@@ -628,6 +614,21 @@ async fn bad_requests_get_openai_errors() {
             "/v1/chat/completions",
             json!({"presence_penalty": 2.5}),
             "presence_penalty",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"presence_penalty": "high"}),
+            "presence_penalty",
+        ),
+        (
+            "/v1/completions",
+            json!({"prompt": "hi", "stop_token_ids": [-1]}),
+            "stop_token_ids",
+        ),
+        (
+            "/v1/completions",
+            json!({"prompt": "hi", "min_tokens": 1.5}),
+            "min_tokens",
         ),
         (
             "/v1/chat/completions",

@@ -99,21 +99,6 @@ pub struct SamplingFields {
     pub ignore_eos: bool,
     /// Number of choices, each its own generation (1 to [`MAX_CHOICES`]).
     pub n: Option<u32>,
-    /// Subtracted from the logit of every token the output holds, in [-2, 2].
-    pub presence_penalty: Option<f32>,
-    /// Times the number of times the output holds a token, subtracted from its logit.
-    pub frequency_penalty: Option<f32>,
-    /// Token id (as a string, OpenAI's form) to the bias added to its logit, -100 to 100.
-    pub logit_bias: Option<std::collections::HashMap<String, f32>>,
-    /// vLLM's: prompt and output tokens' logits divided (positive) or multiplied by it; 1 is
-    /// none.
-    pub repetition_penalty: Option<f32>,
-    /// vLLM's: drop tokens less likely than this share of the most likely one's probability.
-    pub min_p: Option<f32>,
-    /// vLLM's: stop after any of these tokens, which the output keeps.
-    pub stop_token_ids: Option<Vec<u32>>,
-    /// vLLM's: no end of sequence or stop token before this many tokens.
-    pub min_tokens: Option<u32>,
     /// Stream as server-sent events.
     #[serde(default, deserialize_with = "null_as_default")]
     pub stream: bool,
@@ -124,15 +109,18 @@ pub struct SamplingFields {
     /// On a model group: the token-level handoff algorithm, `{"algorithm": "entropy",
     /// "threshold": 2.5}` (a Dolphin extension; absent: the decode worker's default).
     pub handoff: Option<HandoffField>,
-    /// OpenAI fields this server does not serve: refused when they ask for something.
+    /// Every other field: the logit rules, and the fields this server does not serve
+    /// ([`OtherFields`]).
     #[serde(flatten)]
-    pub unsupported: UnsupportedFields,
+    pub other: OtherFields,
 }
 
-/// Request fields the server does not implement: OpenAI's, and the sampling and decoding
-/// extensions of vLLM and SGLang that their clients (benchmark scripts, LiteLLM) send. Each is
-/// accepted only with a value that asks for nothing (absent, null, false, 0, empty, or the
-/// default), so a client is never silently served something other than what it asked for.
+/// The request's fields the request types do not name: the logit rules, which
+/// [`take_logit_rules`](Self::take_logit_rules) reads, and the fields the server does not
+/// implement, OpenAI's and the sampling and decoding extensions of vLLM and SGLang that their
+/// clients (benchmark scripts, LiteLLM) send. Each of the latter is accepted only with a value
+/// that asks for nothing (absent, null, false, 0, empty, or the default), so a client is never
+/// silently served something other than what it asked for ([`first_used`](Self::first_used)).
 ///
 /// Held as the request's leftover fields, not one field each: a request that sends none of
 /// them (nearly all) carries an empty map, where 37 `Option<Value>`s made every move of the
@@ -141,12 +129,85 @@ pub struct SamplingFields {
 /// from 16 fields to 37).
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(transparent)]
-pub struct UnsupportedFields(serde_json::Map<String, serde_json::Value>);
+pub struct OtherFields(serde_json::Map<String, serde_json::Value>);
 
 /// A field's name and which values ask for something the server still serves.
 type UnsupportedField = (&'static str, fn(&serde_json::Value) -> bool);
 
-impl UnsupportedFields {
+/// The fields of [`dolphin_proto::v1::LogitRules`], as clients name them.
+const LOGIT_RULES: [&str; 7] = [
+    "presence_penalty",
+    "frequency_penalty",
+    "logit_bias",
+    "repetition_penalty",
+    "min_p",
+    "stop_token_ids",
+    "min_tokens",
+];
+
+impl OtherFields {
+    /// Takes the logit rules out of the fields: OpenAI's `presence_penalty`,
+    /// `frequency_penalty` and `logit_bias` (token ids as strings), vLLM's
+    /// `repetition_penalty`, `min_p`, `stop_token_ids` and `min_tokens`. `None` when the request
+    /// sends none of them (or only nulls). Read from the leftover fields rather than declared
+    /// ones: most requests send none, and seven more fields made the request, moved often,
+    /// larger. A value of the wrong type is refused with the field's name; ranges are
+    /// [`check_logit_rules`](dolphin_proto::sampling::check_logit_rules)'s.
+    pub fn take_logit_rules(
+        &mut self,
+    ) -> Result<Option<dolphin_proto::v1::LogitRules>, (&'static str, String)> {
+        use serde_json::Value;
+        if self.0.is_empty() {
+            return Ok(None);
+        }
+        let mut rules = dolphin_proto::v1::LogitRules::default();
+        let mut any = false;
+        for name in LOGIT_RULES {
+            let Some(v) = self.0.remove(name).filter(|v| !v.is_null()) else {
+                continue;
+            };
+            any = true;
+            let token = |v: &Value| v.as_u64().and_then(|t| u32::try_from(t).ok());
+            let number = |v: &Value| {
+                v.as_f64()
+                    .map(|x| x as f32)
+                    .ok_or_else(|| (name, format!("{name} must be a number, got {v}")))
+            };
+            match name {
+                "presence_penalty" => rules.presence_penalty = number(&v)?,
+                "frequency_penalty" => rules.frequency_penalty = number(&v)?,
+                "repetition_penalty" => rules.repetition_penalty = number(&v)?,
+                "min_p" => rules.min_p = number(&v)?,
+                "min_tokens" => {
+                    rules.min_tokens = token(&v).ok_or_else(|| {
+                        (
+                            name,
+                            format!("{name} must be a non-negative integer, got {v}"),
+                        )
+                    })?;
+                }
+                "stop_token_ids" => {
+                    let ids = v.as_array().map(|a| a.iter().map(token).collect());
+                    rules.stop_token_ids = ids.flatten().ok_or_else(|| {
+                        (name, format!("{name} must be a list of token ids, got {v}"))
+                    })?;
+                }
+                _ => {
+                    let Some(map) = v.as_object() else {
+                        return Err((name, format!("{name} must be an object, got {v}")));
+                    };
+                    for (key, bias) in map {
+                        let t = key.parse::<u32>().map_err(|_| {
+                            (name, format!("{name} keys must be token ids, got {key:?}"))
+                        })?;
+                        rules.logit_bias.insert(t, number(bias)?);
+                    }
+                }
+            }
+        }
+        Ok(any.then_some(rules))
+    }
+
     /// The first field that asks for something the server does not do.
     pub fn first_used(&self) -> Option<&'static str> {
         use serde_json::Value;
