@@ -146,6 +146,8 @@ pub(crate) struct Prepared {
     params: GenerateParams,
     /// OpenAI's `n`: generations of the same request.
     choices: u32,
+    /// The prompt's text, which each choice's text starts with (`echo`, completions only).
+    echo: Option<String>,
     endpoint: Endpoint,
     stream: bool,
     include_usage: bool,
@@ -170,6 +172,11 @@ pub(crate) fn completions(
             ));
         }
     };
+    let echo = req.echo.then(|| match &prompt {
+        Prompt::Text(t) => t.clone(),
+        Prompt::Tokens(ids) => st.dispatcher.tokenizer().decode(ids),
+        Prompt::Chat(_) => String::new(),
+    });
     let (stream_mode, opts) = (
         req.sampling.stream,
         req.sampling.stream_options.unwrap_or_default(),
@@ -186,6 +193,7 @@ pub(crate) fn completions(
     Ok(Prepared {
         params,
         choices,
+        echo,
         endpoint: Endpoint::Completions,
         stream: stream_mode,
         include_usage: opts.include_usage,
@@ -246,6 +254,7 @@ pub(crate) fn chat(
     Ok(Prepared {
         params,
         choices,
+        echo: None,
         endpoint: Endpoint::Chat,
         stream: stream_mode,
         include_usage: opts.include_usage,
@@ -257,17 +266,18 @@ pub(crate) async fn run(st: &AppState, prepared: Prepared) -> Result<Response, A
     let Prepared {
         params,
         choices,
+        echo,
         endpoint: ep,
         stream,
         include_usage,
     } = prepared;
     if choices > 1 {
-        return run_choices(st, params, choices, ep, stream, include_usage).await;
+        return run_choices(st, params, choices, echo, ep, stream, include_usage).await;
     }
     let model = params.model.clone();
     let rs = st.dispatcher.generate(params).await?;
     let headers = routing_headers(&rs);
-    let enc = Encoder::new(ep, response_id(ep, &rs), model, now(), include_usage);
+    let enc = Encoder::new(ep, response_id(ep, &rs), model, now(), include_usage).with_echo(echo);
     let mut resp = if stream {
         let mut resp = Response::new(axum::body::Body::new(SseBody::new(rs, enc)));
         let h = resp.headers_mut();
@@ -307,6 +317,7 @@ async fn run_choices(
     st: &AppState,
     params: GenerateParams,
     choices: u32,
+    echo: Option<String>,
     ep: Endpoint,
     stream: bool,
     include_usage: bool,
@@ -326,7 +337,8 @@ async fn run_choices(
         now(),
         include_usage,
     )
-    .with_choices(choices);
+    .with_choices(choices)
+    .with_echo(echo);
     let mut resp = if stream {
         let tagged = streams.into_iter().zip(0..).map(|(rs, i)| {
             rs.map(move |d| {
@@ -450,6 +462,9 @@ pub(crate) struct Encoder {
     /// usage chunk follows the last one's end.
     unfinished: u32,
     usage: Option<v1::Usage>,
+    /// Text each choice starts with (`echo`), and the choices that have sent it, one bit each.
+    echo: Option<String>,
+    echoed: u32,
 }
 
 impl Encoder {
@@ -470,7 +485,15 @@ impl Encoder {
             sent_role: 0,
             unfinished: 1,
             usage: None,
+            echo: None,
+            echoed: 0,
         }
+    }
+
+    /// The encoder of a request whose choices' texts start with `echo`.
+    pub(crate) fn with_echo(mut self, echo: Option<String>) -> Self {
+        self.echo = echo;
+        self
     }
 
     /// Whether every choice has ended (its last chunk written).
@@ -488,7 +511,15 @@ impl Encoder {
     pub(crate) fn chunks(&mut self, d: &Delta, out: &mut VecDeque<String>) {
         let finish = d.finish.as_ref().map(|f| finish_str(f.reason));
         let role_bit = 1u32 << d.choice;
-        if d.text.is_empty()
+        // The echoed prompt goes out with a choice's first text.
+        let mut text = std::borrow::Cow::Borrowed(d.text.as_str());
+        if let Some(echo) = &self.echo
+            && self.echoed & role_bit == 0
+        {
+            self.echoed |= role_bit;
+            text = std::borrow::Cow::Owned(format!("{echo}{}", d.text));
+        }
+        if text.is_empty()
             && finish.is_none()
             && (self.sent_role & role_bit != 0 || self.ep == Endpoint::Completions)
         {
@@ -498,7 +529,7 @@ impl Encoder {
             Endpoint::Completions => serde_json::to_string(&self.completion(
                 vec![CompletionChoice {
                     index: d.choice,
-                    text: d.text.clone(),
+                    text: text.into_owned(),
                     logprobs: None,
                     finish_reason: finish,
                 }],
@@ -581,15 +612,21 @@ impl Encoder {
     /// The whole answer: each choice's text and why it ended, in index order.
     fn whole(&self, choices: Vec<(String, FinishReason)>, usage: &v1::Usage) -> Response {
         let usage = UsageOut::from(usage);
-        let text_len: usize = choices.iter().map(|(t, _)| t.len()).sum();
+        let echo_len = self.echo.as_ref().map_or(0, String::len);
+        let text_len: usize = choices.iter().map(|(t, _)| echo_len + t.len()).sum();
         // The fixed fields, ids and counts take about 300 bytes, a choice about 100 more; the
         // text may need escapes.
         let size =
             300 + 100 * choices.len() + self.id.len() + self.model.len() + text_len + text_len / 8;
-        let indexed = choices
-            .into_iter()
-            .zip(0..)
-            .map(|((text, reason), index)| (index, text, Some(finish_str(reason))));
+        let echo = self.echo.as_deref().unwrap_or_default();
+        let indexed = choices.into_iter().zip(0..).map(|((text, reason), index)| {
+            let text = if echo.is_empty() {
+                text
+            } else {
+                format!("{echo}{text}")
+            };
+            (index, text, Some(finish_str(reason)))
+        });
         match self.ep {
             Endpoint::Completions => json_response(
                 &self.completion(

@@ -425,6 +425,43 @@ async fn several_choices_whole_and_streamed() {
     assert_eq!(usage[0]["usage"]["completion_tokens"], 4);
 }
 
+/// `echo`: a completion's text starts with its prompt (token ids as their text), whole and
+/// streamed, once per choice; chat has no such field and refuses it.
+#[tokio::test]
+async fn echo_starts_the_text_with_the_prompt() {
+    let (_fake, _d, s) = with_worker(Behavior::Text("abc".into())).await;
+    let whole = json!({"prompt": "hello ", "max_tokens": 3, "echo": true, "n": 2});
+    let (status, _, body) = post(s.addr, "/v1/completions", whole).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let v = parse(&body);
+    for c in v["choices"].as_array().expect("choices") {
+        assert_eq!(c["text"], "hello abc", "{v}");
+    }
+    let ids = SimTokenizer.encode("hi there");
+    let streamed = json!({"prompt": ids, "max_tokens": 4, "echo": true, "stream": true});
+    let (status, _, body) = post(s.addr, "/v1/completions", streamed).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let data = sse_data(&body);
+    let text: String = data[..data.len() - 1]
+        .iter()
+        .filter_map(|d| parse(d)["choices"][0]["text"].as_str().map(str::to_owned))
+        .collect();
+    assert_eq!(text, "hi thereabca", "{body}");
+    let (status, _, body) = post(
+        s.addr,
+        "/v1/completions",
+        json!({"prompt": "x", "max_tokens": 1, "echo": false}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(parse(&body)["choices"][0]["text"], "a");
+    let chat = json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1,
+                      "echo": true});
+    let (status, _, body) = post(s.addr, "/v1/chat/completions", chat).await;
+    let v = assert_error(status, &body, StatusCode::BAD_REQUEST);
+    assert_eq!(v["error"]["param"], "echo", "{v}");
+}
+
 #[tokio::test]
 async fn chat_whole_and_streamed() {
     let (fake, _d, s) = with_worker(Behavior::Text("Hi!".into())).await;
@@ -559,11 +596,6 @@ async fn bad_requests_get_openai_errors() {
             "/v1/completions",
             json!({"prompt": "hi", "logprobs": 2}),
             "logprobs",
-        ),
-        (
-            "/v1/completions",
-            json!({"prompt": "hi", "echo": true}),
-            "echo",
         ),
         (
             "/v1/completions",

@@ -237,6 +237,7 @@ impl OtherFields {
             // Plain text is what the server writes.
             ("response_format", |v| v["type"] == "text"),
             ("best_of", one),
+            // Completions read it (`CompletionRequest::echo`); chat has no such field.
             ("echo", |_| false),
             ("suffix", |_| false),
             ("audio", |_| false),
@@ -289,6 +290,10 @@ pub struct CompletionRequest {
     pub prompt: PromptInput,
     /// Tokens to generate (OpenAI's default is 16).
     pub max_tokens: Option<u32>,
+    /// Start the text with the prompt (for token ids, their text). Chat requests have no
+    /// such field: there it is one of the refused ones.
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub echo: bool,
     /// The rest.
     #[serde(flatten)]
     pub sampling: SamplingFields,
