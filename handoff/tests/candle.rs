@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use common::{Recording, Scripted, collect};
 use dolphin_engine::candle::{CandleConfig, candle_scheduler};
-use dolphin_engine::{Engine, SeqRequest};
+use dolphin_engine::{Engine, LogitRules, SeqRequest};
 use dolphin_handoff::algorithms::{AlwaysLarge, AlwaysSmall, EntropyGate};
 use dolphin_handoff::{AlgorithmSpec, GroupOptions, HandoffAlgorithm, ModelGroup, Subserver};
 use dolphin_tokenizer::{SMOLLM2_FILE, model_or_skip};
@@ -132,6 +132,52 @@ async fn mixed_runs_replay_their_handoff_decisions() {
     for (i, (&t, &m)) in tokens.iter().zip(&writers).enumerate() {
         let e = &g.subservers()[m].engine;
         let want = alone(e, &format!("ref{i}"), &seq, 1).await;
+        assert_eq!(want, vec![t], "position {i}, written by model {m}");
+        seq.push(t);
+    }
+}
+
+/// A repetition penalty reads the whole text so far, whichever model wrote it: a mixed run
+/// with one equals each token recomputed alone, by the model that wrote it, over the same text
+/// as its prompt (where the penalty reads the same tokens).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mixed_runs_apply_the_repetition_penalty_to_both_models_tokens() {
+    let Some(path) = model() else { return };
+    let g = pair(&path);
+    let p = prompt(&path, "Here is a short story about a dolphin who");
+    let rules = LogitRules {
+        repetition_penalty: Some(1.5),
+        ..LogitRules::default()
+    };
+    let with_rules = |id: &str, prompt: &[u32], n: u32| {
+        let mut req = request(id, prompt, n);
+        req.sampling.logits = rules.clone();
+        req
+    };
+    let (rec, writers) = Recording::new(Box::new(EntropyGate::new(1.0, 3, 0.2)));
+    let (tokens, usage) = collect(
+        g.generate_with(with_rules("pen", &p, 24), Box::new(rec))
+            .await
+            .expect("pen"),
+    )
+    .await
+    .expect("pen");
+    let writers = writers.lock().clone();
+    assert!(usage.handoffs > 0, "the gate fires: {usage:?}");
+    assert!(writers.contains(&0) && writers.contains(&1), "{writers:?}");
+    let plain = alone(&g.subservers()[1].engine, "plain", &p, 24).await;
+    assert_ne!(tokens, plain, "the penalty changes the text");
+    let mut seq = p.clone();
+    for (i, (&t, &m)) in tokens.iter().zip(&writers).enumerate() {
+        let e = &g.subservers()[m].engine;
+        let want = collect(
+            e.generate(with_rules(&format!("r{i}"), &seq, 1))
+                .await
+                .expect("ref"),
+        )
+        .await
+        .expect("ref")
+        .0;
         assert_eq!(want, vec![t], "position {i}, written by model {m}");
         seq.push(t);
     }
