@@ -61,9 +61,15 @@ fn request(id: &str, prompt: &[u32], max_tokens: u32) -> SeqRequest {
 }
 
 async fn alone(engine: &Arc<dyn Engine>, id: &str, prompt: &[u32], n: u32) -> Vec<u32> {
-    collect(engine.generate(request(id, prompt, n)).await.expect(id))
+    alone_with(engine, request(id, prompt, n)).await
+}
+
+/// The tokens `engine` alone generates for `req`.
+async fn alone_with(engine: &Arc<dyn Engine>, req: SeqRequest) -> Vec<u32> {
+    let id = req.request_id.clone();
+    collect(engine.generate(req).await.expect(&id))
         .await
-        .expect(id)
+        .expect(&id)
         .0
 }
 
@@ -170,14 +176,7 @@ async fn mixed_runs_apply_the_repetition_penalty_to_both_models_tokens() {
     let mut seq = p.clone();
     for (i, (&t, &m)) in tokens.iter().zip(&writers).enumerate() {
         let e = &g.subservers()[m].engine;
-        let want = collect(
-            e.generate(with_rules(&format!("r{i}"), &seq, 1))
-                .await
-                .expect("ref"),
-        )
-        .await
-        .expect("ref")
-        .0;
+        let want = alone_with(e, with_rules(&format!("r{i}"), &seq, 1)).await;
         assert_eq!(want, vec![t], "position {i}, written by model {m}");
         seq.push(t);
     }

@@ -301,8 +301,8 @@ impl Dispatcher {
         if !s.top_p.is_finite() || !(0.0..=1.0).contains(&s.top_p) {
             return bad(format!("top_p must be in [0, 1], got {}", s.top_p));
         }
-        dolphin_proto::sampling::check_logit_rules(s, self.tokenizer.vocab_size())
-            .map_err(|e| DispatchError::InvalidRequest(e.message))
+        dolphin_proto::sampling::check_logit_rules(s, self.tokenizer.vocab_size())?;
+        Ok(())
     }
 
     /// The longest sequence a request may ask for (prompt plus generated tokens): the live

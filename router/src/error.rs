@@ -8,6 +8,9 @@ pub enum DispatchError {
     /// The request is malformed or out of range.
     #[error("{0}")]
     InvalidRequest(String),
+    /// A logit rule is out of its range (the error names the field).
+    #[error("{0}")]
+    BadLogitRule(#[from] dolphin_proto::sampling::RuleError),
     /// The prompt is longer than the router accepts.
     #[error("the prompt has {tokens} tokens, more than the limit of {limit}")]
     PromptTooLong {
@@ -117,6 +120,7 @@ impl DispatchError {
     pub fn kind(&self) -> ErrorKind {
         match self {
             DispatchError::InvalidRequest(_)
+            | DispatchError::BadLogitRule(_)
             | DispatchError::PromptTooLong { .. }
             | DispatchError::ContextExceeded { .. } => ErrorKind::InvalidRequest,
             DispatchError::ModelNotFound(_) => ErrorKind::NotFound,

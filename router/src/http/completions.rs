@@ -117,13 +117,6 @@ fn build(
         replay_output_tokens: None,
         logits: logits.map(Box::new),
     };
-    // The dispatcher checks these too (for gRPC); here the error names the field.
-    if let Err(e) = dolphin_proto::sampling::check_logit_rules(
-        &sampling,
-        st.dispatcher.tokenizer().vocab_size(),
-    ) {
-        return Err(ApiError::invalid(e.message, Some(e.field)));
-    }
     let params = GenerateParams {
         request_id,
         model,
@@ -279,16 +272,9 @@ pub(crate) async fn run(st: &AppState, prepared: Prepared) -> Result<Response, A
     let headers = routing_headers(&rs);
     let enc = Encoder::new(ep, response_id(ep, &rs), model, now(), include_usage).with_echo(echo);
     let mut resp = if stream {
-        let mut resp = Response::new(axum::body::Body::new(SseBody::new(rs, enc)));
-        let h = resp.headers_mut();
-        h.insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("text/event-stream"),
-        );
-        h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-        resp
+        events(rs, enc)
     } else {
-        whole(rs, enc).await?
+        whole(enc, vec![collect(rs).await?])
     };
     resp.headers_mut().extend(headers);
     Ok(resp)
@@ -348,32 +334,53 @@ async fn run_choices(
                 })
             })
         });
-        let mut resp = Response::new(axum::body::Body::new(SseBody::new(
-            futures::stream::select_all(tagged),
-            enc,
-        )));
-        let h = resp.headers_mut();
-        h.insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("text/event-stream"),
-        );
-        h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-        resp
+        events(futures::stream::select_all(tagged), enc)
     } else {
-        let outputs = futures::future::try_join_all(streams.into_iter().map(collect)).await?;
-        let path = outputs[0].path;
-        let mut usage = outputs[0].usage.clone();
-        for o in &outputs[1..] {
-            add_usage(&mut usage, &o.usage);
-        }
-        let texts = outputs.into_iter().map(|o| (o.text, o.reason)).collect();
-        let mut resp = enc.whole(texts, &usage);
-        resp.headers_mut()
-            .insert(X_PREFILL_PATH, HeaderValue::from_static(path.as_str()));
-        resp
+        whole(
+            enc,
+            futures::future::try_join_all(streams.into_iter().map(collect)).await?,
+        )
     };
     resp.headers_mut().extend(headers);
     Ok(resp)
+}
+
+/// A streamed answer: the deltas of `deltas` as server-sent events.
+fn events<S>(deltas: S, enc: Encoder) -> Response
+where
+    S: futures::Stream<Item = Result<crate::stream::Delta, crate::error::DispatchError>>
+        + Unpin
+        + Send
+        + 'static,
+{
+    let mut resp = Response::new(axum::body::Body::new(SseBody::new(deltas, enc)));
+    let h = resp.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    resp
+}
+
+/// A whole answer from every choice's output (at least one): the usage counts the prompt once,
+/// and the prefill path is the first choice's.
+fn whole(enc: Encoder, outputs: Vec<Output>) -> Response {
+    let path = outputs[0].path;
+    let mut texts = Vec::with_capacity(outputs.len());
+    let mut usage: Option<v1::Usage> = None;
+    for o in outputs {
+        match &mut usage {
+            Some(total) => add_usage(total, &o.usage),
+            None => usage = Some(o.usage),
+        }
+        texts.push((o.text, o.reason));
+    }
+    let mut resp = enc.whole(texts, &usage.unwrap_or_default());
+    // Known once the decode worker answered: only a whole response can carry it.
+    resp.headers_mut()
+        .insert(X_PREFILL_PATH, HeaderValue::from_static(path.as_str()));
+    resp
 }
 
 /// Adds a further choice's usage to the request's: the prompt counts once, the generated
@@ -694,14 +701,4 @@ async fn collect(mut rs: ResponseStream) -> Result<Output, ApiError> {
     Err(ApiError::from(crate::error::DispatchError::Truncated {
         worker: rs.route().decode.worker.id.0.clone(),
     }))
-}
-
-/// Collects the whole output.
-async fn whole(rs: ResponseStream, enc: Encoder) -> Result<Response, ApiError> {
-    let out = collect(rs).await?;
-    let mut resp = enc.whole(vec![(out.text, out.reason)], &out.usage);
-    // Known once the decode worker answered: only a whole response can carry it.
-    resp.headers_mut()
-        .insert(X_PREFILL_PATH, HeaderValue::from_static(out.path.as_str()));
-    Ok(resp)
 }

@@ -124,6 +124,7 @@ impl From<DispatchError> for ApiError {
         };
         let param = match &e {
             DispatchError::ModelNotFound(_) => Some("model"),
+            DispatchError::BadLogitRule(e) => Some(e.field),
             _ => None,
         };
         let code = e.openai_code().or(match e.kind() {
