@@ -4,8 +4,9 @@
 
 use std::time::{Duration, Instant};
 
-use dolphin_engine::{Engine, FinishReason, OutputStream, SeqOutput, SeqUsage};
+use dolphin_engine::{Engine, FinishReason, Generated, OutputStream, SeqOutput, SeqUsage};
 use dolphin_proto::v1;
+use dolphin_worker_common::logprobs;
 use dolphin_worker_common::metrics as m;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -106,10 +107,17 @@ impl Forwarder<'_> {
             };
             match item {
                 Some(SeqOutput::Token(token)) => {
-                    let mut token_ids = vec![token];
+                    let mut token_ids = Vec::with_capacity(1);
+                    // Either every token of a request has log probabilities or none has.
+                    let mut logprobs = Vec::new();
+                    let mut add = |t: Generated, ids: &mut Vec<u32>| {
+                        ids.push(t.id);
+                        logprobs.extend(t.logprobs.as_deref().map(logprobs::to_wire));
+                    };
+                    add(token, &mut token_ids);
                     while token_ids.len() < MAX_TOKENS_PER_MESSAGE {
                         match output.try_recv() {
-                            Ok(SeqOutput::Token(t)) => token_ids.push(t),
+                            Ok(SeqOutput::Token(t)) => add(t, &mut token_ids),
                             Ok(other) => {
                                 pending = Some(other);
                                 break;
@@ -127,6 +135,7 @@ impl Forwarder<'_> {
                         .increment(token_ids.len() as u64);
                     let message = v1::DecodeResponse {
                         token_ids,
+                        logprobs,
                         fell_back: self.prefill.fell_back(),
                         path: self.prefill.path as i32,
                         ..Default::default()
@@ -191,6 +200,7 @@ impl Forwarder<'_> {
             )),
             fell_back: self.prefill.fell_back(),
             path: self.prefill.path as i32,
+            logprobs: Vec::new(),
         }
     }
 }

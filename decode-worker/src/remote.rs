@@ -7,12 +7,12 @@
 
 use std::time::{Duration, Instant};
 
-use dolphin_engine::{Engine, EngineError, OutputStream, Reservation, SeqId};
+use dolphin_engine::{Engine, EngineError, Generated, OutputStream, Reservation, SeqId};
 use dolphin_kv_transfer::{TransferError, TransferSlot};
 use dolphin_proto::prost::Message;
 use dolphin_proto::v1::{self, PrefillPath};
 use dolphin_worker_common::{
-    engine_status,
+    engine_status, logprobs,
     metrics::{self as m, fallback_reason},
 };
 use tokio_util::sync::CancellationToken;
@@ -117,7 +117,16 @@ pub async fn prefill(
             let waited = started.elapsed();
             metrics::histogram!(m::DECODE_REMOTE_PREFILL_SECONDS).record(waited.as_secs_f64());
             let output = engine
-                .resume(reservation.seq, answer.first_token)
+                .resume(
+                    reservation.seq,
+                    Generated {
+                        id: answer.first_token,
+                        logprobs: answer
+                            .first_logprobs
+                            .as_ref()
+                            .map(|lp| Box::new(logprobs::from_wire(lp))),
+                    },
+                )
                 .await
                 .map_err(|e| engine_status(&e))?;
             let remote_queued = Duration::from_micros(answer.queued_us);

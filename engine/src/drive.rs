@@ -9,7 +9,7 @@
 
 use std::fmt::Debug;
 
-use crate::types::{FinishReason, SeqUsage, TokenStats};
+use crate::types::{FinishReason, SeqUsage, TokenLogprobs, TokenStats};
 
 /// A token a driven sequence just sampled, as its driver sees it.
 #[derive(Clone, Copy, Debug)]
@@ -19,6 +19,8 @@ pub struct DrivenToken<'a> {
     /// Its distribution's statistics; `None` for a first token sampled elsewhere (a prefill
     /// worker's, on the remote path).
     pub stats: Option<TokenStats>,
+    /// Its log probabilities, where the request asked for them.
+    pub logprobs: Option<&'a TokenLogprobs>,
     /// The sequence before `token`: prompt, then every token kept or appended so far.
     pub tokens: &'a [u32],
     /// Prompt length.

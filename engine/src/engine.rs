@@ -8,7 +8,8 @@ use crate::drive::{DriveStart, SeqDriver};
 use crate::error::EngineError;
 use crate::scheduler::{BatchWait, StepProfile};
 use crate::types::{
-    EngineInfo, KvEvent, LoadSnapshot, OutputStream, PrefillOutput, Reservation, SeqId, SeqRequest,
+    EngineInfo, Generated, KvEvent, LoadSnapshot, OutputStream, PrefillOutput, Reservation, SeqId,
+    SeqRequest,
 };
 
 /// The engine as the workers use it. Implemented by [`crate::Scheduler`] (continuous batching,
@@ -64,8 +65,9 @@ pub trait Engine: Send + Sync + 'static {
     /// are not what the block must hold.
     fn import(&self, seq: SeqId, index: u32, data: &[u8]) -> Result<(), EngineError>;
 
-    /// All blocks imported: start decoding with the prefill worker's first token (streamed first).
-    async fn resume(&self, seq: SeqId, first_token: u32) -> Result<OutputStream, EngineError>;
+    /// All blocks imported: start decoding with the prefill worker's first token (streamed first,
+    /// with the log probabilities the prefill worker computed for it).
+    async fn resume(&self, seq: SeqId, first: Generated) -> Result<OutputStream, EngineError>;
 
     /// Remote prefill failed: prefill the reservation locally instead (same output as `generate`).
     async fn resume_local(&self, seq: SeqId) -> Result<OutputStream, EngineError>;
@@ -116,14 +118,14 @@ pub trait Engine: Send + Sync + 'static {
         Err(not_driven())
     }
 
-    /// Like `resume`, for a driven sequence: `first_token` goes to `driver` (without statistics).
+    /// Like `resume`, for a driven sequence: `first` goes to `driver` (without statistics).
     async fn resume_driven(
         &self,
         seq: SeqId,
-        first_token: u32,
+        first: Generated,
         driver: Arc<dyn SeqDriver>,
     ) -> Result<(), EngineError> {
-        let _ = (seq, first_token, driver);
+        let _ = (seq, first, driver);
         Err(not_driven())
     }
 

@@ -44,7 +44,14 @@ pub struct Sampling {
     /// Produce at least this many tokens: end-of-sequence and `stop_token_ids` cannot be drawn
     /// before (and do not stop the sequence).
     pub min_tokens: u32,
+    /// Report each generated token's log probability and those of the `k` most likely tokens
+    /// of its step (`None`: no log probabilities; at most [`MAX_TOP_LOGPROBS`]).
+    pub logprobs: Option<u32>,
 }
+
+/// Most alternatives a request may ask log probabilities for (vLLM's default `max_logprobs`
+/// and OpenAI's `top_logprobs` cap).
+pub const MAX_TOP_LOGPROBS: u32 = 20;
 
 /// Changes to a draw's logits, applied in this order before temperature, top-k and top-p (as
 /// vLLM orders them). The default changes nothing.
@@ -103,6 +110,7 @@ impl Default for Sampling {
             end_after: None,
             logits: LogitRules::default(),
             min_tokens: 0,
+            logprobs: None,
         }
     }
 }
@@ -155,11 +163,37 @@ pub struct SeqUsage {
     pub handoff_algorithm: String,
 }
 
+/// Log probabilities at one step, from the model's raw logits (before the request's logit
+/// rules, temperature and truncation: vLLM's default `raw_logprobs`).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TokenLogprobs {
+    /// The drawn token's.
+    pub logprob: f32,
+    /// The most likely tokens' (as many as the request asked for), most likely first.
+    pub top: Vec<(u32, f32)>,
+}
+
+/// A generated token as it is streamed.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Generated {
+    /// The token id.
+    pub id: u32,
+    /// Its log probabilities, when the request asked for them.
+    pub logprobs: Option<Box<TokenLogprobs>>,
+}
+
+impl From<u32> for Generated {
+    /// A token without log probabilities.
+    fn from(id: u32) -> Self {
+        Self { id, logprobs: None }
+    }
+}
+
 /// One event of a request's output stream. The stream ends after `Finished` or `Error`.
 #[derive(Clone, Debug, PartialEq)]
 pub enum SeqOutput {
     /// The next generated token.
-    Token(u32),
+    Token(Generated),
     /// The request is done.
     Finished {
         /// Why it stopped.
@@ -246,6 +280,8 @@ pub struct EngineInfo {
 pub struct PrefillOutput {
     /// The first generated token.
     pub first_token: u32,
+    /// Its log probabilities, when the request asked for them.
+    pub first_logprobs: Option<Box<TokenLogprobs>>,
     /// Prompt tokens found in this engine's prefix cache.
     pub cached_tokens: u32,
     /// Blocks `[skip_blocks, ceil(prompt / block_size))` of the prompt; the last may be partial.
@@ -281,21 +317,24 @@ pub struct TokenStats {
 }
 
 /// A token a backend sampled, with its step's statistics (all zero unless the sequence asked
-/// for them: `SeqStart::stats`).
-#[derive(Clone, Copy, Debug, PartialEq)]
+/// for them: `SeqStart::stats`) and log probabilities (where its sampling asks for them).
+#[derive(Clone, Debug, PartialEq)]
 pub struct Sampled {
     /// The token.
     pub token: u32,
     /// Its distribution's statistics.
     pub stats: TokenStats,
+    /// Its log probabilities (`Sampling::logprobs`).
+    pub logprobs: Option<Box<TokenLogprobs>>,
 }
 
 impl Sampled {
-    /// A token without statistics.
+    /// A token without statistics or log probabilities.
     pub fn token(token: u32) -> Self {
         Self {
             token,
             stats: TokenStats::default(),
+            logprobs: None,
         }
     }
 }

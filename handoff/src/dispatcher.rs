@@ -6,8 +6,8 @@
 use std::sync::Arc;
 
 use dolphin_engine::{
-    DriveStart, DrivenEnd, DrivenToken, EngineError, FinishReason, ModelTokens, OutputStream,
-    SeqDriver, SeqOutput, SeqRequest, SeqUsage, Steer,
+    DriveStart, DrivenEnd, DrivenToken, EngineError, FinishReason, Generated, ModelTokens,
+    OutputStream, SeqDriver, SeqOutput, SeqRequest, SeqUsage, Steer,
 };
 use parking_lot::Mutex;
 use tokio::sync::mpsc;
@@ -26,7 +26,7 @@ pub struct Dispatcher {
 /// What a span reports to its request's dispatcher task.
 #[derive(Debug)]
 enum Event {
-    Token(u32),
+    Token(Generated),
     /// The span ended by a handoff to `to` (after the last token reported).
     Handoff(ModelIndex),
     End(DrivenEnd),
@@ -88,7 +88,10 @@ impl SeqDriver for SpanDriver {
         };
         if keep {
             s.tokens.push(t.token);
-            let _ = self.events.send(Event::Token(t.token));
+            let _ = self.events.send(Event::Token(Generated {
+                id: t.token,
+                logprobs: t.logprobs.map(|lp| Box::new(lp.clone())),
+            }));
         }
         if to == self.model {
             return Steer::Keep;

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use dolphin_engine::{
-    DriveStart, Engine, EngineError, EngineInfo, KvEvent, LoadSnapshot, OutputStream,
+    DriveStart, Engine, EngineError, EngineInfo, Generated, KvEvent, LoadSnapshot, OutputStream,
     PrefillOutput, Reservation, SeqId, SeqRequest, StepProfile,
 };
 use parking_lot::Mutex;
@@ -394,7 +394,7 @@ impl ModelGroup {
     async fn resume_home(
         &self,
         seq: SeqId,
-        first_token: Option<u32>,
+        first: Option<Generated>,
     ) -> Result<OutputStream, EngineError> {
         let req = self
             .reserved
@@ -406,7 +406,7 @@ impl ModelGroup {
         self.start_peers(&req, &request, self.home).await?;
         let home = &self.subservers[self.home].engine;
         let driver = request.driver(self.home);
-        match first_token {
+        match first {
             Some(token) => home.resume_driven(seq, token, driver).await,
             None => home.resume_local_driven(seq, driver).await,
         }
@@ -453,8 +453,8 @@ impl Engine for ModelGroup {
         self.subservers[self.home].engine.import(seq, index, data)
     }
 
-    async fn resume(&self, seq: SeqId, first_token: u32) -> Result<OutputStream, EngineError> {
-        self.resume_home(seq, Some(first_token)).await
+    async fn resume(&self, seq: SeqId, first: Generated) -> Result<OutputStream, EngineError> {
+        self.resume_home(seq, Some(first)).await
     }
 
     async fn resume_local(&self, seq: SeqId) -> Result<OutputStream, EngineError> {

@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use dolphin_engine::{
-    DrivenEnd, DrivenToken, FinishReason, ModelTokens, SeqDriver, SeqId, SeqOutput, SeqUsage, Steer,
+    DrivenEnd, DrivenToken, FinishReason, Generated, ModelTokens, SeqDriver, SeqId, SeqOutput,
+    SeqUsage, Steer,
 };
 use parking_lot::{Mutex, MutexGuard};
 use tokio::sync::mpsc;
@@ -188,8 +189,8 @@ impl Request {
 
     /// Accepts `token` from the active subserver: part of the answer, streamed; paused
     /// subservers more than `sync_tokens` behind get the suffix without resuming.
-    fn accept(self: &Arc<Self>, s: &mut State, model: ModelIndex, token: u32) -> bool {
-        s.tokens.push(token);
+    fn accept(self: &Arc<Self>, s: &mut State, model: ModelIndex, token: Generated) -> bool {
+        s.tokens.push(token.id);
         s.seen[model] = s.tokens.len();
         s.written[model] += 1;
         let every = self.info.sync_tokens as usize;
@@ -290,7 +291,11 @@ impl Request {
         } else {
             (to, keep)
         };
-        if keep && !self.accept(&mut s, model, t.token) {
+        let generated = Generated {
+            id: t.token,
+            logprobs: t.logprobs.map(|lp| Box::new(lp.clone())),
+        };
+        if keep && !self.accept(&mut s, model, generated) {
             // The client is gone.
             return self.abort(s, "client gone".into());
         }

@@ -253,3 +253,33 @@ async fn delayed_batching_never_waits_past_its_bound() {
         );
     }
 }
+
+/// Log probabilities follow every token through handoffs: each comes from the model that
+/// wrote it (a sim token's is 0, itself the only alternative).
+#[tokio::test]
+async fn logprobs_ride_with_every_token_across_handoffs() {
+    let g = group(0.0);
+    let alg = Scripted {
+        to_large: vec![2, 7],
+        span: 2,
+    };
+    let mut req = request("lp", 30, 12);
+    req.sampling.logprobs = Some(1);
+    let mut rx = g.generate_with(req, Box::new(alg)).await.expect("lp");
+    let mut tokens = 0;
+    loop {
+        match rx.recv().await.expect("stream open") {
+            SeqOutput::Token(t) => {
+                let lp = t.logprobs.expect("every token has them");
+                assert_eq!((lp.logprob, lp.top), (0.0, vec![(t.id, 0.0)]));
+                tokens += 1;
+            }
+            SeqOutput::Finished { usage, .. } => {
+                assert_eq!(usage.handoffs, 4, "{usage:?}");
+                break;
+            }
+            SeqOutput::Error(e) => panic!("{e}"),
+        }
+    }
+    assert_eq!(tokens, 12);
+}

@@ -8,7 +8,7 @@ use dolphin_kv_transfer::KvTransport;
 use dolphin_proto::prost::Message;
 use dolphin_proto::v1::{self, prefill_worker_server::PrefillWorker};
 use dolphin_worker_common::{
-    WorkerState, engine_status,
+    WorkerState, engine_status, logprobs,
     metrics::{self as m, outcome},
     seq_request,
 };
@@ -111,6 +111,7 @@ impl PrefillService {
             // which breaks the transfer.
             let result = v1::PrefillResult {
                 first_token: out.first_token,
+                first_logprobs: out.first_logprobs.as_deref().map(logprobs::to_wire),
                 cached_tokens: out.cached_tokens,
                 prefill_us: micros(out.prefill),
                 queued_us: micros(out.queued),

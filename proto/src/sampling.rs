@@ -7,6 +7,10 @@ use crate::v1;
 /// Largest logit bias in either direction (OpenAI's range).
 pub const MAX_LOGIT_BIAS: f32 = 100.0;
 
+/// Most alternatives a request may ask log probabilities for (vLLM's default `max_logprobs`,
+/// OpenAI's `top_logprobs` cap).
+pub const MAX_TOP_LOGPROBS: u32 = 20;
+
 /// Largest presence or frequency penalty in either direction (OpenAI's and vLLM's range).
 pub const MAX_PENALTY: f32 = 2.0;
 
@@ -28,12 +32,18 @@ impl std::fmt::Display for RuleError {
 impl std::error::Error for RuleError {}
 
 /// Checks the logit rules of `params` (none: nothing to check) for a model of `vocab_size`
-/// tokens.
+/// tokens, and the number of log-probability alternatives it asks for.
 pub fn check_logit_rules(params: &v1::SamplingParams, vocab_size: u32) -> Result<(), RuleError> {
+    let err = |field: &'static str, message: String| Err(RuleError { field, message });
+    if let Some(k) = params.logprobs.filter(|&k| k > MAX_TOP_LOGPROBS) {
+        return err(
+            "logprobs",
+            format!("logprobs must be at most {MAX_TOP_LOGPROBS} alternatives, got {k}"),
+        );
+    }
     let Some(s) = params.logits.as_deref() else {
         return Ok(());
     };
-    let err = |field: &'static str, message: String| Err(RuleError { field, message });
     let r = s.repetition_penalty;
     // 0 (unset on the wire) and 1 are no penalty; any other positive number is one.
     if !(r.is_finite() && r >= 0.0) {
@@ -117,6 +127,20 @@ mod tests {
             logit_bias: [(0, -100.0), (9, 100.0)].into_iter().collect(),
         };
         assert_eq!(check_logit_rules(&params(edges), 10), Ok(()));
+    }
+
+    #[test]
+    fn logprobs_up_to_twenty_alternatives() {
+        let with = |k| v1::SamplingParams {
+            max_tokens: 4,
+            logprobs: Some(k),
+            ..Default::default()
+        };
+        assert_eq!(check_logit_rules(&with(0), 10), Ok(()));
+        assert_eq!(check_logit_rules(&with(MAX_TOP_LOGPROBS), 10), Ok(()));
+        let e = check_logit_rules(&with(21), 10).expect_err("refused");
+        assert_eq!(e.field, "logprobs");
+        assert!(e.message.starts_with("logprobs"), "{}", e.message);
     }
 
     #[test]

@@ -260,6 +260,9 @@ async fn bad_requests_are_refused_before_any_worker_call() {
     }));
     assert_eq!(kind(d.generate(p).await), ErrorKind::InvalidRequest);
     let mut p = params("hi", 2);
+    p.sampling.logprobs = Some(21);
+    assert_eq!(kind(d.generate(p).await), ErrorKind::InvalidRequest);
+    let mut p = params("hi", 2);
     p.force = Some(Decision::Remote);
     assert!(matches!(
         d.generate(p).await,

@@ -97,6 +97,7 @@ pub(crate) fn responses(stream: ResponseStream) -> GenerateStream {
         let mut msg = v1::GenerateResponse {
             request_id: request_id.clone(),
             token_ids: delta.token_ids,
+            logprobs: delta.logprobs,
             text: delta.text,
             ..Default::default()
         };

@@ -78,6 +78,8 @@ pub struct Finish {
 pub struct Delta {
     /// Token ids received.
     pub token_ids: Vec<u32>,
+    /// Their log probabilities, pairwise, where the request asked for them (else empty).
+    pub logprobs: Vec<v1::TokenLogprobs>,
     /// Their text (may be empty while a character or a possible stop string is incomplete).
     pub text: String,
     /// Set on the last delta.
@@ -355,6 +357,7 @@ impl Running {
             None => *out = Some(d),
             Some(acc) => {
                 acc.token_ids.extend_from_slice(&d.token_ids);
+                acc.logprobs.extend(d.logprobs);
                 acc.text.push_str(&d.text);
                 acc.finish = d.finish;
             }
@@ -393,6 +396,7 @@ impl Running {
         };
         Delta {
             token_ids: msg.token_ids,
+            logprobs: msg.logprobs,
             text,
             finish,
             choice: 0,

@@ -94,6 +94,17 @@ pub async fn until_in_flight(limit: &crate::admission::InflightLimit, n: u32) {
     }
 }
 
+/// The log probabilities a fake worker reports for token `id` with `k` alternatives: the
+/// token at `-id / 100`, the alternatives `id`, `id + 1`, ... one nat apart.
+pub fn fake_logprobs(id: u32, k: u32) -> v1::TokenLogprobs {
+    let logprob = -(id as f32) / 100.0;
+    v1::TokenLogprobs {
+        logprob,
+        top_ids: (0..k).map(|i| id + i).collect(),
+        top_logprobs: (0..k).map(|i| logprob - i as f32).collect(),
+    }
+}
+
 /// The token a [`Behavior::Positional`] fake writes at sequence position `pos`.
 pub fn positional_token(pos: usize) -> u32 {
     // Lowercase letters, so the text is readable.
@@ -216,6 +227,7 @@ impl DecodeWorker for Svc {
         self.0.timeouts.lock().push(timeout);
         let req = req.into_inner();
         let max = req.sampling.as_ref().map_or(1, |s| s.max_tokens);
+        let logprobs = req.sampling.as_ref().and_then(|s| s.logprobs);
         let prompt_tokens = req.token_ids.len() as u32;
         let (path, delay) = if req.remote.is_some() {
             (*self.0.remote_path.lock(), *self.0.remote_delay.lock())
@@ -228,6 +240,7 @@ impl DecodeWorker for Svc {
         let st = self.0.clone();
         let token = move |id: u32| v1::DecodeResponse {
             token_ids: vec![id],
+            logprobs: logprobs.map(|k| fake_logprobs(id, k)).into_iter().collect(),
             fell_back: path == v1::PrefillPath::LocalFallback,
             path: path as i32,
             ..Default::default()

@@ -50,6 +50,8 @@ pub struct Generated {
     pub messages: usize,
     /// Every token id, in order.
     pub tokens: Vec<u32>,
+    /// Their log probabilities, where the request asked for them.
+    pub logprobs: Vec<dolphin_proto::v1::TokenLogprobs>,
     /// The concatenated text.
     pub text: String,
     /// Finish reason of the last message.
@@ -82,6 +84,7 @@ impl Generated {
     pub fn push(&mut self, msg: GenerateResponse) {
         self.messages += 1;
         self.tokens.extend_from_slice(&msg.token_ids);
+        self.logprobs.extend(msg.logprobs);
         self.text.push_str(&msg.text);
         if msg.finish_reason != FinishReason::Unspecified as i32 {
             self.finish_reason = FinishReason::try_from(msg.finish_reason).ok();

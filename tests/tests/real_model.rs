@@ -8,6 +8,9 @@
 //! - So are the logit rules (a logit bias, repetition, presence and frequency penalties and a
 //!   minimum length), which read the prompt on the prefill worker and the output so far on the
 //!   decode worker.
+//! - So are log probabilities: the first token's computed on the prefill worker (carried in
+//!   the KV transfer's end frame), the rest on the decode worker, each equal to the
+//!   reference's; over HTTP in chat's shape, with each token's text.
 //! - `/v1/chat/completions` answers a simple question sensibly.
 //!
 //! Skipped with a notice when the model file is absent (run `scripts/fetch-model.sh`), unless
@@ -38,6 +41,8 @@ const KV_BYTES: &str = "128MiB";
 /// makes the workers chunk prompts differently from the reference, which must not change a
 /// token.
 const STEP_TOKENS: &str = "64";
+/// Alternatives asked for with log probabilities.
+const LOGPROBS: u32 = 3;
 
 /// The model file, or `None` (test skipped) when it is absent and not required.
 fn model_path() -> Option<PathBuf> {
@@ -126,6 +131,21 @@ async fn reference_with(
     prompt: &[u32],
     sampling: Sampling,
 ) -> Vec<u32> {
+    reference_scored(engine, id, prompt, sampling)
+        .await
+        .into_iter()
+        .map(|t| t.id)
+        .collect()
+}
+
+/// Tokens, with their log probabilities where `sampling` asks for them, from the in-process
+/// reference engine.
+async fn reference_scored(
+    engine: &dyn Engine,
+    id: &str,
+    prompt: &[u32],
+    sampling: Sampling,
+) -> Vec<dolphin_engine::Generated> {
     let req = SeqRequest {
         request_id: id.to_owned(),
         prompt: prompt.to_vec(),
@@ -203,6 +223,7 @@ async fn smollm2_remote_equals_local_equals_single_process_and_chat_answers() ->
     let mut expected = Vec::new();
     let chat_expected;
     let penalized_expected;
+    let scored_expected;
     {
         let mut cfg = CandleConfig::new(&path);
         cfg.threads = Some(1);
@@ -218,6 +239,12 @@ async fn smollm2_remote_equals_local_equals_single_process_and_chat_answers() ->
         // The code prompt with the logit rules, its greedy first token banned.
         let (sampling, _) = penalized(expected[1][0], &stops);
         penalized_expected = reference_with(&*engine, "rules", &prompts[1].1, sampling).await;
+        let sampling = Sampling {
+            max_tokens: 8,
+            logprobs: Some(LOGPROBS),
+            ..Sampling::default()
+        };
+        scored_expected = reference_scored(&*engine, "scored", &prompts[0].1, sampling).await;
     }
     assert_ne!(penalized_expected, expected[1], "the rules change nothing");
 
@@ -278,6 +305,78 @@ async fn smollm2_remote_equals_local_equals_single_process_and_chat_answers() ->
             "{mode:?} prefill with the logit rules != reference"
         );
     }
+
+    // Log probabilities: the prefill worker's for the first token (carried in the KV
+    // transfer's end frame), the decode worker's for the rest, equal to the reference's.
+    for mode in [PrefillMode::Remote, PrefillMode::Local] {
+        let mut req = token_request(&prompts[0].1, mode);
+        req.sampling = Some(SamplingParams {
+            max_tokens: 8,
+            logprobs: Some(LOGPROBS),
+            ..SamplingParams::default()
+        });
+        let out = grpc::generate(&mut client, req).await.context("logprobs")?;
+        let routing = out.last_routing.clone().context("routing info")?;
+        assert!(!routing.fell_back, "fell back: {routing:?}");
+        let ids: Vec<u32> = scored_expected.iter().map(|t| t.id).collect();
+        assert_eq!(
+            out.tokens, ids,
+            "{mode:?}: tokens with logprobs != reference"
+        );
+        assert_eq!(out.logprobs.len(), ids.len(), "{mode:?}: one entry a token");
+        for (i, (got, want)) in out.logprobs.iter().zip(&scored_expected).enumerate() {
+            let want = want.logprobs.as_deref().context("reference logprobs")?;
+            let close = |a: f32, b: f32| (a - b).abs() < 1e-3;
+            assert!(
+                close(got.logprob, want.logprob) && got.logprob <= 0.0,
+                "{mode:?} token {i}: {got:?} against {want:?}"
+            );
+            assert_eq!(got.top_ids.len(), LOGPROBS as usize, "{mode:?} token {i}");
+            // Greedy: the drawn token is the most likely one.
+            assert_eq!(got.top_ids[0], ids[i], "{mode:?} token {i}");
+            for (id, lp) in got.top_ids.iter().zip(&got.top_logprobs) {
+                if let Some((_, w)) = want.top.iter().find(|(t, _)| t == id) {
+                    assert!(
+                        close(*lp, *w),
+                        "{mode:?} token {i}: {got:?} against {want:?}"
+                    );
+                }
+            }
+        }
+    }
+    // The same over HTTP in chat's shape: each token's text, as the tokenizer decodes it alone.
+    let body = serde_json::json!({
+        "model": MODEL,
+        "messages": [{"role": "user", "content": QUESTION}],
+        "max_tokens": 4,
+        "temperature": 0,
+        "logprobs": true,
+        "top_logprobs": 2,
+    });
+    let response = http::post_json(
+        cluster.http_addr(),
+        "/v1/chat/completions",
+        &body.to_string(),
+    )
+    .await?;
+    assert_eq!(response.status, 200, "{}", response.text());
+    let v = response.json()?;
+    let content = v["choices"][0]["logprobs"]["content"]
+        .as_array()
+        .context("no logprobs content")?;
+    let texts: Vec<String> = chat_expected
+        .iter()
+        .take(4)
+        .map(|&t| tok.decode(&[t]))
+        .collect();
+    let got: Vec<&str> = content.iter().filter_map(|e| e["token"].as_str()).collect();
+    assert_eq!(got, texts, "{v}");
+    assert!(
+        content
+            .iter()
+            .all(|e| e["top_logprobs"].as_array().map(Vec::len) == Some(2)),
+        "{v}"
+    );
 
     // The chat endpoint renders the GGUF's template and detokenizes exactly what the engine
     // generates. (Whether the answer is right is a property of the weights: the engine's own

@@ -12,6 +12,7 @@ pub mod engine;
 pub mod error;
 pub mod events;
 pub mod lifecycle;
+pub mod logprobs;
 pub mod main_body;
 pub mod metrics;
 pub mod process;

@@ -120,6 +120,7 @@ pub fn sampling_from(params: &v1::SamplingParams) -> Result<Sampling, BadRequest
         end_after: params.replay_output_tokens,
         logits: rules.map(logits_rules).unwrap_or_default(),
         min_tokens: rules.map_or(0, |r| r.min_tokens),
+        logprobs: params.logprobs,
     })
 }
 

@@ -8,8 +8,8 @@
 use std::sync::Arc;
 
 use dolphin_engine::{
-    BatchWait, DriveStart, Engine, EngineError, EngineInfo, KvEvent, LoadSnapshot, OutputStream,
-    PrefillOutput, Reservation, SeqDriver, SeqId, SeqRequest, StepProfile,
+    BatchWait, DriveStart, Engine, EngineError, EngineInfo, Generated, KvEvent, LoadSnapshot,
+    OutputStream, PrefillOutput, Reservation, SeqDriver, SeqId, SeqRequest, StepProfile,
 };
 
 /// Delegates to `inner`, adding `stops` to each request's `stop_token_ids`.
@@ -87,8 +87,8 @@ impl Engine for WithStopTokens {
         self.inner.import(seq, index, data)
     }
 
-    async fn resume(&self, seq: SeqId, first_token: u32) -> Result<OutputStream, EngineError> {
-        self.inner.resume(seq, first_token).await
+    async fn resume(&self, seq: SeqId, first: Generated) -> Result<OutputStream, EngineError> {
+        self.inner.resume(seq, first).await
     }
 
     async fn resume_local(&self, seq: SeqId) -> Result<OutputStream, EngineError> {
@@ -131,10 +131,10 @@ impl Engine for WithStopTokens {
     async fn resume_driven(
         &self,
         seq: SeqId,
-        first_token: u32,
+        first: Generated,
         driver: Arc<dyn SeqDriver>,
     ) -> Result<(), EngineError> {
-        self.inner.resume_driven(seq, first_token, driver).await
+        self.inner.resume_driven(seq, first, driver).await
     }
 
     async fn resume_local_driven(
@@ -173,7 +173,7 @@ mod tests {
         let mut tokens = Vec::new();
         while let Some(ev) = out.recv().await {
             match ev {
-                SeqOutput::Token(t) => tokens.push(t),
+                SeqOutput::Token(t) => tokens.push(t.id),
                 SeqOutput::Finished { reason, .. } => return (tokens, reason),
                 SeqOutput::Error(e) => panic!("engine error: {e}"),
             }

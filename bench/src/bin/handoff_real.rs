@@ -102,7 +102,7 @@ async fn collect(mut rx: OutputStream) -> anyhow::Result<(Vec<u32>, SeqUsage)> {
     let mut tokens = Vec::new();
     while let Some(item) = rx.recv().await {
         match item {
-            SeqOutput::Token(t) => tokens.push(t),
+            SeqOutput::Token(t) => tokens.push(t.id),
             SeqOutput::Finished { usage, .. } => return Ok((tokens, usage)),
             SeqOutput::Error(e) => anyhow::bail!(e),
         }

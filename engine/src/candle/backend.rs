@@ -238,13 +238,14 @@ impl Backend for CandleBackend {
             })?;
             let row = &logits[r * vocab..(r + 1) * vocab];
             let token = sampler.sample(row, e.position + e.len())?;
-            sampled[i] = Some(if *stats {
-                Sampled {
-                    token,
-                    stats: token_stats(row, token),
-                }
-            } else {
-                Sampled::token(token)
+            sampled[i] = Some(Sampled {
+                token,
+                stats: if *stats {
+                    token_stats(row, token)
+                } else {
+                    Default::default()
+                },
+                logprobs: sampler.logprobs(row, token),
             });
         }
         Ok(Duration::ZERO)

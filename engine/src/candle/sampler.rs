@@ -13,7 +13,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use crate::error::BackendError;
-use crate::types::{LogitRules, Sampling, TokenStats};
+use crate::types::{LogitRules, Sampling, TokenLogprobs, TokenStats};
 
 /// One sequence's sampling state.
 #[derive(Debug)]
@@ -33,6 +33,8 @@ pub(crate) struct Sampler {
     scratch: Vec<(f32, u32)>,
     /// The logits after the rules, reused between draws.
     adjusted: Vec<f32>,
+    /// Report log probabilities with this many alternatives (`Sampling::logprobs`).
+    logprobs: Option<u32>,
 }
 
 /// What the penalties read: the prompt's distinct tokens and the output's token counts.
@@ -61,7 +63,20 @@ impl Sampler {
             history: s.logits.needs_history().then(History::default),
             scratch: Vec::new(),
             adjusted: Vec::new(),
+            logprobs: s.logprobs,
         }
+    }
+
+    /// The drawn `token`'s log probabilities from the raw `logits` of its step, where the
+    /// request asked for them.
+    pub fn logprobs(&mut self, logits: &[f32], token: u32) -> Option<Box<TokenLogprobs>> {
+        let k = self.logprobs?;
+        Some(Box::new(token_logprobs(
+            logits,
+            token,
+            k as usize,
+            &mut self.scratch,
+        )))
     }
 
     /// Sets the sequence the sampler draws for: its prompt, the output it already has, how many
@@ -263,6 +278,44 @@ pub(crate) fn token_stats(logits: &[f32], token: u32) -> TokenStats {
         prob: picked,
         entropy: (z.ln() - weighted / z).max(0.0) as f32,
         margin: p(first) - second_p,
+    }
+}
+
+/// Log probabilities of `softmax(logits)` for the drawn `token` and the `k` most likely tokens
+/// (most likely first, ties by lower id), one pass for the maximum, one for the normalizer and
+/// a partial selection for the top `k` (`scratch` is reused between calls).
+pub(crate) fn token_logprobs(
+    logits: &[f32],
+    token: u32,
+    k: usize,
+    scratch: &mut Vec<(f32, u32)>,
+) -> TokenLogprobs {
+    let max = logits.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
+    if !max.is_finite() {
+        return TokenLogprobs::default();
+    }
+    let z: f64 = logits.iter().map(|&x| f64::from(x - max).exp()).sum();
+    let log_z = max as f64 + z.ln();
+    let lp = |x: f32| (f64::from(x) - log_z) as f32;
+    let k = k.min(logits.len());
+    let mut top = Vec::with_capacity(k);
+    if k > 0 {
+        let desc = |a: &(f32, u32), b: &(f32, u32)| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1));
+        scratch.clear();
+        scratch.extend(logits.iter().enumerate().map(|(i, &l)| (l, i as u32)));
+        if k < scratch.len() {
+            scratch.select_nth_unstable_by(k - 1, desc);
+        }
+        scratch.truncate(k);
+        scratch.sort_unstable_by(desc);
+        top.extend(scratch.iter().map(|&(l, id)| (id, lp(l))));
+    }
+    TokenLogprobs {
+        logprob: logits
+            .get(token as usize)
+            .copied()
+            .map_or(f32::NEG_INFINITY, lp),
+        top,
     }
 }
 
@@ -487,5 +540,46 @@ mod tests {
         let mut s = Sampler::new(&Sampling::default(), 1);
         assert!(s.sample(&[0.0, f32::NAN], 0).is_err());
         assert!(s.sample(&[], 0).is_err());
+    }
+
+    impl Sampler {
+        fn logprobs_for(&mut self, logits: &[f32], k: usize) -> TokenLogprobs {
+            token_logprobs(logits, 0, k, &mut self.scratch)
+        }
+    }
+
+    #[test]
+    fn logprobs_come_from_the_raw_logits_with_the_top_alternatives() {
+        let logits = [1.0f32, 3.0, 2.0, 3.0, -1.0];
+        let lse = logits.iter().map(|&x| f64::from(x).exp()).sum::<f64>().ln() as f32;
+        let mut sampling = with_rules(LogitRules {
+            // The rules change the draw, not the reported distribution.
+            bias: vec![(4, 50.0)],
+            ..LogitRules::default()
+        });
+        sampling.logprobs = Some(3);
+        let mut s = Sampler::new(&sampling, 1);
+        let token = s.sample(&logits, 0).unwrap();
+        assert_eq!(token, 4);
+        let lp = s.logprobs(&logits, token).expect("asked for");
+        assert!((lp.logprob - (-1.0 - lse)).abs() < 1e-5, "{lp:?}");
+        // Most likely first, ties by lower id.
+        let ids: Vec<u32> = lp.top.iter().map(|t| t.0).collect();
+        assert_eq!(ids, vec![1, 3, 2]);
+        assert!((lp.top[0].1 - (3.0 - lse)).abs() < 1e-5);
+        assert!((lp.top[2].1 - (2.0 - lse)).abs() < 1e-5);
+        // Normalized: the probabilities of every token add up to one.
+        let all = s.logprobs_for(&logits, 5);
+        let total: f32 = all.top.iter().map(|t| t.1.exp()).sum();
+        assert!((total - 1.0).abs() < 1e-5, "{total}");
+        // Zero alternatives: the drawn token's alone; not asked: nothing.
+        sampling.logprobs = Some(0);
+        let mut s = Sampler::new(&sampling, 1);
+        assert!(s.logprobs(&logits, 1).unwrap().top.is_empty());
+        assert!(
+            Sampler::new(&Sampling::default(), 1)
+                .logprobs(&logits, 1)
+                .is_none()
+        );
     }
 }

@@ -53,7 +53,7 @@ async fn collect(mut rx: OutputStream) -> (Vec<u32>, FinishReason) {
     let mut tokens = Vec::new();
     while let Some(out) = rx.recv().await {
         match out {
-            SeqOutput::Token(t) => tokens.push(t),
+            SeqOutput::Token(t) => tokens.push(t.id),
             SeqOutput::Finished { reason, .. } => return (tokens, reason),
             SeqOutput::Error(e) => panic!("stream failed after {tokens:?}: {e}"),
         }
@@ -117,7 +117,7 @@ fn calls_proceed_while_a_step_computes() {
         // Its blocks are written while a's step runs: theirs are disjoint.
         import_all(&engine, &r, &pc);
         gate.assert_held("import");
-        let c_stream = engine.resume(r.seq, 50).await.expect("resumed");
+        let c_stream = engine.resume(r.seq, 50.into()).await.expect("resumed");
         gate.assert_held("resume");
         gate.record(Event::Test("calls returned"));
         let _ = done.send(());
@@ -189,7 +189,7 @@ fn a_sequence_cancelled_mid_step_keeps_its_blocks_until_the_step_returns() {
             .expect("admitted once a's step returned");
         gate.record(Event::Test("b admitted"));
         import_all(&engine, &r, &pb);
-        let (tb, rb) = collect(engine.resume(r.seq, 60).await.expect("resumed")).await;
+        let (tb, rb) = collect(engine.resume(r.seq, 60.into()).await.expect("resumed")).await;
         // b's decode step checked its 16 prompt slots: a's late writes did not land in them.
         assert_eq!((tb, rb), (vec![60, 20], FinishReason::Length));
     });

@@ -8,7 +8,7 @@ use super::state::{Core, commit_blocks};
 use crate::backend::Backend;
 use crate::drive::{DriveStart, DrivenToken, SeqDriver, Steer};
 use crate::error::EngineError;
-use crate::types::{SeqId, SeqRequest};
+use crate::types::{Generated, SeqId, SeqRequest};
 
 impl<B: Backend> Core<B> {
     /// Queues a driven sequence (admission as for `generate`: prompt plus `max_tokens` reserved).
@@ -72,9 +72,10 @@ impl<B: Backend> Core<B> {
     pub(super) fn resume_driven(
         &mut self,
         id: SeqId,
-        first_token: u32,
+        first: Generated,
         driver: Arc<dyn SeqDriver>,
     ) -> Result<(), EngineError> {
+        let first_token = first.id;
         self.check_imported(id, first_token)?;
         let bs = self.info.block_size;
         let eos = self.info.eos_token_id;
@@ -86,6 +87,7 @@ impl<B: Backend> Core<B> {
         let steer = driver.on_token(DrivenToken {
             token: first_token,
             stats: None,
+            logprobs: first.logprobs.as_deref(),
             tokens: &seq.tokens,
             prompt_len: seq.prompt_len,
         });

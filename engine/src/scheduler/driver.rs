@@ -109,6 +109,6 @@ pub(super) async fn run<B: Backend>(shared: Arc<Shared<B>>, mut backend: B) {
         metrics::histogram!(m::BATCH_TOKENS).record(f64::from(batch.token_count()));
         let mut core = shared.lock();
         core.profile.record(batch.len() as u32, took);
-        core.apply(&batch, &sampled, &mut done);
+        core.apply(&batch, &mut sampled, &mut done);
     }
 }

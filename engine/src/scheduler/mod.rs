@@ -47,7 +47,8 @@ use crate::drive::{DriveStart, SeqDriver};
 use crate::engine::Engine;
 use crate::error::EngineError;
 use crate::types::{
-    EngineInfo, KvEvent, LoadSnapshot, OutputStream, PrefillOutput, Reservation, SeqId, SeqRequest,
+    EngineInfo, Generated, KvEvent, LoadSnapshot, OutputStream, PrefillOutput, Reservation, SeqId,
+    SeqRequest,
 };
 
 /// Scheduling limits.
@@ -317,7 +318,7 @@ impl<B: Backend> Engine for Scheduler<B> {
         self.shared.lock().import(seq, index, data)
     }
 
-    async fn resume(&self, seq: SeqId, first_token: u32) -> Result<OutputStream, EngineError> {
+    async fn resume(&self, seq: SeqId, first: Generated) -> Result<OutputStream, EngineError> {
         self.check_running()?;
         let charge = {
             let core = self.shared.lock();
@@ -331,7 +332,7 @@ impl<B: Backend> Engine for Scheduler<B> {
             tokio::time::sleep(delay).await;
             self.check_running()?;
         }
-        let rx = self.shared.lock().resume(seq, first_token)?;
+        let rx = self.shared.lock().resume(seq, first)?;
         self.shared.notify.notify_one();
         Ok(rx)
     }
@@ -395,11 +396,11 @@ impl<B: Backend> Engine for Scheduler<B> {
     async fn resume_driven(
         &self,
         seq: SeqId,
-        first_token: u32,
+        first: Generated,
         driver: Arc<dyn SeqDriver>,
     ) -> Result<(), EngineError> {
         self.check_running()?;
-        self.shared.lock().resume_driven(seq, first_token, driver)?;
+        self.shared.lock().resume_driven(seq, first, driver)?;
         self.shared.notify.notify_one();
         Ok(())
     }

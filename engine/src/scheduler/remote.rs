@@ -7,7 +7,7 @@ use super::seq::{Kind, Phase};
 use super::state::{Core, commit_blocks};
 use crate::backend::{Backend, ImportBlock, KvBlocks};
 use crate::error::{BackendError, EngineError};
-use crate::types::{OutputStream, SeqId, SeqOutput};
+use crate::types::{Generated, OutputStream, SeqId, SeqOutput};
 
 impl<B: Backend> Core<B> {
     /// Writes relative block `index` of a reservation after the backend checked the bytes.
@@ -67,8 +67,9 @@ impl<B: Backend> Core<B> {
     pub(super) fn resume(
         &mut self,
         id: SeqId,
-        first_token: u32,
+        first: Generated,
     ) -> Result<OutputStream, EngineError> {
+        let first_token = first.id;
         self.check_imported(id, first_token)?;
         let seq = self
             .seqs
@@ -86,7 +87,7 @@ impl<B: Backend> Core<B> {
         seq.tokens.push(first_token);
         seq.generated = 1;
         if let Some(out) = &seq.out {
-            let _ = out.try_send(SeqOutput::Token(first_token));
+            let _ = out.try_send(SeqOutput::Token(first));
         }
         match seq.stop_reason(first_token, eos) {
             Some(reason) => self.finish(id, reason),

@@ -15,7 +15,7 @@ use crate::backend::{Backend, Batch, KvBlocks, SeqStart};
 use crate::drive::{DrivenToken, Steer};
 use crate::error::{BackendError, EngineError};
 use crate::kv_pool::KvPool;
-use crate::types::{BlockId, FinishReason, PrefillOutput, Sampled, SeqId, SeqOutput};
+use crate::types::{BlockId, FinishReason, Generated, PrefillOutput, Sampled, SeqId, SeqOutput};
 
 /// How a sequence's step ended, decided while iterating and acted on afterwards.
 #[derive(Debug)]
@@ -24,7 +24,7 @@ pub(super) enum Done {
     /// The reader dropped its stream.
     Gone,
     /// A prefill-only sequence has its first token: export and reply.
-    Prefilled(u32),
+    Prefilled(Sampled),
     Failed(BackendError),
 }
 
@@ -152,12 +152,12 @@ impl<B: Backend> Core<B> {
     pub(super) fn apply(
         &mut self,
         batch: &Batch,
-        sampled: &[Option<Sampled>],
+        sampled: &mut [Option<Sampled>],
         done: &mut Vec<(SeqId, Done)>,
     ) {
         let bs = self.info.block_size;
         let eos = self.info.eos_token_id;
-        for (entry, token) in batch.entries().iter().zip(sampled) {
+        for (entry, token) in batch.entries().iter().zip(sampled.iter_mut()) {
             let Some(seq) = self.seqs.get_mut(&entry.seq) else {
                 continue;
             };
@@ -170,7 +170,7 @@ impl<B: Backend> Core<B> {
             if !entry.sample {
                 continue;
             }
-            let Some(token) = *token else {
+            let Some(token) = token.take() else {
                 let e = BackendError::Invalid("backend sampled no token".into());
                 done.push((entry.seq, Done::Failed(e)));
                 continue;
@@ -185,7 +185,7 @@ impl<B: Backend> Core<B> {
                 Done::Gone => {
                     self.release(id);
                 }
-                Done::Prefilled(token) => self.finish_prefill(id, token),
+                Done::Prefilled(first) => self.finish_prefill(id, first),
                 Done::Failed(e) => self.fail(id, e),
             }
         }
@@ -195,7 +195,7 @@ impl<B: Backend> Core<B> {
     /// Exports a prefill-only sequence's blocks from `skip_blocks` on (into the reply, or the
     /// rest of them into its stream), replies, and releases it (its full blocks stay in the
     /// prefix cache).
-    fn finish_prefill(&mut self, id: SeqId, first_token: u32) {
+    fn finish_prefill(&mut self, id: SeqId, sampled: Sampled) {
         let bs = self.info.block_size;
         let Some(seq) = self.seqs.get_mut(&id) else {
             return;
@@ -240,7 +240,8 @@ impl<B: Backend> Core<B> {
         let now = Instant::now();
         let admitted = seq.admitted.unwrap_or(seq.arrived);
         let output = result.map(|()| PrefillOutput {
-            first_token,
+            first_token: sampled.token,
+            first_logprobs: sampled.logprobs,
             cached_tokens: seq.cached_tokens,
             blocks,
             queued: admitted - seq.arrived,
@@ -282,11 +283,12 @@ fn stream_full_blocks(kv: &dyn KvBlocks, seq: &mut Seq, bs: u32) -> Result<(), B
 fn on_token(seq: &mut Seq, sampled: Sampled, eos: Option<u32>) -> Option<Done> {
     let token = sampled.token;
     match &mut seq.kind {
-        Kind::Prefill { .. } => return Some(Done::Prefilled(token)),
+        Kind::Prefill { .. } => return Some(Done::Prefilled(sampled)),
         Kind::Driven { driver, paused } => {
             let steer = driver.on_token(DrivenToken {
                 token,
                 stats: Some(sampled.stats),
+                logprobs: sampled.logprobs.as_deref(),
                 tokens: &seq.tokens,
                 prompt_len: seq.prompt_len,
             });
@@ -306,7 +308,11 @@ fn on_token(seq: &mut Seq, sampled: Sampled, eos: Option<u32>) -> Option<Done> {
     let Some(out) = &seq.out else {
         return Some(Done::Gone);
     };
-    if out.try_send(SeqOutput::Token(token)).is_err() {
+    let generated = Generated {
+        id: token,
+        logprobs: sampled.logprobs,
+    };
+    if out.try_send(SeqOutput::Token(generated)).is_err() {
         // Closed: the reader is gone. (Full cannot happen: the channel holds every message.)
         return Some(Done::Gone);
     }

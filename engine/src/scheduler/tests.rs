@@ -158,7 +158,7 @@ async fn collect(mut rx: OutputStream) -> (Vec<u32>, FinishReason, SeqUsage) {
     let mut tokens = Vec::new();
     while let Some(out) = rx.recv().await {
         match out {
-            SeqOutput::Token(t) => tokens.push(t),
+            SeqOutput::Token(t) => tokens.push(t.id),
             SeqOutput::Finished { reason, usage } => return (tokens, reason, usage),
             SeqOutput::Error(e) => panic!("stream failed: {e}"),
         }
@@ -648,7 +648,7 @@ async fn remote_path_imports_then_resumes() {
     assert_eq!((r.cached_blocks, r.blocks_expected), (0, 3));
     assert!(
         matches!(
-            engine.resume(r.seq, 50).await,
+            engine.resume(r.seq, 50.into()).await,
             Err(EngineError::InvalidRequest(_))
         ),
         "blocks missing"
@@ -664,7 +664,8 @@ async fn remote_path_imports_then_resumes() {
     for (i, len) in [(0, 4), (1, 4), (2, 2)] {
         engine.import(r.seq, i, &vec![0; len]).expect("import");
     }
-    let (tokens, reason, _) = collect(engine.resume(r.seq, 50).await.expect("resumed")).await;
+    let (tokens, reason, _) =
+        collect(engine.resume(r.seq, 50.into()).await.expect("resumed")).await;
     assert_eq!(
         (tokens[0], &tokens[1..], reason),
         (50, &expected_tokens(11, 4)[..], FinishReason::Length)

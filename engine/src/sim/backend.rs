@@ -24,7 +24,7 @@ use super::content::{self, EOS_TOKEN};
 use super::profile::SimProfile;
 use crate::backend::{Backend, Batch, ImportBlock, KvBlocks, SeqStart};
 use crate::error::BackendError;
-use crate::types::{BlockId, EngineInfo, Sampled, SeqId, TokenStats};
+use crate::types::{BlockId, EngineInfo, Sampled, SeqId, TokenLogprobs, TokenStats};
 
 /// What a block "holds".
 #[derive(Clone, Copy, Debug, Default)]
@@ -50,6 +50,8 @@ struct SimSeq {
     salt: u64,
     /// Whether sampled tokens carry (synthetic) statistics.
     stats: bool,
+    /// Alternatives to report log probabilities for (`Sampling::logprobs`).
+    logprobs: Option<u32>,
 }
 
 /// The simulated KV memory: what each block holds, shared by the backend's steps and the
@@ -298,6 +300,7 @@ impl Backend for SimBackend {
                 digest,
                 salt,
                 stats: start.stats,
+                logprobs: s.logprobs,
             },
         );
         Ok(())
@@ -352,7 +355,23 @@ impl Backend for SimBackend {
             } else {
                 TokenStats::default()
             };
-            sampled[i] = Some(Sampled { token, stats });
+            // A sim token is a function of the text before it: probability 1, the only
+            // alternative worth listing.
+            let logprobs = s.logprobs.map(|k| {
+                Box::new(TokenLogprobs {
+                    logprob: 0.0,
+                    top: if k > 0 {
+                        vec![(token, 0.0)]
+                    } else {
+                        Vec::new()
+                    },
+                })
+            });
+            sampled[i] = Some(Sampled {
+                token,
+                stats,
+                logprobs,
+            });
         }
         if self.time_scale == 0.0 {
             return Ok(Duration::ZERO);

@@ -9,8 +9,8 @@ use tokio::time::Instant;
 use super::*;
 use crate::backend::{Backend, Batch, SeqStart};
 use crate::types::{
-    FinishReason, KvEvent, OutputStream, PrefillOutput, Reservation, Sampling, SeqOutput,
-    SeqRequest, SeqUsage,
+    FinishReason, Generated, KvEvent, OutputStream, PrefillOutput, Reservation, Sampling,
+    SeqOutput, SeqRequest, SeqUsage,
 };
 
 fn config(profile: &str) -> SimConfig {
@@ -47,7 +47,7 @@ async fn collect(mut rx: OutputStream) -> (Vec<u32>, FinishReason, SeqUsage) {
     let mut tokens = Vec::new();
     while let Some(out) = rx.recv().await {
         match out {
-            SeqOutput::Token(t) => tokens.push(t),
+            SeqOutput::Token(t) => tokens.push(t.id),
             SeqOutput::Finished { reason, usage } => return (tokens, reason, usage),
             SeqOutput::Error(e) => panic!("stream failed: {e}"),
         }
@@ -70,8 +70,12 @@ async fn ship(p: &dyn Engine, d: &dyn Engine, req: SeqRequest) -> (Reservation, 
 /// Prefill on `p`, ship every block to `d`, decode there.
 async fn remote(p: &dyn Engine, d: &dyn Engine, req: SeqRequest) -> (Vec<u32>, u32) {
     let (r, out) = ship(p, d, req).await;
-    let (tokens, reason, _) =
-        collect(d.resume(r.seq, out.first_token).await.expect("resumed")).await;
+    let (tokens, reason, _) = collect(
+        d.resume(r.seq, out.first_token.into())
+            .await
+            .expect("resumed"),
+    )
+    .await;
     assert_eq!(reason, FinishReason::Length);
     (tokens, r.cached_blocks)
 }
@@ -176,8 +180,12 @@ async fn a_replayed_request_ends_at_its_traced_length_under_a_larger_cap() {
         // Remote: the prefill worker writes the first token, the decode worker the rest.
         req.request_id = format!("remote-{n}");
         let (r, out) = ship(&*p, &*d, req).await;
-        let (tokens, reason, _) =
-            collect(d.resume(r.seq, out.first_token).await.expect("resumed")).await;
+        let (tokens, reason, _) = collect(
+            d.resume(r.seq, out.first_token.into())
+                .await
+                .expect("resumed"),
+        )
+        .await;
         assert_eq!(
             (reason, tokens.as_slice()),
             (FinishReason::Stop, &expected[..n as usize])
@@ -242,7 +250,7 @@ async fn corrupt_or_misplaced_kv_is_rejected_and_local_fallback_works() {
     d.import(r.seq, 0, &out.blocks[0]).expect("intact");
     assert!(
         matches!(
-            d.resume(r.seq, out.first_token).await,
+            d.resume(r.seq, out.first_token.into()).await,
             Err(EngineError::InvalidRequest(_))
         ),
         "blocks missing"
@@ -320,7 +328,10 @@ async fn imported_kv_is_charged_the_profiles_link_whatever_bytes_moved() {
     let link = profile.transfer_time(1000 * profile.kv_bytes_per_token);
     assert!(out.blocks.iter().map(|b| b.len()).sum::<usize>() < 200_000);
     let start = Instant::now();
-    let rx = d.resume(r.seq, out.first_token).await.expect("resumed");
+    let rx = d
+        .resume(r.seq, out.first_token.into())
+        .await
+        .expect("resumed");
     let waited = start.elapsed();
     assert!(
         waited >= link && waited <= link + Duration::from_millis(1),
@@ -380,7 +391,7 @@ fn a_mixed_step_costs_prefill_plus_decode() {
         ms(profile.prefill_ms(16)),
         "prefill only, scaled by time_scale 2"
     );
-    let first = sampled[0].expect("prompt complete: sampled").token;
+    let first = sampled[0].as_ref().expect("prompt complete: sampled").token;
 
     batch.clear();
     batch.push(1, 16, 16, &[first], &[0, 1], true);
@@ -522,4 +533,57 @@ fn a_step_reads_each_sequences_context_whatever_it_shares() {
     batch.push(2, 2000, 1990, &[6], &[], true);
     batch.push(3, 0, 100, &[7; 40], &[], false);
     assert_eq!(batch.context_blocks(16), 2 * 126 + 3);
+}
+
+/// Log probabilities where asked, locally and through a remote prefill (the prefill engine's
+/// first token carries its own): a sim token has probability 1, so logprob 0 and itself as
+/// the only alternative.
+#[tokio::test]
+async fn logprobs_where_asked_on_both_paths() {
+    let scored = |id: &str, k: Option<u32>| {
+        let mut r = request(id, prompt(9, 40), 4);
+        r.sampling.logprobs = k;
+        r
+    };
+    let e = engine();
+    let mut rx = e
+        .generate(scored("local", Some(3)))
+        .await
+        .expect("generate");
+    let mut seen = 0;
+    while let Some(out) = rx.recv().await {
+        match out {
+            SeqOutput::Token(t) => {
+                let lp = t.logprobs.expect("asked for");
+                assert_eq!(lp.logprob, 0.0);
+                assert_eq!(lp.top, vec![(t.id, 0.0)]);
+                seen += 1;
+            }
+            SeqOutput::Finished { .. } => break,
+            SeqOutput::Error(e) => panic!("{e}"),
+        }
+    }
+    assert_eq!(seen, 4);
+    let mut rx = e.generate(scored("plain", None)).await.expect("generate");
+    while let Some(SeqOutput::Token(t)) = rx.recv().await {
+        assert!(t.logprobs.is_none());
+    }
+
+    let (p, d) = (engine(), engine());
+    let (r, out) = ship(&*p, &*d, scored("remote", Some(0))).await;
+    let first = out
+        .first_logprobs
+        .clone()
+        .expect("the prefill's first token has them");
+    assert!(first.top.is_empty(), "zero alternatives asked: {first:?}");
+    let first = Generated {
+        id: out.first_token,
+        logprobs: out.first_logprobs,
+    };
+    let mut rx = d.resume(r.seq, first).await.expect("resumed");
+    let Some(SeqOutput::Token(t)) = rx.recv().await else {
+        panic!("no first token");
+    };
+    assert_eq!(t.id, out.first_token);
+    assert_eq!(t.logprobs.map(|l| l.logprob), Some(0.0));
 }

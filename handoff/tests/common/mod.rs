@@ -74,7 +74,7 @@ pub async fn collect(mut rx: OutputStream) -> Result<(Vec<u32>, SeqUsage), Strin
     let mut tokens = Vec::new();
     while let Some(item) = rx.recv().await {
         match item {
-            SeqOutput::Token(t) => tokens.push(t),
+            SeqOutput::Token(t) => tokens.push(t.id),
             SeqOutput::Finished { usage, .. } => return Ok((tokens, usage)),
             SeqOutput::Error(e) => return Err(e),
         }

@@ -1,6 +1,7 @@
 //! `/v1/completions` and `/v1/chat/completions`, streamed (SSE) or whole.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 
 use axum::http::{HeaderMap, HeaderName, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
@@ -9,12 +10,13 @@ use futures::StreamExt;
 
 use super::AppState;
 use super::error::ApiError;
+use super::logprobs;
 use super::sse::SseBody;
 use super::types::*;
 use crate::dispatch::{GenerateParams, Prompt};
 use crate::policy::Decision;
 use crate::stream::{Api, Delta, ResponseStream};
-use crate::tokenizer::ChatMessage;
+use crate::tokenizer::{ChatMessage, Tokenizer};
 
 /// OpenAI's default `max_tokens` for completions.
 const COMPLETIONS_DEFAULT_MAX_TOKENS: u32 = 16;
@@ -37,9 +39,13 @@ fn build(
     model: String,
     prompt: Prompt,
     max_tokens: Option<u32>,
-    default_max_tokens: u32,
+    ep: Endpoint,
     mut f: SamplingFields,
 ) -> Result<(GenerateParams, u32), ApiError> {
+    let default_max_tokens = match ep {
+        Endpoint::Completions => COMPLETIONS_DEFAULT_MAX_TOKENS,
+        Endpoint::Chat => CHAT_DEFAULT_MAX_TOKENS.min(st.dispatcher.config().max_output_tokens),
+    };
     let choices = f.n.unwrap_or(1);
     if !(1..=MAX_CHOICES).contains(&choices) {
         return Err(ApiError::invalid(
@@ -50,6 +56,10 @@ fn build(
     let logits = f
         .other
         .take_logit_rules()
+        .map_err(|(field, message)| ApiError::invalid(message, Some(field)))?;
+    let logprobs = f
+        .other
+        .take_logprobs(ep == Endpoint::Chat)
         .map_err(|(field, message)| ApiError::invalid(message, Some(field)))?;
     if let Some(field) = f.other.first_used() {
         return Err(ApiError::invalid(
@@ -116,6 +126,7 @@ fn build(
         // Trace replay's end is a gRPC field of `dolphinctl replay`, not an OpenAI one.
         replay_output_tokens: None,
         logits: logits.map(Box::new),
+        logprobs,
     };
     let params = GenerateParams {
         request_id,
@@ -180,9 +191,17 @@ pub(crate) fn completions(
         req.model,
         prompt,
         req.max_tokens,
-        COMPLETIONS_DEFAULT_MAX_TOKENS,
+        Endpoint::Completions,
         req.sampling,
     )?;
+    if echo.is_some() && params.sampling.logprobs.is_some() {
+        // With echo, OpenAI reports the prompt's log probabilities too, which no worker
+        // computes.
+        return Err(ApiError::invalid(
+            "logprobs with echo is not supported by this server: the prompt's log probabilities are not computed",
+            Some("logprobs"),
+        ));
+    }
     Ok(Prepared {
         params,
         choices,
@@ -229,7 +248,6 @@ pub(crate) fn chat(
             Some("add_generation_prompt"),
         ));
     }
-    let cap = st.dispatcher.config().max_output_tokens;
     let max_tokens = req.max_completion_tokens.or(req.max_tokens);
     let (stream_mode, opts) = (
         req.sampling.stream,
@@ -241,7 +259,7 @@ pub(crate) fn chat(
         req.model,
         Prompt::Chat(messages),
         max_tokens,
-        CHAT_DEFAULT_MAX_TOKENS.min(cap),
+        Endpoint::Chat,
         req.sampling,
     )?;
     Ok(Prepared {
@@ -268,9 +286,12 @@ pub(crate) async fn run(st: &AppState, prepared: Prepared) -> Result<Response, A
         return run_choices(st, params, choices, echo, ep, stream, include_usage).await;
     }
     let model = params.model.clone();
+    let tokens = logprobs_tokenizer(st, &params);
     let rs = st.dispatcher.generate(params).await?;
     let headers = routing_headers(&rs);
-    let enc = Encoder::new(ep, response_id(ep, &rs), model, now(), include_usage).with_echo(echo);
+    let enc = Encoder::new(ep, response_id(ep, &rs), model, now(), include_usage)
+        .with_echo(echo)
+        .with_logprobs(tokens);
     let mut resp = if stream {
         events(rs, enc)
     } else {
@@ -278,6 +299,14 @@ pub(crate) async fn run(st: &AppState, prepared: Prepared) -> Result<Response, A
     };
     resp.headers_mut().extend(headers);
     Ok(resp)
+}
+
+/// The tokenizer that names the tokens of log probabilities, where the request asked for them.
+fn logprobs_tokenizer(st: &AppState, params: &GenerateParams) -> Option<Arc<dyn Tokenizer>> {
+    params
+        .sampling
+        .logprobs
+        .map(|_| st.dispatcher.tokenizer().clone())
 }
 
 /// The response's id: the endpoint's prefix and the request's id.
@@ -309,6 +338,7 @@ async fn run_choices(
     include_usage: bool,
 ) -> Result<Response, ApiError> {
     let model = params.model.clone();
+    let tokens = logprobs_tokenizer(st, &params);
     let starts = (0..choices).map(|i| {
         let mut p = params.clone();
         p.sampling.seed = p.sampling.seed.map(|s| s.wrapping_add(u64::from(i)));
@@ -324,7 +354,8 @@ async fn run_choices(
         include_usage,
     )
     .with_choices(choices)
-    .with_echo(echo);
+    .with_echo(echo)
+    .with_logprobs(tokens);
     let mut resp = if stream {
         let tagged = streams.into_iter().zip(0..).map(|(rs, i)| {
             rs.map(move |d| {
@@ -367,16 +398,16 @@ where
 /// and the prefill path is the first choice's.
 fn whole(enc: Encoder, outputs: Vec<Output>) -> Response {
     let path = outputs[0].path;
-    let mut texts = Vec::with_capacity(outputs.len());
+    let mut choices = Vec::with_capacity(outputs.len());
     let mut usage: Option<v1::Usage> = None;
     for o in outputs {
         match &mut usage {
             Some(total) => add_usage(total, &o.usage),
             None => usage = Some(o.usage),
         }
-        texts.push((o.text, o.reason));
+        choices.push(o.choice);
     }
-    let mut resp = enc.whole(texts, &usage.unwrap_or_default());
+    let mut resp = enc.whole(choices, &usage.unwrap_or_default());
     // Known once the decode worker answered: only a whole response can carry it.
     resp.headers_mut()
         .insert(X_PREFILL_PATH, HeaderValue::from_static(path.as_str()));
@@ -472,6 +503,11 @@ pub(crate) struct Encoder {
     /// Text each choice starts with (`echo`), and the choices that have sent it, one bit each.
     echo: Option<String>,
     echoed: u32,
+    /// Names the tokens of log probabilities (`None`: the request asked for none).
+    logprobs: Option<Arc<dyn Tokenizer>>,
+    /// Each choice's text so far, in characters: where its next token's text starts
+    /// (completions' `text_offset`).
+    offsets: Vec<u32>,
 }
 
 impl Encoder {
@@ -494,7 +530,28 @@ impl Encoder {
             usage: None,
             echo: None,
             echoed: 0,
+            logprobs: None,
+            offsets: Vec::new(),
         }
+    }
+
+    /// The encoder of a request that asked for log probabilities (`Some`: the tokenizer that
+    /// names their tokens).
+    pub(crate) fn with_logprobs(mut self, tokenizer: Option<Arc<dyn Tokenizer>>) -> Self {
+        self.logprobs = tokenizer;
+        self
+    }
+
+    /// A completions choice's log probabilities for a delta's tokens.
+    fn completion_logprobs(&mut self, d: &Delta, echoed: usize) -> Option<CompletionLogprobs> {
+        let tok = self.logprobs.as_deref()?;
+        let i = d.choice as usize;
+        if self.offsets.len() <= i {
+            self.offsets.resize(i + 1, 0);
+        }
+        let offset = &mut self.offsets[i];
+        *offset += echoed as u32;
+        Some(logprobs::completion(tok, &d.token_ids, &d.logprobs, offset))
     }
 
     /// The encoder of a request whose choices' texts start with `echo`.
@@ -526,22 +583,29 @@ impl Encoder {
             self.echoed |= role_bit;
             text = std::borrow::Cow::Owned(format!("{echo}{}", d.text));
         }
+        // Tokens whose text is held back still send their log probabilities.
         if text.is_empty()
             && finish.is_none()
+            && d.logprobs.is_empty()
             && (self.sent_role & role_bit != 0 || self.ep == Endpoint::Completions)
         {
             return;
         }
         let json = match self.ep {
-            Endpoint::Completions => serde_json::to_string(&self.completion(
-                vec![CompletionChoice {
-                    index: d.choice,
-                    text: text.into_owned(),
-                    logprobs: None,
-                    finish_reason: finish,
-                }],
-                None,
-            )),
+            Endpoint::Completions => {
+                let echoed = text.len() - d.text.len();
+                let echoed = text[..echoed].chars().count();
+                let logprobs = self.completion_logprobs(d, echoed);
+                serde_json::to_string(&self.completion(
+                    vec![CompletionChoice {
+                        index: d.choice,
+                        text: text.into_owned(),
+                        logprobs,
+                        finish_reason: finish,
+                    }],
+                    None,
+                ))
+            }
             Endpoint::Chat => {
                 let role = (self.sent_role & role_bit == 0).then_some("assistant");
                 self.sent_role |= role_bit;
@@ -552,7 +616,10 @@ impl Encoder {
                             role,
                             content: (!d.text.is_empty() || role.is_some()).then(|| d.text.clone()),
                         },
-                        logprobs: None,
+                        logprobs: self
+                            .logprobs
+                            .as_deref()
+                            .map(|tok| logprobs::chat(tok, &d.token_ids, &d.logprobs)),
                         finish_reason: finish,
                     }],
                     None,
@@ -616,32 +683,54 @@ impl Encoder {
         }
     }
 
-    /// The whole answer: each choice's text and why it ended, in index order.
-    fn whole(&self, choices: Vec<(String, FinishReason)>, usage: &v1::Usage) -> Response {
+    /// The whole answer: each choice's output, in index order.
+    fn whole(&self, choices: Vec<ChoiceOutput>, usage: &v1::Usage) -> Response {
         let usage = UsageOut::from(usage);
         let echo_len = self.echo.as_ref().map_or(0, String::len);
-        let text_len: usize = choices.iter().map(|(t, _)| echo_len + t.len()).sum();
+        let text_len: usize = choices.iter().map(|c| echo_len + c.text.len()).sum();
+        // A token's log probabilities take about 60 bytes, and as many for each alternative.
+        let logprobs_len: usize = choices
+            .iter()
+            .map(|c| {
+                c.logprobs
+                    .iter()
+                    .map(|l| 60 + 60 * l.top_ids.len())
+                    .sum::<usize>()
+            })
+            .sum();
+        let text_len = text_len + logprobs_len;
         // The fixed fields, ids and counts take about 300 bytes, a choice about 100 more; the
         // text may need escapes.
         let size =
             300 + 100 * choices.len() + self.id.len() + self.model.len() + text_len + text_len / 8;
         let echo = self.echo.as_deref().unwrap_or_default();
-        let indexed = choices.into_iter().zip(0..).map(|((text, reason), index)| {
+        let tok = self.logprobs.as_deref();
+        let indexed = choices.into_iter().zip(0..).map(|(c, index)| {
             let text = if echo.is_empty() {
-                text
+                c.text
             } else {
-                format!("{echo}{text}")
+                format!("{echo}{}", c.text)
             };
-            (index, text, Some(finish_str(reason)))
+            (
+                index,
+                text,
+                Some(finish_str(c.reason)),
+                c.token_ids,
+                c.logprobs,
+            )
         });
+        let echo_chars = echo.chars().count() as u32;
         match self.ep {
             Endpoint::Completions => json_response(
                 &self.completion(
                     indexed
-                        .map(|(index, text, finish_reason)| CompletionChoice {
+                        .map(|(index, text, finish_reason, ids, lps)| CompletionChoice {
                             index,
                             text,
-                            logprobs: None,
+                            logprobs: tok.map(|tok| {
+                                let mut offset = echo_chars;
+                                logprobs::completion(tok, &ids, &lps, &mut offset)
+                            }),
                             finish_reason,
                         })
                         .collect(),
@@ -656,13 +745,13 @@ impl Encoder {
                     created: self.created,
                     model: self.model.clone(),
                     choices: indexed
-                        .map(|(index, content, finish_reason)| ChatChoice {
+                        .map(|(index, content, finish_reason, ids, lps)| ChatChoice {
                             index,
                             message: ChatMessageOut {
                                 role: "assistant",
                                 content,
                             },
-                            logprobs: None,
+                            logprobs: tok.map(|tok| logprobs::chat(tok, &ids, &lps)),
                             finish_reason,
                         })
                         .collect(),
@@ -674,10 +763,19 @@ impl Encoder {
     }
 }
 
-/// One generation's whole output.
-struct Output {
+/// One choice of a whole answer.
+struct ChoiceOutput {
     text: String,
     reason: FinishReason,
+    /// The tokens and their log probabilities, where the request asked for them (else both
+    /// empty).
+    token_ids: Vec<u32>,
+    logprobs: Vec<v1::TokenLogprobs>,
+}
+
+/// One generation's whole output.
+struct Output {
+    choice: ChoiceOutput,
     usage: v1::Usage,
     /// The prefill path the decode worker took.
     path: crate::policy::PrefillPath,
@@ -686,13 +784,22 @@ struct Output {
 /// Collects one generation's whole output.
 async fn collect(mut rs: ResponseStream) -> Result<Output, ApiError> {
     let mut text = String::new();
+    let (mut token_ids, mut logprobs) = (Vec::new(), Vec::new());
     while let Some(item) = rs.next().await {
         let d = item?;
         text.push_str(&d.text);
+        if !d.logprobs.is_empty() {
+            token_ids.extend_from_slice(&d.token_ids);
+            logprobs.extend(d.logprobs);
+        }
         if let Some(f) = d.finish {
             return Ok(Output {
-                text,
-                reason: f.reason,
+                choice: ChoiceOutput {
+                    text,
+                    reason: f.reason,
+                    token_ids,
+                    logprobs,
+                },
                 usage: f.usage,
                 path: rs.path(),
             });

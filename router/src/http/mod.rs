@@ -4,6 +4,7 @@
 mod completions;
 pub mod cors;
 pub mod error;
+mod logprobs;
 mod public;
 mod sse;
 pub mod types;

@@ -154,6 +154,7 @@ mod tests {
     fn delta(text: &str) -> Delta {
         Delta {
             token_ids: vec![1],
+            logprobs: Vec::new(),
             text: text.into(),
             finish: None,
             choice: 0,

@@ -425,6 +425,91 @@ async fn several_choices_whole_and_streamed() {
     assert_eq!(usage[0]["usage"]["completion_tokens"], 4);
 }
 
+/// Log probabilities reach the client in OpenAI's two shapes, whole and streamed: the worker's
+/// values (the fake's `fake_logprobs`), token texts, completions' offsets and the drawn token
+/// among the alternatives, chat's bytes; and the worker is asked for them.
+#[tokio::test]
+async fn logprobs_whole_and_streamed_in_both_shapes() {
+    use crate::testutil::fake_logprobs;
+    use crate::tokenizer::SimTokenizer;
+    let (fake, _d, s) = with_worker(Behavior::Text("abc".into())).await;
+    let ids = SimTokenizer.encode("abc");
+    let req = json!({"prompt": "x", "max_tokens": 3, "logprobs": 2});
+    let (status, _, body) = post(s.addr, "/v1/completions", req).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let want = |i: usize| fake_logprobs(ids[i], 2);
+    let v = parse(&body);
+    let lp = &v["choices"][0]["logprobs"];
+    assert_eq!(lp["tokens"], json!(["a", "b", "c"]), "{v}");
+    assert_eq!(lp["text_offset"], json!([0, 1, 2]), "{v}");
+    let near = |x: &Value, y: f32| (x.as_f64().expect("number") as f32 - y).abs() < 1e-6;
+    for i in 0..3 {
+        assert!(near(&lp["token_logprobs"][i], want(i).logprob), "{v}");
+        let top = lp["top_logprobs"][i].as_object().expect("object");
+        assert_eq!(top.len(), 2, "{v}");
+    }
+    // The alternatives of "a" are "a" and "b", one nat apart.
+    assert!(
+        near(&lp["top_logprobs"][0]["b"], want(0).logprob - 1.0),
+        "{v}"
+    );
+    let asked = fake.state.calls.lock()[0]
+        .sampling
+        .as_ref()
+        .map(|s| s.logprobs);
+    assert_eq!(asked, Some(Some(2)));
+
+    let req = json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2,
+                     "logprobs": true, "top_logprobs": 1});
+    let (status, _, body) = post(s.addr, "/v1/chat/completions", req).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let v = parse(&body);
+    let content = v["choices"][0]["logprobs"]["content"]
+        .as_array()
+        .expect("content");
+    assert_eq!(content.len(), 2, "{v}");
+    assert_eq!(content[1]["token"], "b");
+    assert_eq!(content[1]["bytes"], json!([b'b']));
+    assert!(near(&content[1]["logprob"], want(1).logprob), "{v}");
+    assert_eq!(content[1]["top_logprobs"].as_array().map(Vec::len), Some(1));
+
+    // Streamed: every token's entry arrives once, in order, in the chunks.
+    let req = json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3,
+                     "stream": true, "logprobs": true});
+    let (status, _, body) = post(s.addr, "/v1/chat/completions", req).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let data = sse_data(&body);
+    let tokens: Vec<Value> = data[..data.len() - 1]
+        .iter()
+        .map(|d| parse(d))
+        .filter_map(|c| c["choices"][0]["logprobs"]["content"].as_array().cloned())
+        .flatten()
+        .map(|e| e["token"].clone())
+        .collect();
+    assert_eq!(tokens, vec![json!("a"), json!("b"), json!("c")], "{body}");
+    let req = json!({"prompt": "x", "max_tokens": 3, "stream": true, "logprobs": 0});
+    let (status, _, body) = post(s.addr, "/v1/completions", req).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let data = sse_data(&body);
+    let offsets: Vec<Value> = data[..data.len() - 1]
+        .iter()
+        .map(|d| parse(d))
+        .filter_map(|c| {
+            c["choices"][0]["logprobs"]["text_offset"]
+                .as_array()
+                .cloned()
+        })
+        .flatten()
+        .collect();
+    assert_eq!(offsets, vec![json!(0), json!(1), json!(2)], "{body}");
+
+    // Without the fields nothing is asked or reported.
+    let (_, _, body) = post(s.addr, "/v1/completions", json!({"prompt": "x"})).await;
+    assert!(parse(&body)["choices"][0]["logprobs"].is_null(), "{body}");
+    let last = fake.state.calls.lock().last().cloned().expect("calls");
+    assert_eq!(last.sampling.expect("sampling").logprobs, None);
+}
+
 /// `echo`: a completion's text starts with its prompt (token ids as their text), whole and
 /// streamed, once per choice; chat has no such field and refuses it.
 #[tokio::test]
@@ -594,8 +679,18 @@ async fn bad_requests_get_openai_errors() {
     let refused = [
         (
             "/v1/completions",
-            json!({"prompt": "hi", "logprobs": 2}),
+            json!({"prompt": "hi", "logprobs": 21}),
             "logprobs",
+        ),
+        (
+            "/v1/completions",
+            json!({"prompt": "hi", "logprobs": 2, "echo": true}),
+            "logprobs",
+        ),
+        (
+            "/v1/completions",
+            json!({"prompt": "hi", "top_logprobs": 2}),
+            "top_logprobs",
         ),
         (
             "/v1/completions",
@@ -607,14 +702,15 @@ async fn bad_requests_get_openai_errors() {
             json!({"prompt": "hi", "suffix": "end"}),
             "suffix",
         ),
-        (
-            "/v1/chat/completions",
-            json!({"logprobs": true}),
-            "logprobs",
-        ),
+        ("/v1/chat/completions", json!({"logprobs": 2}), "logprobs"),
         (
             "/v1/chat/completions",
             json!({"top_logprobs": 3}),
+            "top_logprobs",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"logprobs": true, "top_logprobs": -1}),
             "top_logprobs",
         ),
         (

@@ -208,6 +208,56 @@ impl OtherFields {
         Ok(any.then_some(rules))
     }
 
+    /// Takes the log-probability fields out: on `/v1/completions` `logprobs`, the number of
+    /// alternatives (0 to 20); on chat `logprobs: true` and `top_logprobs` (0 to 20, only with
+    /// `logprobs`). `Some(k)` when the request asks for log probabilities with `k`
+    /// alternatives. A wrong type or range is refused with the field's name.
+    pub fn take_logprobs(&mut self, chat: bool) -> Result<Option<u32>, (&'static str, String)> {
+        use dolphin_proto::sampling::MAX_TOP_LOGPROBS;
+        if self.0.is_empty() {
+            return Ok(None);
+        }
+        let logprobs = self.0.remove("logprobs").filter(|v| !v.is_null());
+        let top = self.0.remove("top_logprobs").filter(|v| !v.is_null());
+        let count = |name: &'static str, v: &serde_json::Value| {
+            v.as_u64()
+                .and_then(|k| u32::try_from(k).ok())
+                .filter(|&k| k <= MAX_TOP_LOGPROBS)
+                .ok_or_else(|| {
+                    (
+                        name,
+                        format!("{name} must be an integer from 0 to {MAX_TOP_LOGPROBS}, got {v}"),
+                    )
+                })
+        };
+        if !chat {
+            if top.is_some() {
+                return Err((
+                    "top_logprobs",
+                    "top_logprobs is a chat completions field: /v1/completions takes the number of alternatives in logprobs".into(),
+                ));
+            }
+            return logprobs.map(|v| count("logprobs", &v)).transpose();
+        }
+        let on = match logprobs {
+            None => false,
+            Some(serde_json::Value::Bool(b)) => b,
+            Some(v) => {
+                return Err(("logprobs", format!("logprobs must be a boolean, got {v}")));
+            }
+        };
+        let top = top.map(|v| count("top_logprobs", &v)).transpose()?;
+        match (on, top) {
+            (true, top) => Ok(Some(top.unwrap_or(0))),
+            // OpenAI refuses alternatives without logprobs; 0 asks for none.
+            (false, Some(k)) if k > 0 => Err((
+                "top_logprobs",
+                "top_logprobs needs logprobs set to true".into(),
+            )),
+            (false, _) => Ok(None),
+        }
+    }
+
     /// The first field that asks for something the server does not do.
     pub fn first_used(&self) -> Option<&'static str> {
         use serde_json::Value;
@@ -224,9 +274,7 @@ impl OtherFields {
             Value::Object(o) => o.is_empty(),
         };
         let one = |v: &Value| v.as_f64() == Some(1.0);
-        let fields: [UnsupportedField; 30] = [
-            ("logprobs", |_| false),
-            ("top_logprobs", |_| false),
+        let fields: [UnsupportedField; 28] = [
             ("tools", |_| false),
             // "none" (no tool may be called) is what no tools means.
             ("tool_choice", |v| v == "none"),
@@ -413,8 +461,8 @@ pub struct CompletionChoice {
     pub index: u32,
     /// Generated text.
     pub text: String,
-    /// Not served.
-    pub logprobs: Option<()>,
+    /// The tokens' log probabilities, where the request asked for them.
+    pub logprobs: Option<CompletionLogprobs>,
     /// "stop", "length", or null while streaming.
     pub finish_reason: Option<&'static str>,
 }
@@ -453,8 +501,8 @@ pub struct ChatChoice {
     pub index: u32,
     /// The answer.
     pub message: ChatMessageOut,
-    /// Not served.
-    pub logprobs: Option<()>,
+    /// The tokens' log probabilities, where the request asked for them.
+    pub logprobs: Option<ChatLogprobs>,
     /// "stop" or "length".
     pub finish_reason: Option<&'static str>,
 }
@@ -494,8 +542,8 @@ pub struct ChatChunkChoice {
     pub index: u32,
     /// New output.
     pub delta: ChatDelta,
-    /// Not served.
-    pub logprobs: Option<()>,
+    /// The new tokens' log probabilities, where the request asked for them.
+    pub logprobs: Option<ChatLogprobs>,
     /// Set on the last chunk.
     pub finish_reason: Option<&'static str>,
 }
@@ -516,4 +564,64 @@ pub struct ChatChunk {
     /// Token counts (usage-only chunk).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub usage: Option<UsageOut>,
+}
+
+/// A completions choice's `logprobs` (OpenAI's legacy shape), one entry per token in each list.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct CompletionLogprobs {
+    /// Each token's text.
+    pub tokens: Vec<String>,
+    /// Each token's log probability.
+    pub token_logprobs: Vec<f32>,
+    /// Each step's most likely tokens and the drawn one, text to log probability.
+    pub top_logprobs: Vec<TopLogprobs>,
+    /// Where each token's text starts in the choice's text, in characters.
+    pub text_offset: Vec<u32>,
+}
+
+/// One step's alternatives as a JSON object of text to log probability, most likely first
+/// (a text that two tokens share is listed once, with the likelier one's).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TopLogprobs(pub Vec<(String, f32)>);
+
+impl Serialize for TopLogprobs {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = s.serialize_map(Some(self.0.len()))?;
+        for (text, logprob) in &self.0 {
+            map.serialize_entry(text, logprob)?;
+        }
+        map.end()
+    }
+}
+
+/// A chat choice's `logprobs`.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct ChatLogprobs {
+    /// One entry per generated token.
+    pub content: Vec<ChatTokenLogprob>,
+}
+
+/// A generated token's log probability and its step's most likely tokens.
+#[derive(Clone, Debug, Serialize)]
+pub struct ChatTokenLogprob {
+    /// The token's text.
+    pub token: String,
+    /// Its log probability.
+    pub logprob: f32,
+    /// Its text's UTF-8 bytes.
+    pub bytes: Vec<u8>,
+    /// The step's most likely tokens, most likely first.
+    pub top_logprobs: Vec<ChatTopLogprob>,
+}
+
+/// One of a step's most likely tokens.
+#[derive(Clone, Debug, Serialize)]
+pub struct ChatTopLogprob {
+    /// The token's text.
+    pub token: String,
+    /// Its log probability.
+    pub logprob: f32,
+    /// Its text's UTF-8 bytes.
+    pub bytes: Vec<u8>,
 }

@@ -44,7 +44,7 @@ pub(super) async fn collect(mut out: OutputStream) -> (Vec<u32>, FinishReason, u
     let mut toks = Vec::new();
     while let Some(ev) = out.recv().await {
         match ev {
-            SeqOutput::Token(t) => toks.push(t),
+            SeqOutput::Token(t) => toks.push(t.id),
             SeqOutput::Finished { reason, usage } => return (toks, reason, usage.cached_tokens),
             SeqOutput::Error(e) => panic!("stream failed: {e}"),
         }
@@ -60,9 +60,13 @@ pub(super) async fn remote(pre: &dyn Engine, dec: &dyn Engine, req: SeqRequest) 
     for (i, b) in out.blocks.iter().enumerate() {
         dec.import(r.seq, i as u32, b).expect("import");
     }
-    collect(dec.resume(r.seq, out.first_token).await.expect("resume"))
-        .await
-        .0
+    collect(
+        dec.resume(r.seq, out.first_token.into())
+            .await
+            .expect("resume"),
+    )
+    .await
+    .0
 }
 
 #[tokio::test]
