@@ -108,6 +108,12 @@ impl Forwarder<'_> {
             match item {
                 Some(SeqOutput::Token(token)) => {
                     let mut token_ids = Vec::with_capacity(1);
+                    // Only the first token carries them.
+                    let prompt_logprobs: Vec<v1::TokenLogprobs> = token
+                        .prompt_logprobs
+                        .iter()
+                        .map(logprobs::to_wire)
+                        .collect();
                     // Either every token of a request has log probabilities or none has.
                     let mut logprobs = Vec::new();
                     let mut add = |t: Generated, ids: &mut Vec<u32>| {
@@ -136,6 +142,7 @@ impl Forwarder<'_> {
                     let message = v1::DecodeResponse {
                         token_ids,
                         logprobs,
+                        prompt_logprobs,
                         fell_back: self.prefill.fell_back(),
                         path: self.prefill.path as i32,
                         ..Default::default()
@@ -201,6 +208,7 @@ impl Forwarder<'_> {
             fell_back: self.prefill.fell_back(),
             path: self.prefill.path as i32,
             logprobs: Vec::new(),
+            prompt_logprobs: Vec::new(),
         }
     }
 }

@@ -125,6 +125,7 @@ pub async fn prefill(
                             .first_logprobs
                             .as_ref()
                             .map(|lp| Box::new(logprobs::from_wire(lp))),
+                        prompt_logprobs: Vec::new(),
                     },
                 )
                 .await

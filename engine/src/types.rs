@@ -47,6 +47,10 @@ pub struct Sampling {
     /// Report each generated token's log probability and those of the `k` most likely tokens
     /// of its step (`None`: no log probabilities; at most [`MAX_TOP_LOGPROBS`]).
     pub logprobs: Option<u32>,
+    /// Report the prompt's log probabilities too (each prompt token's after the first, with
+    /// this many alternatives): the prompt is then computed whole, never read from the prefix
+    /// cache, and they come with the first generated token. At most [`MAX_TOP_LOGPROBS`].
+    pub prompt_logprobs: Option<u32>,
 }
 
 /// Most alternatives a request may ask log probabilities for (vLLM's default `max_logprobs`
@@ -111,6 +115,7 @@ impl Default for Sampling {
             logits: LogitRules::default(),
             min_tokens: 0,
             logprobs: None,
+            prompt_logprobs: None,
         }
     }
 }
@@ -180,12 +185,19 @@ pub struct Generated {
     pub id: u32,
     /// Its log probabilities, when the request asked for them.
     pub logprobs: Option<Box<TokenLogprobs>>,
+    /// On the first token of a request that asked for them (`Sampling::prompt_logprobs`): the
+    /// log probabilities of the prompt's tokens after the first, in order. Empty otherwise.
+    pub prompt_logprobs: Vec<TokenLogprobs>,
 }
 
 impl From<u32> for Generated {
     /// A token without log probabilities.
     fn from(id: u32) -> Self {
-        Self { id, logprobs: None }
+        Self {
+            id,
+            logprobs: None,
+            prompt_logprobs: Vec::new(),
+        }
     }
 }
 
@@ -326,6 +338,9 @@ pub struct Sampled {
     pub stats: TokenStats,
     /// Its log probabilities (`Sampling::logprobs`).
     pub logprobs: Option<Box<TokenLogprobs>>,
+    /// With a sequence's first token: its prompt's log probabilities
+    /// (`Sampling::prompt_logprobs`).
+    pub prompt_logprobs: Vec<TokenLogprobs>,
 }
 
 impl Sampled {
@@ -335,6 +350,7 @@ impl Sampled {
             token,
             stats: TokenStats::default(),
             logprobs: None,
+            prompt_logprobs: Vec::new(),
         }
     }
 }

@@ -91,6 +91,7 @@ impl SeqDriver for SpanDriver {
             let _ = self.events.send(Event::Token(Generated {
                 id: t.token,
                 logprobs: t.logprobs.map(|lp| Box::new(lp.clone())),
+                prompt_logprobs: Vec::new(),
             }));
         }
         if to == self.model {

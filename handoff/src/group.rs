@@ -287,6 +287,7 @@ impl ModelGroup {
         req: SeqRequest,
         algorithm: Box<dyn HandoffAlgorithm>,
     ) -> Result<OutputStream, EngineError> {
+        refuse_prompt_logprobs(&req)?;
         let name = format!("{algorithm:?}");
         let (request, rx) = self.request_with(&req, algorithm, name, None)?;
         self.start(req, request).await?;
@@ -422,6 +423,7 @@ impl Engine for ModelGroup {
     }
 
     async fn generate(&self, req: SeqRequest) -> Result<OutputStream, EngineError> {
+        refuse_prompt_logprobs(&req)?;
         let (request, rx) = self.request(&req, None)?;
         self.start(req, request).await?;
         Ok(rx)
@@ -439,6 +441,7 @@ impl Engine for ModelGroup {
     }
 
     async fn reserve(&self, req: SeqRequest) -> Result<Reservation, EngineError> {
+        refuse_prompt_logprobs(&req)?;
         // Fail fast on a bad algorithm choice, before any KV moves.
         self.spec_for(&req)?;
         let r = self.subservers[self.home]
@@ -489,4 +492,14 @@ impl Engine for ModelGroup {
     fn step_profile(&self) -> StepProfile {
         self.subservers[self.home].engine.step_profile()
     }
+}
+/// The prompt's log probabilities are not served by a group: its models prefill through the
+/// driven path, which does not gather them.
+fn refuse_prompt_logprobs(req: &SeqRequest) -> Result<(), EngineError> {
+    if req.sampling.prompt_logprobs.is_some() {
+        return Err(EngineError::InvalidRequest(
+            "prompt log probabilities are not served by a model group".into(),
+        ));
+    }
+    Ok(())
 }

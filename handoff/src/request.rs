@@ -294,6 +294,7 @@ impl Request {
         let generated = Generated {
             id: t.token,
             logprobs: t.logprobs.map(|lp| Box::new(lp.clone())),
+            prompt_logprobs: Vec::new(),
         };
         if keep && !self.accept(&mut s, model, generated) {
             // The client is gone.

@@ -84,6 +84,16 @@ impl PrefillService {
         let target = req.target_kv_addr;
         let transfer_id = req.transfer_id;
         let skip_blocks = req.skip_blocks;
+        if req
+            .sampling
+            .as_ref()
+            .is_some_and(|s| s.prompt_logprobs.is_some())
+        {
+            // They would have to travel with the KV; the router prefills such requests locally.
+            return Err(Status::invalid_argument(
+                "sampling.prompt_logprobs is computed on the decode worker: prefill locally",
+            ));
+        }
         let seq = seq_request(req.request_id, req.token_ids, req.sampling, info)?;
 
         // The engine hands over each block once its chunk is computed, and the sender pushes

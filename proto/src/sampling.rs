@@ -35,11 +35,16 @@ impl std::error::Error for RuleError {}
 /// tokens, and the number of log-probability alternatives it asks for.
 pub fn check_logit_rules(params: &v1::SamplingParams, vocab_size: u32) -> Result<(), RuleError> {
     let err = |field: &'static str, message: String| Err(RuleError { field, message });
-    if let Some(k) = params.logprobs.filter(|&k| k > MAX_TOP_LOGPROBS) {
-        return err(
-            "logprobs",
-            format!("logprobs must be at most {MAX_TOP_LOGPROBS} alternatives, got {k}"),
-        );
+    for (field, asked) in [
+        ("logprobs", params.logprobs),
+        ("prompt_logprobs", params.prompt_logprobs),
+    ] {
+        if let Some(k) = asked.filter(|&k| k > MAX_TOP_LOGPROBS) {
+            return err(
+                field,
+                format!("{field} must be at most {MAX_TOP_LOGPROBS} alternatives, got {k}"),
+            );
+        }
     }
     let Some(s) = params.logits.as_deref() else {
         return Ok(());
@@ -141,6 +146,13 @@ mod tests {
         let e = check_logit_rules(&with(21), 10).expect_err("refused");
         assert_eq!(e.field, "logprobs");
         assert!(e.message.starts_with("logprobs"), "{}", e.message);
+        let prompt = v1::SamplingParams {
+            max_tokens: 4,
+            prompt_logprobs: Some(21),
+            ..Default::default()
+        };
+        let e = check_logit_rules(&prompt, 10).expect_err("refused");
+        assert_eq!(e.field, "prompt_logprobs");
     }
 
     #[test]

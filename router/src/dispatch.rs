@@ -302,6 +302,11 @@ impl Dispatcher {
             return bad(format!("top_p must be in [0, 1], got {}", s.top_p));
         }
         dolphin_proto::sampling::check_logit_rules(s, self.tokenizer.vocab_size())?;
+        if s.prompt_logprobs.is_some() && p.force == Some(Decision::Remote) {
+            return bad(
+                "prompt_logprobs needs a local prefill (the decode worker computes them)".into(),
+            );
+        }
         Ok(())
     }
 
@@ -511,6 +516,10 @@ impl Dispatcher {
         }
         span.record("request_id", p.request_id.as_str());
         self.validate(&p)?;
+        if p.sampling.prompt_logprobs.is_some() {
+            // The decode worker computes the prompt's log probabilities over the whole prompt.
+            p.force = Some(Decision::Local);
+        }
         let deadline = [p.timeout, self.cfg.request_timeout]
             .into_iter()
             .flatten()

@@ -262,6 +262,11 @@ async fn bad_requests_are_refused_before_any_worker_call() {
     let mut p = params("hi", 2);
     p.sampling.logprobs = Some(21);
     assert_eq!(kind(d.generate(p).await), ErrorKind::InvalidRequest);
+    // The prompt's log probabilities are computed on the decode worker alone.
+    let mut p = params("hi", 2);
+    p.sampling.prompt_logprobs = Some(1);
+    p.force = Some(Decision::Remote);
+    assert_eq!(kind(d.generate(p).await), ErrorKind::InvalidRequest);
     let mut p = params("hi", 2);
     p.force = Some(Decision::Remote);
     assert!(matches!(

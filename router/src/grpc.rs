@@ -98,6 +98,7 @@ pub(crate) fn responses(stream: ResponseStream) -> GenerateStream {
             request_id: request_id.clone(),
             token_ids: delta.token_ids,
             logprobs: delta.logprobs,
+            prompt_logprobs: delta.prompt_logprobs,
             text: delta.text,
             ..Default::default()
         };

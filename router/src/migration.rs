@@ -103,6 +103,16 @@ impl Migration {
         self.tokens.extend_from_slice(ids);
     }
 
+    /// The request's sampling settings.
+    pub(crate) fn sampling(&self) -> &v1::SamplingParams {
+        &self.sampling
+    }
+
+    /// The request's prompt.
+    pub(crate) fn prompt(&self) -> &[u32] {
+        &self.tokens[..self.prompt_len]
+    }
+
     /// Tokens streamed so far.
     pub(crate) fn streamed(&self) -> u32 {
         (self.tokens.len() - self.prompt_len) as u32
@@ -152,6 +162,10 @@ impl Migration {
         tracing::warn!(worker = %worker, error = %err, streamed = self.streamed(), migration = self.migrations, "decode worker failed mid-stream; moving the request to another worker");
         let mut sampling = self.sampling.clone();
         sampling.max_tokens = self.sampling.max_tokens.saturating_sub(self.streamed());
+        if self.streamed() > 0 {
+            // Delivered with the first token; the longer prompt's would be another's.
+            sampling.prompt_logprobs = None;
+        }
         let dispatcher = Arc::clone(&self.dispatcher);
         let (tokens, force, exclude) = (self.tokens.clone(), self.force, self.failed.clone());
         let deadline = self.deadline;

@@ -80,6 +80,9 @@ pub struct Delta {
     pub token_ids: Vec<u32>,
     /// Their log probabilities, pairwise, where the request asked for them (else empty).
     pub logprobs: Vec<v1::TokenLogprobs>,
+    /// With the first tokens of a request that asked for them: the prompt's log
+    /// probabilities (its tokens after the first; else empty).
+    pub prompt_logprobs: Vec<v1::TokenLogprobs>,
     /// Their text (may be empty while a character or a possible stop string is incomplete).
     pub text: String,
     /// Set on the last delta.
@@ -139,6 +142,16 @@ impl ResponseStream {
     /// How the request was routed.
     pub fn route(&self) -> &RouteDecision {
         &self.0.route
+    }
+
+    /// The prompt's tokens.
+    pub fn prompt_tokens(&self) -> &[u32] {
+        self.0.migration.prompt()
+    }
+
+    /// Whether the request asked for the prompt's log probabilities.
+    pub fn asked_prompt_logprobs(&self) -> bool {
+        self.0.migration.sampling().prompt_logprobs.is_some()
     }
 
     /// Times the request moved to another decode worker.
@@ -358,6 +371,7 @@ impl Running {
             Some(acc) => {
                 acc.token_ids.extend_from_slice(&d.token_ids);
                 acc.logprobs.extend(d.logprobs);
+                acc.prompt_logprobs.extend(d.prompt_logprobs);
                 acc.text.push_str(&d.text);
                 acc.finish = d.finish;
             }
@@ -397,6 +411,7 @@ impl Running {
         Delta {
             token_ids: msg.token_ids,
             logprobs: msg.logprobs,
+            prompt_logprobs: msg.prompt_logprobs,
             text,
             finish,
             choice: 0,

@@ -228,6 +228,18 @@ impl DecodeWorker for Svc {
         let req = req.into_inner();
         let max = req.sampling.as_ref().map_or(1, |s| s.max_tokens);
         let logprobs = req.sampling.as_ref().and_then(|s| s.logprobs);
+        // The prompt's, as the fake scores them: each token after the first like a generated one.
+        let prompt_logprobs: Vec<v1::TokenLogprobs> = req
+            .sampling
+            .as_ref()
+            .and_then(|s| s.prompt_logprobs)
+            .map(|k| {
+                req.token_ids[1..]
+                    .iter()
+                    .map(|&id| fake_logprobs(id, k))
+                    .collect()
+            })
+            .unwrap_or_default();
         let prompt_tokens = req.token_ids.len() as u32;
         let (path, delay) = if req.remote.is_some() {
             (*self.0.remote_path.lock(), *self.0.remote_delay.lock())
@@ -253,6 +265,9 @@ impl DecodeWorker for Svc {
                     tokio::time::sleep(delay).await;
                     for i in 0..max as usize {
                         let mut msg = token(ids[i % ids.len()]);
+                        if i == 0 {
+                            msg.prompt_logprobs = prompt_logprobs.clone();
+                        }
                         if i + 1 == max as usize {
                             msg.finish_reason = v1::FinishReason::Length as i32;
                             msg.usage = Some(v1::Usage {

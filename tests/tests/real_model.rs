@@ -10,7 +10,8 @@
 //!   decode worker.
 //! - So are log probabilities: the first token's computed on the prefill worker (carried in
 //!   the KV transfer's end frame), the rest on the decode worker, each equal to the
-//!   reference's; over HTTP in chat's shape, with each token's text.
+//!   reference's; over HTTP in chat's shape, with each token's text; and with `echo` the
+//!   prompt's, computed whole on the decode worker although its prefix cache holds most of it.
 //! - `/v1/chat/completions` answers a simple question sensibly.
 //!
 //! Skipped with a notice when the model file is absent (run `scripts/fetch-model.sh`), unless
@@ -224,6 +225,7 @@ async fn smollm2_remote_equals_local_equals_single_process_and_chat_answers() ->
     let chat_expected;
     let penalized_expected;
     let scored_expected;
+    let prompt_expected;
     {
         let mut cfg = CandleConfig::new(&path);
         cfg.threads = Some(1);
@@ -245,6 +247,20 @@ async fn smollm2_remote_equals_local_equals_single_process_and_chat_answers() ->
             ..Sampling::default()
         };
         scored_expected = reference_scored(&*engine, "scored", &prompts[0].1, sampling).await;
+        // The prompt's log probabilities come with the first token.
+        let sampling = Sampling {
+            max_tokens: 1,
+            logprobs: Some(1),
+            prompt_logprobs: Some(1),
+            ..Sampling::default()
+        };
+        let first = reference_scored(&*engine, "prompt", &prompts[3].1, sampling).await;
+        prompt_expected = first
+            .into_iter()
+            .next()
+            .context("no first token")?
+            .prompt_logprobs;
+        anyhow::ensure!(prompt_expected.len() + 1 == prompts[3].1.len());
     }
     assert_ne!(penalized_expected, expected[1], "the rules change nothing");
 
@@ -344,6 +360,40 @@ async fn smollm2_remote_equals_local_equals_single_process_and_chat_answers() ->
             }
         }
     }
+    // With echo, the prompt's too (an evaluation harness's loglikelihood request): the decode
+    // worker computes its whole prompt in 64-token chunks, although `long` left most of its
+    // blocks in its prefix cache, and each value equals the reference's.
+    let body = serde_json::json!({
+        "model": MODEL,
+        "prompt": prompts[3].1,
+        "max_tokens": 1,
+        "temperature": 0,
+        "echo": true,
+        "logprobs": 1,
+    });
+    let response =
+        http::post_json(cluster.http_addr(), "/v1/completions", &body.to_string()).await?;
+    assert_eq!(response.status, 200, "{}", response.text());
+    let v = response.json()?;
+    let scored = v["choices"][0]["logprobs"]["token_logprobs"]
+        .as_array()
+        .context("no token_logprobs")?;
+    assert_eq!(
+        scored.len(),
+        prompts[3].1.len() + 1,
+        "one a prompt token, one generated"
+    );
+    assert!(scored[0].is_null(), "the first prompt token has none");
+    for (i, (got, want)) in scored[1..].iter().zip(&prompt_expected).enumerate() {
+        let got = got.as_f64().context("a number")? as f32;
+        assert!(
+            (got - want.logprob).abs() < 1e-3,
+            "prompt token {}: {got} against {}",
+            i + 1,
+            want.logprob
+        );
+    }
+
     // The same over HTTP in chat's shape: each token's text, as the tokenizer decodes it alone.
     let body = serde_json::json!({
         "model": MODEL,

@@ -46,6 +46,14 @@ pub fn seq_request(
     if let Err(e) = dolphin_proto::sampling::check_logit_rules(&params, info.vocab_size) {
         return Err(BadRequest(format!("sampling.{e}")));
     }
+    if params.prompt_logprobs.is_some() && info.engine == "sim" {
+        // A sim token is a function of the text before it: the prompt's own tokens have no
+        // probability under it worth reporting.
+        return Err(BadRequest(
+            "sampling.prompt_logprobs: the sim engine computes no probabilities for given tokens"
+                .into(),
+        ));
+    }
     Ok(SeqRequest {
         request_id,
         prompt: token_ids,
@@ -121,6 +129,7 @@ pub fn sampling_from(params: &v1::SamplingParams) -> Result<Sampling, BadRequest
         logits: rules.map(logits_rules).unwrap_or_default(),
         min_tokens: rules.map_or(0, |r| r.min_tokens),
         logprobs: params.logprobs,
+        prompt_logprobs: params.prompt_logprobs,
     })
 }
 

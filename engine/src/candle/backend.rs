@@ -28,7 +28,9 @@ pub struct CandleBackend {
     /// Per-step buffers, kept to avoid reallocating.
     tokens: Vec<u32>,
     logit_rows: Vec<usize>,
-    sample_entries: Vec<usize>,
+    /// What each logits row is for: the entry it belongs to, and the prompt position it
+    /// scores (`None`: the entry's draw).
+    row_uses: Vec<(usize, Option<u32>)>,
 }
 
 impl CandleBackend {
@@ -91,7 +93,7 @@ impl CandleBackend {
             samplers: HashMap::new(),
             tokens: Vec::new(),
             logit_rows: Vec::new(),
-            sample_entries: Vec::new(),
+            row_uses: Vec::new(),
         })
     }
 
@@ -190,7 +192,7 @@ impl Backend for CandleBackend {
     ) -> Result<Duration, BackendError> {
         self.tokens.clear();
         self.logit_rows.clear();
-        self.sample_entries.clear();
+        self.row_uses.clear();
         let mut spans = Vec::with_capacity(batch.len());
         for (i, e) in batch.entries().iter().enumerate() {
             let table = batch.table(e);
@@ -212,9 +214,14 @@ impl Backend for CandleBackend {
                 position: e.position as usize,
                 table,
             });
+            // Rows that score the prompt (a request for its log probabilities), then the draw.
+            for p in sampler.prompt_rows(e.position, e.len())? {
+                self.logit_rows.push(start + (p - e.position) as usize);
+                self.row_uses.push((i, Some(p)));
+            }
             if e.sample {
                 self.logit_rows.push(start + len - 1);
-                self.sample_entries.push(i);
+                self.row_uses.push((i, None));
             }
         }
         let logits = self
@@ -231,12 +238,16 @@ impl Backend for CandleBackend {
             .and_then(|l| l.to_vec1::<f32>())
             .map_err(compute)?;
         let entries = batch.entries();
-        for (r, &i) in self.sample_entries.iter().enumerate() {
+        for (r, &(i, scores)) in self.row_uses.iter().enumerate() {
             let e = &entries[i];
             let (sampler, stats) = self.samplers.get_mut(&e.seq).ok_or_else(|| {
                 BackendError::Invalid(format!("sequence {} was not started", e.seq))
             })?;
             let row = &logits[r * vocab..(r + 1) * vocab];
+            if let Some(p) = scores {
+                sampler.score_prompt(p, row);
+                continue;
+            }
             let token = sampler.sample(row, e.position + e.len())?;
             sampled[i] = Some(Sampled {
                 token,
@@ -246,6 +257,7 @@ impl Backend for CandleBackend {
                     Default::default()
                 },
                 logprobs: sampler.logprobs(row, token),
+                prompt_logprobs: sampler.take_prompt_scores(),
             });
         }
         Ok(Duration::ZERO)

@@ -35,6 +35,19 @@ pub(crate) struct Sampler {
     adjusted: Vec<f32>,
     /// Report log probabilities with this many alternatives (`Sampling::logprobs`).
     logprobs: Option<u32>,
+    /// The prompt's log probabilities, while they are computed (`Sampling::prompt_logprobs`).
+    prompt_scores: Option<PromptScores>,
+}
+
+/// A prompt's log probabilities, gathered chunk by chunk until the first token is drawn.
+#[derive(Debug)]
+struct PromptScores {
+    /// Alternatives per position.
+    k: u32,
+    /// The prompt (position `p`'s logits score token `p + 1`).
+    prompt: Vec<u32>,
+    /// One entry per prompt position scored so far, from position 0.
+    scores: Vec<TokenLogprobs>,
 }
 
 /// What the penalties read: the prompt's distinct tokens and the output's token counts.
@@ -64,7 +77,61 @@ impl Sampler {
             scratch: Vec::new(),
             adjusted: Vec::new(),
             logprobs: s.logprobs,
+            prompt_scores: s.prompt_logprobs.map(|k| PromptScores {
+                k,
+                prompt: Vec::new(),
+                scores: Vec::new(),
+            }),
         }
+    }
+
+    /// Prompt positions in `position..position + len` whose logits score a prompt token (every
+    /// prompt position but the last), where the request asked for the prompt's log
+    /// probabilities; empty otherwise. They must come in order from position 0.
+    pub fn prompt_rows(
+        &self,
+        position: u32,
+        len: u32,
+    ) -> Result<std::ops::Range<u32>, BackendError> {
+        let Some(p) = &self.prompt_scores else {
+            return Ok(0..0);
+        };
+        let last = (p.prompt.len() as u32).saturating_sub(1);
+        let rows = position.max(p.scores.len() as u32)..(position + len).min(last);
+        if rows.start < rows.end && position > p.scores.len() as u32 {
+            return Err(BackendError::Invalid(format!(
+                "prompt log probabilities need every prompt position computed; position {position} came after {}",
+                p.scores.len()
+            )));
+        }
+        Ok(rows)
+    }
+
+    /// Scores the prompt token after `position` from that position's `logits`.
+    pub fn score_prompt(&mut self, position: u32, logits: &[f32]) {
+        let Some(p) = &mut self.prompt_scores else {
+            return;
+        };
+        if position as usize != p.scores.len() {
+            return;
+        }
+        let Some(&next) = p.prompt.get(position as usize + 1) else {
+            return;
+        };
+        p.scores.push(token_logprobs(
+            logits,
+            next,
+            p.k as usize,
+            &mut self.scratch,
+        ));
+    }
+
+    /// The prompt's log probabilities gathered so far (taken once, with the first token).
+    pub fn take_prompt_scores(&mut self) -> Vec<TokenLogprobs> {
+        self.prompt_scores
+            .as_mut()
+            .map(|p| std::mem::take(&mut p.scores))
+            .unwrap_or_default()
     }
 
     /// The drawn `token`'s log probabilities from the raw `logits` of its step, where the
@@ -91,6 +158,9 @@ impl Sampler {
     ) -> Sampler {
         self.prompt_len = prompt.len() as u32;
         self.end_tokens.extend(eos);
+        if let Some(p) = &mut self.prompt_scores {
+            p.prompt = prompt.to_vec();
+        }
         let prompt_len = self.prompt_len;
         if let Some(h) = &mut self.history {
             if self.rules.repetition_penalty.is_some() {
@@ -581,5 +651,41 @@ mod tests {
                 .logprobs(&logits, 1)
                 .is_none()
         );
+    }
+
+    #[test]
+    fn the_prompt_is_scored_chunk_by_chunk_from_its_start() {
+        let logits = [0.0f32, 1.0, 2.0, 3.0];
+        let sampling = Sampling {
+            prompt_logprobs: Some(1),
+            ..Sampling::default()
+        };
+        let prompt = [3, 1, 2, 0];
+        let mut s = Sampler::new(&sampling, 1).for_text(&prompt, &[], 0, None);
+        // Positions 0 and 1 of a first chunk score tokens 1 and 2.
+        assert_eq!(s.prompt_rows(0, 2).unwrap(), 0..2);
+        s.score_prompt(0, &logits);
+        s.score_prompt(1, &logits);
+        // The last prompt position draws the first token instead.
+        assert_eq!(s.prompt_rows(2, 2).unwrap(), 2..3);
+        s.score_prompt(2, &logits);
+        let scores = s.take_prompt_scores();
+        let lse = logits.iter().map(|&x| x.exp()).sum::<f32>().ln();
+        let want: Vec<f32> = [1, 2, 0].iter().map(|&t| logits[t] - lse).collect();
+        let got: Vec<f32> = scores.iter().map(|l| l.logprob).collect();
+        assert!(
+            got.iter().zip(&want).all(|(a, b)| (a - b).abs() < 1e-5),
+            "{got:?}"
+        );
+        assert_eq!(scores[0].top.len(), 1);
+        assert_eq!(scores[0].top[0].0, 3);
+        assert!((scores[0].top[0].1 - (3.0 - lse)).abs() < 1e-5);
+        assert!(s.prompt_rows(3, 1).unwrap().is_empty());
+        // A chunk that starts past what was scored (a cached prefix) cannot be scored.
+        let s = Sampler::new(&sampling, 1).for_text(&prompt, &[], 0, None);
+        assert!(s.prompt_rows(2, 1).is_err());
+        // Not asked: no rows.
+        let s = Sampler::new(&Sampling::default(), 1).for_text(&prompt, &[], 0, None);
+        assert!(s.prompt_rows(0, 4).unwrap().is_empty());
     }
 }

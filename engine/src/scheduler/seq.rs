@@ -97,6 +97,15 @@ pub(crate) struct Work {
 }
 
 impl Seq {
+    /// Leading prompt blocks the prefix cache may serve: none when the request asks for the
+    /// prompt's log probabilities (they need every prompt position computed).
+    pub fn cacheable_blocks(&self, block_size: u32) -> usize {
+        if self.sampling.prompt_logprobs.is_some() {
+            return 0;
+        }
+        super::policy::max_cached_blocks(self.prompt_len, block_size, self.hashes.len())
+    }
+
     /// Prompt blocks, the trailing partial one included.
     pub fn prompt_blocks(&self, block_size: u32) -> u32 {
         self.prompt_len.div_ceil(block_size)

@@ -10,7 +10,6 @@ use tokio::sync::{broadcast, mpsc};
 use tokio::time::Instant;
 
 use super::SchedulerConfig;
-use super::policy::max_cached_blocks;
 use super::seq::{Kind, Phase, Seq};
 use crate::backend::Backend;
 use crate::error::{BackendError, EngineError};
@@ -230,7 +229,7 @@ impl<B: Backend> Core<B> {
         let Some(seq) = self.seqs.get_mut(&id) else {
             return false;
         };
-        let max_hits = max_cached_blocks(seq.prompt_len, bs, seq.hashes.len());
+        let max_hits = seq.cacheable_blocks(bs);
         let hits = self.pool.match_prefix(&seq.hashes[..max_hits]);
         let new = seq.blocks_needed - hits as u32;
         if !self.pool.admit(&seq.hashes[..hits], new, &mut seq.table) {
@@ -362,7 +361,7 @@ pub(super) fn late_hit(pool: &mut KvPool, seq: &mut Seq, bs: u32) -> u32 {
         return 0;
     }
     let from = seq.committed as usize;
-    let max_hits = max_cached_blocks(seq.prompt_len, bs, seq.hashes.len());
+    let max_hits = seq.cacheable_blocks(bs);
     if from >= max_hits {
         return 0;
     }

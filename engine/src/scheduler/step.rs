@@ -311,6 +311,7 @@ fn on_token(seq: &mut Seq, sampled: Sampled, eos: Option<u32>) -> Option<Done> {
     let generated = Generated {
         id: token,
         logprobs: sampled.logprobs,
+        prompt_logprobs: sampled.prompt_logprobs,
     };
     if out.try_send(SeqOutput::Token(generated)).is_err() {
         // Closed: the reader is gone. (Full cannot happen: the channel holds every message.)

@@ -371,6 +371,7 @@ impl Backend for SimBackend {
                 token,
                 stats,
                 logprobs,
+                prompt_logprobs: Vec::new(),
             });
         }
         if self.time_scale == 0.0 {

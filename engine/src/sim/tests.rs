@@ -579,6 +579,7 @@ async fn logprobs_where_asked_on_both_paths() {
     let first = Generated {
         id: out.first_token,
         logprobs: out.first_logprobs,
+        prompt_logprobs: Vec::new(),
     };
     let mut rx = d.resume(r.seq, first).await.expect("resumed");
     let Some(SeqOutput::Token(t)) = rx.recv().await else {

@@ -127,6 +127,7 @@ fn build(
         replay_output_tokens: None,
         logits: logits.map(Box::new),
         logprobs,
+        prompt_logprobs: None,
     };
     let params = GenerateParams {
         request_id,
@@ -194,13 +195,11 @@ pub(crate) fn completions(
         Endpoint::Completions,
         req.sampling,
     )?;
-    if echo.is_some() && params.sampling.logprobs.is_some() {
-        // With echo, OpenAI reports the prompt's log probabilities too, which no worker
-        // computes.
-        return Err(ApiError::invalid(
-            "logprobs with echo is not supported by this server: the prompt's log probabilities are not computed",
-            Some("logprobs"),
-        ));
+    let mut params = params;
+    if echo.is_some() {
+        // With echo the logprobs cover the prompt too (OpenAI's legacy API; what evaluation
+        // harnesses read to score a text).
+        params.sampling.prompt_logprobs = params.sampling.logprobs;
     }
     Ok(Prepared {
         params,
@@ -289,9 +288,10 @@ pub(crate) async fn run(st: &AppState, prepared: Prepared) -> Result<Response, A
     let tokens = logprobs_tokenizer(st, &params);
     let rs = st.dispatcher.generate(params).await?;
     let headers = routing_headers(&rs);
+    let prompt = prompt_of(&rs);
     let enc = Encoder::new(ep, response_id(ep, &rs), model, now(), include_usage)
         .with_echo(echo)
-        .with_logprobs(tokens);
+        .with_logprobs(tokens, prompt);
     let mut resp = if stream {
         events(rs, enc)
     } else {
@@ -307,6 +307,12 @@ fn logprobs_tokenizer(st: &AppState, params: &GenerateParams) -> Option<Arc<dyn 
         .sampling
         .logprobs
         .map(|_| st.dispatcher.tokenizer().clone())
+}
+
+/// The prompt's tokens, where its log probabilities come back (echo with logprobs).
+fn prompt_of(rs: &ResponseStream) -> Option<Vec<u32>> {
+    rs.asked_prompt_logprobs()
+        .then(|| rs.prompt_tokens().to_vec())
 }
 
 /// The response's id: the endpoint's prefix and the request's id.
@@ -346,6 +352,7 @@ async fn run_choices(
     });
     let streams = futures::future::try_join_all(starts).await?;
     let headers = routing_headers(&streams[0]);
+    let prompt = prompt_of(&streams[0]);
     let enc = Encoder::new(
         ep,
         response_id(ep, &streams[0]),
@@ -355,7 +362,7 @@ async fn run_choices(
     )
     .with_choices(choices)
     .with_echo(echo)
-    .with_logprobs(tokens);
+    .with_logprobs(tokens, prompt);
     let mut resp = if stream {
         let tagged = streams.into_iter().zip(0..).map(|(rs, i)| {
             rs.map(move |d| {
@@ -505,6 +512,8 @@ pub(crate) struct Encoder {
     echoed: u32,
     /// Names the tokens of log probabilities (`None`: the request asked for none).
     logprobs: Option<Arc<dyn Tokenizer>>,
+    /// The prompt's tokens, where its log probabilities come with the echo.
+    prompt: Option<Vec<u32>>,
     /// Each choice's text so far, in characters: where its next token's text starts
     /// (completions' `text_offset`).
     offsets: Vec<u32>,
@@ -531,18 +540,26 @@ impl Encoder {
             echo: None,
             echoed: 0,
             logprobs: None,
+            prompt: None,
             offsets: Vec::new(),
         }
     }
 
     /// The encoder of a request that asked for log probabilities (`Some`: the tokenizer that
     /// names their tokens).
-    pub(crate) fn with_logprobs(mut self, tokenizer: Option<Arc<dyn Tokenizer>>) -> Self {
+    /// With `prompt`, the echoed prompt's tokens come with theirs.
+    pub(crate) fn with_logprobs(
+        mut self,
+        tokenizer: Option<Arc<dyn Tokenizer>>,
+        prompt: Option<Vec<u32>>,
+    ) -> Self {
         self.logprobs = tokenizer;
+        self.prompt = prompt;
         self
     }
 
-    /// A completions choice's log probabilities for a delta's tokens.
+    /// A completions choice's log probabilities for a delta's tokens, after the echoed
+    /// prompt's (`echoed`: characters of echo this chunk starts with).
     fn completion_logprobs(&mut self, d: &Delta, echoed: usize) -> Option<CompletionLogprobs> {
         let tok = self.logprobs.as_deref()?;
         let i = d.choice as usize;
@@ -550,8 +567,17 @@ impl Encoder {
             self.offsets.resize(i + 1, 0);
         }
         let offset = &mut self.offsets[i];
-        *offset += echoed as u32;
-        Some(logprobs::completion(tok, &d.token_ids, &d.logprobs, offset))
+        match &self.prompt {
+            Some(prompt) if echoed > 0 => {
+                let mut out = logprobs::completion_prompt(tok, prompt, &d.prompt_logprobs, offset);
+                logprobs::completion_into(tok, &d.token_ids, &d.logprobs, offset, &mut out);
+                Some(out)
+            }
+            _ => {
+                *offset += echoed as u32;
+                Some(logprobs::completion(tok, &d.token_ids, &d.logprobs, offset))
+            }
+        }
     }
 
     /// The encoder of a request whose choices' texts start with `echo`.
@@ -694,6 +720,7 @@ impl Encoder {
             .map(|c| {
                 c.logprobs
                     .iter()
+                    .chain(&c.prompt_logprobs)
                     .map(|l| 60 + 60 * l.top_ids.len())
                     .sum::<usize>()
             })
@@ -705,32 +732,42 @@ impl Encoder {
             300 + 100 * choices.len() + self.id.len() + self.model.len() + text_len + text_len / 8;
         let echo = self.echo.as_deref().unwrap_or_default();
         let tok = self.logprobs.as_deref();
+        let echo_chars = echo.chars().count() as u32;
+        let completion_logprobs = |c: &ChoiceOutput| {
+            let tok = tok?;
+            let mut offset = echo_chars;
+            Some(match &self.prompt {
+                Some(prompt) => {
+                    let mut out =
+                        logprobs::completion_prompt(tok, prompt, &c.prompt_logprobs, &mut offset);
+                    logprobs::completion_into(
+                        tok,
+                        &c.token_ids,
+                        &c.logprobs,
+                        &mut offset,
+                        &mut out,
+                    );
+                    out
+                }
+                None => logprobs::completion(tok, &c.token_ids, &c.logprobs, &mut offset),
+            })
+        };
         let indexed = choices.into_iter().zip(0..).map(|(c, index)| {
             let text = if echo.is_empty() {
-                c.text
+                c.text.clone()
             } else {
                 format!("{echo}{}", c.text)
             };
-            (
-                index,
-                text,
-                Some(finish_str(c.reason)),
-                c.token_ids,
-                c.logprobs,
-            )
+            (index, text, Some(finish_str(c.reason)), c)
         });
-        let echo_chars = echo.chars().count() as u32;
         match self.ep {
             Endpoint::Completions => json_response(
                 &self.completion(
                     indexed
-                        .map(|(index, text, finish_reason, ids, lps)| CompletionChoice {
+                        .map(|(index, text, finish_reason, c)| CompletionChoice {
                             index,
                             text,
-                            logprobs: tok.map(|tok| {
-                                let mut offset = echo_chars;
-                                logprobs::completion(tok, &ids, &lps, &mut offset)
-                            }),
+                            logprobs: completion_logprobs(&c),
                             finish_reason,
                         })
                         .collect(),
@@ -745,13 +782,13 @@ impl Encoder {
                     created: self.created,
                     model: self.model.clone(),
                     choices: indexed
-                        .map(|(index, content, finish_reason, ids, lps)| ChatChoice {
+                        .map(|(index, content, finish_reason, c)| ChatChoice {
                             index,
                             message: ChatMessageOut {
                                 role: "assistant",
                                 content,
                             },
-                            logprobs: tok.map(|tok| logprobs::chat(tok, &ids, &lps)),
+                            logprobs: tok.map(|tok| logprobs::chat(tok, &c.token_ids, &c.logprobs)),
                             finish_reason,
                         })
                         .collect(),
@@ -771,6 +808,8 @@ struct ChoiceOutput {
     /// empty).
     token_ids: Vec<u32>,
     logprobs: Vec<v1::TokenLogprobs>,
+    /// The prompt's log probabilities, where the request asked for them (echo with logprobs).
+    prompt_logprobs: Vec<v1::TokenLogprobs>,
 }
 
 /// One generation's whole output.
@@ -784,7 +823,7 @@ struct Output {
 /// Collects one generation's whole output.
 async fn collect(mut rs: ResponseStream) -> Result<Output, ApiError> {
     let mut text = String::new();
-    let (mut token_ids, mut logprobs) = (Vec::new(), Vec::new());
+    let (mut token_ids, mut logprobs, mut prompt_logprobs) = (Vec::new(), Vec::new(), Vec::new());
     while let Some(item) = rs.next().await {
         let d = item?;
         text.push_str(&d.text);
@@ -792,6 +831,7 @@ async fn collect(mut rs: ResponseStream) -> Result<Output, ApiError> {
             token_ids.extend_from_slice(&d.token_ids);
             logprobs.extend(d.logprobs);
         }
+        prompt_logprobs.extend(d.prompt_logprobs);
         if let Some(f) = d.finish {
             return Ok(Output {
                 choice: ChoiceOutput {
@@ -799,6 +839,7 @@ async fn collect(mut rs: ResponseStream) -> Result<Output, ApiError> {
                     reason: f.reason,
                     token_ids,
                     logprobs,
+                    prompt_logprobs,
                 },
                 usage: f.usage,
                 path: rs.path(),

@@ -45,6 +45,41 @@ pub(crate) fn completion(
         top_logprobs: Vec::with_capacity(n),
         text_offset: Vec::with_capacity(n),
     };
+    completion_into(tok, ids, lps, offset, &mut out);
+    out
+}
+
+/// The completions shape of an echoed prompt (`ids`, whose first token has no log
+/// probability) and its log probabilities (`lps`, one for each token after the first), from
+/// offset 0; `offset` ends past the prompt's tokens.
+pub(crate) fn completion_prompt(
+    tok: &dyn Tokenizer,
+    ids: &[u32],
+    lps: &[v1::TokenLogprobs],
+    offset: &mut u32,
+) -> CompletionLogprobs {
+    let mut out = CompletionLogprobs::default();
+    let Some((&first, rest)) = ids.split_first() else {
+        return out;
+    };
+    let text = tok.decode(&[first]);
+    out.text_offset.push(0);
+    *offset = text.chars().count() as u32;
+    out.tokens.push(text);
+    out.token_logprobs.push(None);
+    out.top_logprobs.push(None);
+    completion_into(tok, rest, lps, offset, &mut out);
+    out
+}
+
+/// Appends `ids` and their log probabilities to `out` in the completions shape.
+pub(crate) fn completion_into(
+    tok: &dyn Tokenizer,
+    ids: &[u32],
+    lps: &[v1::TokenLogprobs],
+    offset: &mut u32,
+    out: &mut CompletionLogprobs,
+) {
     for (&id, lp) in ids.iter().zip(lps) {
         let text = tok.decode(&[id]);
         let logprob = finite(lp.logprob);
@@ -63,10 +98,9 @@ pub(crate) fn completion(
         out.text_offset.push(*offset);
         *offset += text.chars().count() as u32;
         out.tokens.push(text);
-        out.token_logprobs.push(logprob);
-        out.top_logprobs.push(top);
+        out.token_logprobs.push(Some(logprob));
+        out.top_logprobs.push(Some(top));
     }
-    out
 }
 
 /// The chat shape of `ids` and their log probabilities (pairs past the shorter list are left
@@ -128,21 +162,41 @@ mod tests {
         let mut offset = 3;
         let out = completion(&tok, &ids, &steps, &mut offset);
         assert_eq!(out.tokens, vec!["a", "b"]);
-        assert_eq!(out.token_logprobs, vec![-0.5, FLOOR]);
+        assert_eq!(out.token_logprobs, vec![Some(-0.5), Some(FLOOR)]);
         assert_eq!(out.text_offset, vec![3, 4]);
         assert_eq!(offset, 5);
         assert_eq!(
-            out.top_logprobs[0].0,
+            out.top_logprobs[0].as_ref().unwrap().0,
             vec![("a".to_string(), -0.5), ("b".to_string(), -1.5)]
         );
         assert_eq!(
-            out.top_logprobs[1].0,
+            out.top_logprobs[1].as_ref().unwrap().0,
             vec![("a".to_string(), -0.1), ("b".to_string(), FLOOR)]
         );
         let json = serde_json::to_value(&out).unwrap();
         assert_eq!(
             json["top_logprobs"][0],
             serde_json::json!({"a": -0.5, "b": -1.5})
+        );
+    }
+
+    #[test]
+    fn an_echoed_prompt_starts_with_a_token_without_probability() {
+        let tok = SimTokenizer;
+        let ids = tok.encode("xyz");
+        let steps = [lp(-1.0, &[(ids[1], -1.0)]), lp(-2.0, &[(ids[0], -0.5)])];
+        let mut offset = 99;
+        let out = completion_prompt(&tok, &ids, &steps, &mut offset);
+        assert_eq!(out.tokens, vec!["x", "y", "z"]);
+        assert_eq!(out.text_offset, vec![0, 1, 2]);
+        assert_eq!(offset, 3);
+        assert_eq!(out.token_logprobs, vec![None, Some(-1.0), Some(-2.0)]);
+        assert!(out.top_logprobs[0].is_none());
+        let json = serde_json::to_value(&out).unwrap();
+        assert!(json["token_logprobs"][0].is_null(), "{json}");
+        assert_eq!(
+            json["top_logprobs"][2],
+            serde_json::json!({"x": -0.5, "z": -2.0})
         );
     }
 

@@ -155,6 +155,7 @@ mod tests {
         Delta {
             token_ids: vec![1],
             logprobs: Vec::new(),
+            prompt_logprobs: Vec::new(),
             text: text.into(),
             finish: None,
             choice: 0,

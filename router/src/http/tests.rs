@@ -503,6 +503,51 @@ async fn logprobs_whole_and_streamed_in_both_shapes() {
         .collect();
     assert_eq!(offsets, vec![json!(0), json!(1), json!(2)], "{body}");
 
+    // With echo the prompt's come first, its first token without any, and the decode worker
+    // computes them (the request is prefilled locally).
+    let prompt = SimTokenizer.encode("xyz");
+    for stream in [false, true] {
+        let req = json!({"prompt": "xyz", "max_tokens": 2, "logprobs": 1, "echo": true,
+                         "stream": stream});
+        let (status, _, body) = post(s.addr, "/v1/completions", req).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        let chunks: Vec<Value> = if stream {
+            let data = sse_data(&body);
+            data[..data.len() - 1].iter().map(|d| parse(d)).collect()
+        } else {
+            vec![parse(&body)]
+        };
+        let field = |name: &str| -> Vec<Value> {
+            chunks
+                .iter()
+                .filter_map(|c| c["choices"][0]["logprobs"][name].as_array().cloned())
+                .flatten()
+                .collect()
+        };
+        assert_eq!(
+            field("tokens"),
+            vec![json!("x"), json!("y"), json!("z"), json!("a"), json!("b")],
+            "{body}"
+        );
+        assert_eq!(
+            field("text_offset"),
+            (0..5).map(|i| json!(i)).collect::<Vec<_>>(),
+            "{body}"
+        );
+        let lps = field("token_logprobs");
+        assert!(lps[0].is_null(), "{body}");
+        assert!(near(&lps[1], fake_logprobs(prompt[1], 1).logprob), "{body}");
+        assert!(near(&lps[3], want(0).logprob), "{body}");
+        assert!(field("top_logprobs")[0].is_null(), "{body}");
+        let call = fake.state.calls.lock().last().cloned().expect("calls");
+        let sampling = call.sampling.expect("sampling");
+        assert_eq!(
+            (sampling.logprobs, sampling.prompt_logprobs),
+            (Some(1), Some(1))
+        );
+        assert!(call.remote.is_none(), "prefilled locally");
+    }
+
     // Without the fields nothing is asked or reported.
     let (_, _, body) = post(s.addr, "/v1/completions", json!({"prompt": "x"})).await;
     assert!(parse(&body)["choices"][0]["logprobs"].is_null(), "{body}");
@@ -680,11 +725,6 @@ async fn bad_requests_get_openai_errors() {
         (
             "/v1/completions",
             json!({"prompt": "hi", "logprobs": 21}),
-            "logprobs",
-        ),
-        (
-            "/v1/completions",
-            json!({"prompt": "hi", "logprobs": 2, "echo": true}),
             "logprobs",
         ),
         (

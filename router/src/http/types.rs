@@ -571,10 +571,11 @@ pub struct ChatChunk {
 pub struct CompletionLogprobs {
     /// Each token's text.
     pub tokens: Vec<String>,
-    /// Each token's log probability.
-    pub token_logprobs: Vec<f32>,
-    /// Each step's most likely tokens and the drawn one, text to log probability.
-    pub top_logprobs: Vec<TopLogprobs>,
+    /// Each token's log probability (`null` for an echoed prompt's first token).
+    pub token_logprobs: Vec<Option<f32>>,
+    /// Each step's most likely tokens and the drawn one, text to log probability (`null` for
+    /// an echoed prompt's first token).
+    pub top_logprobs: Vec<Option<TopLogprobs>>,
     /// Where each token's text starts in the choice's text, in characters.
     pub text_offset: Vec<u32>,
 }
