@@ -87,6 +87,11 @@ pub(crate) struct Seq {
     pub in_step: bool,
 }
 
+/// Most prompt tokens a step computes for a request that asks for the prompt's log
+/// probabilities: each is a row of logits the size of the vocabulary (512 rows of SmolLM2's
+/// 49,152 f32 logits are 100 MB).
+pub(crate) const PROMPT_SCORING_CHUNK: u32 = 512;
+
 /// What the next step may compute for a sequence.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Work {
@@ -131,6 +136,14 @@ impl Seq {
                 tokens: pending.saturating_sub(1),
                 sample: false,
             },
+            _ if self.sampling.prompt_logprobs.is_some() => {
+                // Each position it computes is a row of logits to score: bounded per step.
+                let tokens = pending.min(PROMPT_SCORING_CHUNK);
+                Work {
+                    tokens,
+                    sample: tokens == pending,
+                }
+            }
             _ => Work {
                 tokens: pending,
                 sample: true,

@@ -265,6 +265,33 @@ async fn chunked_prefill_respects_the_budget() {
     );
 }
 
+/// A prompt scored for its log probabilities computes at most `PROMPT_SCORING_CHUNK` tokens a
+/// step (each is a row of logits), however large the step's budget.
+#[tokio::test(start_paused = true)]
+async fn a_scored_prompt_is_computed_in_bounded_chunks() {
+    use super::seq::PROMPT_SCORING_CHUNK;
+    let (engine, log) = engine(Setup {
+        max_batched_tokens: 2048,
+        total_blocks: 512,
+        ..Setup::default()
+    });
+    let mut r = req("s", 1000, 2);
+    r.sampling.prompt_logprobs = Some(0);
+    let (tokens, _, _) = collect(engine.generate(r).await.expect("admitted")).await;
+    assert_eq!(tokens, expected_tokens(1000, 2));
+    let chunks: Vec<(u32, u32, bool)> = log
+        .lock()
+        .iter()
+        .flatten()
+        .map(|e| (e.1, e.2, e.3))
+        .collect();
+    let c = PROMPT_SCORING_CHUNK;
+    assert_eq!(
+        chunks,
+        vec![(0, c, false), (c, 1000 - c, true), (1000, 1, true)]
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn admission_waits_while_kv_is_full_then_proceeds() {
     // a needs ceil((8 + 8 - 1) / 4) = 4 blocks: the whole pool.

@@ -588,3 +588,19 @@ async fn logprobs_where_asked_on_both_paths() {
     assert_eq!(t.id, out.first_token);
     assert_eq!(t.logprobs.map(|l| l.logprob), Some(0.0));
 }
+
+/// A request for the prompt's log probabilities computes its whole prompt: the prefix cache
+/// serves it nothing, neither at admission nor when its first chunk is scheduled.
+#[tokio::test]
+async fn prompt_logprobs_bypass_the_prefix_cache() {
+    let e = engine();
+    let p = prompt(11, 200);
+    let (_, _, first) = collect(e.generate(request("a", p.clone(), 2)).await.expect("a")).await;
+    assert_eq!(first.cached_tokens, 0);
+    let mut scored = request("b", p.clone(), 2);
+    scored.sampling.prompt_logprobs = Some(0);
+    let (_, _, usage) = collect(e.generate(scored).await.expect("b")).await;
+    assert_eq!(usage.cached_tokens, 0, "{usage:?}");
+    let (_, _, again) = collect(e.generate(request("c", p, 2)).await.expect("c")).await;
+    assert!(again.cached_tokens > 0, "{again:?}");
+}

@@ -186,7 +186,7 @@ pub(crate) fn completions(
         req.sampling.stream,
         req.sampling.stream_options.unwrap_or_default(),
     );
-    let (params, choices) = build(
+    let (mut params, choices) = build(
         st,
         headers,
         req.model,
@@ -195,7 +195,6 @@ pub(crate) fn completions(
         Endpoint::Completions,
         req.sampling,
     )?;
-    let mut params = params;
     if echo.is_some() {
         // With echo the logprobs cover the prompt too (OpenAI's legacy API; what evaluation
         // harnesses read to score a text).
@@ -546,8 +545,7 @@ impl Encoder {
     }
 
     /// The encoder of a request that asked for log probabilities (`Some`: the tokenizer that
-    /// names their tokens).
-    /// With `prompt`, the echoed prompt's tokens come with theirs.
+    /// names their tokens); with `prompt`, the echoed prompt's tokens come with theirs.
     pub(crate) fn with_logprobs(
         mut self,
         tokenizer: Option<Arc<dyn Tokenizer>>,
@@ -752,9 +750,9 @@ impl Encoder {
                 None => logprobs::completion(tok, &c.token_ids, &c.logprobs, &mut offset),
             })
         };
-        let indexed = choices.into_iter().zip(0..).map(|(c, index)| {
+        let indexed = choices.into_iter().zip(0..).map(|(mut c, index)| {
             let text = if echo.is_empty() {
-                c.text.clone()
+                std::mem::take(&mut c.text)
             } else {
                 format!("{echo}{}", c.text)
             };
