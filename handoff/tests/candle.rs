@@ -182,6 +182,60 @@ async fn mixed_runs_apply_the_repetition_penalty_to_both_models_tokens() {
     }
 }
 
+/// The tokens of `rx`, with their log probabilities.
+async fn scored(mut rx: dolphin_engine::OutputStream) -> Vec<dolphin_engine::Generated> {
+    let mut out = Vec::new();
+    while let Some(item) = rx.recv().await {
+        match item {
+            dolphin_engine::SeqOutput::Token(t) => out.push(t),
+            dolphin_engine::SeqOutput::Finished { .. } => return out,
+            dolphin_engine::SeqOutput::Error(e) => panic!("{e}"),
+        }
+    }
+    panic!("stream ended without Finished");
+}
+
+/// Each token's log probabilities are its writer's: a mixed run's values equal each token
+/// recomputed alone, by the model that wrote it, over the same text.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mixed_runs_report_each_writers_log_probabilities() {
+    let Some(path) = model() else { return };
+    let g = pair(&path);
+    let p = prompt(&path, "Here is a short story about a dolphin who");
+    let asking = |id: &str, prompt: &[u32], n: u32| {
+        let mut req = request(id, prompt, n);
+        req.sampling.logprobs = Some(2);
+        req
+    };
+    let (rec, writers) = Recording::new(Box::new(EntropyGate::new(1.0, 3, 0.2)));
+    let out = scored(
+        g.generate_with(asking("lp", &p, 16), Box::new(rec))
+            .await
+            .expect("lp"),
+    )
+    .await;
+    let writers = writers.lock().clone();
+    assert!(writers.contains(&0) && writers.contains(&1), "{writers:?}");
+    let mut seq = p.clone();
+    for (i, (t, &m)) in out.iter().zip(&writers).enumerate() {
+        let got = t.logprobs.as_deref().expect("every token has them");
+        let e = &g.subservers()[m].engine;
+        let rx = e
+            .generate(asking(&format!("r{i}"), &seq, 1))
+            .await
+            .expect("ref");
+        let want = scored(rx).await.remove(0);
+        let want = want.logprobs.as_deref().expect("asked for");
+        assert_eq!(want.top.len(), 2);
+        assert!(
+            (got.logprob - want.logprob).abs() < 1e-4 && got.top.len() == 2,
+            "position {i}, written by model {m}: {got:?} against {want:?}"
+        );
+        assert_eq!(got.top[0].0, want.top[0].0, "position {i}");
+        seq.push(t.id);
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn both_caches_hold_the_sequence_after_handoffs() {
     let Some(path) = model() else { return };
