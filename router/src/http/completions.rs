@@ -152,7 +152,7 @@ pub(crate) struct Prepared {
     /// OpenAI's `n`: generations of the same request.
     choices: u32,
     /// The prompt's text, which each choice's text starts with (`echo`, completions only).
-    echo: Option<String>,
+    echo: Option<Echo>,
     endpoint: Endpoint,
     stream: bool,
     include_usage: bool,
@@ -177,10 +177,16 @@ pub(crate) fn completions(
             ));
         }
     };
-    let echo = req.echo.then(|| match &prompt {
-        Prompt::Text(t) => t.clone(),
-        Prompt::Tokens(ids) => st.dispatcher.tokenizer().decode(ids),
-        Prompt::Chat(_) => String::new(),
+    // `max_tokens: 0` with echo scores the prompt and generates nothing (OpenAI's legacy
+    // way, which vLLM serves too): the worker generates one token, which is not sent.
+    let score_only = req.echo && req.max_tokens == Some(0);
+    let echo = req.echo.then(|| Echo {
+        text: match &prompt {
+            Prompt::Text(t) => t.clone(),
+            Prompt::Tokens(ids) => st.dispatcher.tokenizer().decode(ids),
+            Prompt::Chat(_) => String::new(),
+        },
+        score_only,
     });
     let (stream_mode, opts) = (
         req.sampling.stream,
@@ -191,7 +197,7 @@ pub(crate) fn completions(
         headers,
         req.model,
         prompt,
-        req.max_tokens,
+        if score_only { Some(1) } else { req.max_tokens },
         Endpoint::Completions,
         req.sampling,
     )?;
@@ -337,7 +343,7 @@ async fn run_choices(
     st: &AppState,
     params: GenerateParams,
     choices: u32,
-    echo: Option<String>,
+    echo: Option<Echo>,
     ep: Endpoint,
     stream: bool,
     include_usage: bool,
@@ -509,6 +515,8 @@ pub(crate) struct Encoder {
     /// Text each choice starts with (`echo`), and the choices that have sent it, one bit each.
     echo: Option<String>,
     echoed: u32,
+    /// Send the echo alone: the generated token is dropped (`max_tokens: 0` with echo).
+    score_only: bool,
     /// Names the tokens of log probabilities (`None`: the request asked for none).
     logprobs: Option<Arc<dyn Tokenizer>>,
     /// The prompt's tokens, where its log probabilities come with the echo.
@@ -538,6 +546,7 @@ impl Encoder {
             usage: None,
             echo: None,
             echoed: 0,
+            score_only: false,
             logprobs: None,
             prompt: None,
             offsets: Vec::new(),
@@ -579,8 +588,9 @@ impl Encoder {
     }
 
     /// The encoder of a request whose choices' texts start with `echo`.
-    pub(crate) fn with_echo(mut self, echo: Option<String>) -> Self {
-        self.echo = echo;
+    pub(crate) fn with_echo(mut self, echo: Option<Echo>) -> Self {
+        self.score_only = echo.as_ref().is_some_and(|e| e.score_only);
+        self.echo = echo.map(|e| e.text);
         self
     }
 
@@ -597,6 +607,13 @@ impl Encoder {
 
     /// JSON chunks for one delta (none when it carries no text and does not finish).
     pub(crate) fn chunks(&mut self, d: &Delta, out: &mut VecDeque<String>) {
+        let scored;
+        let d = if self.score_only {
+            scored = prompt_only(d);
+            &scored
+        } else {
+            d
+        };
         let finish = d.finish.as_ref().map(|f| finish_str(f.reason));
         let role_bit = 1u32 << d.choice;
         // The echoed prompt goes out with a choice's first text.
@@ -708,8 +725,18 @@ impl Encoder {
     }
 
     /// The whole answer: each choice's output, in index order.
-    fn whole(&self, choices: Vec<ChoiceOutput>, usage: &v1::Usage) -> Response {
-        let usage = UsageOut::from(usage);
+    fn whole(&self, mut choices: Vec<ChoiceOutput>, usage: &v1::Usage) -> Response {
+        let usage = if self.score_only {
+            for c in &mut choices {
+                c.text.clear();
+                c.token_ids.clear();
+                c.logprobs.clear();
+                c.reason = FinishReason::Length;
+            }
+            UsageOut::from(&nothing_generated(usage.clone()))
+        } else {
+            UsageOut::from(usage)
+        };
         let echo_len = self.echo.as_ref().map_or(0, String::len);
         let text_len: usize = choices.iter().map(|c| echo_len + c.text.len()).sum();
         // A token's log probabilities take about 60 bytes, and as many for each alternative.
@@ -796,6 +823,39 @@ impl Encoder {
             ),
         }
     }
+}
+
+/// What `echo` asks for.
+pub(crate) struct Echo {
+    /// The prompt's text.
+    text: String,
+    /// Nothing generated is sent (`max_tokens: 0`).
+    score_only: bool,
+}
+
+/// `d` without what was generated: a score-only request's view (its prompt's log probabilities,
+/// and an end at the length limit with no completion tokens).
+fn prompt_only(d: &Delta) -> Delta {
+    Delta {
+        token_ids: Vec::new(),
+        logprobs: Vec::new(),
+        prompt_logprobs: d.prompt_logprobs.clone(),
+        text: String::new(),
+        finish: d.finish.clone().map(|mut f| {
+            f.reason = FinishReason::Length;
+            f.usage = nothing_generated(f.usage);
+            f
+        }),
+        choice: d.choice,
+    }
+}
+
+/// `usage` with no completion tokens.
+fn nothing_generated(mut usage: v1::Usage) -> v1::Usage {
+    usage.completion_tokens = 0;
+    usage.by_model.clear();
+    usage.handoffs = 0;
+    usage
 }
 
 /// One choice of a whole answer.

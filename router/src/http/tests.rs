@@ -548,6 +548,48 @@ async fn logprobs_whole_and_streamed_in_both_shapes() {
         assert!(call.remote.is_none(), "prefilled locally");
     }
 
+    // `max_tokens: 0` with echo scores the prompt alone: nothing generated is sent.
+    for stream in [false, true] {
+        let req = json!({"prompt": "xyz", "max_tokens": 0, "logprobs": 0, "echo": true,
+                         "stream": stream, "stream_options": {"include_usage": true}});
+        let (status, _, body) = post(s.addr, "/v1/completions", req).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        let chunks: Vec<Value> = if stream {
+            let data = sse_data(&body);
+            data[..data.len() - 1].iter().map(|d| parse(d)).collect()
+        } else {
+            vec![parse(&body)]
+        };
+        let text: String = chunks
+            .iter()
+            .filter_map(|c| c["choices"][0]["text"].as_str())
+            .collect();
+        assert_eq!(text, "xyz", "{body}");
+        let tokens: Vec<Value> = chunks
+            .iter()
+            .filter_map(|c| c["choices"][0]["logprobs"]["tokens"].as_array().cloned())
+            .flatten()
+            .collect();
+        assert_eq!(tokens, vec![json!("x"), json!("y"), json!("z")], "{body}");
+        let finish: Vec<&Value> = chunks
+            .iter()
+            .map(|c| &c["choices"][0]["finish_reason"])
+            .filter(|f| !f.is_null())
+            .collect();
+        assert_eq!(finish, vec!["length"], "{body}");
+        let usage = chunks
+            .iter()
+            .find(|c| c["usage"].is_object())
+            .expect("usage");
+        assert_eq!(usage["usage"]["completion_tokens"], 0, "{body}");
+        let call = fake.state.calls.lock().last().cloned().expect("calls");
+        assert_eq!(call.sampling.expect("sampling").max_tokens, 1);
+    }
+    // Without echo, 0 tokens is still refused.
+    let req = json!({"prompt": "xyz", "max_tokens": 0});
+    let (status, _, body) = post(s.addr, "/v1/completions", req).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+
     // Without the fields nothing is asked or reported.
     let (_, _, body) = post(s.addr, "/v1/completions", json!({"prompt": "x"})).await;
     assert!(parse(&body)["choices"][0]["logprobs"].is_null(), "{body}");
