@@ -493,6 +493,7 @@ impl Engine for ModelGroup {
         self.subservers[self.home].engine.step_profile()
     }
 }
+
 /// The prompt's log probabilities are not served by a group: its models prefill through the
 /// driven path, which does not gather them.
 fn refuse_prompt_logprobs(req: &SeqRequest) -> Result<(), EngineError> {
