@@ -206,6 +206,9 @@ pub struct RequestArgs {
     /// Keep generating past end-of-sequence.
     #[arg(long)]
     pub ignore_eos: bool,
+    /// Print each token's log probability after the text, with this many alternatives (0-20).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(0..=20))]
+    pub logprobs: Option<u32>,
 }
 
 /// `dolphinctl up EXTRA...` parsed, for tests.

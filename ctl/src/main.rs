@@ -125,6 +125,9 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Request(args) => {
             let outcome = request::run(&args, &mut stdout).await?;
             writeln!(stdout).map_err(CtlError::Output)?;
+            for line in request::logprob_lines(&outcome) {
+                eprintln!("{line}");
+            }
             eprintln!("{}", request::describe(&outcome));
             Ok(())
         }

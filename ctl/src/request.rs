@@ -6,7 +6,7 @@ use dolphin_proto::v1::generate_request::Input;
 use dolphin_proto::v1::inference_client::InferenceClient;
 use dolphin_proto::v1::{
     FinishReason, GenerateRequest, PrefillMode, PrefillPath, RoutingInfo, SamplingParams, Timings,
-    Usage,
+    TokenLogprobs, Usage,
 };
 
 use crate::cli::{Mode, RequestArgs};
@@ -30,6 +30,8 @@ pub struct RequestOutcome {
     pub timings: Option<Timings>,
     /// How the router served it (the latest message that carried it).
     pub routing: Option<RoutingInfo>,
+    /// Each token's log probabilities, where the request asked for them.
+    pub logprobs: Vec<TokenLogprobs>,
 }
 
 /// The wire request for the command's arguments.
@@ -41,6 +43,7 @@ pub fn build_request(args: &RequestArgs) -> GenerateRequest {
             temperature: args.temperature,
             max_tokens: args.max_tokens,
             ignore_eos: args.ignore_eos,
+            logprobs: args.logprobs,
             ..SamplingParams::default()
         }),
         force_mode: match args.mode {
@@ -74,6 +77,7 @@ pub async fn run(args: &RequestArgs, out: &mut impl Write) -> Result<RequestOutc
             .map_err(CtlError::Output)?;
         outcome.text.push_str(&msg.text);
         outcome.token_ids.extend_from_slice(&msg.token_ids);
+        outcome.logprobs.extend(msg.logprobs);
         if let Ok(reason) = FinishReason::try_from(msg.finish_reason)
             && reason != FinishReason::Unspecified
         {
@@ -90,6 +94,23 @@ pub async fn run(args: &RequestArgs, out: &mut impl Write) -> Result<RequestOutc
         }
     }
     Ok(outcome)
+}
+
+/// One line per token with its log probabilities: position, id, log probability, then the
+/// alternatives as `id:logprob` (empty when the request asked for none).
+pub fn logprob_lines(o: &RequestOutcome) -> Vec<String> {
+    o.token_ids
+        .iter()
+        .zip(&o.logprobs)
+        .enumerate()
+        .map(|(i, (id, lp))| {
+            let mut line = format!("{i}\t{id}\t{:.4}", lp.logprob);
+            for (alt, l) in lp.top_ids.iter().zip(&lp.top_logprobs) {
+                line.push_str(&format!("\t{alt}:{l:.4}"));
+            }
+            line
+        })
+        .collect()
 }
 
 /// One line about how the request went: finish reason, token counts, path, workers, timings.
@@ -151,6 +172,7 @@ mod tests {
             model: None,
             temperature: 0.0,
             ignore_eos: true,
+            logprobs: Some(2),
         }
     }
 
@@ -161,11 +183,36 @@ mod tests {
         let sampling = req.sampling.unwrap();
         assert_eq!(sampling.max_tokens, 7);
         assert!(sampling.ignore_eos);
+        assert_eq!(sampling.logprobs, Some(2));
         assert_eq!(req.force_mode, PrefillMode::Remote as i32);
         assert_eq!(
             build_request(&args(None)).force_mode,
             PrefillMode::Unspecified as i32
         );
+    }
+
+    #[test]
+    fn logprob_lines_list_each_token_and_its_alternatives() {
+        let outcome = RequestOutcome {
+            token_ids: vec![7, 9],
+            logprobs: vec![
+                TokenLogprobs {
+                    logprob: -0.5,
+                    top_ids: vec![7, 3],
+                    top_logprobs: vec![-0.5, -1.25],
+                },
+                TokenLogprobs {
+                    logprob: -2.0,
+                    ..TokenLogprobs::default()
+                },
+            ],
+            ..RequestOutcome::default()
+        };
+        assert_eq!(
+            logprob_lines(&outcome),
+            vec!["0\t7\t-0.5000\t7:-0.5000\t3:-1.2500", "1\t9\t-2.0000"]
+        );
+        assert!(logprob_lines(&RequestOutcome::default()).is_empty());
     }
 
     #[test]
