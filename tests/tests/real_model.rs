@@ -179,6 +179,17 @@ fn token_request(prompt: &[u32], mode: PrefillMode) -> GenerateRequest {
     }
 }
 
+/// The JSON answer of a POST to the router's HTTP API, which must be 200.
+async fn post_ok(
+    cluster: &TestCluster,
+    path: &str,
+    body: &serde_json::Value,
+) -> anyhow::Result<serde_json::Value> {
+    let response = http::post_json(cluster.http_addr(), path, &body.to_string()).await?;
+    anyhow::ensure!(response.status == 200, "{path}: {}", response.text());
+    response.json()
+}
+
 async fn start_cluster(path: &Path) -> anyhow::Result<TestCluster> {
     let path = path.display().to_string();
     TestCluster::start(ClusterConfig {
@@ -371,10 +382,7 @@ async fn smollm2_remote_equals_local_equals_single_process_and_chat_answers() ->
         "echo": true,
         "logprobs": 1,
     });
-    let response =
-        http::post_json(cluster.http_addr(), "/v1/completions", &body.to_string()).await?;
-    assert_eq!(response.status, 200, "{}", response.text());
-    let v = response.json()?;
+    let v = post_ok(&cluster, "/v1/completions", &body).await?;
     let scored = v["choices"][0]["logprobs"]["token_logprobs"]
         .as_array()
         .context("no token_logprobs")?;
@@ -403,14 +411,7 @@ async fn smollm2_remote_equals_local_equals_single_process_and_chat_answers() ->
         "logprobs": true,
         "top_logprobs": 2,
     });
-    let response = http::post_json(
-        cluster.http_addr(),
-        "/v1/chat/completions",
-        &body.to_string(),
-    )
-    .await?;
-    assert_eq!(response.status, 200, "{}", response.text());
-    let v = response.json()?;
+    let v = post_ok(&cluster, "/v1/chat/completions", &body).await?;
     let content = v["choices"][0]["logprobs"]["content"]
         .as_array()
         .context("no logprobs content")?;
@@ -439,14 +440,7 @@ async fn smollm2_remote_equals_local_equals_single_process_and_chat_answers() ->
         "max_tokens": MAX_TOKENS,
         "temperature": 0,
     });
-    let response = http::post_json(
-        cluster.http_addr(),
-        "/v1/chat/completions",
-        &body.to_string(),
-    )
-    .await?;
-    assert_eq!(response.status, 200, "{}", response.text());
-    let v = response.json()?;
+    let v = post_ok(&cluster, "/v1/chat/completions", &body).await?;
     let answer = v["choices"][0]["message"]["content"]
         .as_str()
         .context("no message content")?;

@@ -425,6 +425,20 @@ async fn several_choices_whole_and_streamed() {
     assert_eq!(usage[0]["usage"]["completion_tokens"], 4);
 }
 
+/// A completion's JSON objects, whole (one) or streamed (each event but `[DONE]`), and its
+/// body; the status must be 200.
+async fn completion_chunks(addr: SocketAddr, req: Value, stream: bool) -> (Vec<Value>, String) {
+    let (status, _, body) = post(addr, "/v1/completions", req).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let chunks = if stream {
+        let data = sse_data(&body);
+        data[..data.len() - 1].iter().map(|d| parse(d)).collect()
+    } else {
+        vec![parse(&body)]
+    };
+    (chunks, body)
+}
+
 /// Log probabilities reach the client in OpenAI's two shapes, whole and streamed: the worker's
 /// values (the fake's `fake_logprobs`), token texts, completions' offsets and the drawn token
 /// among the alternatives, chat's bytes; and the worker is asked for them.
@@ -509,14 +523,7 @@ async fn logprobs_whole_and_streamed_in_both_shapes() {
     for stream in [false, true] {
         let req = json!({"prompt": "xyz", "max_tokens": 2, "logprobs": 1, "echo": true,
                          "stream": stream});
-        let (status, _, body) = post(s.addr, "/v1/completions", req).await;
-        assert_eq!(status, StatusCode::OK, "{body}");
-        let chunks: Vec<Value> = if stream {
-            let data = sse_data(&body);
-            data[..data.len() - 1].iter().map(|d| parse(d)).collect()
-        } else {
-            vec![parse(&body)]
-        };
+        let (chunks, body) = completion_chunks(s.addr, req, stream).await;
         let field = |name: &str| -> Vec<Value> {
             chunks
                 .iter()
@@ -552,14 +559,7 @@ async fn logprobs_whole_and_streamed_in_both_shapes() {
     for stream in [false, true] {
         let req = json!({"prompt": "xyz", "max_tokens": 0, "logprobs": 0, "echo": true,
                          "stream": stream, "stream_options": {"include_usage": true}});
-        let (status, _, body) = post(s.addr, "/v1/completions", req).await;
-        assert_eq!(status, StatusCode::OK, "{body}");
-        let chunks: Vec<Value> = if stream {
-            let data = sse_data(&body);
-            data[..data.len() - 1].iter().map(|d| parse(d)).collect()
-        } else {
-            vec![parse(&body)]
-        };
+        let (chunks, body) = completion_chunks(s.addr, req, stream).await;
         let text: String = chunks
             .iter()
             .filter_map(|c| c["choices"][0]["text"].as_str())
