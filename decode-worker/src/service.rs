@@ -164,15 +164,6 @@ impl DecodeService {
             let output = engine.generate(seq).await.map_err(|e| engine_status(&e))?;
             return Ok(Accepted::Local(output));
         };
-        if sampling
-            .as_ref()
-            .is_some_and(|s| s.prompt_logprobs.is_some())
-        {
-            // The prompt must be computed here, whole (see `Sampling::prompt_logprobs`).
-            return Err(Status::invalid_argument(
-                "sampling.prompt_logprobs needs a local prefill: send the request without remote",
-            ));
-        }
         let client = self.ctx.clients.client(&remote.prefill_addr)?;
         let asked = if remote.timeout_ms == 0 {
             self.ctx.default_prefill_timeout

@@ -441,7 +441,6 @@ impl Engine for ModelGroup {
     }
 
     async fn reserve(&self, req: SeqRequest) -> Result<Reservation, EngineError> {
-        refuse_prompt_logprobs(&req)?;
         // Fail fast on a bad algorithm choice, before any KV moves.
         self.spec_for(&req)?;
         let r = self.subservers[self.home]

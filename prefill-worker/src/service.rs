@@ -90,6 +90,7 @@ impl PrefillService {
             .is_some_and(|s| s.prompt_logprobs.is_some())
         {
             // They would have to travel with the KV; the router prefills such requests locally.
+            // (The engine refuses them too; refused here, no transfer is opened.)
             return Err(Status::invalid_argument(
                 "sampling.prompt_logprobs is computed on the decode worker: prefill locally",
             ));

@@ -269,16 +269,14 @@ impl Sampler {
         let c = &mut self.scratch;
         c.clear();
         c.extend(logits.iter().enumerate().map(|(i, &l)| (l / t, i as u32)));
-        // Highest first; ties by lower id, so the order is total and reproducible.
-        let desc = |a: &(f32, u32), b: &(f32, u32)| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1));
         if let Some(k) = self.top_k
             && k < c.len()
         {
-            c.select_nth_unstable_by(k - 1, desc);
+            c.select_nth_unstable_by(k - 1, likelier_first);
             c.truncate(k);
         }
         if self.top_p.is_some() || self.top_k.is_some() {
-            c.sort_unstable_by(desc);
+            c.sort_unstable_by(likelier_first);
         }
         let max = c.iter().fold(f32::NEG_INFINITY, |m, x| m.max(x.0));
         for x in c.iter_mut() {
@@ -371,14 +369,13 @@ pub(crate) fn token_logprobs(
     let k = k.min(logits.len());
     let mut top = Vec::with_capacity(k);
     if k > 0 {
-        let desc = |a: &(f32, u32), b: &(f32, u32)| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1));
         scratch.clear();
         scratch.extend(logits.iter().enumerate().map(|(i, &l)| (l, i as u32)));
         if k < scratch.len() {
-            scratch.select_nth_unstable_by(k - 1, desc);
+            scratch.select_nth_unstable_by(k - 1, likelier_first);
         }
         scratch.truncate(k);
-        scratch.sort_unstable_by(desc);
+        scratch.sort_unstable_by(likelier_first);
         top.extend(scratch.iter().map(|&(l, id)| (id, lp(l))));
     }
     TokenLogprobs {
@@ -388,6 +385,12 @@ pub(crate) fn token_logprobs(
             .map_or(f32::NEG_INFINITY, lp),
         top,
     }
+}
+
+/// Orders (logit, token) candidates highest first, ties by lower id, so the order is total and
+/// reproducible.
+fn likelier_first(a: &(f32, u32), b: &(f32, u32)) -> std::cmp::Ordering {
+    b.0.total_cmp(&a.0).then(a.1.cmp(&b.1))
 }
 
 /// Index of the largest logit (the first one on ties).

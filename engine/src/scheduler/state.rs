@@ -146,6 +146,15 @@ impl<B: Backend> Core<B> {
     ) -> Result<(SeqId, Option<OutputStream>), EngineError> {
         let prefill_only = matches!(kind, Kind::Prefill { .. });
         let blocks_needed = self.validate(&req, prefill_only)?;
+        if req.sampling.prompt_logprobs.is_some() && !matches!(kind, Kind::Generate) {
+            // They come from computing the whole prompt here and go out with the first token: a
+            // prefill that ships its KV, a reservation that imports it and a driven sequence
+            // (a model group's) have no such stream.
+            return Err(EngineError::InvalidRequest(
+                "prompt log probabilities are served only where the prompt is prefilled and decoded (generate)"
+                    .into(),
+            ));
+        }
         if let Kind::Prefill { skip_blocks, .. } = kind {
             let blocks = (req.prompt.len() as u32).div_ceil(self.info.block_size);
             if skip_blocks > blocks {

@@ -601,6 +601,12 @@ async fn prompt_logprobs_bypass_the_prefix_cache() {
     scored.sampling.prompt_logprobs = Some(0);
     let (_, _, usage) = collect(e.generate(scored).await.expect("b")).await;
     assert_eq!(usage.cached_tokens, 0, "{usage:?}");
-    let (_, _, again) = collect(e.generate(request("c", p, 2)).await.expect("c")).await;
+    let (_, _, again) = collect(e.generate(request("c", p.clone(), 2)).await.expect("c")).await;
     assert!(again.cached_tokens > 0, "{again:?}");
+    // Nor where the prompt's KV leaves (a prefill) or comes from elsewhere (a reservation).
+    let mut scored = request("d", p, 2);
+    scored.sampling.prompt_logprobs = Some(0);
+    let refused = |r: Result<_, EngineError>| matches!(r, Err(EngineError::InvalidRequest(_)));
+    assert!(refused(e.prefill(scored.clone(), 0).await.map(|_| ())));
+    assert!(refused(e.reserve(scored).await.map(|_| ())));
 }

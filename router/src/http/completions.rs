@@ -575,11 +575,13 @@ impl Encoder {
         }
         let offset = &mut self.offsets[i];
         match &self.prompt {
-            Some(prompt) if echoed > 0 => {
-                let mut out = logprobs::completion_prompt(tok, prompt, &d.prompt_logprobs, offset);
-                logprobs::completion_into(tok, &d.token_ids, &d.logprobs, offset, &mut out);
-                Some(out)
-            }
+            Some(prompt) if echoed > 0 => Some(logprobs::completion_with_prompt(
+                tok,
+                (prompt, &d.prompt_logprobs),
+                &d.token_ids,
+                &d.logprobs,
+                offset,
+            )),
             _ => {
                 *offset += echoed as u32;
                 Some(logprobs::completion(tok, &d.token_ids, &d.logprobs, offset))
@@ -762,18 +764,13 @@ impl Encoder {
             let tok = tok?;
             let mut offset = echo_chars;
             Some(match &self.prompt {
-                Some(prompt) => {
-                    let mut out =
-                        logprobs::completion_prompt(tok, prompt, &c.prompt_logprobs, &mut offset);
-                    logprobs::completion_into(
-                        tok,
-                        &c.token_ids,
-                        &c.logprobs,
-                        &mut offset,
-                        &mut out,
-                    );
-                    out
-                }
+                Some(prompt) => logprobs::completion_with_prompt(
+                    tok,
+                    (prompt, &c.prompt_logprobs),
+                    &c.token_ids,
+                    &c.logprobs,
+                    &mut offset,
+                ),
                 None => logprobs::completion(tok, &c.token_ids, &c.logprobs, &mut offset),
             })
         };

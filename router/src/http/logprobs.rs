@@ -49,31 +49,33 @@ pub(crate) fn completion(
     out
 }
 
-/// The completions shape of an echoed prompt (`ids`, whose first token has no log
-/// probability) and its log probabilities (`lps`, one for each token after the first), from
-/// offset 0; `offset` ends past the prompt's tokens.
-pub(crate) fn completion_prompt(
+/// The completions shape of an echoed prompt (`prompt`, whose first token has no log
+/// probability, and `prompt_lps`, one for each token after the first), then of the generated
+/// `ids` and their `lps`, from offset 0; `offset` ends past them.
+pub(crate) fn completion_with_prompt(
     tok: &dyn Tokenizer,
+    (prompt, prompt_lps): (&[u32], &[v1::TokenLogprobs]),
     ids: &[u32],
     lps: &[v1::TokenLogprobs],
     offset: &mut u32,
 ) -> CompletionLogprobs {
     let mut out = CompletionLogprobs::default();
-    let Some((&first, rest)) = ids.split_first() else {
-        return out;
-    };
-    let text = tok.decode(&[first]);
-    out.text_offset.push(0);
-    *offset = text.chars().count() as u32;
-    out.tokens.push(text);
-    out.token_logprobs.push(None);
-    out.top_logprobs.push(None);
-    completion_into(tok, rest, lps, offset, &mut out);
+    *offset = 0;
+    if let Some((&first, rest)) = prompt.split_first() {
+        let text = tok.decode(&[first]);
+        out.text_offset.push(0);
+        *offset = text.chars().count() as u32;
+        out.tokens.push(text);
+        out.token_logprobs.push(None);
+        out.top_logprobs.push(None);
+        completion_into(tok, rest, prompt_lps, offset, &mut out);
+    }
+    completion_into(tok, ids, lps, offset, &mut out);
     out
 }
 
 /// Appends `ids` and their log probabilities to `out` in the completions shape.
-pub(crate) fn completion_into(
+fn completion_into(
     tok: &dyn Tokenizer,
     ids: &[u32],
     lps: &[v1::TokenLogprobs],
@@ -186,7 +188,7 @@ mod tests {
         let ids = tok.encode("xyz");
         let steps = [lp(-1.0, &[(ids[1], -1.0)]), lp(-2.0, &[(ids[0], -0.5)])];
         let mut offset = 99;
-        let out = completion_prompt(&tok, &ids, &steps, &mut offset);
+        let out = completion_with_prompt(&tok, (&ids, &steps), &[], &[], &mut offset);
         assert_eq!(out.tokens, vec!["x", "y", "z"]);
         assert_eq!(out.text_offset, vec![0, 1, 2]);
         assert_eq!(offset, 3);
