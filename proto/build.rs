@@ -19,6 +19,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .codec_path("crate::codec::DolphinCodec")
         // Rare, and large beside the rest of the request (a map and a list).
         .boxed("dolphin.v1.SamplingParams.logits")
+        .boxed("dolphin.v1.SamplingParams.structured")
         .compile_protos(PROTOS, &["proto"])?;
     for proto in PROTOS {
         println!("cargo:rerun-if-changed={proto}");

@@ -265,6 +265,12 @@ pub trait Backend: Send + 'static {
         sampled: &mut [Option<Sampled>],
     ) -> Result<Duration, BackendError>;
 
+    /// Sequences of the last step that failed alone (their slot in `sampled` left `None`),
+    /// with why: a request whose output format cannot go on. The rest of the step stands.
+    fn take_failures(&mut self, failed: &mut Vec<(SeqId, BackendError)>) {
+        let _ = failed;
+    }
+
     /// The sequence is gone; drop any per-sequence state. (A sequence may be released without
     /// having been started.)
     fn release(&mut self, seq: SeqId);

@@ -31,7 +31,7 @@ pub use scheduler::policy;
 pub use scheduler::{BatchWait, LinkModel, Lockstep, Scheduler, SchedulerConfig, StepProfile};
 pub use sim::{SimConfig, SimProfile, sim_backend, sim_engine};
 pub use types::{
-    BlockId, EngineInfo, FinishReason, Generated, HandoffChoice, KvEvent, LoadSnapshot, LogitRules,
-    MAX_TOP_LOGPROBS, ModelTokens, OutputStream, PrefillOutput, Reservation, Sampled, Sampling,
-    SeqId, SeqOutput, SeqRequest, SeqUsage, TokenLogprobs, TokenStats,
+    BlockId, EngineInfo, FinishReason, Format, Generated, HandoffChoice, KvEvent, LoadSnapshot,
+    LogitRules, MAX_TOP_LOGPROBS, ModelTokens, OutputStream, PrefillOutput, Reservation, Sampled,
+    Sampling, SeqId, SeqOutput, SeqRequest, SeqUsage, TokenLogprobs, TokenStats,
 };

@@ -4,6 +4,7 @@ use std::num::NonZeroU32;
 use std::time::Duration;
 
 use dolphin_cluster::BlockHash;
+pub use dolphin_grammar::Format;
 use dolphin_kv_block::KvBlock;
 
 use crate::scheduler::policy::StepLimits;
@@ -51,6 +52,14 @@ pub struct Sampling {
     /// this many alternatives): the prompt is then computed whole, never read from the prefix
     /// cache, and they come with the first generated token. At most [`MAX_TOP_LOGPROBS`].
     pub prompt_logprobs: Option<u32>,
+    /// The format the output must follow (structured output): every draw is masked to the
+    /// tokens that continue it, and once it is complete only the end of sequence may follow.
+    /// `None`: free text.
+    pub format: Option<Format>,
+    /// The prompt's last this many tokens are output an earlier worker generated (a migrated
+    /// request): the penalties, `min_tokens` and the format count them as output. Less than
+    /// the prompt's length.
+    pub output_in_prompt: u32,
 }
 
 /// Most alternatives a request may ask log probabilities for (vLLM's default `max_logprobs`
@@ -116,6 +125,8 @@ impl Default for Sampling {
             min_tokens: 0,
             logprobs: None,
             prompt_logprobs: None,
+            format: None,
+            output_in_prompt: 0,
         }
     }
 }

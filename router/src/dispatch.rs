@@ -302,6 +302,22 @@ impl Dispatcher {
             return bad(format!("top_p must be in [0, 1], got {}", s.top_p));
         }
         dolphin_proto::sampling::check_logit_rules(s, self.tokenizer.vocab_size())?;
+        if let Some(w) = s.structured.as_deref() {
+            let format = dolphin_grammar::Format::from_wire(w)
+                .map_err(|e| DispatchError::InvalidRequest(format!("structured.{e}")))?;
+            // The HTTP front checked it already, naming the request's own field.
+            if p.api != Api::Http {
+                format
+                    .check()
+                    .map_err(|e| DispatchError::InvalidRequest(format!("structured.{e}")))?;
+            }
+            if s.ignore_eos {
+                return bad("ignore_eos cannot be set with structured".into());
+            }
+        }
+        if s.output_in_prompt > 0 {
+            return bad("output_in_prompt is set by the router when it migrates a request".into());
+        }
         if s.prompt_logprobs.is_some() && p.force == Some(Decision::Remote) {
             return bad(
                 "prompt_logprobs needs a local prefill (the decode worker computes them)".into(),

@@ -267,6 +267,19 @@ async fn bad_requests_are_refused_before_any_worker_call() {
     p.sampling.prompt_logprobs = Some(1);
     p.force = Some(Decision::Remote);
     assert_eq!(kind(d.generate(p).await), ErrorKind::InvalidRequest);
+    // A format that does not compile, one with ignore_eos, and the field only migration sets.
+    let structured = |f: dolphin_grammar::Format| Some(Box::new(f.to_wire()));
+    for (format, ignore_eos, output_in_prompt) in [
+        (dolphin_grammar::Format::Regex("(open".into()), false, 0),
+        (dolphin_grammar::Format::Regex("a".into()), true, 0),
+        (dolphin_grammar::Format::Regex("a".into()), false, 1),
+    ] {
+        let mut p = params("hi", 2);
+        p.sampling.structured = structured(format);
+        p.sampling.ignore_eos = ignore_eos;
+        p.sampling.output_in_prompt = output_in_prompt;
+        assert_eq!(kind(d.generate(p).await), ErrorKind::InvalidRequest);
+    }
     let mut p = params("hi", 2);
     p.force = Some(Decision::Remote);
     assert!(matches!(
@@ -383,6 +396,14 @@ async fn a_request_moves_to_another_worker_when_its_worker_fails_mid_stream() {
     assert_eq!(moved.token_ids.len(), 8);
     assert_eq!(moved.token_ids[..5], first.token_ids[..]);
     assert_eq!(moved.sampling.as_ref().map(|s| s.max_tokens), Some(7));
+    // ... which the new worker reads as output (penalties, min_tokens, a format).
+    assert_eq!(
+        moved.sampling.as_ref().map(|s| (
+            s.output_in_prompt,
+            first.sampling.as_ref().map(|f| f.output_in_prompt)
+        )),
+        Some((3, Some(0)))
+    );
     // The engine keys are the router's: neither is the client's id, and they differ.
     assert_ne!(first.request_id, "client-chosen");
     assert_ne!(moved.request_id, "client-chosen");

@@ -162,6 +162,9 @@ impl Migration {
         tracing::warn!(worker = %worker, error = %err, streamed = self.streamed(), migration = self.migrations, "decode worker failed mid-stream; moving the request to another worker");
         let mut sampling = self.sampling.clone();
         sampling.max_tokens = self.sampling.max_tokens.saturating_sub(self.streamed());
+        // The streamed tokens end the new prompt, and are output to the penalties,
+        // `min_tokens` and the format.
+        sampling.output_in_prompt = self.streamed();
         if self.streamed() > 0 {
             // Delivered with the first token; the longer prompt's would be another's.
             sampling.prompt_logprobs = None;

@@ -17,6 +17,7 @@ mod error;
 mod hf;
 mod json;
 mod locate;
+mod pieces;
 mod tokenizer;
 mod vocab;
 mod words;
@@ -28,5 +29,6 @@ pub use locate::{
     MODEL_DIR_ENV, REQUIRE_MODEL_ENV, SMOLLM2_FILE, SMOLLM2_SHA256, find_model, model_dir,
     model_or_skip,
 };
+pub use pieces::TokenPiece;
 pub use tokenizer::ModelTokenizer;
 pub use vocab::{SpecialIds, TokenType};

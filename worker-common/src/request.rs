@@ -1,7 +1,7 @@
 //! Turning a request's wire fields into an engine request, refusing what the engine cannot serve
 //! with a message that says which field is wrong.
 
-use dolphin_engine::{EngineInfo, HandoffChoice, LogitRules, Sampling, SeqRequest};
+use dolphin_engine::{EngineInfo, Format, HandoffChoice, LogitRules, Sampling, SeqRequest};
 use dolphin_proto::v1;
 
 /// A request field the worker refuses (INVALID_ARGUMENT).
@@ -53,6 +53,19 @@ pub fn seq_request(
             "sampling.prompt_logprobs: the sim engine computes no probabilities for given tokens"
                 .into(),
         ));
+    }
+    if params.structured.is_some() && info.engine == "sim" {
+        // A sim token is a function of the text before it: there is no distribution to mask.
+        return Err(BadRequest(
+            "sampling.structured: the sim engine cannot follow a format".into(),
+        ));
+    }
+    if params.output_in_prompt as usize >= token_ids.len() {
+        return Err(BadRequest(format!(
+            "sampling.output_in_prompt ({}) must be less than the number of token_ids ({})",
+            params.output_in_prompt,
+            token_ids.len()
+        )));
     }
     Ok(SeqRequest {
         request_id,
@@ -108,6 +121,18 @@ pub fn sampling_from(params: &v1::SamplingParams) -> Result<Sampling, BadRequest
             )));
         }
     };
+    let format = params
+        .structured
+        .as_deref()
+        .map(Format::from_wire)
+        .transpose()
+        .map_err(|e| BadRequest(format!("sampling.structured.{e}")))?;
+    if format.is_some() && params.ignore_eos {
+        // A complete format ends the output; past it nothing may be drawn.
+        return Err(BadRequest(
+            "sampling.ignore_eos cannot be set with sampling.structured".into(),
+        ));
+    }
     let rules = params.logits.as_deref();
     let mut stop_token_ids = rules.map(|r| r.stop_token_ids.clone()).unwrap_or_default();
     stop_token_ids.sort_unstable();
@@ -130,6 +155,8 @@ pub fn sampling_from(params: &v1::SamplingParams) -> Result<Sampling, BadRequest
         min_tokens: rules.map_or(0, |r| r.min_tokens),
         logprobs: params.logprobs,
         prompt_logprobs: params.prompt_logprobs,
+        format,
+        output_in_prompt: params.output_in_prompt,
     })
 }
 
@@ -228,6 +255,39 @@ mod tests {
             |p| _ = p.logit_bias.insert(7, -101.0),
             "logit_bias for token 7",
         );
+    }
+
+    #[test]
+    fn a_format_reaches_the_engine_and_what_cannot_follow_one_is_refused() {
+        use dolphin_engine::Format;
+        let structured = |p: &mut v1::SamplingParams, f: Format| {
+            p.structured = Some(Box::new(f.to_wire()));
+        };
+        let candle = EngineInfo {
+            engine: "candle",
+            ..info()
+        };
+        let mut p = params(4);
+        structured(&mut p, Format::Regex("[0-9]+".into()));
+        p.output_in_prompt = 2;
+        let s = seq_request("r".into(), vec![1, 2, 3], Some(p.clone()), &candle)
+            .expect("valid")
+            .sampling;
+        assert_eq!(s.format, Some(Format::Regex("[0-9]+".into())));
+        assert_eq!(s.output_in_prompt, 2);
+        let bad = |p: v1::SamplingParams, tokens: Vec<u32>, i: &EngineInfo| {
+            seq_request("r".into(), tokens, Some(p), i)
+                .expect_err("refused")
+                .0
+        };
+        assert!(bad(p.clone(), vec![1, 2], &candle).contains("output_in_prompt (2)"));
+        assert!(bad(p.clone(), vec![1, 2, 3], &info()).contains("sim engine cannot follow"));
+        let mut forever = p.clone();
+        forever.ignore_eos = true;
+        assert!(bad(forever, vec![1, 2, 3], &candle).contains("ignore_eos"));
+        let mut empty = p;
+        empty.structured = Some(Box::new(v1::StructuredOutput { format: None }));
+        assert!(bad(empty, vec![1, 2, 3], &candle).contains("sampling.structured"));
     }
 
     #[test]

@@ -13,9 +13,11 @@ use super::error::LoadError;
 use super::kv_store::{KvStore, compute};
 use super::model::{Llama, LoadOptions};
 use super::sampler::{Sampler, token_stats};
+use super::vocab::token_space;
 use crate::backend::{Backend, Batch, ImportBlock, KvBlocks, SeqStart};
 use crate::error::BackendError;
 use crate::types::{BlockId, EngineInfo, Sampled, SeqId};
+use dolphin_grammar::{GrammarError, TokenSpace};
 
 /// A llama model on candle with its KV memory, under the shared scheduler.
 #[derive(Debug)]
@@ -25,6 +27,10 @@ pub struct CandleBackend {
     kv: Arc<CandleBlocks>,
     /// Per started sequence: its sampler and whether it wants token statistics.
     samplers: HashMap<SeqId, (Sampler, bool)>,
+    /// The model's vocabulary for structured output, or why there is none.
+    formats: Result<Arc<TokenSpace>, GrammarError>,
+    /// Sequences of the last step that failed alone.
+    failures: Vec<(SeqId, BackendError)>,
     /// Per-step buffers, kept to avoid reallocating.
     tokens: Vec<u32>,
     logit_rows: Vec<usize>,
@@ -83,6 +89,7 @@ impl CandleBackend {
             eos_token_id: p.eos_token_id,
             step_limits: None,
         };
+        let formats = token_space(&cfg.model_path, &info);
         tracing::info!(model = %info.model, path = %cfg.model_path.display(), weights = %cfg.weights,
             padded = cfg.pads(), layers = p.n_layer, hidden = p.hidden, total_blocks,
             kv_bytes_per_token = per_token, "candle model loaded");
@@ -91,6 +98,8 @@ impl CandleBackend {
             model,
             kv: Arc::new(CandleBlocks(kv)),
             samplers: HashMap::new(),
+            formats,
+            failures: Vec::new(),
             tokens: Vec::new(),
             logit_rows: Vec::new(),
             row_uses: Vec::new(),
@@ -124,6 +133,11 @@ impl CandleBackend {
         }
         Ok(())
     }
+}
+
+/// A request's format that cannot be served, as the sequence's failure.
+fn invalid(e: GrammarError) -> BackendError {
+    BackendError::Invalid(e.to_string())
 }
 
 /// A seed for requests that name none: differs per sequence and per run.
@@ -168,20 +182,20 @@ impl Backend for CandleBackend {
 
     fn start(&mut self, start: SeqStart<'_>) -> Result<(), BackendError> {
         self.check_table(start.seq, start.table, start.computed as usize)?;
-        self.samplers.insert(
-            start.seq,
-            (
-                Sampler::new(start.sampling, fallback_seed(start.seq)).for_text(
-                    start.prompt,
-                    start.output,
-                    start.computed,
-                    self.info
-                        .eos_token_id
-                        .filter(|_| !start.sampling.ignore_eos),
-                ),
-                start.stats,
-            ),
+        let mut sampler = Sampler::new(start.sampling, fallback_seed(start.seq));
+        if let Some(format) = &start.sampling.format {
+            let space = self.formats.as_ref().map_err(|e| invalid(e.clone()))?;
+            sampler = sampler.following(space.constrain(format).map_err(invalid)?);
+        }
+        let sampler = sampler.for_text(
+            start.prompt,
+            start.output,
+            start.computed,
+            self.info
+                .eos_token_id
+                .filter(|_| !start.sampling.ignore_eos),
         );
+        self.samplers.insert(start.seq, (sampler, start.stats));
         Ok(())
     }
 
@@ -248,7 +262,13 @@ impl Backend for CandleBackend {
                 sampler.score_prompt(p, row);
                 continue;
             }
-            let token = sampler.sample(row, e.position + e.len())?;
+            let token = match sampler.sample(row, e.position + e.len())? {
+                Ok(token) => token,
+                Err(why) => {
+                    self.failures.push((e.seq, invalid(why)));
+                    continue;
+                }
+            };
             sampled[i] = Some(Sampled {
                 token,
                 stats: if *stats {
@@ -265,5 +285,9 @@ impl Backend for CandleBackend {
 
     fn release(&mut self, seq: SeqId) {
         self.samplers.remove(&seq);
+    }
+
+    fn take_failures(&mut self, failed: &mut Vec<(SeqId, BackendError)>) {
+        failed.append(&mut self.failures);
     }
 }

@@ -38,6 +38,7 @@ mod q4;
 mod q8;
 mod sampler;
 mod threads;
+mod vocab;
 mod weights;
 
 #[cfg(test)]

@@ -1,17 +1,20 @@
 //! Token sampling from logits: logit bias, the minimum output length, repetition, presence and
-//! frequency penalties, then greedy or temperature with top-k, min-p and top-p; seeded. Also the
-//! log probabilities a request asks for, of its tokens and of its prompt's, from the raw logits.
+//! frequency penalties, the output's format (structured output), then greedy or temperature
+//! with top-k, min-p and top-p; seeded. Also the log probabilities a request asks for, of its
+//! tokens and of its prompt's, from the raw logits.
 //!
 //! The randomness of each draw is a function of the request's seed and the position of the
-//! token being drawn (not a stream advanced draw by draw), and the penalties count the tokens
-//! fed to the model (not the ones this sampler drew), so a sequence whose first token was
-//! sampled on a prefill worker, or by the other model of a group, continues exactly as it would
-//! have locally.
+//! token being drawn (not a stream advanced draw by draw), and the penalties and the format
+//! read the tokens fed to the model (not the ones this sampler drew), so a sequence whose first
+//! token was sampled on a prefill worker, or by the other model of a group, or before the
+//! request moved here, continues exactly as it would have locally.
 
 use std::collections::HashMap;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+
+use dolphin_grammar::{Constrained, GrammarError};
 
 use crate::error::BackendError;
 use crate::types::{LogitRules, Sampling, TokenLogprobs, TokenStats};
@@ -27,7 +30,13 @@ pub(crate) struct Sampler {
     /// Tokens that cannot be drawn before `min_tokens` outputs: end of sequence and stops.
     end_tokens: Vec<u32>,
     min_tokens: u32,
+    /// Where the output starts: the prompt's length less the output an earlier worker
+    /// generated (`Sampling::output_in_prompt`).
     prompt_len: u32,
+    /// The prompt's last tokens that are output (`Sampling::output_in_prompt`).
+    output_in_prompt: u32,
+    /// The format the output follows, where the request names one.
+    format: Option<Follow>,
     /// The text so far, kept only when a penalty reads it.
     history: Option<History>,
     /// (scaled logit, token) candidates, reused between draws.
@@ -49,6 +58,27 @@ struct PromptScores {
     prompt: Vec<u32>,
     /// One entry per prompt position scored so far, from position 0.
     scores: Vec<TokenLogprobs>,
+}
+
+/// A format being followed: what has been read of the output, and a failure to go on.
+#[derive(Debug)]
+struct Follow {
+    constraint: Constrained,
+    /// Output positions below this are read.
+    seen: u32,
+    /// Why the format cannot go on (a token it refuses, a mask it cannot compute): the
+    /// sequence's next draw fails with it.
+    failed: Option<GrammarError>,
+}
+
+impl Follow {
+    fn read(&mut self, token: u32) {
+        if self.failed.is_none()
+            && let Err(e) = self.constraint.consume(token)
+        {
+            self.failed = Some(e);
+        }
+    }
 }
 
 /// What the penalties read: the prompt's distinct tokens and the output's token counts.
@@ -74,6 +104,8 @@ impl Sampler {
             end_tokens: s.stop_token_ids.clone(),
             min_tokens: s.min_tokens,
             prompt_len: 0,
+            output_in_prompt: s.output_in_prompt,
+            format: None,
             history: s.logits.needs_history().then(History::default),
             scratch: Vec::new(),
             adjusted: Vec::new(),
@@ -84,6 +116,16 @@ impl Sampler {
                 scores: Vec::new(),
             }),
         }
+    }
+
+    /// Draws under `constraint` (the request's format, compiled for this model).
+    pub fn following(mut self, constraint: Constrained) -> Sampler {
+        self.format = Some(Follow {
+            constraint,
+            seen: 0,
+            failed: None,
+        });
+        self
     }
 
     /// Prompt positions in `position..position + len` whose logits score a prompt token (every
@@ -157,22 +199,35 @@ impl Sampler {
         computed: u32,
         eos: Option<u32>,
     ) -> Sampler {
-        self.prompt_len = prompt.len() as u32;
+        // At least one prompt token stays the prompt's (the wire's check, kept here too).
+        let carried = self
+            .output_in_prompt
+            .min((prompt.len() as u32).saturating_sub(1));
+        self.prompt_len = prompt.len() as u32 - carried;
         self.end_tokens.extend(eos);
         if let Some(p) = &mut self.prompt_scores {
             p.prompt = prompt.to_vec();
         }
         let prompt_len = self.prompt_len;
+        // The output so far, from the first output position; what is computed is never fed
+        // again, so it is read now.
+        let text = || prompt.iter().chain(output).skip(prompt_len as usize);
+        let read_now = computed.saturating_sub(prompt_len) as usize;
         if let Some(h) = &mut self.history {
             if self.rules.repetition_penalty.is_some() {
-                h.prompt = prompt.to_vec();
+                h.prompt = prompt[..prompt_len as usize].to_vec();
                 h.prompt.sort_unstable();
                 h.prompt.dedup();
             }
             h.seen = prompt_len.max(computed);
-            let counted = h.seen - prompt_len;
-            for &t in output.iter().take(counted as usize) {
+            for &t in text().take(read_now) {
                 *h.output.entry(t).or_default() += 1;
+            }
+        }
+        if let Some(f) = &mut self.format {
+            f.seen = prompt_len.max(computed);
+            for &t in text().take(read_now) {
+                f.read(t);
             }
         }
         self
@@ -181,6 +236,14 @@ impl Sampler {
     /// Notes `tokens`, fed to the model from `position` on: those past the prompt, not seen
     /// before, count as output.
     pub fn observe(&mut self, position: u32, tokens: &[u32]) {
+        if let Some(f) = &mut self.format {
+            for (pos, &t) in (position..).zip(tokens) {
+                if pos >= f.seen {
+                    f.read(t);
+                    f.seen = pos + 1;
+                }
+            }
+        }
         let Some(h) = &mut self.history else {
             return;
         };
@@ -198,23 +261,45 @@ impl Sampler {
         self.temperature.is_nan() || self.temperature <= 0.0 || self.top_k == Some(1)
     }
 
-    /// Picks the token at `position` from `logits`.
-    pub fn sample(&mut self, logits: &[f32], position: u32) -> Result<u32, BackendError> {
+    /// Picks the token at `position` from `logits`. `Ok(Err(_))`: the request's format cannot
+    /// go on (a token it refuses was fed, or its mask cannot be computed); that sequence alone
+    /// fails, where an `Err` fails the step.
+    pub fn sample(
+        &mut self,
+        logits: &[f32],
+        position: u32,
+    ) -> Result<Result<u32, GrammarError>, BackendError> {
         if logits.is_empty() || logits.iter().any(|x| x.is_nan()) {
             return Err(BackendError::Compute("logits are empty or NaN".into()));
         }
+        if let Some(e) = self.format.as_ref().and_then(|f| f.failed.clone()) {
+            return Ok(Err(e));
+        }
+        // A complete format leaves only the end of sequence, whatever `min_tokens` says.
+        let complete = self
+            .format
+            .as_ref()
+            .is_some_and(|f| f.constraint.is_stopped());
         let mask_ends = position.saturating_sub(self.prompt_len) < self.min_tokens
-            && !self.end_tokens.is_empty();
-        if self.rules.is_empty() && !mask_ends {
-            return self.draw(logits, position);
+            && !self.end_tokens.is_empty()
+            && !complete;
+        if self.rules.is_empty() && !mask_ends && self.format.is_none() {
+            return self.draw(logits, position).map(Ok);
         }
         let mut adjusted = std::mem::take(&mut self.adjusted);
         adjusted.clear();
         adjusted.extend_from_slice(logits);
         self.apply_rules(&mut adjusted, mask_ends);
+        if let Some(f) = &mut self.format
+            && let Err(e) = f.constraint.mask(&mut adjusted)
+        {
+            self.adjusted = adjusted;
+            f.failed = Some(e.clone());
+            return Ok(Err(e));
+        }
         let token = self.draw(&adjusted, position);
         self.adjusted = adjusted;
-        token
+        token.map(Ok)
     }
 
     /// The bias, the end tokens' mask, then the penalties, in place.
@@ -432,21 +517,18 @@ mod tests {
     #[test]
     fn greedy_takes_the_first_maximum() {
         let mut s = Sampler::new(&Sampling::default(), 1);
-        assert_eq!(s.sample(&LOGITS, 0).unwrap(), 1);
+        assert_eq!(s.pick(&LOGITS, 0).unwrap(), 1);
         let mut k1 = Sampler::new(&sampling(1.5, 1, 1.0, None), 7);
-        assert_eq!(k1.sample(&LOGITS, 3).unwrap(), 1);
+        assert_eq!(k1.pick(&LOGITS, 3).unwrap(), 1);
     }
 
     #[test]
     fn same_seed_and_position_give_the_same_token() {
         let mut a = Sampler::new(&sampling(1.0, 0, 1.0, Some(42)), 0);
         let mut b = Sampler::new(&sampling(1.0, 0, 1.0, Some(42)), 99);
-        let xs: Vec<u32> = (0..64).map(|p| a.sample(&LOGITS, p).unwrap()).collect();
+        let xs: Vec<u32> = (0..64).map(|p| a.pick(&LOGITS, p).unwrap()).collect();
         // Drawing out of order gives the same tokens: draws depend on the position only.
-        let mut ys: Vec<u32> = (0..64)
-            .rev()
-            .map(|p| b.sample(&LOGITS, p).unwrap())
-            .collect();
+        let mut ys: Vec<u32> = (0..64).rev().map(|p| b.pick(&LOGITS, p).unwrap()).collect();
         ys.reverse();
         assert_eq!(xs, ys);
         assert!(
@@ -459,13 +541,13 @@ mod tests {
     fn top_k_and_top_p_restrict_the_candidates() {
         let mut k2 = Sampler::new(&sampling(5.0, 2, 1.0, Some(3)), 0);
         for p in 0..200 {
-            let t = k2.sample(&LOGITS, p).unwrap();
+            let t = k2.pick(&LOGITS, p).unwrap();
             assert!(t == 1 || t == 4, "top-2 drew {t}");
         }
         // The two tied leaders hold well over 10% of the mass: top-p 0.1 keeps only the first.
         let mut p01 = Sampler::new(&sampling(1.0, 0, 0.1, Some(3)), 0);
         for p in 0..50 {
-            assert_eq!(p01.sample(&LOGITS, p).unwrap(), 1);
+            assert_eq!(p01.pick(&LOGITS, p).unwrap(), 1);
         }
     }
 
@@ -474,7 +556,7 @@ mod tests {
         let logits = [0.0f32, (3.0f32).ln()]; // p = 0.25, 0.75
         let mut s = Sampler::new(&sampling(1.0, 0, 1.0, Some(11)), 0);
         let ones = (0..4000)
-            .filter(|&p| s.sample(&logits, p).unwrap() == 1)
+            .filter(|&p| s.pick(&logits, p).unwrap() == 1)
             .count();
         assert!((2800..3200).contains(&ones), "{ones} of 4000");
     }
@@ -507,7 +589,7 @@ mod tests {
             ..LogitRules::default()
         });
         let mut s = Sampler::new(&bias, 1);
-        assert_eq!(s.sample(&LOGITS, 0).unwrap(), 3);
+        assert_eq!(s.pick(&LOGITS, 0).unwrap(), 3);
     }
 
     #[test]
@@ -520,16 +602,16 @@ mod tests {
         };
         let prompt = [0, 5, 5, 0];
         let mut s = Sampler::new(&sampling, 1).for_text(&prompt, &[], 0, Some(1));
-        assert_eq!(s.sample(&LOGITS, 4).unwrap(), 2, "first output");
-        assert_eq!(s.sample(&LOGITS, 5).unwrap(), 2, "second output");
-        assert_eq!(s.sample(&LOGITS, 6).unwrap(), 1, "third: ends may be drawn");
+        assert_eq!(s.pick(&LOGITS, 4).unwrap(), 2, "first output");
+        assert_eq!(s.pick(&LOGITS, 5).unwrap(), 2, "second output");
+        assert_eq!(s.pick(&LOGITS, 6).unwrap(), 1, "third: ends may be drawn");
         // Without an end-of-sequence token (ignore_eos) only the stop token waits.
         let mut s = Sampler::new(&sampling, 1).for_text(&prompt, &[], 0, None);
-        assert_eq!(s.sample(&LOGITS, 4).unwrap(), 1);
+        assert_eq!(s.pick(&LOGITS, 4).unwrap(), 1);
         // Every token an end token: nothing may be drawn.
         sampling.stop_token_ids = (0..6).collect();
         let mut s = Sampler::new(&sampling, 1).for_text(&prompt, &[], 0, None);
-        assert!(s.sample(&LOGITS, 4).is_err());
+        assert!(s.pick(&LOGITS, 4).is_err());
     }
 
     #[test]
@@ -540,16 +622,16 @@ mod tests {
         };
         // Token 1 (2.0) in the prompt falls to 0.5, below token 4 (2.0).
         let mut s = Sampler::new(&with_rules(rules.clone()), 1).for_text(&[1, 1], &[], 0, None);
-        assert_eq!(s.sample(&LOGITS, 2).unwrap(), 4);
+        assert_eq!(s.pick(&LOGITS, 2).unwrap(), 4);
         // Then token 4 is output too (fed at position 2): 2 (1.9) leads.
         s.observe(2, &[4]);
-        assert_eq!(s.sample(&LOGITS, 3).unwrap(), 2);
+        assert_eq!(s.pick(&LOGITS, 3).unwrap(), 2);
         // A negative logit is multiplied: token 1 (-0.5) falls to -2.0, below token 0 (-1.0).
         let logits = [-1.0, -0.5, -3.0];
         let mut s = Sampler::new(&with_rules(rules), 1).for_text(&[1], &[], 0, None);
-        assert_eq!(s.sample(&logits, 1).unwrap(), 0);
+        assert_eq!(s.pick(&logits, 1).unwrap(), 0);
         let mut plain = Sampler::new(&Sampling::default(), 1);
-        assert_eq!(plain.sample(&logits, 1).unwrap(), 1);
+        assert_eq!(plain.pick(&logits, 1).unwrap(), 1);
     }
 
     #[test]
@@ -560,18 +642,18 @@ mod tests {
         });
         // Prompt tokens never count: token 1 stays first.
         let mut s = Sampler::new(&frequency, 1).for_text(&[1, 1, 1], &[], 0, None);
-        assert_eq!(s.sample(&LOGITS, 3).unwrap(), 1);
+        assert_eq!(s.pick(&LOGITS, 3).unwrap(), 1);
         // Token 1 output once: 2.0 - 0.06 < 2.0 (token 4). Feeding the same position again
         // (a recomputed step) does not count it twice.
         s.observe(3, &[1]);
         s.observe(0, &[1, 1, 1, 1]);
-        assert_eq!(s.sample(&LOGITS, 4).unwrap(), 4);
+        assert_eq!(s.pick(&LOGITS, 4).unwrap(), 4);
         // Then 4 once and 1 once: both at 1.94, still above 2 (1.9); the first maximum wins.
         s.observe(4, &[4]);
-        assert_eq!(s.sample(&LOGITS, 5).unwrap(), 1);
+        assert_eq!(s.pick(&LOGITS, 5).unwrap(), 1);
         // 1 twice: 1.88 < 1.9.
         s.observe(5, &[1]);
-        assert_eq!(s.sample(&LOGITS, 6).unwrap(), 4);
+        assert_eq!(s.pick(&LOGITS, 6).unwrap(), 4);
         // Output already there when the sequence starts (resumed, or handed over) counts too,
         // up to the computed tokens; the rest is counted when fed.
         let presence = with_rules(LogitRules {
@@ -580,12 +662,12 @@ mod tests {
         });
         let mut s = Sampler::new(&presence, 1).for_text(&[0, 0], &[1, 4, 2], 4, None);
         assert_eq!(
-            s.sample(&LOGITS, 5).unwrap(),
+            s.pick(&LOGITS, 5).unwrap(),
             2,
             "1 and 4 counted, 2 not yet fed"
         );
         s.observe(4, &[2]);
-        assert_eq!(s.sample(&LOGITS, 5).unwrap(), 1, "1 (1.5) above 2 (1.4)");
+        assert_eq!(s.pick(&LOGITS, 5).unwrap(), 1, "1 (1.5) above 2 (1.4)");
     }
 
     #[test]
@@ -598,7 +680,7 @@ mod tests {
             sampling.temperature = 1.0;
             sampling.seed = Some(5);
             let mut s = Sampler::new(&sampling, 1);
-            let mut drawn: Vec<u32> = (0..400).map(|p| s.sample(&LOGITS, p).unwrap()).collect();
+            let mut drawn: Vec<u32> = (0..400).map(|p| s.pick(&LOGITS, p).unwrap()).collect();
             drawn.sort_unstable();
             drawn.dedup();
             drawn
@@ -612,11 +694,17 @@ mod tests {
     #[test]
     fn nan_logits_are_an_error() {
         let mut s = Sampler::new(&Sampling::default(), 1);
-        assert!(s.sample(&[0.0, f32::NAN], 0).is_err());
-        assert!(s.sample(&[], 0).is_err());
+        assert!(s.pick(&[0.0, f32::NAN], 0).is_err());
+        assert!(s.pick(&[], 0).is_err());
     }
 
     impl Sampler {
+        /// A draw of a sampler without a format.
+        fn pick(&mut self, logits: &[f32], position: u32) -> Result<u32, BackendError> {
+            self.sample(logits, position)
+                .map(|t| t.expect("no format to refuse the draw"))
+        }
+
         fn logprobs_for(&mut self, logits: &[f32], k: usize) -> TokenLogprobs {
             token_logprobs(logits, 0, k, &mut self.scratch)
         }
@@ -633,7 +721,7 @@ mod tests {
         });
         sampling.logprobs = Some(3);
         let mut s = Sampler::new(&sampling, 1);
-        let token = s.sample(&logits, 0).unwrap();
+        let token = s.pick(&logits, 0).unwrap();
         assert_eq!(token, 4);
         let lp = s.logprobs(&logits, token).expect("asked for");
         assert!((lp.logprob - (-1.0 - lse)).abs() < 1e-5, "{lp:?}");

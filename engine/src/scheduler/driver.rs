@@ -24,6 +24,8 @@ pub(super) async fn run<B: Backend>(shared: Arc<Shared<B>>, mut backend: B) {
     let mut sampled = Vec::new();
     let mut failed = Vec::new();
     let mut done = Vec::new();
+    // Sequences the backend failed alone in a step (`Backend::take_failures`).
+    let mut failures = Vec::new();
     // When the next step starts if the loop stays busy: the previous step's deadline, so time
     // spent scheduling does not add up step after step.
     let mut next_start: Option<Instant> = None;
@@ -69,6 +71,7 @@ pub(super) async fn run<B: Backend>(shared: Arc<Shared<B>>, mut backend: B) {
         }
         sampled.clear();
         sampled.resize(batch.len(), None);
+        failures.clear();
         let started = Instant::now();
         // The model computes without the lock: callers are served meanwhile.
         let result = backend.step(&batch, &mut sampled);
@@ -77,6 +80,7 @@ pub(super) async fn run<B: Backend>(shared: Arc<Shared<B>>, mut backend: B) {
             core.step_returned(&batch);
             result.map_err(|e| core.step_failed(&batch, &e))
         };
+        backend.take_failures(&mut failures);
         let Ok(duration) = duration else {
             if let Some(clock) = &lockstep {
                 clock.finish(Instant::now()).await;
@@ -109,6 +113,6 @@ pub(super) async fn run<B: Backend>(shared: Arc<Shared<B>>, mut backend: B) {
         metrics::histogram!(m::BATCH_TOKENS).record(f64::from(batch.token_count()));
         let mut core = shared.lock();
         core.profile.record(batch.len() as u32, took);
-        core.apply(&batch, &mut sampled, &mut done);
+        core.apply(&batch, &mut sampled, &mut failures, &mut done);
     }
 }

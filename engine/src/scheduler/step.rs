@@ -153,6 +153,7 @@ impl<B: Backend> Core<B> {
         &mut self,
         batch: &Batch,
         sampled: &mut [Option<Sampled>],
+        failures: &mut Vec<(SeqId, BackendError)>,
         done: &mut Vec<(SeqId, Done)>,
     ) {
         let bs = self.info.block_size;
@@ -171,7 +172,10 @@ impl<B: Backend> Core<B> {
                 continue;
             }
             let Some(token) = token.take() else {
-                let e = BackendError::Invalid("backend sampled no token".into());
+                let e = match failures.iter().position(|(id, _)| *id == entry.seq) {
+                    Some(i) => failures.swap_remove(i).1,
+                    None => BackendError::Invalid("backend sampled no token".into()),
+                };
                 done.push((entry.seq, Done::Failed(e)));
                 continue;
             };
@@ -179,6 +183,7 @@ impl<B: Backend> Core<B> {
                 done.push((entry.seq, d));
             }
         }
+        failures.clear();
         for (id, d) in done.drain(..) {
             match d {
                 Done::Finished(reason) => self.finish(id, reason),

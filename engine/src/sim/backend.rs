@@ -263,6 +263,13 @@ impl Backend for SimBackend {
     }
 
     fn start(&mut self, start: SeqStart<'_>) -> Result<(), BackendError> {
+        if let Some(format) = &start.sampling.format {
+            // Its tokens are a function of the text: it has no distribution to mask.
+            return Err(BackendError::Invalid(format!(
+                "the sim engine cannot follow a format ({})",
+                format.field()
+            )));
+        }
         let bs = self.info.block_size as usize;
         let computed = start.computed as usize;
         let full = computed / bs;

@@ -61,6 +61,22 @@ fn build(
         .other
         .take_logprobs(ep == Endpoint::Chat)
         .map_err(|(field, message)| ApiError::invalid(message, Some(field)))?;
+    let format = f
+        .other
+        .take_format()
+        .map_err(|(field, message)| ApiError::invalid(message, Some(field)))?;
+    if let Some((field, format)) = &format {
+        // Every grammar error is the client's, whatever the model: refused before routing.
+        format
+            .check()
+            .map_err(|e| ApiError::invalid(format!("{field}: {e}"), Some(field)))?;
+        if f.ignore_eos {
+            return Err(ApiError::invalid(
+                format!("ignore_eos cannot be set with {field}: a complete format ends the output"),
+                Some("ignore_eos"),
+            ));
+        }
+    }
     if let Some(field) = f.other.first_used() {
         return Err(ApiError::invalid(
             format!("{field} is not supported by this server"),
@@ -128,6 +144,8 @@ fn build(
         logits: logits.map(Box::new),
         logprobs,
         prompt_logprobs: None,
+        structured: format.map(|(_, f)| Box::new(f.to_wire())),
+        output_in_prompt: 0,
     };
     let params = GenerateParams {
         request_id,

@@ -294,6 +294,129 @@ async fn nulls_and_vllm_defaults_are_served() {
     );
 }
 
+/// Structured output in each dialect clients send (OpenAI's `response_format`, vLLM's
+/// `structured_outputs` and `guided_*`, SGLang's `regex` and `json_schema`) reaches the worker as
+/// one `structured` format; a malformed format, two at once, or one with `ignore_eos` is a 400
+/// naming the field, before any worker is called.
+#[tokio::test]
+async fn formats_reach_the_worker_in_every_dialect() {
+    use dolphin_grammar::Format;
+    let (fake, _d, s) = with_worker(Behavior::Text("{}".into())).await;
+    let schema = json!({"type": "object", "properties": {"a": {"type": "integer"}}});
+    let served = [
+        (json!({"response_format": {"type": "text"}}), None),
+        (
+            json!({"response_format": {"type": "json_object"}}),
+            Some(Format::JsonObject),
+        ),
+        (
+            json!({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": schema, "strict": true}}}),
+            Some(Format::JsonSchema(schema.to_string())),
+        ),
+        (
+            json!({"response_format": {"type": "json_schema", "json_schema": {"name": "any"}}}),
+            Some(Format::JsonSchema("true".into())),
+        ),
+        (
+            json!({"structured_outputs": {"regex": "[a-z]+"}}),
+            Some(Format::Regex("[a-z]+".into())),
+        ),
+        (
+            json!({"structured_outputs": {"choice": ["yes", "no"], "json": null}}),
+            Some(Format::Choice(vec!["yes".into(), "no".into()])),
+        ),
+        (
+            json!({"structured_outputs": {"grammar": "start: \"a\"+"}}),
+            Some(Format::Lark("start: \"a\"+".into())),
+        ),
+        (
+            json!({"structured_outputs": {"json_object": true}}),
+            Some(Format::JsonObject),
+        ),
+        (
+            json!({"guided_json": schema.to_string()}),
+            Some(Format::JsonSchema(schema.to_string())),
+        ),
+        (
+            json!({"guided_regex": "\\d+"}),
+            Some(Format::Regex("\\d+".into())),
+        ),
+        (
+            json!({"guided_choice": ["a", "b"]}),
+            Some(Format::Choice(vec!["a".into(), "b".into()])),
+        ),
+        (json!({"regex": "x|y"}), Some(Format::Regex("x|y".into()))),
+        (
+            json!({"json_schema": schema}),
+            Some(Format::JsonSchema(schema.to_string())),
+        ),
+    ];
+    for (i, (fields, want)) in served.iter().enumerate() {
+        let mut req = json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4});
+        for (k, v) in fields.as_object().expect("object") {
+            req[k] = v.clone();
+        }
+        let (status, _, body) = post(s.addr, "/v1/chat/completions", req).await;
+        assert_eq!(status, StatusCode::OK, "{fields}: {body}");
+        let calls = fake.state.calls.lock().clone();
+        assert_eq!(calls.len(), i + 1);
+        let got = calls[i]
+            .sampling
+            .as_ref()
+            .and_then(|s| s.structured.as_deref())
+            .map(|w| Format::from_wire(w).expect("a format"));
+        assert_eq!(got.as_ref(), want.as_ref(), "{fields}");
+    }
+    let refused = [
+        (
+            json!({"response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "nonsense"}}}}),
+            "response_format",
+        ),
+        (
+            json!({"response_format": {"type": "json_schema"}}),
+            "response_format",
+        ),
+        (
+            json!({"structured_outputs": {"regex": "(open"}}),
+            "structured_outputs",
+        ),
+        (
+            json!({"structured_outputs": {"regex": "a", "choice": ["a"]}}),
+            "structured_outputs",
+        ),
+        (
+            json!({"structured_outputs": {"structural_tag": "x"}}),
+            "structured_outputs",
+        ),
+        (json!({"guided_choice": []}), "guided_choice"),
+        (json!({"guided_choice": "yes"}), "guided_choice"),
+        (
+            json!({"guided_grammar": "start: missing"}),
+            "guided_grammar",
+        ),
+        (
+            json!({"guided_regex": "a", "response_format": {"type": "json_object"}}),
+            "guided_regex",
+        ),
+        (json!({"regex": "a", "ignore_eos": true}), "ignore_eos"),
+        (json!({"ebnf": "root ::= \"a\""}), "ebnf"),
+    ];
+    for (fields, param) in refused {
+        let mut req = json!({"prompt": "hi", "max_tokens": 4});
+        for (k, v) in fields.as_object().expect("object") {
+            req[k] = v.clone();
+        }
+        let (status, _, body) = post(s.addr, "/v1/completions", req).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{fields}: {body}");
+        assert_eq!(parse(&body)["error"]["param"], param, "{fields}: {body}");
+    }
+    assert_eq!(
+        fake.state.calls.lock().len(),
+        served.len(),
+        "refused before any worker"
+    );
+}
+
 /// OpenAI's penalties and logit bias, and vLLM's repetition penalty, min-p, stop token ids and
 /// minimum length, reach the worker as asked.
 #[tokio::test]
@@ -807,7 +930,7 @@ async fn bad_requests_get_openai_errors() {
         ),
         (
             "/v1/chat/completions",
-            json!({"response_format": {"type": "json_object"}}),
+            json!({"response_format": {"type": "xml"}}),
             "response_format",
         ),
         (
@@ -862,7 +985,7 @@ async fn bad_requests_get_openai_errors() {
         ),
         (
             "/v1/chat/completions",
-            json!({"guided_json": {"type": "object"}}),
+            json!({"guided_json": {"type": "nonsense"}}),
             "guided_json",
         ),
         (

@@ -258,6 +258,56 @@ impl OtherFields {
         }
     }
 
+    /// Takes the structured-output fields out: OpenAI's `response_format` (`text`,
+    /// `json_object`, `json_schema`), vLLM's `structured_outputs` (`json`, `json_object`,
+    /// `regex`, `choice`, `grammar`) and its older `guided_json`, `guided_regex`,
+    /// `guided_choice` and `guided_grammar`, and SGLang's `regex` and `json_schema`.
+    /// Grammars are Lark (llguidance's dialect). `Some((field, format))` names the field the
+    /// format came from; two formats, or a malformed field, are refused with its name. The
+    /// format itself is not compiled here ([`Format::check`](dolphin_grammar::Format::check)).
+    pub fn take_format(
+        &mut self,
+    ) -> Result<Option<(&'static str, dolphin_grammar::Format)>, (&'static str, String)> {
+        use dolphin_grammar::Format;
+        if self.0.is_empty() {
+            return Ok(None);
+        }
+        let mut found: Option<(&'static str, Format)> = None;
+        for name in [
+            "response_format",
+            "structured_outputs",
+            "guided_json",
+            "guided_regex",
+            "guided_choice",
+            "guided_grammar",
+            "json_schema",
+            "regex",
+        ] {
+            let Some(v) = self.0.remove(name).filter(|v| !v.is_null()) else {
+                continue;
+            };
+            let format = match name {
+                "response_format" => response_format(&v)?,
+                "structured_outputs" => structured_outputs(&v)?,
+                "guided_json" | "json_schema" => Some(Format::JsonSchema(schema_text(name, &v)?)),
+                "guided_regex" | "regex" => Some(Format::Regex(text(name, &v)?)),
+                "guided_choice" => Some(Format::Choice(choice(name, &v)?)),
+                _ => Some(Format::Lark(text(name, &v)?)),
+            };
+            let Some(format) = format else {
+                continue;
+            };
+            if let Some((first, _)) = found {
+                return Err((
+                    name,
+                    format!("{name} and {first} both ask for a format; send one"),
+                ));
+            }
+            found = Some((name, format));
+        }
+        Ok(found)
+    }
+
     /// The first field that asks for something the server does not do.
     pub fn first_used(&self) -> Option<&'static str> {
         use serde_json::Value;
@@ -274,7 +324,7 @@ impl OtherFields {
             Value::Object(o) => o.is_empty(),
         };
         let one = |v: &Value| v.as_f64() == Some(1.0);
-        let fields: [UnsupportedField; 28] = [
+        let fields: [UnsupportedField; 20] = [
             ("tools", |_| false),
             // "none" (no tool may be called) is what no tools means.
             ("tool_choice", |v| v == "none"),
@@ -282,8 +332,6 @@ impl OtherFields {
             ("parallel_tool_calls", |_| true),
             ("functions", |_| false),
             ("function_call", |v| v == "none"),
-            // Plain text is what the server writes.
-            ("response_format", |v| v["type"] == "text"),
             ("best_of", one),
             // Completions read it (`CompletionRequest::echo`); chat has no such field.
             ("echo", |_| false),
@@ -301,13 +349,7 @@ impl OtherFields {
             ("length_penalty", one),
             ("prompt_logprobs", |_| false),
             ("truncate_prompt_tokens", |_| false),
-            ("guided_json", |_| false),
-            ("guided_regex", |_| false),
-            ("guided_choice", |_| false),
-            ("guided_grammar", |_| false),
-            ("structured_outputs", |_| false),
-            ("regex", |_| false),
-            ("json_schema", |_| false),
+            // SGLang's EBNF grammars (`take_format` serves Lark ones).
             ("ebnf", |_| false),
         ];
         fields.into_iter().find_map(|(name, accepted)| {
@@ -315,6 +357,114 @@ impl OtherFields {
             (!inert(v) && !accepted(v)).then_some(name)
         })
     }
+}
+
+/// A string field's text.
+fn text(name: &'static str, v: &serde_json::Value) -> Result<String, (&'static str, String)> {
+    v.as_str()
+        .map(str::to_owned)
+        .ok_or_else(|| (name, format!("{name} must be a string, got {v}")))
+}
+
+/// A JSON Schema field's schema as JSON text: an object (or boolean) as is, or a string
+/// holding one (vLLM's clients send either).
+fn schema_text(
+    name: &'static str,
+    v: &serde_json::Value,
+) -> Result<String, (&'static str, String)> {
+    match v {
+        serde_json::Value::String(s) => Ok(s.clone()),
+        serde_json::Value::Object(_) | serde_json::Value::Bool(_) => Ok(v.to_string()),
+        _ => Err((
+            name,
+            format!("{name} must be a JSON Schema (an object, or a string holding one), got {v}"),
+        )),
+    }
+}
+
+/// A choice field's strings.
+fn choice(
+    name: &'static str,
+    v: &serde_json::Value,
+) -> Result<Vec<String>, (&'static str, String)> {
+    let options: Option<Vec<String>> = v
+        .as_array()
+        .map(|a| a.iter().map(|o| o.as_str().map(str::to_owned)).collect())
+        .unwrap_or(None);
+    options.ok_or_else(|| (name, format!("{name} must be a list of strings, got {v}")))
+}
+
+/// OpenAI's `response_format`: `text` (no format), `json_object`, or `json_schema` with its
+/// `json_schema.schema` (absent: any JSON value).
+fn response_format(
+    v: &serde_json::Value,
+) -> Result<Option<dolphin_grammar::Format>, (&'static str, String)> {
+    use dolphin_grammar::Format;
+    const NAME: &str = "response_format";
+    match v["type"].as_str() {
+        Some("text") => Ok(None),
+        Some("json_object") => Ok(Some(Format::JsonObject)),
+        Some("json_schema") => {
+            let spec = &v["json_schema"];
+            if !spec.is_object() {
+                return Err((
+                    NAME,
+                    format!(
+                        "response_format.json_schema must be an object with the schema, got {spec}"
+                    ),
+                ));
+            }
+            let schema = match &spec["schema"] {
+                serde_json::Value::Null => "true".to_owned(),
+                s => schema_text(NAME, s)?,
+            };
+            Ok(Some(Format::JsonSchema(schema)))
+        }
+        _ => Err((
+            NAME,
+            format!(
+                "response_format.type must be \"text\", \"json_object\" or \"json_schema\", got {}",
+                v["type"]
+            ),
+        )),
+    }
+}
+
+/// vLLM's `structured_outputs`: one of `json` (a schema), `json_object: true`, `regex`,
+/// `choice` or `grammar` (Lark); its other keys (`disable_any_whitespace`, ...) ask for
+/// nothing served differently and are refused when set.
+fn structured_outputs(
+    v: &serde_json::Value,
+) -> Result<Option<dolphin_grammar::Format>, (&'static str, String)> {
+    use dolphin_grammar::Format;
+    const NAME: &str = "structured_outputs";
+    let Some(map) = v.as_object() else {
+        return Err((NAME, format!("{NAME} must be an object, got {v}")));
+    };
+    let mut found = None;
+    for (key, value) in map.iter().filter(|(_, value)| !value.is_null()) {
+        let format = match key.as_str() {
+            "json" => Format::JsonSchema(schema_text(NAME, value)?),
+            "json_object" if value == &serde_json::Value::Bool(false) => continue,
+            "json_object" if value == &serde_json::Value::Bool(true) => Format::JsonObject,
+            "regex" => Format::Regex(text(NAME, value)?),
+            "choice" => Format::Choice(choice(NAME, value)?),
+            "grammar" => Format::Lark(text(NAME, value)?),
+            other => {
+                return Err((
+                    NAME,
+                    format!(
+                        "structured_outputs.{other} is not supported by this server (json, json_object, regex, choice and grammar are)"
+                    ),
+                ));
+            }
+        };
+        if found.is_some() {
+            return Err((NAME, format!("{NAME} names more than one format")));
+        }
+        found = Some(format);
+    }
+    Ok(found)
 }
 
 /// The `handoff` extension field.

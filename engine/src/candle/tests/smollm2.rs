@@ -175,3 +175,99 @@ fn weight_formats_against_the_exact_weights() {
         );
     }
 }
+
+/// Structured output on the real model: a JSON Schema, a regular expression and a choice each
+/// hold over the whole answer, the answer ends (end of sequence, not the length cap) once the
+/// format is complete, a remote prefill (first token drawn by the prefill engine) gives the
+/// same answer, and a request that moved here with part of its output in the prompt finishes
+/// the same text.
+#[tokio::test]
+async fn smollm2_follows_formats_on_both_paths_and_after_a_move() {
+    use crate::types::{FinishReason, Format};
+
+    let Some(path) = model() else { return };
+    let tok = ModelTokenizer::from_file(&path).expect("tokenizer");
+    let cfg = CandleConfig::new(&path);
+    let (pre, dec, local) = (
+        candle_scheduler(cfg.clone()).expect("engine"),
+        candle_scheduler(cfg.clone()).expect("engine"),
+        candle_scheduler(cfg).expect("engine"),
+    );
+    let stops = tok.stop_token_ids().to_vec();
+    let schema = r#"{"type":"object","properties":{"city":{"type":"string","maxLength":20},"population":{"type":"integer","minimum":0,"maximum":99999999}},"required":["city","population"],"additionalProperties":false}"#;
+    let cases = [
+        (
+            "Give the capital of France and its population as JSON.",
+            Format::JsonSchema(schema.into()),
+        ),
+        (
+            "What is 12 times 12?",
+            Format::Regex("The answer is [0-9]+\\.".into()),
+        ),
+        (
+            "Is the sky blue? Answer yes or no.",
+            Format::Choice(vec!["yes".into(), "no".into()]),
+        ),
+    ];
+    for (i, (question, format)) in cases.into_iter().enumerate() {
+        let mut req = request(&format!("f{i}"), chat(&tok, question), 64, &stops);
+        req.sampling.format = Some(format.clone());
+        let (answer, reason, _) =
+            collect(local.generate(req.clone()).await.expect("generate")).await;
+        eprintln!("{format:?}: {:?}", tok.decode_with(&answer, false));
+        let ended = answer.last().is_some_and(|t| stops.contains(t));
+        assert!(
+            ended && reason == FinishReason::Stop,
+            "{format:?}: {reason:?} {answer:?}"
+        );
+        let text = tok.decode_with(&answer[..answer.len() - 1], false);
+        eprintln!("{format:?}: {text:?}");
+        match &format {
+            Format::JsonSchema(_) => {
+                let v: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+                assert!(v["city"].is_string() && v["population"].is_i64(), "{v}");
+                assert_eq!(v.as_object().map(|o| o.len()), Some(2), "{v}");
+            }
+            Format::Regex(_) => {
+                let digits = text
+                    .strip_prefix("The answer is ")
+                    .and_then(|t| t.strip_suffix('.'))
+                    .expect("the pattern");
+                assert!(!digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()));
+            }
+            _ => assert!(text == "yes" || text == "no", "{text:?}"),
+        }
+        assert_eq!(
+            remote(&*pre, &*dec, req.clone()).await,
+            answer,
+            "{format:?}: remote"
+        );
+        // Moved after three tokens: the prompt carries them, the format reads them as output.
+        let mut moved = req.clone();
+        moved.request_id = format!("moved{i}");
+        let kept = 3.min(answer.len() - 1);
+        moved.prompt.extend_from_slice(&answer[..kept]);
+        moved.sampling.output_in_prompt = kept as u32;
+        moved.sampling.max_tokens -= kept as u32;
+        let (rest, _, _) = collect(local.generate(moved).await.expect("generate")).await;
+        assert_eq!(rest, answer[kept..], "{format:?}: after a move");
+    }
+
+    // Unconstrained output is refused by the format at the first token it breaks.
+    let mut req = request("bad", chat(&tok, "Say hi."), 8, &stops);
+    req.sampling.format = Some(Format::Regex("[0-9]+".into()));
+    req.prompt.extend(tok.encode("hello").expect("encodes"));
+    req.sampling.output_in_prompt = 1;
+    let mut out = local.generate(req).await.expect("generate");
+    let mut failed = None;
+    while let Some(ev) = out.recv().await {
+        if let crate::types::SeqOutput::Error(e) = ev {
+            failed = Some(e.to_string());
+        }
+    }
+    let failed = failed.expect("the sequence fails");
+    assert!(
+        failed.contains("does not continue the requested format"),
+        "{failed}"
+    );
+}
