@@ -465,6 +465,68 @@ async fn smollm2_remote_equals_local_equals_single_process_and_chat_answers() ->
     assert_eq!(v["choices"][0]["finish_reason"], finish, "{v}");
     assert_eq!(v["model"], MODEL, "{v}");
 
+    // Structured output through the real processes, on both paths: remote first (the prefill
+    // worker draws the first token under the same mask; the decode worker does not hold this
+    // prompt yet), then local, which must give the same text.
+    let schema = serde_json::json!({
+        "type": "object",
+        "properties": {
+            "city": {"type": "string", "maxLength": 12},
+            "country": {"type": "string", "maxLength": 12},
+        },
+        "required": ["city", "country"],
+        "additionalProperties": false,
+    });
+    let mut answers = Vec::new();
+    for mode in ["remote", "local"] {
+        let body = serde_json::json!({
+            "model": MODEL,
+            "messages": [{"role": "user", "content": "Name the capital of France and its country as JSON."}],
+            "max_tokens": 48,
+            "temperature": 0,
+            "prefill_mode": mode,
+            "response_format": {"type": "json_schema", "json_schema": {"name": "place", "schema": schema}},
+        });
+        let v = post_ok(&cluster, "/v1/chat/completions", &body).await?;
+        let content = v["choices"][0]["message"]["content"]
+            .as_str()
+            .context("no message content")?
+            .to_owned();
+        let place: serde_json::Value = serde_json::from_str(&content)
+            .with_context(|| format!("{mode}: not JSON: {content:?}"))?;
+        assert!(
+            place["city"].is_string() && place["country"].is_string(),
+            "{mode}: {place}"
+        );
+        assert_eq!(v["choices"][0]["finish_reason"], "stop", "{mode}: {v}");
+        answers.push(content);
+    }
+    assert_eq!(
+        answers[0], answers[1],
+        "remote and local structured answers differ"
+    );
+    // A choice over completions, streamed: the text is one of the options, then it stops.
+    let body = serde_json::json!({
+        "model": MODEL,
+        "prompt": "Is Paris in France? Answer:",
+        "max_tokens": 8,
+        "temperature": 0,
+        "stream": true,
+        "structured_outputs": {"choice": [" yes", " no"]},
+    });
+    let response =
+        http::post_json(cluster.http_addr(), "/v1/completions", &body.to_string()).await?;
+    anyhow::ensure!(response.status == 200, "{}", response.text());
+    let streamed: String = response
+        .text()
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter(|d| *d != "[DONE]")
+        .filter_map(|d| serde_json::from_str::<serde_json::Value>(d).ok())
+        .filter_map(|e| e["choices"][0]["text"].as_str().map(str::to_owned))
+        .collect();
+    assert!(streamed == " yes" || streamed == " no", "{streamed:?}");
+
     cluster.passed();
     Ok(())
 }
