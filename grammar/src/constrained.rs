@@ -10,6 +10,8 @@ use crate::format::first_line;
 pub struct Constrained {
     matcher: Matcher,
     vocab_size: usize,
+    /// The tokens that end a sequence.
+    ends: std::sync::Arc<[u32]>,
 }
 
 impl std::fmt::Debug for Constrained {
@@ -21,15 +23,27 @@ impl std::fmt::Debug for Constrained {
 }
 
 impl Constrained {
-    pub(crate) fn new(matcher: Matcher, vocab_size: usize) -> Constrained {
+    pub(crate) fn new(
+        matcher: Matcher,
+        vocab_size: usize,
+        ends: std::sync::Arc<[u32]>,
+    ) -> Constrained {
         Constrained {
             matcher,
             vocab_size,
+            ends,
         }
     }
 
-    /// Reads the next output token.
+    /// Reads the next output token. An end token where the format may end is the end of the
+    /// text, not part of it (a model group feeds the last token to the model that did not
+    /// draw it, too).
     pub fn consume(&mut self, token: u32) -> Result<(), GrammarError> {
+        if self.ends.contains(&token)
+            && (self.matcher.is_stopped() || self.matcher.is_accepting().unwrap_or(false))
+        {
+            return Ok(());
+        }
         self.matcher
             .consume_token(token)
             .map_err(|e| GrammarError::Rejected {
@@ -111,6 +125,12 @@ mod tests {
         c.consume(2).unwrap();
         assert!(c.is_stopped());
         assert_eq!(allowed(&mut c), vec![16], "complete: the end token alone");
+        c.consume(16).expect("the end token ends it");
+        let mut open = space.constrain(&Format::Regex("a[0-9]".into())).unwrap();
+        assert!(
+            open.consume(16).is_err(),
+            "not where the format is incomplete"
+        );
     }
 
     #[test]

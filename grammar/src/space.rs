@@ -28,6 +28,7 @@ pub enum TokenText {
 pub struct TokenSpace {
     factory: ParserFactory,
     vocab_size: usize,
+    ends: Arc<[u32]>,
 }
 
 impl std::fmt::Debug for TokenSpace {
@@ -95,6 +96,7 @@ impl TokenSpace {
         Ok(TokenSpace {
             factory,
             vocab_size: vocab_size as usize,
+            ends: end_tokens.into(),
         })
     }
 
@@ -107,7 +109,11 @@ impl TokenSpace {
                     field: format.field(),
                     message: first_line(&e.to_string()),
                 })?;
-        Ok(Constrained::new(Matcher::new(Ok(parser)), self.vocab_size))
+        Ok(Constrained::new(
+            Matcher::new(Ok(parser)),
+            self.vocab_size,
+            Arc::clone(&self.ends),
+        ))
     }
 
     /// Number of tokens (the length of the logits a mask applies to).

@@ -189,6 +189,9 @@ async fn run(
         };
         let mut sampling = req.sampling.clone();
         sampling.max_tokens = req.sampling.max_tokens - generated;
+        // The span's prompt ends with the output so far: penalties, `min_tokens` and a format
+        // read it as output.
+        sampling.output_in_prompt = req.sampling.output_in_prompt + generated;
         sampling.end_after = req
             .sampling
             .end_after

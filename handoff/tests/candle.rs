@@ -182,6 +182,48 @@ async fn mixed_runs_apply_the_repetition_penalty_to_both_models_tokens() {
     }
 }
 
+/// A format reads the whole output, whichever model wrote it: a mixed run follows it to its
+/// end, the models handing the text back and forth inside it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mixed_runs_follow_a_format_across_handoffs() {
+    let Some(path) = model() else { return };
+    let g = pair(&path);
+    let p = prompt(&path, "Here is a short story about a dolphin who");
+    let mut req = request("fmt", &p, 48);
+    req.sampling.ignore_eos = false;
+    req.sampling.format = Some(dolphin_engine::Format::Regex(
+        " [a-z]+( [a-z]+){7,15}\\.".into(),
+    ));
+    // Small, large from the second token for two, small, large again from the sixth.
+    let (rec, writers) = Recording::new(Box::new(Scripted {
+        to_large: vec![1, 5],
+        span: 2,
+    }));
+    let (tokens, usage) = collect(g.generate_with(req, Box::new(rec)).await.expect("fmt"))
+        .await
+        .expect("fmt");
+    let writers = writers.lock().clone();
+    assert!(usage.handoffs > 0, "the gate fires: {usage:?}");
+    assert!(writers.contains(&0) && writers.contains(&1), "{writers:?}");
+    let tok = dolphin_tokenizer::ModelTokenizer::from_file(&path).expect("tokenizer");
+    let (end, text) = tokens.split_last().expect("tokens");
+    assert!(tok.stop_token_ids().contains(end), "ends: {tokens:?}");
+    let text = tok.decode(text);
+    let words: Vec<&str> = text
+        .strip_prefix(' ')
+        .and_then(|t| t.strip_suffix('.'))
+        .expect("the pattern's ends")
+        .split(' ')
+        .collect();
+    assert!(
+        (8..=16).contains(&words.len())
+            && words
+                .iter()
+                .all(|w| !w.is_empty() && w.bytes().all(|b| b.is_ascii_lowercase())),
+        "{text:?}"
+    );
+}
+
 /// The tokens of `rx`, with their log probabilities.
 async fn scored(mut rx: dolphin_engine::OutputStream) -> Vec<dolphin_engine::Generated> {
     let mut out = Vec::new();
