@@ -23,8 +23,8 @@ pub enum TokenText {
     Nothing,
 }
 
-/// Compiles formats into masks over one model's vocabulary. Built once per model (tens of
-/// milliseconds for a 49k-token vocabulary); shared by every sequence.
+/// Compiles formats into masks over one model's vocabulary. Built once per model (0.12-0.19 s
+/// for SmolLM2's 49,152 tokens on these CPUs); shared by every sequence.
 pub struct TokenSpace {
     factory: ParserFactory,
     vocab_size: usize,
