@@ -14,10 +14,9 @@ use std::time::Instant;
 
 use anyhow::Context;
 use clap::Parser;
-use dolphin_engine::candle::{CandleConfig, candle_scheduler};
+use dolphin_engine::candle::{CandleConfig, candle_scheduler, token_space_of};
 use dolphin_engine::{Engine, Format, Sampling, SeqOutput, SeqRequest};
-use dolphin_grammar::{TokenSpace, TokenText};
-use dolphin_tokenizer::{ChatMessage, ModelTokenizer, SMOLLM2_FILE, TokenPiece, find_model};
+use dolphin_tokenizer::{ChatMessage, ModelTokenizer, SMOLLM2_FILE, find_model};
 use serde::Serialize;
 
 #[derive(Debug, Parser)]
@@ -121,16 +120,7 @@ async fn main() -> anyhow::Result<()> {
     let vocab = tok.vocab_size();
 
     let t0 = Instant::now();
-    let texts: Vec<TokenText> = tok
-        .token_pieces()?
-        .into_iter()
-        .map(|p| match p {
-            TokenPiece::Text(b) => TokenText::Bytes(b),
-            TokenPiece::Control(n) => TokenText::Special(n),
-            TokenPiece::Nothing => TokenText::Nothing,
-        })
-        .collect();
-    let space = TokenSpace::new(texts, vocab, tok.stop_token_ids())?;
+    let space = token_space_of(&tok, vocab, tok.stop_token_ids())?;
     let token_space_build_ms = t0.elapsed().as_secs_f64() * 1e3;
     println!("token space of {vocab} tokens: {token_space_build_ms:.1} ms");
 

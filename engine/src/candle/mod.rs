@@ -54,6 +54,7 @@ pub use config::{
 pub use error::LoadError;
 pub use params::LlamaParams;
 pub use threads::{DEFAULT_THREADS, THREADS_ENV, configure_threads};
+pub use vocab::token_space_of;
 
 use crate::engine::Engine;
 use crate::error::EngineError;

@@ -15,24 +15,15 @@ use crate::types::EngineInfo;
 /// project reads still serves free text.
 pub(super) fn token_space(path: &Path, info: &EngineInfo) -> Result<Arc<TokenSpace>, GrammarError> {
     let started = Instant::now();
-    let unavailable = |e: &dyn std::fmt::Display| GrammarError::Unavailable(e.to_string());
-    let tokenizer = ModelTokenizer::from_file(path).map_err(|e| unavailable(&e))?;
-    let pieces = tokenizer.token_pieces().map_err(|e| unavailable(&e))?;
-    let texts = pieces
-        .into_iter()
-        .map(|p| match p {
-            TokenPiece::Text(bytes) => TokenText::Bytes(bytes),
-            TokenPiece::Control(name) => TokenText::Special(name),
-            TokenPiece::Nothing => TokenText::Nothing,
-        })
-        .collect();
+    let tokenizer =
+        ModelTokenizer::from_file(path).map_err(|e| GrammarError::Unavailable(e.to_string()))?;
     let mut ends: Vec<u32> = info.eos_token_id.into_iter().collect();
     for &t in tokenizer.stop_token_ids() {
         if !ends.contains(&t) {
             ends.push(t);
         }
     }
-    let space = TokenSpace::new(texts, info.vocab_size, &ends);
+    let space = token_space_of(&tokenizer, info.vocab_size, &ends);
     match &space {
         Ok(_) => tracing::info!(
             vocab = info.vocab_size,
@@ -43,4 +34,24 @@ pub(super) fn token_space(path: &Path, info: &EngineInfo) -> Result<Arc<TokenSpa
         Err(e) => tracing::warn!(error = %e, "structured output unavailable"),
     }
     space.map(Arc::new)
+}
+
+/// The token space of `tokenizer`'s vocabulary for a model of `vocab_size` logits, ended by
+/// `ends`.
+pub fn token_space_of(
+    tokenizer: &ModelTokenizer,
+    vocab_size: u32,
+    ends: &[u32],
+) -> Result<TokenSpace, GrammarError> {
+    let texts = tokenizer
+        .token_pieces()
+        .map_err(|e| GrammarError::Unavailable(e.to_string()))?
+        .into_iter()
+        .map(|p| match p {
+            TokenPiece::Text(bytes) => TokenText::Bytes(bytes),
+            TokenPiece::Control(name) => TokenText::Special(name),
+            TokenPiece::Nothing => TokenText::Nothing,
+        })
+        .collect();
+    TokenSpace::new(texts, vocab_size, ends)
 }

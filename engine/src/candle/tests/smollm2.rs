@@ -14,6 +14,13 @@ fn model() -> Option<PathBuf> {
     model_or_skip(SMOLLM2_FILE)
 }
 
+/// An engine over the model at its defaults: a prefill, a decode and a local one per test.
+fn engine(
+    path: &PathBuf,
+) -> std::sync::Arc<crate::scheduler::Scheduler<crate::candle::CandleBackend>> {
+    candle_scheduler(CandleConfig::new(path)).expect("engine")
+}
+
 fn chat(tok: &ModelTokenizer, user: &str) -> Vec<u32> {
     let text = tok
         .render_chat(&[ChatMessage {
@@ -40,12 +47,7 @@ fn request(id: &str, prompt: Vec<u32>, max_tokens: u32, stops: &[u32]) -> SeqReq
 async fn smollm2_answers_remote_equals_local_and_long_prompts_work() {
     let Some(path) = model() else { return };
     let tok = ModelTokenizer::from_file(&path).expect("tokenizer");
-    let cfg = CandleConfig::new(&path);
-    let (pre, dec, local) = (
-        candle_scheduler(cfg.clone()).expect("engine"),
-        candle_scheduler(cfg.clone()).expect("engine"),
-        candle_scheduler(cfg).expect("engine"),
-    );
+    let (pre, dec, local) = (engine(&path), engine(&path), engine(&path));
     assert_eq!(local.info().kv_bytes_per_token, 46_080);
     assert_eq!(local.info().eos_token_id, Some(2));
     let stops = tok.stop_token_ids().to_vec();
@@ -187,12 +189,7 @@ async fn smollm2_follows_formats_on_both_paths_and_after_a_move() {
 
     let Some(path) = model() else { return };
     let tok = ModelTokenizer::from_file(&path).expect("tokenizer");
-    let cfg = CandleConfig::new(&path);
-    let (pre, dec, local) = (
-        candle_scheduler(cfg.clone()).expect("engine"),
-        candle_scheduler(cfg.clone()).expect("engine"),
-        candle_scheduler(cfg).expect("engine"),
-    );
+    let (pre, dec, local) = (engine(&path), engine(&path), engine(&path));
     let stops = tok.stop_token_ids().to_vec();
     let schema = r#"{"type":"object","properties":{"city":{"type":"string","maxLength":20},"population":{"type":"integer","minimum":0,"maximum":99999999}},"required":["city","population"],"additionalProperties":false}"#;
     let cases = [
