@@ -359,6 +359,7 @@ impl FakeRouter {
                 overlap_weight,
                 block_size,
                 max_migrations: 3,
+                tool_call_parser: None,
                 request_timeout: None,
             },
             RequestLog::disabled(),

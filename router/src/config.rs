@@ -117,6 +117,12 @@ pub struct RouterConfig {
     /// Requests in flight before new ones get 429 / RESOURCE_EXHAUSTED.
     #[arg(long, env = "DOLPHIN_MAX_INFLIGHT", default_value_t = 4096)]
     pub max_inflight: u32,
+    /// How calls are read out of the model's text when a request lets it choose whether to
+    /// call a tool (`tool_choice: "auto"`, the default with tools): the format the model was
+    /// trained to write calls in (`hermes`: Qwen2.5, Qwen3, Hermes 2 Pro, SmolLM3). Without it
+    /// such requests get 400; forced calls (`"required"`, a named function) need no parser.
+    #[arg(long, env = "DOLPHIN_TOOL_CALL_PARSER", value_enum)]
+    pub tool_call_parser: Option<crate::http::tools::ToolCallParser>,
     /// Times one request may move to another decode worker when the one streaming it dies or
     /// its connection breaks (0: never; the client gets the error).
     #[arg(long, env = "DOLPHIN_MAX_MIGRATIONS", default_value_t = 3)]

@@ -49,6 +49,9 @@ pub struct DispatchConfig {
     pub block_size: u32,
     /// Moves of one request to another decode worker after its worker failed mid-stream.
     pub max_migrations: u32,
+    /// How chat answers are read for the calls a model chose to make (`None`: `tool_choice:
+    /// "auto"` is refused).
+    pub tool_call_parser: Option<crate::http::tools::ToolCallParser>,
     /// Longest a request may run, first token to last, when the client sets no shorter limit
     /// (`None`: no limit).
     pub request_timeout: Option<Duration>,
@@ -62,7 +65,12 @@ pub enum Prompt {
     /// Token ids.
     Tokens(Vec<u32>),
     /// Chat messages, rendered with the tokenizer's template.
-    Chat(Vec<ChatMessage>),
+    Chat {
+        /// The conversation.
+        messages: Vec<ChatMessage>,
+        /// The tools the model may call (the request's list), for the template.
+        tools: Option<serde_json::Value>,
+    },
 }
 
 impl Prompt {
@@ -70,7 +78,16 @@ impl Prompt {
     fn text_bytes(&self) -> usize {
         match self {
             Prompt::Text(t) => t.len(),
-            Prompt::Chat(msgs) => msgs.iter().map(|m| m.content.len() + m.role.len()).sum(),
+            // Tool schemas and calls are rendered into the prompt as JSON, which takes longer
+            // than their size says: such requests always go to the blocking pool.
+            Prompt::Chat { tools: Some(_), .. } => usize::MAX,
+            Prompt::Chat { messages, .. } if messages.iter().any(|m| !m.tool_calls.is_empty()) => {
+                usize::MAX
+            }
+            Prompt::Chat { messages, .. } => messages
+                .iter()
+                .map(|m| m.content.len() + m.role.len())
+                .sum(),
             Prompt::Tokens(_) => 0,
         }
     }
@@ -121,6 +138,9 @@ pub struct GenerateParams {
     pub timeout: Option<Duration>,
     /// The W3C trace context the client sent: the request's trace continues it.
     pub trace: TraceHeaders,
+    /// The request's field that `sampling.structured` came from, named when the format does
+    /// not compile (`structured` over gRPC; `response_format`, `tools`, ... over HTTP).
+    pub format_field: &'static str,
 }
 
 /// The W3C trace context headers of a request (`traceparent`, `tracestate`).
@@ -302,15 +322,13 @@ impl Dispatcher {
             return bad(format!("top_p must be in [0, 1], got {}", s.top_p));
         }
         dolphin_proto::sampling::check_logit_rules(s, self.tokenizer.vocab_size())?;
+        // Whether the format compiles is checked with the tokenizing (`generate`), off the
+        // serving thread: a large schema takes milliseconds.
         if let Some(w) = s.structured.as_deref() {
-            let format = dolphin_grammar::Format::from_wire(w)
-                .map_err(|e| DispatchError::InvalidRequest(format!("structured.{e}")))?;
-            // The HTTP front checked it already, naming the request's own field.
-            if p.api != Api::Http {
-                format
-                    .check()
-                    .map_err(|e| DispatchError::InvalidRequest(format!("structured.{e}")))?;
-            }
+            dolphin_grammar::Format::from_wire(w).map_err(|source| DispatchError::BadFormat {
+                field: p.format_field,
+                source,
+            })?;
             if s.ignore_eos {
                 return bad("ignore_eos cannot be set with structured".into());
             }
@@ -363,15 +381,15 @@ impl Dispatcher {
     pub fn tokenize(&self, prompt: Prompt) -> Result<Vec<u32>, DispatchError> {
         let tokens = match prompt {
             Prompt::Text(t) => self.tokenizer.encode(&t).map_err(internal)?,
-            Prompt::Chat(msgs) => {
-                if msgs.is_empty() {
+            Prompt::Chat { messages, tools } => {
+                if messages.is_empty() {
                     return Err(DispatchError::InvalidRequest(
                         "messages must not be empty".into(),
                     ));
                 }
                 let text = self
                     .tokenizer
-                    .render_chat(&msgs)
+                    .render_chat(&messages, tools.as_ref())
                     .map_err(|e| DispatchError::InvalidRequest(e.to_string()))?;
                 self.tokenizer.encode(&text).map_err(internal)?
             }
@@ -545,11 +563,21 @@ impl Dispatcher {
         // The prompt leaves the request here: its text (or ids) is not held while the request
         // waits for its first token, only the tokens.
         let prompt = std::mem::replace(&mut p.prompt, Prompt::Tokens(Vec::new()));
-        let tokens = if prompt.text_bytes() > INLINE_TOKENIZE_BYTES {
+        // A format is compiled once before routing, so that a malformed one is the client's
+        // 400, not a failure on the worker: on the blocking pool with the tokenizing.
+        let format = p.sampling.structured.clone().map(|w| (p.format_field, w));
+        let tokens = if prompt.text_bytes() > INLINE_TOKENIZE_BYTES || format.is_some() {
             let d = Arc::clone(self);
-            tokio::task::spawn_blocking(move || tokenize.in_scope(|| d.tokenize(prompt)))
-                .await
-                .map_err(|e| DispatchError::Internal(format!("tokenizing failed: {e}")))??
+            tokio::task::spawn_blocking(move || {
+                tokenize.in_scope(|| {
+                    if let Some((field, wire)) = format {
+                        check_format(field, &wire)?;
+                    }
+                    d.tokenize(prompt)
+                })
+            })
+            .await
+            .map_err(|e| DispatchError::Internal(format!("tokenizing failed: {e}")))??
         } else {
             let tokens = tokenize.in_scope(|| self.tokenize(prompt));
             drop(tokenize);
@@ -794,6 +822,16 @@ fn count_dolphin_decision(route: &RouteDecision) {
         .increment(1),
         DecidedBy::Forced | DecidedBy::Policy(_) => {}
     }
+}
+
+/// Compiles a request's format (against a byte-level vocabulary: whether it compiles does not
+/// depend on the model), naming `field` when it does not.
+fn check_format(field: &'static str, wire: &v1::StructuredOutput) -> Result<(), DispatchError> {
+    let bad = |source| DispatchError::BadFormat { field, source };
+    dolphin_grammar::Format::from_wire(wire)
+        .map_err(bad)?
+        .check()
+        .map_err(bad)
 }
 
 /// A fresh request id, `req-` and 16 hex digits.

@@ -11,6 +11,15 @@ pub enum DispatchError {
     /// A logit rule is out of its range (the error names the field).
     #[error("{0}")]
     BadLogitRule(#[from] dolphin_proto::sampling::RuleError),
+    /// The structured-output format does not compile.
+    #[error("{field}: {source}")]
+    BadFormat {
+        /// The request's field the format came from (`response_format`, `tools`, ...;
+        /// `structured` over gRPC).
+        field: &'static str,
+        /// Why.
+        source: dolphin_grammar::GrammarError,
+    },
     /// The prompt is longer than the router accepts.
     #[error("the prompt has {tokens} tokens, more than the limit of {limit}")]
     PromptTooLong {
@@ -121,6 +130,7 @@ impl DispatchError {
         match self {
             DispatchError::InvalidRequest(_)
             | DispatchError::BadLogitRule(_)
+            | DispatchError::BadFormat { .. }
             | DispatchError::PromptTooLong { .. }
             | DispatchError::ContextExceeded { .. } => ErrorKind::InvalidRequest,
             DispatchError::ModelNotFound(_) => ErrorKind::NotFound,

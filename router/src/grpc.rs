@@ -42,15 +42,14 @@ pub(crate) fn params(r: v1::GenerateRequest) -> Result<GenerateParams, Status> {
     let prompt = match r.input {
         Some(Input::Text(t)) => Prompt::Text(t),
         Some(Input::TokenIds(t)) => Prompt::Tokens(t.ids),
-        Some(Input::Chat(c)) => Prompt::Chat(
-            c.messages
+        Some(Input::Chat(c)) => Prompt::Chat {
+            messages: c
+                .messages
                 .into_iter()
-                .map(|m| ChatMessage {
-                    role: m.role,
-                    content: m.content,
-                })
+                .map(|m| ChatMessage::new(m.role, m.content))
                 .collect(),
-        ),
+            tools: None,
+        },
         None => {
             return Err(Status::invalid_argument(
                 "input is required: text, token_ids or chat",
@@ -69,6 +68,7 @@ pub(crate) fn params(r: v1::GenerateRequest) -> Result<GenerateParams, Status> {
         }
     };
     Ok(GenerateParams {
+        format_field: "structured",
         request_id: r.request_id,
         model: r.model,
         prompt,

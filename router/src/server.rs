@@ -137,6 +137,7 @@ pub async fn start(
             overlap_weight: cfg.overlap_weight,
             block_size: cfg.block_size,
             max_migrations: cfg.max_migrations,
+            tool_call_parser: cfg.tool_call_parser,
             request_timeout: cfg.request_timeout(),
         },
         log,

@@ -29,6 +29,7 @@ use crate::workers::{RegistryConfig, WorkerRegistry};
 /// A gRPC request for `prompt` (text) with `max_tokens` and nothing else set.
 pub fn params(prompt: &str, max_tokens: u32) -> GenerateParams {
     GenerateParams {
+        format_field: "structured",
         request_id: String::new(),
         model: String::new(),
         prompt: Prompt::Text(prompt.into()),
@@ -469,6 +470,7 @@ pub fn dispatcher_with(
             overlap_weight: 1.0,
             block_size: BS,
             max_migrations: 3,
+            tool_call_parser: Some(crate::http::tools::ToolCallParser::Hermes),
             request_timeout: None,
         },
         log,

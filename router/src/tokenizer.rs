@@ -13,14 +13,7 @@ use std::sync::Arc;
 
 pub use model::{HfModelTokenizer, TokenizerLoadError};
 
-/// One chat message to render into a prompt.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ChatMessage {
-    /// "system", "user", "assistant", ...
-    pub role: String,
-    /// The message text.
-    pub content: String,
-}
+pub use dolphin_tokenizer::{ChatMessage, ToolCall};
 
 /// Text <-> token ids for one model.
 pub trait Tokenizer: Send + Sync + Debug {
@@ -28,10 +21,15 @@ pub trait Tokenizer: Send + Sync + Debug {
     fn encode(&self, text: &str) -> Result<Vec<u32>, EncodeError>;
     /// Text of `ids`; special tokens are skipped, ids the vocabulary lacks give U+FFFD.
     fn decode(&self, ids: &[u32]) -> String;
-    /// The prompt text for a conversation, ending where the assistant's answer begins. A
-    /// model's template may refuse a conversation (e.g. roles out of order): the request is
-    /// then invalid (HTTP 400 / INVALID_ARGUMENT).
-    fn render_chat(&self, messages: &[ChatMessage]) -> Result<String, ChatTemplateError>;
+    /// The prompt text for a conversation, ending where the assistant's answer begins; `tools`
+    /// (the request's list) are the tools the model may call. A model's template may refuse a
+    /// conversation (e.g. roles out of order): the request is then invalid (HTTP 400 /
+    /// INVALID_ARGUMENT).
+    fn render_chat(
+        &self,
+        messages: &[ChatMessage],
+        tools: Option<&serde_json::Value>,
+    ) -> Result<String, ChatTemplateError>;
     /// Number of token ids (valid ids are `0..vocab_size`).
     fn vocab_size(&self) -> u32;
     /// End-of-sequence token id, if the model has one.
@@ -120,15 +118,29 @@ impl Tokenizer for SimTokenizer {
         }
     }
 
-    fn render_chat(&self, messages: &[ChatMessage]) -> Result<String, ChatTemplateError> {
+    fn render_chat(
+        &self,
+        messages: &[ChatMessage],
+        tools: Option<&serde_json::Value>,
+    ) -> Result<String, ChatTemplateError> {
         // ChatML, as SmolLM2 uses it: the sim model has no template of its own, and sharing the
-        // real model's shape keeps prompt lengths (and so cache behaviour) realistic.
+        // real model's shape keeps prompt lengths (and so cache behaviour) realistic. Tools and
+        // calls as Qwen2.5's template writes them (Hermes tags).
         let mut out = String::new();
+        if let Some(tools) = tools {
+            out.push_str("<|im_start|>system\n<tools>\n");
+            out.push_str(&tools.to_string());
+            out.push_str("\n</tools><|im_end|>\n");
+        }
         for m in messages {
             out.push_str("<|im_start|>");
             out.push_str(&m.role);
             out.push('\n');
             out.push_str(&m.content);
+            for c in &m.tool_calls {
+                let call = serde_json::json!({"name": c.name, "arguments": c.arguments});
+                out.push_str(&format!("\n<tool_call>\n{call}\n</tool_call>"));
+            }
             out.push_str("<|im_end|>\n");
         }
         out.push_str("<|im_start|>assistant\n");
@@ -304,12 +316,9 @@ mod tests {
     #[test]
     fn chat_is_rendered_as_chatml() {
         let t = SimTokenizer;
-        let msgs = [ChatMessage {
-            role: "user".into(),
-            content: "hi".into(),
-        }];
+        let msgs = [ChatMessage::new("user", "hi")];
         assert_eq!(
-            t.render_chat(&msgs).expect("renders"),
+            t.render_chat(&msgs, None).expect("renders"),
             "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
         );
     }

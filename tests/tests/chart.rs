@@ -479,6 +479,9 @@ async fn the_rendered_chart_serves_requests() -> anyhow::Result<()> {
             "etcd.bundled.replicas=3",
             "--set",
             "prefill.replicas=2",
+            // Rendered as DOLPHIN_TOOL_CALL_PARSER, which the router must accept.
+            "--set",
+            "router.toolCallParser=hermes",
         ])
         .output()?;
     ensure!(

@@ -527,6 +527,55 @@ async fn smollm2_remote_equals_local_equals_single_process_and_chat_answers() ->
         .collect();
     assert!(streamed == " yes" || streamed == " no", "{streamed:?}");
 
+    // Tool calling: "required" makes SmolLM2 call the tool with arguments that fit its
+    // parameters; the call and its result then go back in the conversation.
+    let tools = serde_json::json!([{"type": "function", "function": {
+        "name": "get_weather",
+        "description": "The weather in a city today",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12}},
+            "required": ["city"], "additionalProperties": false},
+    }}]);
+    let question = serde_json::json!({"role": "user", "content": "What is the weather in Paris?"});
+    let body = serde_json::json!({
+        "model": MODEL,
+        "messages": [question],
+        "tools": tools,
+        "tool_choice": "required",
+        "max_tokens": 48,
+        "temperature": 0,
+    });
+    let v = post_ok(&cluster, "/v1/chat/completions", &body).await?;
+    let choice = &v["choices"][0];
+    assert_eq!(choice["finish_reason"], "tool_calls", "{v}");
+    assert!(choice["message"]["content"].is_null(), "{v}");
+    let call = &choice["message"]["tool_calls"][0];
+    assert_eq!(call["function"]["name"], "get_weather", "{v}");
+    let arguments: serde_json::Value = serde_json::from_str(
+        call["function"]["arguments"]
+            .as_str()
+            .context("no arguments")?,
+    )?;
+    assert!(arguments["city"].is_string(), "{arguments}");
+    let body = serde_json::json!({
+        "model": MODEL,
+        "messages": [
+            question,
+            {"role": "assistant", "content": null, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": call["id"], "content": "Sunny, 21 C"},
+        ],
+        "tools": tools,
+        "tool_choice": "none",
+        "max_tokens": 16,
+        "temperature": 0,
+    });
+    let v = post_ok(&cluster, "/v1/chat/completions", &body).await?;
+    assert!(
+        v["choices"][0]["message"]["content"]
+            .as_str()
+            .is_some_and(|t| !t.is_empty()),
+        "{v}"
+    );
+
     cluster.passed();
     Ok(())
 }

@@ -3,9 +3,8 @@
 //! `lstrip_blocks`, `raise_exception`, `bos_token`/`eos_token` in the context), so the prompt is
 //! the one the model was trained on, default system message included.
 
-use std::collections::BTreeMap;
-
 use minijinja::syntax::SyntaxConfig;
+use minijinja::value::{Kwargs, Serde};
 use minijinja::{Environment, Error, ErrorKind, Value};
 
 use crate::error::TokenizerError;
@@ -20,12 +19,16 @@ pub const CHATML_TEMPLATE: &str = "{% for message in messages %}\
 const NAME: &str = "chat";
 
 /// One chat message to render into a prompt.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ChatMessage {
-    /// "system", "user", "assistant", ...
+    /// "system", "user", "assistant", "tool", ...
     pub role: String,
     /// The message text.
     pub content: String,
+    /// The tools an assistant message called (empty: none).
+    pub tool_calls: Vec<ToolCall>,
+    /// The call a `tool` message answers.
+    pub tool_call_id: Option<String>,
 }
 
 impl ChatMessage {
@@ -34,7 +37,52 @@ impl ChatMessage {
         ChatMessage {
             role: role.into(),
             content: content.into(),
+            ..ChatMessage::default()
         }
+    }
+
+    /// The message as templates read it: `role` and `content`, and where set `tool_calls`
+    /// (each `{id, type: "function", function: {name, arguments}}`, as `transformers` passes
+    /// them) and `tool_call_id`.
+    fn to_value(&self) -> Value {
+        let mut fields = vec![
+            ("role", Value::from(self.role.as_str())),
+            ("content", Value::from(self.content.as_str())),
+        ];
+        if !self.tool_calls.is_empty() {
+            let calls: Vec<Value> = self.tool_calls.iter().map(ToolCall::to_value).collect();
+            fields.push(("tool_calls", Value::from(calls)));
+        }
+        if let Some(id) = &self.tool_call_id {
+            fields.push(("tool_call_id", Value::from(id.as_str())));
+        }
+        Value::from_pairs(fields)
+    }
+}
+
+/// A tool call in an assistant message of the conversation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ToolCall {
+    /// The call's id, which the `tool` message answering it names.
+    pub id: String,
+    /// The function called.
+    pub name: String,
+    /// Its arguments: a JSON object where the client's text parses as one (templates write
+    /// them with `tojson`), else the text as a string.
+    pub arguments: serde_json::Value,
+}
+
+impl ToolCall {
+    fn to_value(&self) -> Value {
+        let function = Value::from_pairs([
+            ("name", Value::from(self.name.as_str())),
+            ("arguments", Value::from(Serde(&self.arguments))),
+        ]);
+        Value::from_pairs([
+            ("id", Value::from(self.id.as_str())),
+            ("type", Value::from("function")),
+            ("function", function),
+        ])
     }
 }
 
@@ -67,6 +115,7 @@ impl ChatTemplate {
         env.add_function("raise_exception", |msg: String| -> Result<Value, Error> {
             Err(Error::new(ErrorKind::InvalidOperation, msg))
         });
+        env.add_filter("tojson", tojson);
         env.add_template_owned(NAME, source.to_string())
             .map_err(TokenizerError::ChatTemplate)?;
         Ok(ChatTemplate {
@@ -95,19 +144,23 @@ impl ChatTemplate {
         messages: &[ChatMessage],
         add_generation_prompt: bool,
     ) -> Result<String, TokenizerError> {
-        let messages: Vec<Value> = messages
-            .iter()
-            .map(|m| {
-                let map: BTreeMap<String, Value> = [
-                    ("role".to_string(), Value::from(m.role.as_str())),
-                    ("content".to_string(), Value::from(m.content.as_str())),
-                ]
-                .into();
-                Value::from(map)
-            })
-            .collect();
+        self.render_with_tools(messages, None, add_generation_prompt)
+    }
+
+    /// Renders `messages` with the tools the model may call: `tools` is the request's list of
+    /// tools (`[{"type": "function", "function": {...}}]`, the shape `transformers` passes),
+    /// and templates that know tools describe them in the prompt. Without tools, templates see
+    /// `tools` as none, as `transformers` renders them.
+    pub fn render_with_tools(
+        &self,
+        messages: &[ChatMessage],
+        tools: Option<&serde_json::Value>,
+        add_generation_prompt: bool,
+    ) -> Result<String, TokenizerError> {
+        let messages: Vec<Value> = messages.iter().map(ChatMessage::to_value).collect();
         let ctx = minijinja::context! {
             messages => messages,
+            tools => tools.map(|t| Value::from(Serde(t))),
             add_generation_prompt => add_generation_prompt,
             bos_token => self.bos_token.as_str(),
             eos_token => self.eos_token.as_str(),
@@ -117,6 +170,63 @@ impl ChatTemplate {
             .get_template(NAME)
             .map_err(TokenizerError::ChatTemplate)?;
         tmpl.render(ctx).map_err(TokenizerError::ChatTemplate)
+    }
+}
+
+/// `tojson` as `transformers` defines it for chat templates, `json.dumps(x, ensure_ascii=False,
+/// indent=indent)`: `", "` and `": "` between items (newlines and `indent` spaces with an
+/// indent), text as it is. minijinja's own filter writes compact JSON and escapes `<`, `>`, `&`
+/// and `'` for HTML, which would change the prompt a model was trained on (tool schemas go
+/// into it through this filter).
+fn tojson(value: &Value, indent: Option<usize>, kwargs: Kwargs) -> Result<Value, Error> {
+    use serde::Serialize;
+    let indent = match kwargs.get::<Option<usize>>("indent")? {
+        Some(n) => Some(n),
+        None => indent,
+    };
+    kwargs.assert_all_used()?;
+    let mut out = Vec::new();
+    let written = match indent {
+        Some(n) => {
+            let spaces = vec![b' '; n];
+            let pretty = serde_json::ser::PrettyFormatter::with_indent(&spaces);
+            value.serialize(&mut serde_json::Serializer::with_formatter(
+                &mut out, pretty,
+            ))
+        }
+        None => value.serialize(&mut serde_json::Serializer::with_formatter(
+            &mut out,
+            PythonSeparators,
+        )),
+    };
+    written.map_err(|e| Error::new(ErrorKind::InvalidOperation, format!("tojson: {e}")))?;
+    let text = String::from_utf8(out)
+        .map_err(|e| Error::new(ErrorKind::InvalidOperation, format!("tojson: {e}")))?;
+    Ok(Value::from(text))
+}
+
+/// Python's default JSON separators: `", "` between items and `": "` after a key.
+struct PythonSeparators;
+
+impl serde_json::ser::Formatter for PythonSeparators {
+    fn begin_array_value<W: ?Sized + std::io::Write>(
+        &mut self,
+        w: &mut W,
+        first: bool,
+    ) -> std::io::Result<()> {
+        if first { Ok(()) } else { w.write_all(b", ") }
+    }
+
+    fn begin_object_key<W: ?Sized + std::io::Write>(
+        &mut self,
+        w: &mut W,
+        first: bool,
+    ) -> std::io::Result<()> {
+        if first { Ok(()) } else { w.write_all(b", ") }
+    }
+
+    fn begin_object_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        w.write_all(b": ")
     }
 }
 
@@ -160,6 +270,54 @@ mod tests {
              <|im_start|>user\n{{ not a tag }} and 'quotes' \"too\"<|im_end|>\n<|im_start|>assistant\n"
         );
         assert_eq!(t.render(&[], true).unwrap(), "<|im_start|>assistant\n");
+    }
+
+    /// The tool parts of Qwen2.5's template (Hermes-style calls), shortened.
+    const TOOLS: &str = "{% if tools %}<tools>{% for tool in tools %}{{ tool | tojson }};{% endfor %}</tools>\n{% endif %}\
+{% for m in messages %}{% if m.role == 'assistant' and m.tool_calls %}\
+{% for c in m.tool_calls %}<tool_call>{\"name\": \"{{ c.function.name }}\", \"arguments\": {{ c.function.arguments | tojson }}} {{ c.id }} {{ c.type }}</tool_call>{% endfor %}\
+{% elif m.role == 'tool' %}<tool_response {{ m.tool_call_id }}>{{ m.content }}</tool_response>\
+{% else %}{{ m.role }}: {{ m.content }}{% endif %}{{ '\n' }}{% endfor %}";
+
+    #[test]
+    fn tools_and_tool_calls_reach_the_template() {
+        let t = ChatTemplate::new(TOOLS, "", "").unwrap();
+        let tools = serde_json::json!([{"type": "function", "function": {"name": "weather", "description": "Today's weather"}}]);
+        let call = ToolCall {
+            id: "call_1".into(),
+            name: "weather".into(),
+            arguments: serde_json::json!({"city": "Paris"}),
+        };
+        let msgs = [
+            ChatMessage::new("user", "Paris?"),
+            ChatMessage {
+                role: "assistant".into(),
+                tool_calls: vec![call],
+                ..ChatMessage::default()
+            },
+            ChatMessage {
+                tool_call_id: Some("call_1".into()),
+                ..ChatMessage::new("tool", "sunny")
+            },
+        ];
+        assert_eq!(
+            t.render_with_tools(&msgs, Some(&tools), false).unwrap(),
+            "<tools>{\"type\": \"function\", \"function\": {\"name\": \"weather\", \"description\": \"Today's weather\"}};</tools>\n\
+             user: Paris?\n\
+             <tool_call>{\"name\": \"weather\", \"arguments\": {\"city\": \"Paris\"}} call_1 function</tool_call>\n\
+             <tool_response call_1>sunny</tool_response>\n"
+        );
+        // As Python writes it: text as is, and with an indent.
+        let t = ChatTemplate::new("{{ x | tojson }}|{{ x | tojson(indent=2) }}", "", "").unwrap();
+        let ctx = minijinja::context! { x => Value::from(Serde(serde_json::json!({"a": ["<b> & 'é'", 1.5]}))) };
+        let out = t.env.get_template(NAME).unwrap().render(ctx).unwrap();
+        assert_eq!(
+            out,
+            "{\"a\": [\"<b> & 'é'\", 1.5]}|{\n  \"a\": [\n    \"<b> & 'é'\",\n    1.5\n  ]\n}"
+        );
+        let t = ChatTemplate::new(TOOLS, "", "").unwrap();
+        // No tools: `tools` is none, as transformers renders it.
+        assert_eq!(t.render(&msgs[..1], false).unwrap(), "user: Paris?\n");
     }
 
     #[test]

@@ -237,6 +237,16 @@ impl ModelTokenizer {
         self.chat.render(messages, true)
     }
 
+    /// The prompt for a conversation in which the model may call `tools` (the request's list,
+    /// see [`ChatTemplate::render_with_tools`]).
+    pub fn render_chat_with_tools(
+        &self,
+        messages: &[ChatMessage],
+        tools: Option<&serde_json::Value>,
+    ) -> Result<String, TokenizerError> {
+        self.chat.render_with_tools(messages, tools, true)
+    }
+
     /// The conversation rendered with the model's template, with or without the assistant
     /// header at the end.
     pub fn render_chat_with(

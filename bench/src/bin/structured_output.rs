@@ -1,7 +1,9 @@
 //! What structured output costs (`dolphin-grammar` over llguidance), on SmolLM2's 49,152-token
 //! vocabulary:
 //! - building the model's token space (once per engine, at load);
-//! - the router's check of a JSON Schema before routing (a byte-level vocabulary);
+//! - the router's check of a JSON Schema before routing (a byte-level vocabulary), and of the
+//!   formats a forced tool call is drawn under (`tool_choice` "required" over 8 tools, and a
+//!   named function), which run on the blocking pool with the tokenizing;
 //! - one mask and one consumed token per generated token, following a fixed JSON document
 //!   token by token under its schema (the grammar's share of each draw, without the model);
 //! - the candle engine's time per generated token with and without a format, in the same run
@@ -73,10 +75,36 @@ struct Report {
     vocab: u32,
     token_space_build_ms: f64,
     router_check_us: Percentiles,
+    /// The router's check of a forced tool call's format, by `tool_choice`.
+    tool_check_us: std::collections::BTreeMap<&'static str, Percentiles>,
     document_tokens: usize,
     mask_and_consume_per_token: Percentiles,
     engine: Vec<EngineCase>,
     notes: &'static str,
+}
+
+/// The format the router draws a forced tool call under, for `tool_choice` over 8 tools as an
+/// agent offers them (three parameters each: text, a bounded integer, one of three options).
+fn tool_format(tool_choice: serde_json::Value) -> anyhow::Result<Format> {
+    use dolphin_router::http::{tools, types::OtherFields};
+    let tools: Vec<serde_json::Value> = (0..8)
+        .map(|i| {
+            serde_json::json!({"type": "function", "function": {
+                "name": format!("tool_{i}"),
+                "description": "Looks something up",
+                "parameters": {"type": "object", "properties": {
+                    "query": {"type": "string", "maxLength": 80},
+                    "limit": {"type": "integer", "minimum": 1, "maximum": 50},
+                    "mode": {"enum": ["fast", "exact", "fuzzy"]},
+                }, "required": ["query"], "additionalProperties": false},
+            }})
+        })
+        .collect();
+    let mut fields: OtherFields =
+        serde_json::from_value(serde_json::json!({"tools": tools, "tool_choice": tool_choice}))?;
+    let request =
+        tools::take(&mut fields, None).map_err(|(field, e)| anyhow::anyhow!("{field}: {e}"))?;
+    request.format().context("a forced call has a format")
 }
 
 /// Per-token decode times (ms) of one greedy answer, and its tokens.
@@ -136,6 +164,29 @@ async fn main() -> anyhow::Result<()> {
         "router check of the schema: p50 {:.0} us",
         router_check_us.p50_us
     );
+
+    let mut tool_check_us = std::collections::BTreeMap::new();
+    for (choice, tool_choice) in [
+        ("required_8_tools", serde_json::json!("required")),
+        (
+            "named",
+            serde_json::json!({"type": "function", "function": {"name": "tool_3"}}),
+        ),
+    ] {
+        let format = tool_format(tool_choice)?;
+        let mut checks = Vec::new();
+        for _ in 0..args.rounds.max(5) {
+            let t = Instant::now();
+            format.check()?;
+            checks.push(t.elapsed().as_secs_f64() * 1e6);
+        }
+        let p = percentiles(checks);
+        println!(
+            "router check of a {choice} tool call's format: p50 {:.0} us",
+            p.p50_us
+        );
+        tool_check_us.insert(choice, p);
+    }
 
     let doc = tok.encode(DOCUMENT)?;
     let mut per_token = Vec::new();
@@ -204,6 +255,7 @@ async fn main() -> anyhow::Result<()> {
         vocab,
         token_space_build_ms,
         router_check_us,
+        tool_check_us,
         document_tokens: doc.len(),
         mask_and_consume_per_token: mask,
         engine: cases,

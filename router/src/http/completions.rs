@@ -12,6 +12,7 @@ use super::AppState;
 use super::error::ApiError;
 use super::logprobs;
 use super::sse::SseBody;
+use super::tools::{self, CallReader, Mode, Piece};
 use super::types::*;
 use crate::dispatch::{GenerateParams, Prompt};
 use crate::policy::Decision;
@@ -32,7 +33,9 @@ pub(crate) enum Endpoint {
     Chat,
 }
 
-/// Sampling parameters and options common to both endpoints.
+/// Sampling parameters and options common to both endpoints; `forced` is the format a
+/// forced tool call is drawn under, and the field that asked for it.
+#[allow(clippy::too_many_arguments)]
 fn build(
     st: &AppState,
     headers: &HeaderMap,
@@ -41,6 +44,7 @@ fn build(
     max_tokens: Option<u32>,
     ep: Endpoint,
     mut f: SamplingFields,
+    forced: Option<(&'static str, dolphin_grammar::Format)>,
 ) -> Result<(GenerateParams, u32), ApiError> {
     let default_max_tokens = match ep {
         Endpoint::Completions => COMPLETIONS_DEFAULT_MAX_TOKENS,
@@ -65,17 +69,26 @@ fn build(
         .other
         .take_format()
         .map_err(|(field, message)| ApiError::invalid(message, Some(field)))?;
-    if let Some((field, format)) = &format {
-        // Every grammar error is the client's, whatever the model: refused before routing.
-        format
-            .check()
-            .map_err(|e| ApiError::invalid(format!("{field}: {e}"), Some(field)))?;
-        if f.ignore_eos {
+    let format = match (format, forced) {
+        (Some((field, _)), Some((tool_field, _))) => {
             return Err(ApiError::invalid(
-                format!("ignore_eos cannot be set with {field}: a complete format ends the output"),
-                Some("ignore_eos"),
+                format!(
+                    "{field} cannot be set with {tool_field}, which forces a tool call: send one"
+                ),
+                Some(field),
             ));
         }
+        (format, forced) => format.or(forced),
+    };
+    // Whether the format compiles is checked by the dispatcher with the tokenizing, off the
+    // serving thread (`GenerateParams::format_field` names the field in its error).
+    if let Some((field, _)) = &format
+        && f.ignore_eos
+    {
+        return Err(ApiError::invalid(
+            format!("ignore_eos cannot be set with {field}: a complete format ends the output"),
+            Some("ignore_eos"),
+        ));
     }
     if let Some(field) = f.other.first_used() {
         return Err(ApiError::invalid(
@@ -144,7 +157,7 @@ fn build(
         logits: logits.map(Box::new),
         logprobs,
         prompt_logprobs: None,
-        structured: format.map(|(_, f)| Box::new(f.to_wire())),
+        structured: format.as_ref().map(|(_, f)| Box::new(f.to_wire())),
         output_in_prompt: 0,
     };
     let params = GenerateParams {
@@ -160,6 +173,7 @@ fn build(
         trace: crate::dispatch::TraceHeaders::read(|k| {
             headers.get(k)?.to_str().ok().map(str::to_owned)
         }),
+        format_field: format.map_or("structured", |(field, _)| field),
     };
     Ok((params, choices))
 }
@@ -174,6 +188,8 @@ pub(crate) struct Prepared {
     endpoint: Endpoint,
     stream: bool,
     include_usage: bool,
+    /// How a chat answer is read for tool calls.
+    tools: Mode,
 }
 
 /// `POST /v1/completions`, up to the dispatch (kept out of the async part: what a future holds
@@ -181,8 +197,10 @@ pub(crate) struct Prepared {
 pub(crate) fn completions(
     st: &AppState,
     headers: &HeaderMap,
-    req: CompletionRequest,
+    mut req: CompletionRequest,
 ) -> Result<Prepared, ApiError> {
+    tools::refuse_outside_chat(&mut req.sampling.other)
+        .map_err(|(field, message)| ApiError::invalid(message, Some(field)))?;
     let prompt = match req.prompt {
         PromptInput::Text(t) => Prompt::Text(t),
         PromptInput::Tokens(t) => Prompt::Tokens(t),
@@ -202,7 +220,7 @@ pub(crate) fn completions(
         text: match &prompt {
             Prompt::Text(t) => t.clone(),
             Prompt::Tokens(ids) => st.dispatcher.tokenizer().decode(ids),
-            Prompt::Chat(_) => String::new(),
+            Prompt::Chat { .. } => String::new(),
         },
         score_only,
     });
@@ -218,6 +236,7 @@ pub(crate) fn completions(
         if score_only { Some(1) } else { req.max_tokens },
         Endpoint::Completions,
         req.sampling,
+        None,
     )?;
     if echo.is_some() {
         // With echo the logprobs cover the prompt too (OpenAI's legacy API; what evaluation
@@ -231,6 +250,7 @@ pub(crate) fn completions(
         endpoint: Endpoint::Completions,
         stream: stream_mode,
         include_usage: opts.include_usage,
+        tools: Mode::Text,
     })
 }
 
@@ -238,8 +258,20 @@ pub(crate) fn completions(
 pub(crate) fn chat(
     st: &AppState,
     headers: &HeaderMap,
-    req: ChatRequest,
+    mut req: ChatRequest,
 ) -> Result<Prepared, ApiError> {
+    let tool_request = tools::take(
+        &mut req.sampling.other,
+        st.dispatcher.config().tool_call_parser,
+    )
+    .map_err(|(field, message)| ApiError::invalid(message, Some(field)))?;
+    let forced = tool_request.format().map(|f| {
+        let field = match tool_request.mode {
+            Mode::Named(_) => "tool_choice",
+            _ => "tools",
+        };
+        (field, f)
+    });
     let mut messages = Vec::with_capacity(req.messages.len());
     for m in req.messages {
         let content = match m.content {
@@ -259,9 +291,22 @@ pub(crate) fn chat(
                 text
             }
         };
+        let tool_calls = m
+            .tool_calls
+            .into_iter()
+            .map(|c| crate::tokenizer::ToolCall {
+                id: c.id,
+                name: c.function.name,
+                // Templates write arguments with `tojson`: an object where the text is one.
+                arguments: serde_json::from_str(&c.function.arguments)
+                    .unwrap_or(serde_json::Value::String(c.function.arguments)),
+            })
+            .collect();
         messages.push(ChatMessage {
             role: m.role,
             content,
+            tool_calls,
+            tool_call_id: m.tool_call_id,
         });
     }
     if req.add_generation_prompt == Some(false) {
@@ -279,10 +324,14 @@ pub(crate) fn chat(
         st,
         headers,
         req.model,
-        Prompt::Chat(messages),
+        Prompt::Chat {
+            messages,
+            tools: tool_request.tools,
+        },
         max_tokens,
         Endpoint::Chat,
         req.sampling,
+        forced,
     )?;
     Ok(Prepared {
         params,
@@ -291,6 +340,7 @@ pub(crate) fn chat(
         endpoint: Endpoint::Chat,
         stream: stream_mode,
         include_usage: opts.include_usage,
+        tools: tool_request.mode,
     })
 }
 
@@ -303,9 +353,16 @@ pub(crate) async fn run(st: &AppState, prepared: Prepared) -> Result<Response, A
         endpoint: ep,
         stream,
         include_usage,
+        tools,
     } = prepared;
     if choices > 1 {
-        return run_choices(st, params, choices, echo, ep, stream, include_usage).await;
+        let enc = |id, model| {
+            Encoder::new(ep, id, model, now(), include_usage)
+                .with_choices(choices)
+                .with_echo(echo)
+                .with_tools(tools)
+        };
+        return run_choices(st, params, choices, ep, enc, stream).await;
     }
     let model = params.model.clone();
     let tokens = logprobs_tokenizer(st, &params);
@@ -314,6 +371,7 @@ pub(crate) async fn run(st: &AppState, prepared: Prepared) -> Result<Response, A
     let prompt = prompt_of(&rs);
     let enc = Encoder::new(ep, response_id(ep, &rs), model, now(), include_usage)
         .with_echo(echo)
+        .with_tools(tools)
         .with_logprobs(tokens, prompt);
     let mut resp = if stream {
         events(rs, enc)
@@ -356,15 +414,14 @@ fn now() -> u64 {
 /// (a seeded request's choice `i` uses seed + `i`, so choice 0 is what `n: 1` gives), and their
 /// outputs go out as one response (the routing headers are the first choice's) or one stream
 /// of events tagged with each choice's index. A choice that fails fails the whole response, and
-/// dropping the others cancels them.
+/// dropping the others cancels them. `enc` makes the response's encoder from its id and model.
 async fn run_choices(
     st: &AppState,
     params: GenerateParams,
     choices: u32,
-    echo: Option<Echo>,
     ep: Endpoint,
+    enc: impl FnOnce(String, String) -> Encoder,
     stream: bool,
-    include_usage: bool,
 ) -> Result<Response, ApiError> {
     let model = params.model.clone();
     let tokens = logprobs_tokenizer(st, &params);
@@ -376,16 +433,7 @@ async fn run_choices(
     let streams = futures::future::try_join_all(starts).await?;
     let headers = routing_headers(&streams[0]);
     let prompt = prompt_of(&streams[0]);
-    let enc = Encoder::new(
-        ep,
-        response_id(ep, &streams[0]),
-        model,
-        now(),
-        include_usage,
-    )
-    .with_choices(choices)
-    .with_echo(echo)
-    .with_logprobs(tokens, prompt);
+    let enc = enc(response_id(ep, &streams[0]), model).with_logprobs(tokens, prompt);
     let mut resp = if stream {
         let tagged = streams.into_iter().zip(0..).map(|(rs, i)| {
             rs.map(move |d| {
@@ -542,6 +590,9 @@ pub(crate) struct Encoder {
     /// Each choice's text so far, in characters: where its next token's text starts
     /// (completions' `text_offset`).
     offsets: Vec<u32>,
+    /// How chat answers are read for tool calls, and each choice's reader where they are.
+    tools: Mode,
+    readers: Vec<CallReader>,
 }
 
 impl Encoder {
@@ -568,7 +619,39 @@ impl Encoder {
             logprobs: None,
             prompt: None,
             offsets: Vec::new(),
+            tools: Mode::Text,
+            readers: Vec::new(),
         }
+    }
+
+    /// The encoder of a chat request whose answers are read for tool calls as `mode` says.
+    pub(crate) fn with_tools(mut self, mode: Mode) -> Self {
+        self.tools = mode;
+        self
+    }
+
+    /// A chat delta's text read for tool calls: its answer text and calls (`None` where
+    /// answers are plain text), and its finish reason.
+    fn read_calls(
+        &mut self,
+        d: &Delta,
+        finish: Option<&'static str>,
+    ) -> Option<(String, Vec<ToolCallOut>, Option<&'static str>)> {
+        if self.tools == Mode::Text || self.ep != Endpoint::Chat {
+            return None;
+        }
+        let i = d.choice as usize;
+        while self.readers.len() <= i {
+            self.readers.push(CallReader::new(self.tools.clone()));
+        }
+        let reader = &mut self.readers[i];
+        let mut pieces = Vec::new();
+        reader.push(&d.text, &mut pieces);
+        if finish.is_some() {
+            reader.finish(&mut pieces);
+        }
+        let (text, calls) = assemble(pieces, true);
+        Some((text, calls, finish.map(|f| reader.finish_reason(f))))
     }
 
     /// The encoder of a request that asked for log probabilities (`Some`: the tokenizer that
@@ -636,6 +719,41 @@ impl Encoder {
         };
         let finish = d.finish.as_ref().map(|f| finish_str(f.reason));
         let role_bit = 1u32 << d.choice;
+        if let Some((text, calls, reason)) = self.read_calls(d, finish) {
+            // The text the client sees is what the reader gave out.
+            let finish = reason;
+            let calls = (!calls.is_empty()).then_some(calls);
+            if text.is_empty()
+                && calls.is_none()
+                && finish.is_none()
+                && d.logprobs.is_empty()
+                && self.sent_role & role_bit != 0
+            {
+                return;
+            }
+            let role = (self.sent_role & role_bit == 0).then_some("assistant");
+            self.sent_role |= role_bit;
+            let content = (!text.is_empty() || (role.is_some() && calls.is_none())).then_some(text);
+            let json = serde_json::to_string(&self.chat_chunk(
+                vec![ChatChunkChoice {
+                    index: d.choice,
+                    delta: ChatDelta {
+                        role,
+                        content,
+                        tool_calls: calls,
+                    },
+                    logprobs: self
+                        .logprobs
+                        .as_deref()
+                        .map(|tok| logprobs::chat(tok, &d.token_ids, &d.logprobs)),
+                    finish_reason: finish,
+                }],
+                None,
+            ));
+            out.extend(json.ok());
+            self.after_chunk(d, out);
+            return;
+        }
         // The echoed prompt goes out with a choice's first text.
         let mut text = std::borrow::Cow::Borrowed(d.text.as_str());
         if let Some(echo) = &self.echo
@@ -676,6 +794,7 @@ impl Encoder {
                         delta: ChatDelta {
                             role,
                             content: (!d.text.is_empty() || role.is_some()).then(|| d.text.clone()),
+                            tool_calls: None,
                         },
                         logprobs: self
                             .logprobs
@@ -688,6 +807,12 @@ impl Encoder {
             }
         };
         out.extend(json.ok());
+        self.after_chunk(d, out);
+    }
+
+    /// After a delta's chunk: where it ends its choice, the usage chunk once every choice has
+    /// ended (with `include_usage`).
+    fn after_chunk(&mut self, d: &Delta, out: &mut VecDeque<String>) {
         let Some(f) = &d.finish else {
             return;
         };
@@ -822,14 +947,20 @@ impl Encoder {
                     created: self.created,
                     model: self.model.clone(),
                     choices: indexed
-                        .map(|(index, content, finish_reason, c)| ChatChoice {
-                            index,
-                            message: ChatMessageOut {
-                                role: "assistant",
-                                content,
-                            },
-                            logprobs: tok.map(|tok| logprobs::chat(tok, &c.token_ids, &c.logprobs)),
-                            finish_reason,
+                        .map(|(index, content, finish_reason, c)| {
+                            let (content, tool_calls, finish_reason) =
+                                read_whole(&self.tools, content, finish_reason);
+                            ChatChoice {
+                                index,
+                                message: ChatMessageOut {
+                                    role: "assistant",
+                                    content,
+                                    tool_calls,
+                                },
+                                logprobs: tok
+                                    .map(|tok| logprobs::chat(tok, &c.token_ids, &c.logprobs)),
+                                finish_reason,
+                            }
                         })
                         .collect(),
                     usage,
@@ -838,6 +969,67 @@ impl Encoder {
             ),
         }
     }
+}
+
+/// A whole chat answer read for tool calls as `mode` says: its text (null when it is only
+/// calls), its calls and its finish reason.
+fn read_whole(
+    mode: &Mode,
+    text: String,
+    finish: Option<&'static str>,
+) -> (Option<String>, Vec<ToolCallOut>, Option<&'static str>) {
+    if *mode == Mode::Text {
+        return (Some(text), Vec::new(), finish);
+    }
+    let mut reader = CallReader::new(mode.clone());
+    let mut pieces = Vec::new();
+    reader.push(&text, &mut pieces);
+    reader.finish(&mut pieces);
+    let (text, calls) = assemble(pieces, false);
+    let finish = finish.map(|f| reader.finish_reason(f));
+    let text = (!text.is_empty() || calls.is_empty()).then_some(text);
+    (text, calls, finish)
+}
+
+/// The text and calls of a reader's pieces: each call's arguments joined to it. In a stream
+/// (`streamed`) calls carry their index, and arguments for a call begun in an earlier chunk
+/// are a part of their own.
+fn assemble(pieces: Vec<Piece>, streamed: bool) -> (String, Vec<ToolCallOut>) {
+    let mut text = String::new();
+    let mut calls: Vec<ToolCallOut> = Vec::new();
+    for p in pieces {
+        match p {
+            Piece::Text(t) => text.push_str(&t),
+            Piece::Call { index, id, name } => calls.push(ToolCallOut {
+                index: streamed.then_some(index),
+                id: Some(id),
+                kind: Some("function"),
+                function: FunctionCallOut {
+                    name: Some(name),
+                    arguments: String::new(),
+                },
+            }),
+            Piece::Arguments { index, text: args } => {
+                let at = if streamed {
+                    calls.iter().position(|c| c.index == Some(index))
+                } else {
+                    usize::try_from(index).ok().filter(|&i| i < calls.len())
+                };
+                match at {
+                    Some(at) => calls[at].function.arguments.push_str(&args),
+                    None => calls.push(ToolCallOut {
+                        index: Some(index),
+                        function: FunctionCallOut {
+                            name: None,
+                            arguments: args,
+                        },
+                        ..ToolCallOut::default()
+                    }),
+                }
+            }
+        }
+    }
+    (text, calls)
 }
 
 /// What `echo` asks for.

@@ -417,6 +417,218 @@ async fn formats_reach_the_worker_in_every_dialect() {
     );
 }
 
+/// Tool calling as OpenAI's clients use it: the tools and the conversation's earlier calls reach
+/// the chat template; `"auto"` answers are read for Hermes calls (whole and streamed); a named
+/// function and `"required"` are drawn under their formats and answered as calls; misuse is a
+/// 400 that names its field, before any worker is called.
+#[tokio::test]
+async fn tools_are_offered_and_calls_read_in_every_mode() {
+    use dolphin_grammar::Format;
+    let answer = "Hm.\n<tool_call>{\"name\": \"wx\", \"arguments\": {\"c\": 1}}</tool_call>";
+    let (fake, _d, s) = with_worker(Behavior::Text(answer.into())).await;
+    let tools = json!([{"type": "function", "function": {"name": "wx",
+        "parameters": {"type": "object", "properties": {"c": {"type": "integer"}}, "required": ["c"]}}}]);
+    let messages = json!([
+        {"role": "user", "content": "Weather in Rome?"},
+        {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function",
+            "function": {"name": "wx", "arguments": "{\"c\": 0}"}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
+        {"role": "user", "content": "And Paris?"},
+    ]);
+    let tokens = answer.len() as u32;
+    let req = json!({"messages": messages, "tools": tools, "max_tokens": tokens});
+    let (status, _, body) = post(s.addr, "/v1/chat/completions", req.clone()).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let v = parse(&body);
+    let choice = &v["choices"][0];
+    assert_eq!(choice["finish_reason"], "tool_calls", "{body}");
+    assert_eq!(choice["message"]["content"], "Hm.");
+    let call = &choice["message"]["tool_calls"][0];
+    assert_eq!(call["type"], "function");
+    assert!(
+        call["id"]
+            .as_str()
+            .is_some_and(|id| id.starts_with("call_")),
+        "{call}"
+    );
+    assert_eq!(call["function"]["name"], "wx");
+    let arguments: Value =
+        serde_json::from_str(call["function"]["arguments"].as_str().expect("text"))
+            .expect("JSON arguments");
+    assert_eq!(arguments, json!({"c": 1}));
+    // The template saw the tools, the earlier call (its arguments as an object) and its answer.
+    let mut earlier = ChatMessage::new("assistant", "");
+    earlier.tool_calls = vec![crate::tokenizer::ToolCall {
+        id: "call_1".into(),
+        name: "wx".into(),
+        arguments: json!({"c": 0}),
+    }];
+    let mut answered = ChatMessage::new("tool", "sunny");
+    answered.tool_call_id = Some("call_1".into());
+    let rendered = SimTokenizer
+        .render_chat(
+            &[
+                ChatMessage::new("user", "Weather in Rome?"),
+                earlier,
+                answered,
+                ChatMessage::new("user", "And Paris?"),
+            ],
+            Some(&tools),
+        )
+        .expect("renders");
+    assert_eq!(
+        fake.state.calls.lock()[0].token_ids,
+        SimTokenizer.encode(&rendered)
+    );
+    assert!(rendered.contains("\"arguments\":{\"c\":0}"), "{rendered}");
+
+    // Streamed: the text, then the call whole once its closing tag arrives.
+    let mut streamed = req.clone();
+    streamed["stream"] = json!(true);
+    let (status, _, body) = post(s.addr, "/v1/chat/completions", streamed).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let data = sse_data(&body);
+    let chunks: Vec<Value> = data[..data.len() - 1].iter().map(|d| parse(d)).collect();
+    let deltas: Vec<&Value> = chunks.iter().map(|c| &c["choices"][0]["delta"]).collect();
+    assert_eq!(deltas[0]["role"], "assistant");
+    let text: String = deltas
+        .iter()
+        .filter_map(|d| d["content"].as_str())
+        .collect();
+    assert_eq!(text, "Hm.");
+    let calls: Vec<&Value> = deltas
+        .iter()
+        .filter_map(|d| d["tool_calls"].as_array())
+        .flatten()
+        .collect();
+    assert_eq!(calls.len(), 1, "{body}");
+    assert_eq!(calls[0]["index"], 0);
+    assert_eq!(calls[0]["function"]["name"], "wx");
+    assert_eq!(
+        serde_json::from_str::<Value>(calls[0]["function"]["arguments"].as_str().expect("text"))
+            .expect("JSON"),
+        json!({"c": 1})
+    );
+    assert_eq!(
+        chunks.last().expect("last")["choices"][0]["finish_reason"],
+        "tool_calls"
+    );
+
+    // A named function: drawn under its parameters' schema, answered as its call, and
+    // streamed as the call's arguments part by part.
+    let args = r#"{"c": 1}"#;
+    *fake.state.behavior.lock() = Behavior::Text(args.into());
+    let named = json!({"type": "function", "function": {"name": "wx"}});
+    let mut req = json!({"messages": [{"role": "user", "content": "Paris?"}], "tools": tools,
+        "tool_choice": named, "max_tokens": args.len()});
+    let (status, _, body) = post(s.addr, "/v1/chat/completions", req.clone()).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let message = &parse(&body)["choices"][0]["message"];
+    assert_eq!(message["content"], Value::Null, "{body}");
+    assert_eq!(message["tool_calls"][0]["function"]["name"], "wx");
+    assert_eq!(message["tool_calls"][0]["function"]["arguments"], args);
+    let format = |i: usize| {
+        let calls = fake.state.calls.lock();
+        let wire = calls[i]
+            .sampling
+            .as_ref()
+            .and_then(|s| s.structured.clone());
+        wire.map(|w| Format::from_wire(&w).expect("a format"))
+    };
+    assert_eq!(format(0), None, "auto draws freely");
+    assert_eq!(
+        format(2),
+        Some(Format::JsonSchema(
+            tools[0]["function"]["parameters"].to_string()
+        ))
+    );
+    req["stream"] = json!(true);
+    let (_, _, body) = post(s.addr, "/v1/chat/completions", req).await;
+    let data = sse_data(&body);
+    let parts: Vec<Value> = data[..data.len() - 1]
+        .iter()
+        .filter_map(|d| {
+            parse(d)["choices"][0]["delta"]["tool_calls"]
+                .as_array()
+                .cloned()
+        })
+        .flatten()
+        .collect();
+    assert_eq!(parts[0]["function"]["name"], "wx", "{body}");
+    assert!(
+        parts[1..]
+            .iter()
+            .all(|p| p["id"].is_null() && p["index"] == 0)
+    );
+    let joined: String = parts
+        .iter()
+        .filter_map(|p| p["function"]["arguments"].as_str())
+        .collect();
+    assert_eq!(joined, args);
+
+    // "required": a JSON array of calls.
+    let array = r#"[{"name": "wx", "parameters": {"c": 1}}]"#;
+    *fake.state.behavior.lock() = Behavior::Text(array.into());
+    let req = json!({"messages": [{"role": "user", "content": "Paris?"}], "tools": tools,
+        "tool_choice": "required", "parallel_tool_calls": false, "max_tokens": array.len()});
+    let (status, _, body) = post(s.addr, "/v1/chat/completions", req).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let choice = &parse(&body)["choices"][0];
+    assert_eq!(choice["finish_reason"], "tool_calls");
+    assert_eq!(
+        choice["message"]["tool_calls"][0]["function"]["arguments"],
+        r#"{"c":1}"#
+    );
+    let Some(Format::JsonSchema(schema)) = format(4) else {
+        panic!("a schema")
+    };
+    assert_eq!(
+        serde_json::from_str::<Value>(&schema).expect("json")["maxItems"],
+        1
+    );
+
+    let served = fake.state.calls.lock().len();
+    let refused = [
+        (
+            "/v1/completions",
+            json!({"prompt": "hi", "tools": tools}),
+            "tools",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"messages": [{"role": "user", "content": "hi"}], "tools": tools,
+                "tool_choice": named, "response_format": {"type": "json_object"}}),
+            "response_format",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function", "function": {"name": "bad name"}}]}),
+            "tools",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function",
+                "function": {"name": "f", "parameters": {"type": "nonsense"}}}], "tool_choice": "required"}),
+            "tools",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"messages": [{"role": "user", "content": "hi"}], "functions": [{"name": "f"}]}),
+            "functions",
+        ),
+    ];
+    for (path, req, param) in refused {
+        let (status, _, body) = post(s.addr, path, req.clone()).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{req}: {body}");
+        assert_eq!(parse(&body)["error"]["param"], param, "{req}: {body}");
+    }
+    assert_eq!(
+        fake.state.calls.lock().len(),
+        served,
+        "refused before any worker"
+    );
+}
+
 /// OpenAI's penalties and logit bias, and vLLM's repetition penalty, min-p, stop token ids and
 /// minimum length, reach the worker as asked.
 #[tokio::test]
@@ -773,16 +985,13 @@ async fn chat_whole_and_streamed() {
     assert_eq!(v["choices"][0]["message"]["role"], "assistant");
     assert_eq!(v["choices"][0]["message"]["content"], "Hi!");
     let rendered = SimTokenizer
-        .render_chat(&[
-            ChatMessage {
-                role: "system".into(),
-                content: "be brief".into(),
-            },
-            ChatMessage {
-                role: "user".into(),
-                content: "hello".into(),
-            },
-        ])
+        .render_chat(
+            &[
+                ChatMessage::new("system", "be brief"),
+                ChatMessage::new("user", "hello"),
+            ],
+            None,
+        )
         .expect("renders");
     assert_eq!(
         fake.state.calls.lock()[0].token_ids,
@@ -925,7 +1134,7 @@ async fn bad_requests_get_openai_errors() {
         ),
         (
             "/v1/chat/completions",
-            json!({"tool_choice": "auto"}),
+            json!({"tool_choice": "required"}),
             "tool_choice",
         ),
         (

@@ -146,6 +146,14 @@ const LOGIT_RULES: [&str; 7] = [
 ];
 
 impl OtherFields {
+    /// Takes field `name` out, `None` when absent or null.
+    pub(crate) fn take(&mut self, name: &str) -> Option<serde_json::Value> {
+        if self.0.is_empty() {
+            return None;
+        }
+        self.0.remove(name).filter(|v| !v.is_null())
+    }
+
     /// Takes the logit rules out of the fields: OpenAI's `presence_penalty`,
     /// `frequency_penalty` and `logit_bias` (token ids as strings), vLLM's
     /// `repetition_penalty`, `min_p`, `stop_token_ids` and `min_tokens`. `None` when the request
@@ -324,12 +332,9 @@ impl OtherFields {
             Value::Object(o) => o.is_empty(),
         };
         let one = |v: &Value| v.as_f64() == Some(1.0);
-        let fields: [UnsupportedField; 20] = [
-            ("tools", |_| false),
-            // "none" (no tool may be called) is what no tools means.
-            ("tool_choice", |v| v == "none"),
-            // Whether tools may run in parallel says nothing without tools.
-            ("parallel_tool_calls", |_| true),
+        // `tools`, `tool_choice` and `parallel_tool_calls` are taken out before
+        // (`tools::take`); OpenAI's deprecated functions are not served.
+        let fields: [UnsupportedField; 17] = [
             ("functions", |_| false),
             ("function_call", |v| v == "none"),
             ("best_of", one),
@@ -521,11 +526,37 @@ pub struct ContentPart {
 /// One chat message.
 #[derive(Clone, Debug, Deserialize)]
 pub struct ChatMessageIn {
-    /// "system", "user", "assistant", ...
+    /// "system", "user", "assistant", "tool", ...
     pub role: String,
     /// The content (absent for some assistant messages).
     #[serde(default)]
     pub content: Option<ChatContent>,
+    /// The tools an assistant message called.
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub tool_calls: Vec<ToolCallIn>,
+    /// The call a `tool` message answers.
+    #[serde(default)]
+    pub tool_call_id: Option<String>,
+}
+
+/// A tool call of an assistant message in the conversation.
+#[derive(Clone, Debug, Deserialize)]
+pub struct ToolCallIn {
+    /// The call's id.
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub id: String,
+    /// The function called.
+    pub function: FunctionCallIn,
+}
+
+/// The function of a [`ToolCallIn`].
+#[derive(Clone, Debug, Deserialize)]
+pub struct FunctionCallIn {
+    /// Its name.
+    pub name: String,
+    /// Its arguments, JSON text (as OpenAI sends them).
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub arguments: String,
 }
 
 /// `/v1/chat/completions` request.
@@ -640,8 +671,37 @@ pub struct CompletionResponse {
 pub struct ChatMessageOut {
     /// "assistant".
     pub role: &'static str,
-    /// The text.
-    pub content: String,
+    /// The text (null when the answer is only tool calls).
+    pub content: Option<String>,
+    /// The tools the model called.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCallOut>,
+}
+
+/// A tool call of an answer, whole or as a stream chunk's part of it.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct ToolCallOut {
+    /// Which call of the answer (stream chunks only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub index: Option<u32>,
+    /// The call's id (in a stream, on the call's first chunk).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    /// "function" (with the id).
+    #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
+    pub kind: Option<&'static str>,
+    /// The function and its arguments.
+    pub function: FunctionCallOut,
+}
+
+/// The function of a [`ToolCallOut`].
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct FunctionCallOut {
+    /// The function's name (in a stream, on the call's first chunk).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Its arguments as JSON text (in a stream, the next part of it).
+    pub arguments: String,
 }
 
 /// A chat choice (whole response).
@@ -683,6 +743,9 @@ pub struct ChatDelta {
     /// New text.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub content: Option<String>,
+    /// New tool calls, or more of their arguments.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<ToolCallOut>>,
 }
 
 /// A chat stream choice.

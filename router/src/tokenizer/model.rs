@@ -68,13 +68,13 @@ impl Tokenizer for HfModelTokenizer {
         self.inner.decode(ids)
     }
 
-    fn render_chat(&self, messages: &[ChatMessage]) -> Result<String, ChatTemplateError> {
-        let messages: Vec<dolphin_tokenizer::ChatMessage> = messages
-            .iter()
-            .map(|m| dolphin_tokenizer::ChatMessage::new(m.role.clone(), m.content.clone()))
-            .collect();
+    fn render_chat(
+        &self,
+        messages: &[ChatMessage],
+        tools: Option<&serde_json::Value>,
+    ) -> Result<String, ChatTemplateError> {
         self.inner
-            .render_chat(&messages)
+            .render_chat_with_tools(messages, tools)
             .map_err(|e| ChatTemplateError(dolphin_cluster::error_chain(&e)))
     }
 
@@ -131,10 +131,7 @@ mod tests {
         assert_eq!(t.encode("<|im_start|>ab"), Ok(vec![3, 2]));
         assert_eq!(t.decode(&[3, 2, 0, 4]), "aba");
         let text = t
-            .render_chat(&[ChatMessage {
-                role: "user".into(),
-                content: "ab".into(),
-            }])
+            .render_chat(&[ChatMessage::new("user", "ab")], None)
             .expect("renders");
         assert_eq!(
             text,
@@ -148,10 +145,7 @@ mod tests {
         let template = "{{ raise_exception('only user messages') }}";
         let t = HfModelTokenizer::from_file(&tiny_gguf(dir.path(), template)).expect("loads");
         let err = t
-            .render_chat(&[ChatMessage {
-                role: "system".into(),
-                content: "x".into(),
-            }])
+            .render_chat(&[ChatMessage::new("system", "x")], None)
             .expect_err("the template raises");
         assert!(err.0.contains("only user messages"), "{err}");
     }
@@ -178,11 +172,11 @@ mod tests {
             (built.eos(), built.vocab_size()),
             (gguf.eos(), gguf.vocab_size())
         );
-        let msgs = [ChatMessage {
-            role: "user".into(),
-            content: "ab".into(),
-        }];
-        assert_eq!(built.render_chat(&msgs), gguf.render_chat(&msgs));
+        let msgs = [ChatMessage::new("user", "ab")];
+        assert_eq!(
+            built.render_chat(&msgs, None),
+            gguf.render_chat(&msgs, None)
+        );
         assert_eq!(super::super::model_name_for_hf_path(&model), "Tiny-Model");
         assert_eq!(
             super::super::model_name_for_hf_path(&model.join("tokenizer.json")),

@@ -23,10 +23,7 @@ fn engine(
 
 fn chat(tok: &ModelTokenizer, user: &str) -> Vec<u32> {
     let text = tok
-        .render_chat(&[ChatMessage {
-            role: "user".into(),
-            content: user.into(),
-        }])
+        .render_chat(&[ChatMessage::new("user", user)])
         .expect("chat template");
     tok.encode(&text).expect("encodes")
 }

@@ -1,0 +1,548 @@
+//! Tool calling on `/v1/chat/completions`, as OpenAI serves it: the request's `tools`,
+//! `tool_choice` and `parallel_tool_calls`, the format that makes a forced call well formed
+//! (vLLM's way: the function's parameters for a named choice, a JSON array of calls for
+//! `required`), and [`CallReader`], which reads the calls out of the model's text, whole or as
+//! it streams.
+
+use dolphin_grammar::Format;
+use serde_json::{Value, json};
+
+use super::types::OtherFields;
+
+/// How the router reads the calls a model chose to make (`tool_choice: "auto"`): the format
+/// the model was trained to write them in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ToolCallParser {
+    /// `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`, one block per call: Hermes 2
+    /// Pro, Qwen2.5, Qwen3, SmolLM3 (vLLM's `hermes` parser).
+    Hermes,
+}
+
+/// Hermes' tags around one call.
+const CALL_OPEN: &str = "<tool_call>";
+const CALL_CLOSE: &str = "</tool_call>";
+
+/// What a request asks of tools.
+#[derive(Clone, Debug, Default)]
+pub struct ToolRequest {
+    /// The tools as sent (a non-empty array), for the chat template.
+    pub tools: Option<Value>,
+    /// How the answer is read.
+    pub mode: Mode,
+}
+
+/// How an answer is read.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Mode {
+    /// As text (no tools, or `tool_choice: "none"`).
+    #[default]
+    Text,
+    /// Text, or calls in the parser's format (`"auto"`); `parallel`: more than one call.
+    Auto {
+        /// The format of calls.
+        parser: ToolCallParser,
+        /// More than one call may be made.
+        parallel: bool,
+    },
+    /// A JSON array of calls `{"name", "parameters"}`, at least one (`"required"`);
+    /// `parallel`: more than one.
+    Required {
+        /// More than one call may be made.
+        parallel: bool,
+    },
+    /// The arguments of this function, the one the model must call.
+    Named(String),
+}
+
+type FieldError = (&'static str, String);
+
+/// Takes `tools`, `tool_choice` and `parallel_tool_calls` out of the request's fields. The
+/// tools must be functions with names OpenAI accepts (1 to 64 of `a-z A-Z 0-9 _ -`), each
+/// once; a named choice must be one of them; `"auto"` (the default with tools) needs the
+/// router's `--tool-call-parser`. Every refusal names its field.
+pub fn take(
+    other: &mut OtherFields,
+    parser: Option<ToolCallParser>,
+) -> Result<ToolRequest, FieldError> {
+    let tools = other.take("tools");
+    let choice = other.take("tool_choice");
+    let parallel = match other.take("parallel_tool_calls") {
+        None => true,
+        Some(Value::Bool(b)) => b,
+        Some(v) => {
+            return Err((
+                "parallel_tool_calls",
+                format!("parallel_tool_calls must be a boolean, got {v}"),
+            ));
+        }
+    };
+    let names = match &tools {
+        None => Vec::new(),
+        Some(tools) => function_names(tools)?,
+    };
+    let tools = tools.filter(|_| !names.is_empty());
+    let mode = match choice {
+        None if names.is_empty() => Mode::Text,
+        None => auto(parser, parallel)?,
+        Some(Value::String(s)) => match s.as_str() {
+            "none" => Mode::Text,
+            "auto" if names.is_empty() => Mode::Text,
+            "auto" => auto(parser, parallel)?,
+            "required" if !names.is_empty() => Mode::Required { parallel },
+            "required" => {
+                return Err(("tool_choice", "tool_choice \"required\" needs tools".into()));
+            }
+            other => {
+                return Err((
+                    "tool_choice",
+                    format!(
+                        "tool_choice must be \"none\", \"auto\", \"required\" or {{\"type\": \"function\", \"function\": {{\"name\": ...}}}}, got {other:?}"
+                    ),
+                ));
+            }
+        },
+        Some(v) => {
+            let name = v["function"]["name"]
+                .as_str()
+                .filter(|_| v["type"] == "function");
+            let Some(name) = name else {
+                return Err((
+                    "tool_choice",
+                    format!(
+                        "tool_choice must be \"none\", \"auto\", \"required\" or {{\"type\": \"function\", \"function\": {{\"name\": ...}}}}, got {v}"
+                    ),
+                ));
+            };
+            if !names.iter().any(|n| n == name) {
+                return Err((
+                    "tool_choice",
+                    format!("tool_choice names {name:?}, which is not one of the tools"),
+                ));
+            }
+            Mode::Named(name.to_owned())
+        }
+    };
+    Ok(ToolRequest { tools, mode })
+}
+
+/// `/v1/completions` calls no tools: a request there that names some, or a `tool_choice` other
+/// than `"none"`, is refused (an empty list asks for nothing; `parallel_tool_calls` says
+/// nothing without tools).
+pub(crate) fn refuse_outside_chat(other: &mut OtherFields) -> Result<(), FieldError> {
+    for name in ["tools", "tool_choice"] {
+        let Some(v) = other.take(name) else {
+            continue;
+        };
+        let asks = match name {
+            "tools" => v.as_array().is_none_or(|a| !a.is_empty()),
+            _ => v != "none",
+        };
+        if asks {
+            return Err((
+                name,
+                format!("{name} is a chat completions field: /v1/completions calls no tools"),
+            ));
+        }
+    }
+    other.take("parallel_tool_calls");
+    Ok(())
+}
+
+/// `"auto"`: calls are read only with a parser that knows the model's format.
+fn auto(parser: Option<ToolCallParser>, parallel: bool) -> Result<Mode, FieldError> {
+    match parser {
+        Some(parser) => Ok(Mode::Auto { parser, parallel }),
+        None => Err((
+            "tool_choice",
+            "tool_choice \"auto\" (the default with tools) needs a router started with --tool-call-parser; \"required\" or a named function work without one".into(),
+        )),
+    }
+}
+
+/// The functions' names, checked: each tool `{"type": "function", "function": {"name", ...}}`
+/// with a valid name, used once, and parameters (where given) an object.
+fn function_names(tools: &Value) -> Result<Vec<String>, FieldError> {
+    const NAME: &str = "tools";
+    let Some(list) = tools.as_array() else {
+        return Err((NAME, format!("tools must be a list, got {tools}")));
+    };
+    let mut names: Vec<String> = Vec::with_capacity(list.len());
+    for (i, tool) in list.iter().enumerate() {
+        if tool["type"] != "function" {
+            return Err((
+                NAME,
+                format!("tools[{i}].type must be \"function\", got {}", tool["type"]),
+            ));
+        }
+        let f = &tool["function"];
+        let name = f["name"].as_str().unwrap_or_default();
+        let valid = (1..=64).contains(&name.len())
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+        if !valid {
+            return Err((
+                NAME,
+                format!(
+                    "tools[{i}].function.name must be 1 to 64 letters, digits, '_' or '-', got {}",
+                    f["name"]
+                ),
+            ));
+        }
+        if !(f["parameters"].is_null() || f["parameters"].is_object()) {
+            return Err((
+                NAME,
+                format!(
+                    "tools[{i}].function.parameters must be a JSON Schema object, got {}",
+                    f["parameters"]
+                ),
+            ));
+        }
+        if names.iter().any(|n| n == name) {
+            return Err((NAME, format!("tools name {name:?} twice")));
+        }
+        names.push(name.to_owned());
+    }
+    Ok(names)
+}
+
+impl ToolRequest {
+    /// The format a forced call is drawn under: the named function's parameters, or for
+    /// `"required"` a JSON array of `{"name", "parameters"}` objects, each one of the tools
+    /// with its parameters (one call at most without `parallel_tool_calls`). `None` where the
+    /// model writes freely.
+    pub fn format(&self) -> Option<Format> {
+        let tools = self.tools.as_ref()?.as_array()?;
+        let params = |f: &Value| match &f["parameters"] {
+            Value::Null => json!({"type": "object"}),
+            p => p.clone(),
+        };
+        match &self.mode {
+            Mode::Text | Mode::Auto { .. } => None,
+            Mode::Named(name) => {
+                let f = tools
+                    .iter()
+                    .map(|t| &t["function"])
+                    .find(|f| f["name"] == name.as_str())?;
+                Some(Format::JsonSchema(params(f).to_string()))
+            }
+            Mode::Required { parallel } => {
+                let calls: Vec<Value> = tools
+                    .iter()
+                    .map(|t| {
+                        let f = &t["function"];
+                        json!({
+                            "type": "object",
+                            "properties": {
+                                "name": {"type": "string", "enum": [f["name"]]},
+                                "parameters": params(f),
+                            },
+                            "required": ["name", "parameters"],
+                            "additionalProperties": false,
+                        })
+                    })
+                    .collect();
+                let mut schema = json!({
+                    "type": "array",
+                    "minItems": 1,
+                    "items": {"anyOf": calls},
+                });
+                if !parallel {
+                    schema["maxItems"] = json!(1);
+                }
+                Some(Format::JsonSchema(schema.to_string()))
+            }
+        }
+    }
+}
+
+/// A piece of an answer read by [`CallReader`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Piece {
+    /// Text of the answer.
+    Text(String),
+    /// Call `index` begins: its id and function.
+    Call {
+        /// Which call of the answer (0, 1, ...).
+        index: u32,
+        /// Its id.
+        id: String,
+        /// The function.
+        name: String,
+    },
+    /// More of call `index`'s arguments (JSON text).
+    Arguments {
+        /// Which call.
+        index: u32,
+        /// The text.
+        text: String,
+    },
+}
+
+/// Reads one answer's text as it streams and turns it into [`Piece`]s: text as it comes for a
+/// plain answer; a named call's arguments as they come; `"required"`'s array at the end; and
+/// in `"auto"` text until a call's opening tag (holding back what may be the start of one),
+/// then each call when its closing tag arrives. Text the format cannot read (a cut-off call, a
+/// block that is not a call) comes out as text, so nothing the model wrote is lost.
+#[derive(Debug)]
+pub(crate) struct CallReader {
+    mode: Mode,
+    /// Text not yet given out: the whole answer (`"required"`), a call being read or what may
+    /// begin one (`"auto"`).
+    held: String,
+    /// Whitespace after the text given out, given out only if text follows (whitespace
+    /// before a call is not part of the answer's text).
+    space: String,
+    /// A call was the last thing given out: the whitespace after it is dropped.
+    after_call: bool,
+    /// Inside a call's tags (`"auto"`).
+    in_call: bool,
+    /// Calls begun.
+    calls: u32,
+    /// The named call's id went out.
+    started: bool,
+}
+
+impl CallReader {
+    /// A reader for answers of `mode`.
+    pub(crate) fn new(mode: Mode) -> CallReader {
+        CallReader {
+            mode,
+            held: String::new(),
+            space: String::new(),
+            after_call: false,
+            in_call: false,
+            calls: 0,
+            started: false,
+        }
+    }
+
+    /// Calls begun so far.
+    #[cfg(test)]
+    pub(crate) fn calls(&self) -> u32 {
+        self.calls
+    }
+
+    /// The finish reason OpenAI gives: `"tool_calls"` where the model chose to call (auto or
+    /// required) and did; a named call ends as the text would have.
+    pub(crate) fn finish_reason(&self, text_reason: &'static str) -> &'static str {
+        match self.mode {
+            Mode::Auto { .. } | Mode::Required { .. } if self.calls > 0 => "tool_calls",
+            _ => text_reason,
+        }
+    }
+
+    /// Reads `text`, the answer's next part.
+    pub(crate) fn push(&mut self, text: &str, out: &mut Vec<Piece>) {
+        if text.is_empty() {
+            return;
+        }
+        match &self.mode {
+            Mode::Text => out.push(Piece::Text(text.to_owned())),
+            Mode::Named(name) => {
+                if !self.started {
+                    self.started = true;
+                    self.calls = 1;
+                    out.push(Piece::Call {
+                        index: 0,
+                        id: call_id(),
+                        name: name.clone(),
+                    });
+                }
+                out.push(Piece::Arguments {
+                    index: 0,
+                    text: text.to_owned(),
+                });
+            }
+            Mode::Required { .. } => self.held.push_str(text),
+            Mode::Auto { .. } => {
+                self.held.push_str(text);
+                self.scan(out);
+            }
+        }
+    }
+
+    /// Reads what is left at the answer's end.
+    pub(crate) fn finish(&mut self, out: &mut Vec<Piece>) {
+        match &self.mode {
+            Mode::Text => {}
+            Mode::Named(name) => {
+                // An empty answer (cut off at once) is still the call the client forced.
+                if !self.started {
+                    self.started = true;
+                    self.calls = 1;
+                    out.push(Piece::Call {
+                        index: 0,
+                        id: call_id(),
+                        name: name.clone(),
+                    });
+                }
+            }
+            Mode::Required { .. } => {
+                let held = std::mem::take(&mut self.held);
+                match required_calls(&held) {
+                    Some(calls) => {
+                        for (name, arguments) in calls {
+                            self.call(name, arguments, out);
+                        }
+                    }
+                    None => out.push(Piece::Text(held)),
+                }
+            }
+            Mode::Auto { .. } => {
+                let held = std::mem::take(&mut self.held);
+                if self.in_call {
+                    // An unclosed last call, as vLLM's parser reads it, when it parses.
+                    match hermes_call(&held) {
+                        Some((name, arguments)) => self.call(name, arguments, out),
+                        None => self.text(format!("{CALL_OPEN}{held}"), out),
+                    }
+                } else {
+                    self.text(held, out);
+                }
+                if self.calls == 0 {
+                    let space = std::mem::take(&mut self.space);
+                    if !space.is_empty() {
+                        out.push(Piece::Text(space));
+                    }
+                }
+            }
+        }
+    }
+
+    /// `"auto"`: gives out the text before a call, and each call whose closing tag arrived.
+    fn scan(&mut self, out: &mut Vec<Piece>) {
+        loop {
+            if self.in_call {
+                let Some(end) = self.held.find(CALL_CLOSE) else {
+                    return;
+                };
+                let body: String = self.held[..end].to_owned();
+                self.held.drain(..end + CALL_CLOSE.len());
+                self.in_call = false;
+                match hermes_call(&body) {
+                    Some((name, arguments)) => self.call(name, arguments, out),
+                    None => self.text(format!("{CALL_OPEN}{body}{CALL_CLOSE}"), out),
+                }
+                continue;
+            }
+            match self.held.find(CALL_OPEN) {
+                Some(start) => {
+                    let before: String = self.held[..start].to_owned();
+                    self.held.drain(..start + CALL_OPEN.len());
+                    self.text(before, out);
+                    // What was held before a call is not the answer's text.
+                    self.space.clear();
+                    self.in_call = true;
+                }
+                None => {
+                    // Keep what may be the start of an opening tag.
+                    let keep = partial_tag(&self.held);
+                    let ready: String = self.held[..self.held.len() - keep].to_owned();
+                    self.held.drain(..ready.len());
+                    self.text(ready, out);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Gives out answer text, holding back its trailing whitespace until text follows.
+    fn text(&mut self, text: String, out: &mut Vec<Piece>) {
+        let text = if self.after_call {
+            // Text after a call starts afresh, without the whitespace that followed the call.
+            let rest = text.trim_start();
+            if rest.is_empty() {
+                return;
+            }
+            self.after_call = false;
+            rest
+        } else {
+            &text
+        };
+        let body = text.trim_end();
+        if body.is_empty() {
+            self.space.push_str(text);
+            return;
+        }
+        let mut piece = std::mem::take(&mut self.space);
+        piece.push_str(body);
+        out.push(Piece::Text(piece));
+        self.space = text[body.len()..].to_owned();
+    }
+
+    /// Gives out a whole call (`"auto"` and `"required"`); without `parallel_tool_calls`
+    /// only the first.
+    fn call(&mut self, name: String, arguments: String, out: &mut Vec<Piece>) {
+        if let Mode::Auto {
+            parallel: false, ..
+        } = self.mode
+            && self.calls > 0
+        {
+            return;
+        }
+        let index = self.calls;
+        self.calls += 1;
+        self.space.clear();
+        self.after_call = true;
+        out.push(Piece::Call {
+            index,
+            id: call_id(),
+            name,
+        });
+        out.push(Piece::Arguments {
+            index,
+            text: arguments,
+        });
+    }
+}
+
+/// Bytes at the end of `text` that may begin [`CALL_OPEN`].
+fn partial_tag(text: &str) -> usize {
+    (1..CALL_OPEN.len())
+        .rev()
+        .find(|&n| text.ends_with(&CALL_OPEN[..n]))
+        .unwrap_or(0)
+}
+
+/// A Hermes call's body, `{"name": ..., "arguments": {...}}`: its function and its
+/// arguments as JSON text (`{}` when absent).
+fn hermes_call(body: &str) -> Option<(String, String)> {
+    let v: Value = serde_json::from_str(body.trim()).ok()?;
+    let name = v["name"].as_str()?.to_owned();
+    let arguments = match &v["arguments"] {
+        Value::Null => "{}".to_owned(),
+        // Some models write the arguments as a JSON string already.
+        Value::String(s) => s.clone(),
+        a => a.to_string(),
+    };
+    Some((name, arguments))
+}
+
+/// `"required"`'s answer, a JSON array of `{"name", "parameters"}`: each call's function and
+/// arguments. `None` when it does not parse (the answer was cut off).
+fn required_calls(text: &str) -> Option<Vec<(String, String)>> {
+    let v: Value = serde_json::from_str(text.trim()).ok()?;
+    v.as_array()?
+        .iter()
+        .map(|c| Some((c["name"].as_str()?.to_owned(), c["parameters"].to_string())))
+        .collect()
+}
+
+/// A new call id, as OpenAI writes them (`call_` and 24 letters and digits).
+fn call_id() -> String {
+    const ALPHABET: &[u8] = b"0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
+    use rand::Rng;
+    let mut id = String::with_capacity(29);
+    id.push_str("call_");
+    crate::selection::with_rng(|r| {
+        for _ in 0..24 {
+            id.push(ALPHABET[r.random_range(0..ALPHABET.len())] as char);
+        }
+    });
+    id
+}
+
+#[cfg(test)]
+#[path = "tools_tests.rs"]
+mod tests;

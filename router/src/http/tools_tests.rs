@@ -1,0 +1,382 @@
+use serde_json::json;
+
+use super::*;
+
+fn fields(v: Value) -> OtherFields {
+    serde_json::from_value(v).expect("fields")
+}
+
+fn weather() -> Value {
+    json!([
+        {"type": "function", "function": {"name": "weather", "description": "Today's weather",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                "required": ["city"]}}},
+        {"type": "function", "function": {"name": "time"}},
+    ])
+}
+
+fn mode_of(v: Value, parser: Option<ToolCallParser>) -> Result<Mode, FieldError> {
+    take(&mut fields(v), parser).map(|t| t.mode)
+}
+
+#[test]
+fn choices_read_as_openai_defines_them() {
+    let hermes = Some(ToolCallParser::Hermes);
+    let auto = Mode::Auto {
+        parser: ToolCallParser::Hermes,
+        parallel: true,
+    };
+    assert_eq!(mode_of(json!({}), None), Ok(Mode::Text));
+    assert_eq!(mode_of(json!({"tools": []}), None), Ok(Mode::Text));
+    assert_eq!(
+        mode_of(json!({"tool_choice": "auto"}), None),
+        Ok(Mode::Text)
+    );
+    assert_eq!(
+        mode_of(json!({"tools": weather()}), hermes),
+        Ok(auto.clone())
+    );
+    assert_eq!(
+        mode_of(json!({"tools": weather(), "tool_choice": "auto"}), hermes),
+        Ok(auto)
+    );
+    assert_eq!(
+        mode_of(
+            json!({"tools": weather(), "parallel_tool_calls": false}),
+            hermes
+        ),
+        Ok(Mode::Auto {
+            parser: ToolCallParser::Hermes,
+            parallel: false
+        })
+    );
+    assert_eq!(
+        mode_of(json!({"tools": weather(), "tool_choice": "none"}), None),
+        Ok(Mode::Text)
+    );
+    assert_eq!(
+        mode_of(json!({"tools": weather(), "tool_choice": "required"}), None),
+        Ok(Mode::Required { parallel: true })
+    );
+    let named = json!({"type": "function", "function": {"name": "time"}});
+    assert_eq!(
+        mode_of(json!({"tools": weather(), "tool_choice": named}), None),
+        Ok(Mode::Named("time".into()))
+    );
+    // The tools reach the template with "none" too: the model knows them, and calls none.
+    let t = take(
+        &mut fields(json!({"tools": weather(), "tool_choice": "none"})),
+        None,
+    )
+    .expect("takes");
+    assert_eq!(t.tools, Some(weather()));
+}
+
+#[test]
+fn bad_tools_and_choices_are_refused_by_field() {
+    let refused = |v: Value, parser: Option<ToolCallParser>, field: &str, says: &str| {
+        let (f, message) = mode_of(v.clone(), parser).expect_err(&v.to_string());
+        assert_eq!(f, field, "{v}: {message}");
+        assert!(message.contains(says), "{v}: {message}");
+    };
+    let hermes = Some(ToolCallParser::Hermes);
+    refused(
+        json!({"tools": weather()}),
+        None,
+        "tool_choice",
+        "--tool-call-parser",
+    );
+    refused(
+        json!({"tools": {"a": 1}}),
+        hermes,
+        "tools",
+        "must be a list",
+    );
+    refused(
+        json!({"tools": [{"type": "retrieval"}]}),
+        hermes,
+        "tools",
+        "tools[0].type",
+    );
+    refused(
+        json!({"tools": [{"type": "function", "function": {"name": "a b"}}]}),
+        hermes,
+        "tools",
+        "tools[0].function.name",
+    );
+    refused(
+        json!({"tools": [{"type": "function", "function": {}}]}),
+        hermes,
+        "tools",
+        "tools[0].function.name",
+    );
+    refused(
+        json!({"tools": [{"type": "function", "function": {"name": "f", "parameters": "x"}}]}),
+        hermes,
+        "tools",
+        "parameters",
+    );
+    let twice = json!([{"type": "function", "function": {"name": "f"}}, {"type": "function", "function": {"name": "f"}}]);
+    refused(json!({"tools": twice}), hermes, "tools", "twice");
+    refused(
+        json!({"tool_choice": "required"}),
+        hermes,
+        "tool_choice",
+        "needs tools",
+    );
+    refused(
+        json!({"tools": weather(), "tool_choice": "any"}),
+        hermes,
+        "tool_choice",
+        "must be",
+    );
+    refused(
+        json!({"tools": weather(), "tool_choice": {"type": "function", "function": {"name": "x"}}}),
+        hermes,
+        "tool_choice",
+        "not one of the tools",
+    );
+    refused(
+        json!({"tools": weather(), "parallel_tool_calls": "yes"}),
+        hermes,
+        "parallel_tool_calls",
+        "boolean",
+    );
+    let mut completions = fields(json!({"tools": weather()}));
+    assert_eq!(
+        refuse_outside_chat(&mut completions).map_err(|e| e.0),
+        Err("tools")
+    );
+    let mut inert =
+        fields(json!({"tools": [], "tool_choice": "none", "parallel_tool_calls": true}));
+    assert_eq!(refuse_outside_chat(&mut inert), Ok(()));
+}
+
+#[test]
+fn forced_calls_are_drawn_under_formats_that_compile() {
+    let take_with = |choice: Value, parallel: bool| {
+        take(
+            &mut fields(
+                json!({"tools": weather(), "tool_choice": choice, "parallel_tool_calls": parallel}),
+            ),
+            None,
+        )
+        .expect("takes")
+    };
+    let named = take_with(
+        json!({"type": "function", "function": {"name": "weather"}}),
+        true,
+    );
+    let Some(Format::JsonSchema(schema)) = named.format() else {
+        panic!("a schema")
+    };
+    assert_eq!(
+        serde_json::from_str::<Value>(&schema).expect("json"),
+        weather()[0]["function"]["parameters"]
+    );
+    Format::JsonSchema(schema).check().expect("compiles");
+    // A function without parameters takes an object.
+    let time = take_with(
+        json!({"type": "function", "function": {"name": "time"}}),
+        true,
+    );
+    assert_eq!(
+        time.format(),
+        Some(Format::JsonSchema(r#"{"type":"object"}"#.into()))
+    );
+    for parallel in [true, false] {
+        let required = take_with(json!("required"), parallel);
+        let Some(Format::JsonSchema(schema)) = required.format() else {
+            panic!("a schema")
+        };
+        let v: Value = serde_json::from_str(&schema).expect("json");
+        assert_eq!(v["minItems"], 1);
+        assert_eq!(v["maxItems"], if parallel { json!(null) } else { json!(1) });
+        assert_eq!(
+            v["items"]["anyOf"][0]["properties"]["name"]["enum"][0],
+            "weather"
+        );
+        assert_eq!(
+            v["items"]["anyOf"][1]["properties"]["parameters"]["type"],
+            "object"
+        );
+        Format::JsonSchema(schema).check().expect("compiles");
+    }
+    let auto = take(
+        &mut fields(json!({"tools": weather()})),
+        Some(ToolCallParser::Hermes),
+    );
+    assert_eq!(auto.expect("takes").format(), None);
+}
+
+/// The pieces with the calls' ids replaced by their index (ids are random).
+fn without_ids(pieces: Vec<Piece>) -> Vec<Piece> {
+    pieces
+        .into_iter()
+        .map(|p| match p {
+            Piece::Call { index, id, name } => {
+                assert!(id.starts_with("call_") && id.len() == 29, "{id}");
+                Piece::Call {
+                    index,
+                    id: String::new(),
+                    name,
+                }
+            }
+            other => other,
+        })
+        .collect()
+}
+
+/// Reads `text` as `mode` in chunks cut at `cuts` (byte offsets); the pieces with texts and
+/// arguments joined where they follow each other.
+fn read(mode: &Mode, text: &str, cuts: &[usize]) -> (Vec<Piece>, &'static str) {
+    let mut reader = CallReader::new(mode.clone());
+    let mut pieces = Vec::new();
+    let mut at = 0;
+    for &cut in cuts.iter().chain([&text.len()]) {
+        reader.push(&text[at..cut], &mut pieces);
+        at = cut;
+    }
+    reader.finish(&mut pieces);
+    let mut joined: Vec<Piece> = Vec::new();
+    for p in without_ids(pieces) {
+        match (joined.last_mut(), p) {
+            (Some(Piece::Text(a)), Piece::Text(b)) => a.push_str(&b),
+            (
+                Some(Piece::Arguments { index: i, text: a }),
+                Piece::Arguments { index: j, text: b },
+            ) if *i == j => a.push_str(&b),
+            (_, p) => joined.push(p),
+        }
+    }
+    (joined, reader.finish_reason("stop"))
+}
+
+fn call(index: u32, name: &str) -> Piece {
+    Piece::Call {
+        index,
+        id: String::new(),
+        name: name.into(),
+    }
+}
+
+fn args(index: u32, text: &str) -> Piece {
+    Piece::Arguments {
+        index,
+        text: text.into(),
+    }
+}
+
+const HERMES: Mode = Mode::Auto {
+    parser: ToolCallParser::Hermes,
+    parallel: true,
+};
+
+#[test]
+fn hermes_calls_read_the_same_however_the_text_is_cut() {
+    let text = "Let me check.\n<tool_call>\n{\"name\": \"weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>\n<tool_call>{\"name\": \"time\"}</tool_call>\n";
+    let want = vec![
+        Piece::Text("Let me check.".into()),
+        call(0, "weather"),
+        args(0, r#"{"city":"Paris"}"#),
+        call(1, "time"),
+        args(1, "{}"),
+    ];
+    for a in 0..=text.len() {
+        for b in a..=text.len() {
+            assert_eq!(
+                read(&HERMES, text, &[a, b]),
+                (want.clone(), "tool_calls"),
+                "cut at {a}, {b}"
+            );
+        }
+    }
+    // Without parallel calls, the first only.
+    let one = Mode::Auto {
+        parser: ToolCallParser::Hermes,
+        parallel: false,
+    };
+    assert_eq!(read(&one, text, &[]).0, want[..3].to_vec());
+}
+
+#[test]
+fn hermes_keeps_every_text_that_is_not_a_call() {
+    // Plain text, whitespace and all, and a tag's beginning that never became one.
+    for text in ["  Hello,\n world. \n", "a < b <tool", "x <tool_cal"] {
+        for cut in 0..=text.len() {
+            assert_eq!(
+                read(&HERMES, text, &[cut]),
+                (vec![Piece::Text(text.into())], "stop"),
+                "{text:?} cut at {cut}"
+            );
+        }
+    }
+    // A block that is not a call stays text; text after a call is text.
+    let text = "<tool_call>not json</tool_call> then <tool_call>{\"name\": \"f\", \"arguments\": \"{\\\"a\\\": 1}\"}</tool_call>\n\nDone.";
+    assert_eq!(
+        read(&HERMES, text, &[7, 40]),
+        (
+            vec![
+                Piece::Text("<tool_call>not json</tool_call> then".into()),
+                call(0, "f"),
+                args(0, r#"{"a": 1}"#),
+                Piece::Text("Done.".into()),
+            ],
+            "tool_calls"
+        )
+    );
+    // An unclosed last call is read when it parses (cut off after the object), kept as text when not.
+    assert_eq!(
+        read(&HERMES, "<tool_call>{\"name\": \"time\"}", &[]),
+        (vec![call(0, "time"), args(0, "{}")], "tool_calls")
+    );
+    assert_eq!(
+        read(&HERMES, "<tool_call>{\"name\": \"ti", &[3]),
+        (
+            vec![Piece::Text("<tool_call>{\"name\": \"ti".into())],
+            "stop"
+        )
+    );
+}
+
+#[test]
+fn required_and_named_answers_become_calls() {
+    let required = Mode::Required { parallel: true };
+    let text = r#"[{"name": "weather", "parameters": {"city": "Paris"}}, {"name": "time", "parameters": {}}]"#;
+    assert_eq!(
+        read(&required, text, &[10, 50]),
+        (
+            vec![
+                call(0, "weather"),
+                args(0, r#"{"city":"Paris"}"#),
+                call(1, "time"),
+                args(1, "{}"),
+            ],
+            "tool_calls"
+        )
+    );
+    // Cut off by the length limit: the text, not a broken call.
+    assert_eq!(
+        read(&required, &text[..30], &[]),
+        (vec![Piece::Text(text[..30].into())], "stop")
+    );
+    // A named call streams its arguments as they come, and ends as the text would.
+    let named = Mode::Named("weather".into());
+    let mut reader = CallReader::new(named.clone());
+    let mut pieces = Vec::new();
+    reader.push("{\"city\": ", &mut pieces);
+    reader.push("\"Paris\"}", &mut pieces);
+    reader.finish(&mut pieces);
+    assert_eq!(
+        without_ids(pieces),
+        vec![
+            call(0, "weather"),
+            args(0, "{\"city\": "),
+            args(0, "\"Paris\"}")
+        ]
+    );
+    assert_eq!(reader.finish_reason("stop"), "stop");
+    assert_eq!(reader.calls(), 1);
+    // Even an empty answer is the call the client forced.
+    assert_eq!(read(&named, "", &[]), (vec![call(0, "weather")], "stop"));
+}
