@@ -119,8 +119,9 @@ pub struct RouterConfig {
     pub max_inflight: u32,
     /// How calls are read out of the model's text when a request lets it choose whether to
     /// call a tool (`tool_choice: "auto"`, the default with tools): the format the model was
-    /// trained to write calls in (`hermes`: Qwen2.5, Qwen3, Hermes 2 Pro, SmolLM3). Without it
-    /// such requests get 400; forced calls (`"required"`, a named function) need no parser.
+    /// trained to write calls in (`hermes`: Qwen2.5, Qwen3, Hermes 2 Pro, SmolLM3;
+    /// `llama3_json`: Llama 3.1-3.3). Without it such requests get 400; forced calls
+    /// (`"required"`, a named function) need no parser.
     #[arg(long, env = "DOLPHIN_TOOL_CALL_PARSER", value_enum)]
     pub tool_call_parser: Option<crate::http::tools::ToolCallParser>,
     /// Times one request may move to another decode worker when the one streaming it dies or
@@ -540,6 +541,16 @@ mod tests {
         ));
         assert!(parse(&["--fallback-policy", "dolphin"]).is_err());
         assert!(parse(&["--tokenizer", "gpt"]).is_err());
+        // Tool call parsers by vLLM's names.
+        use crate::http::tools::ToolCallParser;
+        let parser = |name: &str| parse(&["--tool-call-parser", name]).map(|c| c.tool_call_parser);
+        assert_eq!(parser("hermes").ok(), Some(Some(ToolCallParser::Hermes)));
+        assert_eq!(
+            parser("llama3_json").ok(),
+            Some(Some(ToolCallParser::Llama3Json))
+        );
+        assert!(parser("mistral").is_err());
+        assert_eq!(d.tool_call_parser, None);
     }
 
     #[test]

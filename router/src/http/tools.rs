@@ -16,6 +16,11 @@ pub enum ToolCallParser {
     /// `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`, one block per call: Hermes 2
     /// Pro, Qwen2.5, Qwen3, SmolLM3 (vLLM's `hermes` parser).
     Hermes,
+    /// An answer that is `{"name": ..., "parameters": {...}}`, several separated by `;`: Llama
+    /// 3.1, 3.2 and 3.3's JSON tool calling (vLLM's `llama3_json`; their `<|python_tag|>` is a
+    /// control token, left out of the text).
+    #[value(name = "llama3_json", alias = "llama3-json")]
+    Llama3Json,
 }
 
 /// Hermes' tags around one call.
@@ -301,6 +306,9 @@ pub(crate) struct CallReader {
     calls: u32,
     /// The named call's id went out.
     started: bool,
+    /// Llama 3 JSON: whether the answer is calls (it starts with `{`), once its first
+    /// character other than whitespace arrived.
+    json_answer: Option<bool>,
 }
 
 impl CallReader {
@@ -314,6 +322,7 @@ impl CallReader {
             in_call: false,
             calls: 0,
             started: false,
+            json_answer: None,
         }
     }
 
@@ -355,9 +364,29 @@ impl CallReader {
                 });
             }
             Mode::Required { .. } => self.held.push_str(text),
-            Mode::Auto { .. } => {
+            Mode::Auto {
+                parser: ToolCallParser::Hermes,
+                ..
+            } => {
                 self.held.push_str(text);
                 self.scan(out);
+            }
+            Mode::Auto {
+                parser: ToolCallParser::Llama3Json,
+                ..
+            } => {
+                self.held.push_str(text);
+                if self.json_answer.is_none() {
+                    let start = self.held.trim_start();
+                    if start.is_empty() {
+                        return;
+                    }
+                    self.json_answer = Some(start.starts_with('{'));
+                }
+                // Text streams as it comes; calls are read whole at the end.
+                if self.json_answer == Some(false) {
+                    out.push(Piece::Text(std::mem::take(&mut self.held)));
+                }
             }
         }
     }
@@ -389,7 +418,25 @@ impl CallReader {
                     None => out.push(Piece::Text(held)),
                 }
             }
-            Mode::Auto { .. } => {
+            Mode::Auto {
+                parser: ToolCallParser::Llama3Json,
+                ..
+            } => {
+                let held = std::mem::take(&mut self.held);
+                match llama3_calls(&held).filter(|_| self.json_answer == Some(true)) {
+                    Some(calls) => {
+                        for (name, arguments) in calls {
+                            self.call(name, arguments, out);
+                        }
+                    }
+                    None if held.is_empty() => {}
+                    None => out.push(Piece::Text(held)),
+                }
+            }
+            Mode::Auto {
+                parser: ToolCallParser::Hermes,
+                ..
+            } => {
                 let held = std::mem::take(&mut self.held);
                 if self.in_call {
                     // An unclosed last call, as vLLM's parser reads it, when it parses.
@@ -517,6 +564,28 @@ fn hermes_call(body: &str) -> Option<(String, String)> {
         a => a.to_string(),
     };
     Some((name, arguments))
+}
+
+/// A Llama 3 JSON answer, `{"name": ..., "parameters": {...}}` (or `"arguments"`) one or more
+/// times separated by `;`: each call's function and arguments. `None` when it is not that.
+fn llama3_calls(text: &str) -> Option<Vec<(String, String)>> {
+    let mut calls = Vec::new();
+    let mut rest = text.trim();
+    while !rest.is_empty() {
+        let mut objects = serde_json::Deserializer::from_str(rest).into_iter::<Value>();
+        let v = objects.next()?.ok()?;
+        let used = objects.byte_offset();
+        let name = v["name"].as_str()?.to_owned();
+        let arguments = match (&v["parameters"], &v["arguments"]) {
+            (Value::Null, Value::Null) => "{}".to_owned(),
+            (Value::Null, Value::String(s)) | (Value::String(s), _) => s.clone(),
+            (Value::Null, a) | (a, _) => a.to_string(),
+        };
+        calls.push((name, arguments));
+        rest = rest[used..].trim_start();
+        rest = rest.strip_prefix(';').unwrap_or(rest).trim_start();
+    }
+    (!calls.is_empty()).then_some(calls)
 }
 
 /// `"required"`'s answer, a JSON array of `{"name", "parameters"}`: each call's function and

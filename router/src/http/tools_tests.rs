@@ -340,6 +340,49 @@ fn hermes_keeps_every_text_that_is_not_a_call() {
 }
 
 #[test]
+fn llama3_json_answers_are_calls_or_text() {
+    let llama = Mode::Auto {
+        parser: ToolCallParser::Llama3Json,
+        parallel: true,
+    };
+    let text = "  {\"name\": \"weather\", \"parameters\": {\"city\": \"Paris\"}}; {\"name\": \"time\", \"arguments\": \"{}\"}\n";
+    for cut in 0..=text.len() {
+        assert_eq!(
+            read(&llama, text, &[cut]),
+            (
+                vec![
+                    call(0, "weather"),
+                    args(0, r#"{"city":"Paris"}"#),
+                    call(1, "time"),
+                    args(1, "{}"),
+                ],
+                "tool_calls"
+            ),
+            "cut at {cut}"
+        );
+    }
+    // Text streams as it comes; JSON that is not a call, or is cut off, is text.
+    let mut reader = CallReader::new(llama.clone());
+    let mut pieces = Vec::new();
+    reader.push("Sure: {x}", &mut pieces);
+    assert_eq!(pieces, vec![Piece::Text("Sure: {x}".into())]);
+    for text in ["{\"answer\": 42}", "{\"name\": \"weather\", \"param", " \n"] {
+        assert_eq!(
+            read(&llama, text, &[1]),
+            (vec![Piece::Text(text.into())], "stop"),
+            "{text:?}"
+        );
+    }
+    assert_eq!(read(&llama, "", &[]), (vec![], "stop"));
+    // Without parallel calls, the first only.
+    let one = Mode::Auto {
+        parser: ToolCallParser::Llama3Json,
+        parallel: false,
+    };
+    assert_eq!(read(&one, text, &[]).0.len(), 2);
+}
+
+#[test]
 fn required_and_named_answers_become_calls() {
     let required = Mode::Required { parallel: true };
     let text = r#"[{"name": "weather", "parameters": {"city": "Paris"}}, {"name": "time", "parameters": {}}]"#;
