@@ -123,7 +123,7 @@ pub struct RouterConfig {
     /// `llama3_json`: Llama 3.1-3.3). Without it such requests get 400; forced calls
     /// (`"required"`, a named function) need no parser.
     #[arg(long, env = "DOLPHIN_TOOL_CALL_PARSER", value_enum)]
-    pub tool_call_parser: Option<crate::http::tools::ToolCallParser>,
+    pub tool_call_parser: Option<crate::tools::ToolCallParser>,
     /// Times one request may move to another decode worker when the one streaming it dies or
     /// its connection breaks (0: never; the client gets the error).
     #[arg(long, env = "DOLPHIN_MAX_MIGRATIONS", default_value_t = 3)]
@@ -542,7 +542,7 @@ mod tests {
         assert!(parse(&["--fallback-policy", "dolphin"]).is_err());
         assert!(parse(&["--tokenizer", "gpt"]).is_err());
         // Tool call parsers by vLLM's names.
-        use crate::http::tools::ToolCallParser;
+        use crate::tools::ToolCallParser;
         let parser = |name: &str| parse(&["--tool-call-parser", name]).map(|c| c.tool_call_parser);
         assert_eq!(parser("hermes").ok(), Some(Some(ToolCallParser::Hermes)));
         assert_eq!(

@@ -51,7 +51,7 @@ pub struct DispatchConfig {
     pub max_migrations: u32,
     /// How chat answers are read for the calls a model chose to make (`None`: `tool_choice:
     /// "auto"` is refused).
-    pub tool_call_parser: Option<crate::http::tools::ToolCallParser>,
+    pub tool_call_parser: Option<crate::tools::ToolCallParser>,
     /// Longest a request may run, first token to last, when the client sets no shorter limit
     /// (`None`: no limit).
     pub request_timeout: Option<Duration>,

@@ -115,14 +115,45 @@ fn generate_request() -> impl Strategy<Value = v1::GenerateRequest> {
         4 => ".{0,40}".prop_map(|t| Some(Input::Text(t))),
         2 => proptest::collection::vec(prop_oneof![0u32..600, any::<u32>()], 0..20)
             .prop_map(|ids| Some(Input::TokenIds(v1::TokenIds { ids }))),
-        1 => proptest::collection::vec((".{0,10}", ".{0,20}"), 0..3).prop_map(|m| {
-            Some(Input::Chat(v1::ChatMessages {
-                messages: m
-                    .into_iter()
-                    .map(|(role, content)| v1::ChatMessage { role, content })
-                    .collect(),
-            }))
-        }),
+        1 => (
+            proptest::collection::vec((".{0,10}", ".{0,20}"), 0..3),
+            // Tools: names and parameters valid or not, any choice.
+            proptest::collection::vec(
+                (
+                    prop_oneof!["[a-z_]{1,8}", ".{0,8}"],
+                    prop_oneof![
+                        Just(String::new()),
+                        Just(r#"{"type": "object", "properties": {"a": {"type": "integer"}}}"#.to_owned()),
+                        ".{0,20}",
+                    ],
+                ),
+                0..3,
+            ),
+            prop_oneof![Just(""), Just("none"), Just("auto"), Just("required"), Just("f")],
+            any::<bool>(),
+        )
+            .prop_map(|(m, tools, choice, single)| {
+                Some(Input::Chat(v1::ChatMessages {
+                    messages: m
+                        .into_iter()
+                        .map(|(role, content)| v1::ChatMessage {
+                            role,
+                            content,
+                            ..Default::default()
+                        })
+                        .collect(),
+                    tools: tools
+                        .into_iter()
+                        .map(|(name, parameters_json)| v1::Tool {
+                            name,
+                            description: String::new(),
+                            parameters_json,
+                        })
+                        .collect(),
+                    tool_choice: choice.to_owned(),
+                    single_tool_call: single,
+                }))
+            }),
     ];
     let float = prop_oneof![
         6 => 0f32..1.0,

@@ -22,7 +22,8 @@ use crate::dolphin::admin;
 use crate::policy::{Decision, Policy};
 use crate::shard::ShardListener;
 use crate::stream::{Api, ResponseStream};
-use crate::tokenizer::ChatMessage;
+use crate::tokenizer::{ChatMessage, ToolCall};
+use crate::tools::{self, CallReader, Mode, ToolCallParser, ToolRequest};
 
 /// `dolphin.v1.Inference` over the dispatcher.
 #[derive(Clone, Debug)]
@@ -37,19 +38,35 @@ impl InferenceService {
     }
 }
 
-/// Turns a `GenerateRequest` into dispatcher parameters.
-pub(crate) fn params(r: v1::GenerateRequest) -> Result<GenerateParams, Status> {
+/// Turns a `GenerateRequest` into dispatcher parameters, and how its answer is read for tool
+/// calls (`parser`: the router's `--tool-call-parser`).
+pub(crate) fn params(
+    r: v1::GenerateRequest,
+    parser: Option<ToolCallParser>,
+) -> Result<(GenerateParams, Mode), Status> {
+    let mut sampling = r.sampling.unwrap_or_default();
+    let mut format_field = "structured";
+    let mut mode = Mode::Text;
     let prompt = match r.input {
         Some(Input::Text(t)) => Prompt::Text(t),
         Some(Input::TokenIds(t)) => Prompt::Tokens(t.ids),
-        Some(Input::Chat(c)) => Prompt::Chat {
-            messages: c
-                .messages
-                .into_iter()
-                .map(|m| ChatMessage::new(m.role, m.content))
-                .collect(),
-            tools: None,
-        },
+        Some(Input::Chat(c)) => {
+            let request = chat_tools(&c, parser)?;
+            if let Some(format) = request.format() {
+                if sampling.structured.is_some() {
+                    return Err(Status::invalid_argument(
+                        "sampling.structured cannot be set with a forced tool call (chat.tool_choice \"required\" or a function's name): send one",
+                    ));
+                }
+                sampling.structured = Some(Box::new(format.to_wire()));
+                format_field = "chat.tools";
+            }
+            mode = request.mode;
+            Prompt::Chat {
+                messages: c.messages.into_iter().map(chat_message).collect(),
+                tools: request.tools,
+            }
+        }
         None => {
             return Err(Status::invalid_argument(
                 "input is required: text, token_ids or chat",
@@ -67,12 +84,12 @@ pub(crate) fn params(r: v1::GenerateRequest) -> Result<GenerateParams, Status> {
             )));
         }
     };
-    Ok(GenerateParams {
-        format_field: "structured",
+    let params = GenerateParams {
+        format_field,
         request_id: r.request_id,
         model: r.model,
         prompt,
-        sampling: r.sampling.unwrap_or_default(),
+        sampling,
         // gRPC has no default: 0 is refused.
         max_tokens_is_default: false,
         force,
@@ -80,18 +97,77 @@ pub(crate) fn params(r: v1::GenerateRequest) -> Result<GenerateParams, Status> {
         api: Api::Grpc,
         timeout: None,
         trace: Default::default(),
-    })
+    };
+    Ok((params, mode))
+}
+
+/// A chat message of the request, its earlier calls' arguments as objects (as templates
+/// write them) where they parse.
+fn chat_message(m: v1::ChatMessage) -> ChatMessage {
+    ChatMessage {
+        role: m.role,
+        content: m.content,
+        tool_calls: m
+            .tool_calls
+            .into_iter()
+            .map(|c| ToolCall {
+                id: c.id,
+                name: c.name,
+                arguments: serde_json::from_str(&c.arguments)
+                    .unwrap_or(serde_json::Value::String(c.arguments)),
+            })
+            .collect(),
+        tool_call_id: (!m.tool_call_id.is_empty()).then_some(m.tool_call_id),
+    }
+}
+
+/// A chat request's tools, read as OpenAI's fields are over HTTP (the same checks and
+/// refusals): `tools` from each `Tool`, `tool_choice` from the choice or function name.
+fn chat_tools(c: &v1::ChatMessages, parser: Option<ToolCallParser>) -> Result<ToolRequest, Status> {
+    use serde_json::{Value, json};
+    if c.tools.is_empty() && c.tool_choice.is_empty() {
+        return Ok(ToolRequest::default());
+    }
+    let mut list = Vec::with_capacity(c.tools.len());
+    for (i, t) in c.tools.iter().enumerate() {
+        let mut function = json!({"name": t.name});
+        if !t.description.is_empty() {
+            function["description"] = json!(t.description);
+        }
+        if !t.parameters_json.is_empty() {
+            let parameters: Value = serde_json::from_str(&t.parameters_json).map_err(|e| {
+                Status::invalid_argument(format!(
+                    "chat.tools[{i}].parameters_json is not JSON: {e}"
+                ))
+            })?;
+            function["parameters"] = parameters;
+        }
+        list.push(json!({"type": "function", "function": function}));
+    }
+    let choice = match c.tool_choice.as_str() {
+        "" => Value::Null,
+        "none" | "auto" | "required" => json!(c.tool_choice),
+        name => json!({"type": "function", "function": {"name": name}}),
+    };
+    let fields =
+        json!({"tools": list, "tool_choice": choice, "parallel_tool_calls": !c.single_tool_call});
+    let mut fields = serde_json::from_value(fields)
+        .map_err(|e| Status::internal(format!("tool fields: {e}")))?;
+    tools::take(&mut fields, parser)
+        .map_err(|(_, message)| Status::invalid_argument(format!("chat: {message}")))
 }
 
 pub(crate) type GenerateStream =
     Pin<Box<dyn Stream<Item = Result<v1::GenerateResponse, Status>> + Send>>;
 
 /// Maps the response stream to `GenerateResponse`s: routing on the first message (where the
-/// request started) and the last (where it ended, after any migration or fallback).
-pub(crate) fn responses(stream: ResponseStream) -> GenerateStream {
+/// request started) and the last (where it ended, after any migration or fallback); a chat
+/// answer with tools read for calls as `tools` says.
+pub(crate) fn responses(stream: ResponseStream, tools: Mode) -> GenerateStream {
     let request_id = stream.request_id().to_string();
     let routing = stream.routing();
     let mut first = true;
+    let mut reader = (tools != Mode::Text).then(|| CallReader::new(tools));
     Box::pin(stream.into_stream().map(move |item| {
         let delta = item.map_err(Status::from)?;
         let mut msg = v1::GenerateResponse {
@@ -105,8 +181,29 @@ pub(crate) fn responses(stream: ResponseStream) -> GenerateStream {
         if std::mem::take(&mut first) {
             msg.routing = Some(routing.clone());
         }
+        if let Some(reader) = reader.as_mut() {
+            let mut pieces = Vec::new();
+            reader.push(&msg.text, &mut pieces);
+            if delta.finish.is_some() {
+                reader.finish(&mut pieces);
+            }
+            let (text, calls) = tools::join(pieces);
+            msg.text = text;
+            msg.tool_calls = calls
+                .into_iter()
+                .map(|c| v1::ToolCall {
+                    index: c.index,
+                    id: c.id.unwrap_or_default(),
+                    name: c.name.unwrap_or_default(),
+                    arguments: c.arguments,
+                })
+                .collect();
+        }
         if let Some(f) = delta.finish {
-            msg.finish_reason = f.reason as i32;
+            msg.finish_reason = match &reader {
+                Some(r) if r.ends_in_calls() => v1::FinishReason::ToolCalls as i32,
+                _ => f.reason as i32,
+            };
             msg.usage = Some(f.usage);
             msg.timings = Some(f.timings);
             msg.routing = Some(f.routing);
@@ -127,10 +224,11 @@ impl Inference for InferenceService {
         let timeout = dolphin_proto::deadline::of(req.metadata());
         // The request's spans go under the call's (`ServerSpanLayer`), which continues the
         // client's `traceparent`: no trace headers for the dispatcher to read.
-        let mut p = params(req.into_inner())?;
+        let parser = self.dispatcher.config().tool_call_parser;
+        let (mut p, tools) = params(req.into_inner(), parser)?;
         p.timeout = timeout;
         let stream = self.dispatcher.generate(p).await?;
-        Ok(Response::new(responses(stream)))
+        Ok(Response::new(responses(stream, tools)))
     }
 
     async fn list_models(

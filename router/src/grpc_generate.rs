@@ -181,11 +181,12 @@ impl Shared {
             .and_then(|v| v.to_str().ok())
             .and_then(dolphin_proto::deadline::parse);
         let request = read_request(req.into_body()).await?;
-        let mut p = params(request)?;
+        let parser = self.dispatcher.config().tool_call_parser;
+        let (mut p, tools) = params(request, parser)?;
         p.timeout = timeout;
         let stream = self.dispatcher.generate(p).await?;
         let mut response = http::Response::new(Body::new(GenerateBody {
-            stream: responses(stream),
+            stream: responses(stream, tools),
             permit: Some(permit),
             end: None,
         }));

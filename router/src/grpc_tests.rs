@@ -183,6 +183,135 @@ async fn generate_streams_with_routing_on_first_and_last() {
     assert!(last.timings.expect("timings").e2e_us > 0);
 }
 
+/// Tool calling over gRPC reads as over HTTP: `"auto"` answers are read with the router's
+/// parser (Hermes in the test dispatcher), the earlier calls reach the template, a named
+/// function is drawn under its schema, and a malformed tool is `INVALID_ARGUMENT`.
+#[tokio::test]
+async fn chat_tools_are_called_over_grpc() {
+    use v1::generate_request::Input;
+    let answer = "Hm.<tool_call>{\"name\": \"wx\", \"arguments\": {\"c\": 1}}</tool_call>";
+    let fake = FakeWorker::start("d1", Role::Decode, Behavior::Text(answer.into())).await;
+    let d = dispatcher(Policy::AlwaysLocal, RequestLog::disabled());
+    d.registry().add(fake.record()).expect("add");
+    let (ch, _stop) = start(d).await;
+    let client = InferenceClient::new(ch);
+    let tool = v1::Tool {
+        name: "wx".into(),
+        description: "Weather".into(),
+        parameters_json: r#"{"type": "object", "properties": {"c": {"type": "integer"}}}"#.into(),
+    };
+    let chat = |tool_choice: &str, tools: Vec<v1::Tool>| v1::GenerateRequest {
+        input: Some(Input::Chat(v1::ChatMessages {
+            messages: vec![
+                v1::ChatMessage {
+                    role: "assistant".into(),
+                    tool_calls: vec![v1::ToolCall {
+                        id: "call_0".into(),
+                        name: "wx".into(),
+                        arguments: r#"{"c": 0}"#.into(),
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                },
+                v1::ChatMessage {
+                    role: "tool".into(),
+                    content: "cold".into(),
+                    tool_call_id: "call_0".into(),
+                    ..Default::default()
+                },
+                v1::ChatMessage {
+                    role: "user".into(),
+                    content: "And now?".into(),
+                    ..Default::default()
+                },
+            ],
+            tools,
+            tool_choice: tool_choice.into(),
+            single_tool_call: false,
+        })),
+        sampling: Some(v1::SamplingParams {
+            max_tokens: answer.len() as u32,
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let collect = |mut client: InferenceClient<Channel>, req: v1::GenerateRequest| async move {
+        let mut stream = client.generate(req).await?.into_inner();
+        let mut msgs = Vec::new();
+        while let Some(m) = stream.message().await? {
+            msgs.push(m);
+        }
+        Ok::<_, Status>(msgs)
+    };
+    let msgs = collect(client.clone(), chat("", vec![tool.clone()]))
+        .await
+        .expect("auto");
+    let text: String = msgs.iter().map(|m| m.text.as_str()).collect();
+    assert_eq!(text, "Hm.");
+    let calls: Vec<&v1::ToolCall> = msgs.iter().flat_map(|m| &m.tool_calls).collect();
+    assert_eq!(calls.len(), 1, "{msgs:?}");
+    assert_eq!((calls[0].index, calls[0].name.as_str()), (0, "wx"));
+    assert!(calls[0].id.starts_with("call_"));
+    assert_eq!(calls[0].arguments, r#"{"c":1}"#);
+    let last = msgs.last().expect("last");
+    assert_eq!(last.finish_reason, v1::FinishReason::ToolCalls as i32);
+    // The template saw the tools and the earlier call with its result.
+    let prompt = crate::tokenizer::Tokenizer::decode(
+        &crate::tokenizer::SimTokenizer,
+        &fake.state.calls.lock()[0].token_ids,
+    );
+    assert!(
+        prompt.contains("<tools>") && prompt.contains(r#""arguments":{"c":0}"#),
+        "{prompt}"
+    );
+    assert!(prompt.contains("<|im_start|>tool\ncold"), "{prompt}");
+
+    // A named function: its schema goes to the worker as the format.
+    *fake.state.behavior.lock() = Behavior::Text(r#"{"c": 2}"#.into());
+    let mut req = chat("wx", vec![tool.clone()]);
+    req.sampling.as_mut().expect("sampling").max_tokens = 8;
+    let msgs = collect(client.clone(), req).await.expect("named");
+    let calls: Vec<&v1::ToolCall> = msgs.iter().flat_map(|m| &m.tool_calls).collect();
+    assert_eq!(calls[0].name, "wx");
+    let args: String = calls.iter().map(|c| c.arguments.as_str()).collect();
+    assert_eq!(args, r#"{"c": 2}"#);
+    let sent = fake.state.calls.lock()[1]
+        .sampling
+        .clone()
+        .expect("sampling");
+    let format = dolphin_grammar::Format::from_wire(&sent.structured.expect("a format"));
+    assert_eq!(
+        format.expect("format"),
+        dolphin_grammar::Format::JsonSchema(
+            r#"{"type":"object","properties":{"c":{"type":"integer"}}}"#.into()
+        )
+    );
+
+    for (choice, tools, says) in [
+        ("nope", vec![tool.clone()], "not one of the tools"),
+        ("required", vec![], "needs tools"),
+        (
+            "",
+            vec![v1::Tool {
+                parameters_json: "{not json".into(),
+                ..tool.clone()
+            }],
+            "parameters_json is not JSON",
+        ),
+    ] {
+        let status = collect(client.clone(), chat(choice, tools))
+            .await
+            .expect_err("refused");
+        assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+        assert!(status.message().contains(says), "{status:?}");
+    }
+    assert_eq!(
+        fake.state.calls.lock().len(),
+        2,
+        "refused before any worker"
+    );
+}
+
 #[tokio::test]
 async fn gzip_compressed_requests_are_served_uncompressed() {
     let fake = FakeWorker::start("d1", Role::Decode, Behavior::Text("xyz".into())).await;

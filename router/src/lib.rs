@@ -32,6 +32,7 @@ pub mod stop;
 pub mod stream;
 mod subscriber;
 pub mod tokenizer;
+pub mod tools;
 pub mod worker_channel;
 pub mod worker_handle;
 pub mod workers;

@@ -470,7 +470,7 @@ pub fn dispatcher_with(
             overlap_weight: 1.0,
             block_size: BS,
             max_migrations: 3,
-            tool_call_parser: Some(crate::http::tools::ToolCallParser::Hermes),
+            tool_call_parser: Some(crate::tools::ToolCallParser::Hermes),
             request_timeout: None,
         },
         log,

@@ -56,7 +56,10 @@ async fn grpc_rejects_bad_requests_and_keeps_serving() -> anyhow::Result<()> {
         (
             "empty chat",
             GenerateRequest {
-                input: Some(Input::Chat(ChatMessages { messages: vec![] })),
+                input: Some(Input::Chat(ChatMessages {
+                    messages: vec![],
+                    ..Default::default()
+                })),
                 ..ok()
             },
             Code::InvalidArgument,

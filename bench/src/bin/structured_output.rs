@@ -86,7 +86,7 @@ struct Report {
 /// The format the router draws a forced tool call under, for `tool_choice` over 8 tools as an
 /// agent offers them (three parameters each: text, a bounded integer, one of three options).
 fn tool_format(tool_choice: serde_json::Value) -> anyhow::Result<Format> {
-    use dolphin_router::http::{tools, types::OtherFields};
+    use dolphin_router::{http::types::OtherFields, tools};
     let tools: Vec<serde_json::Value> = (0..8)
         .map(|i| {
             serde_json::json!({"type": "function", "function": {

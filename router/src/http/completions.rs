@@ -12,12 +12,12 @@ use super::AppState;
 use super::error::ApiError;
 use super::logprobs;
 use super::sse::SseBody;
-use super::tools::{self, CallReader, Mode, Piece};
 use super::types::*;
 use crate::dispatch::{GenerateParams, Prompt};
 use crate::policy::Decision;
 use crate::stream::{Api, Delta, ResponseStream};
 use crate::tokenizer::{ChatMessage, Tokenizer};
+use crate::tools::{self, CallReader, Mode, Piece};
 
 /// OpenAI's default `max_tokens` for completions.
 const COMPLETIONS_DEFAULT_MAX_TOKENS: u32 = 16;
@@ -991,44 +991,22 @@ fn read_whole(
     (text, calls, finish)
 }
 
-/// The text and calls of a reader's pieces: each call's arguments joined to it. In a stream
-/// (`streamed`) calls carry their index, and arguments for a call begun in an earlier chunk
-/// are a part of their own.
+/// The text and calls of a reader's pieces in OpenAI's shape; in a stream (`streamed`) each
+/// call part carries its index, and its id, type and name on its first part.
 fn assemble(pieces: Vec<Piece>, streamed: bool) -> (String, Vec<ToolCallOut>) {
-    let mut text = String::new();
-    let mut calls: Vec<ToolCallOut> = Vec::new();
-    for p in pieces {
-        match p {
-            Piece::Text(t) => text.push_str(&t),
-            Piece::Call { index, id, name } => calls.push(ToolCallOut {
-                index: streamed.then_some(index),
-                id: Some(id),
-                kind: Some("function"),
-                function: FunctionCallOut {
-                    name: Some(name),
-                    arguments: String::new(),
-                },
-            }),
-            Piece::Arguments { index, text: args } => {
-                let at = if streamed {
-                    calls.iter().position(|c| c.index == Some(index))
-                } else {
-                    usize::try_from(index).ok().filter(|&i| i < calls.len())
-                };
-                match at {
-                    Some(at) => calls[at].function.arguments.push_str(&args),
-                    None => calls.push(ToolCallOut {
-                        index: Some(index),
-                        function: FunctionCallOut {
-                            name: None,
-                            arguments: args,
-                        },
-                        ..ToolCallOut::default()
-                    }),
-                }
-            }
-        }
-    }
+    let (text, parts) = tools::join(pieces);
+    let calls = parts
+        .into_iter()
+        .map(|p| ToolCallOut {
+            index: streamed.then_some(p.index),
+            kind: p.id.is_some().then_some("function"),
+            id: p.id,
+            function: FunctionCallOut {
+                name: p.name,
+                arguments: p.arguments,
+            },
+        })
+        .collect();
     (text, calls)
 }
 

@@ -7,7 +7,6 @@ pub mod error;
 mod logprobs;
 mod public;
 mod sse;
-pub mod tools;
 pub mod types;
 
 use std::sync::{Arc, LazyLock};

@@ -1,13 +1,13 @@
-//! Tool calling on `/v1/chat/completions`, as OpenAI serves it: the request's `tools`,
-//! `tool_choice` and `parallel_tool_calls`, the format that makes a forced call well formed
-//! (vLLM's way: the function's parameters for a named choice, a JSON array of calls for
-//! `required`), and [`CallReader`], which reads the calls out of the model's text, whole or as
-//! it streams.
+//! Tool calling, as OpenAI serves it on `/v1/chat/completions` (gRPC chat requests are read the
+//! same way): the request's `tools`, `tool_choice` and `parallel_tool_calls`; the format that
+//! makes a forced call well formed (vLLM's way: the function's parameters for a named choice, a
+//! JSON array of calls for `required`); and [`CallReader`], which reads the calls out of the
+//! model's text, whole or as it streams.
 
 use dolphin_grammar::Format;
 use serde_json::{Value, json};
 
-use super::types::OtherFields;
+use crate::http::types::OtherFields;
 
 /// How the router reads the calls a model chose to make (`tool_choice: "auto"`): the format
 /// the model was trained to write them in.
@@ -332,12 +332,19 @@ impl CallReader {
         self.calls
     }
 
-    /// The finish reason OpenAI gives: `"tool_calls"` where the model chose to call (auto or
-    /// required) and did; a named call ends as the text would have.
+    /// Whether the answer ends as calls: the model chose (or was required) to call, and did. A
+    /// named call ends as the text would have, as OpenAI answers it.
+    pub(crate) fn ends_in_calls(&self) -> bool {
+        matches!(self.mode, Mode::Auto { .. } | Mode::Required { .. }) && self.calls > 0
+    }
+
+    /// The finish reason OpenAI gives: `"tool_calls"` where the answer
+    /// [ends in calls](Self::ends_in_calls), else the text's.
     pub(crate) fn finish_reason(&self, text_reason: &'static str) -> &'static str {
-        match self.mode {
-            Mode::Auto { .. } | Mode::Required { .. } if self.calls > 0 => "tool_calls",
-            _ => text_reason,
+        if self.ends_in_calls() {
+            "tool_calls"
+        } else {
+            text_reason
         }
     }
 
@@ -542,6 +549,47 @@ impl CallReader {
             text: arguments,
         });
     }
+}
+
+/// A call, or the part of one that a batch of [`Piece`]s carries.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct CallPart {
+    /// Which call of the answer.
+    pub(crate) index: u32,
+    /// Its id and function, where the call begins in this batch.
+    pub(crate) id: Option<String>,
+    pub(crate) name: Option<String>,
+    /// Its arguments in this batch (JSON text, or a part of it).
+    pub(crate) arguments: String,
+}
+
+/// The text and the calls of a batch of pieces (a stream message's, or a whole answer's):
+/// each call's arguments joined to its part.
+pub(crate) fn join(pieces: Vec<Piece>) -> (String, Vec<CallPart>) {
+    let mut text = String::new();
+    let mut parts: Vec<CallPart> = Vec::new();
+    for p in pieces {
+        match p {
+            Piece::Text(t) => text.push_str(&t),
+            Piece::Call { index, id, name } => parts.push(CallPart {
+                index,
+                id: Some(id),
+                name: Some(name),
+                arguments: String::new(),
+            }),
+            Piece::Arguments { index, text: args } => {
+                match parts.iter_mut().find(|c| c.index == index) {
+                    Some(part) => part.arguments.push_str(&args),
+                    None => parts.push(CallPart {
+                        index,
+                        arguments: args,
+                        ..CallPart::default()
+                    }),
+                }
+            }
+        }
+    }
+    (text, parts)
 }
 
 /// Bytes at the end of `text` that may begin [`CALL_OPEN`].
