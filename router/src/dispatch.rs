@@ -68,8 +68,9 @@ pub enum Prompt {
     Chat {
         /// The conversation.
         messages: Vec<ChatMessage>,
-        /// The tools the model may call (the request's list), for the template.
-        tools: Option<serde_json::Value>,
+        /// What the request adds for the template: the tools the model may call, the
+        /// template's own variables.
+        extras: Box<crate::tokenizer::ChatExtras>,
     },
 }
 
@@ -80,7 +81,7 @@ impl Prompt {
             Prompt::Text(t) => t.len(),
             // Tool schemas and calls are rendered into the prompt as JSON, which takes longer
             // than their size says: such requests always go to the blocking pool.
-            Prompt::Chat { tools: Some(_), .. } => usize::MAX,
+            Prompt::Chat { extras, .. } if extras.tools.is_some() => usize::MAX,
             Prompt::Chat { messages, .. } if messages.iter().any(|m| !m.tool_calls.is_empty()) => {
                 usize::MAX
             }
@@ -381,7 +382,7 @@ impl Dispatcher {
     pub fn tokenize(&self, prompt: Prompt) -> Result<Vec<u32>, DispatchError> {
         let tokens = match prompt {
             Prompt::Text(t) => self.tokenizer.encode(&t).map_err(internal)?,
-            Prompt::Chat { messages, tools } => {
+            Prompt::Chat { messages, extras } => {
                 if messages.is_empty() {
                     return Err(DispatchError::InvalidRequest(
                         "messages must not be empty".into(),
@@ -389,7 +390,7 @@ impl Dispatcher {
                 }
                 let text = self
                     .tokenizer
-                    .render_chat(&messages, tools.as_ref())
+                    .render_chat(&messages, &extras)
                     .map_err(|e| DispatchError::InvalidRequest(e.to_string()))?;
                 self.tokenizer.encode(&text).map_err(internal)?
             }

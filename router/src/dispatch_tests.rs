@@ -524,9 +524,9 @@ impl crate::tokenizer::Tokenizer for ThreadNoting {
     fn render_chat(
         &self,
         messages: &[crate::tokenizer::ChatMessage],
-        tools: Option<&serde_json::Value>,
+        extras: &crate::tokenizer::ChatExtras,
     ) -> Result<String, crate::tokenizer::ChatTemplateError> {
-        SimTokenizer.render_chat(messages, tools)
+        SimTokenizer.render_chat(messages, extras)
     }
     fn vocab_size(&self) -> u32 {
         SimTokenizer.vocab_size()

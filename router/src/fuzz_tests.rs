@@ -152,6 +152,11 @@ fn generate_request() -> impl Strategy<Value = v1::GenerateRequest> {
                         .collect(),
                     tool_choice: choice.to_owned(),
                     single_tool_call: single,
+                    template_kwargs_json: if single {
+                        r#"{"enable_thinking": false}"#.into()
+                    } else {
+                        String::new()
+                    },
                 }))
             }),
     ];

@@ -62,9 +62,21 @@ pub(crate) fn params(
                 format_field = "chat.tools";
             }
             mode = request.mode;
+            let kwargs = match c.template_kwargs_json.as_str() {
+                "" => serde_json::Map::new(),
+                text => serde_json::from_str(text)
+                    .map_err(|e| e.to_string())
+                    .and_then(crate::tokenizer::template_kwargs)
+                    .map_err(|e| {
+                        Status::invalid_argument(format!("chat.template_kwargs_json: {e}"))
+                    })?,
+            };
             Prompt::Chat {
                 messages: c.messages.into_iter().map(chat_message).collect(),
-                tools: request.tools,
+                extras: Box::new(crate::tokenizer::ChatExtras {
+                    tools: request.tools,
+                    kwargs,
+                }),
             }
         }
         None => {

@@ -228,6 +228,7 @@ async fn chat_tools_are_called_over_grpc() {
             tools,
             tool_choice: tool_choice.into(),
             single_tool_call: false,
+            template_kwargs_json: String::new(),
         })),
         sampling: Some(v1::SamplingParams {
             max_tokens: answer.len() as u32,
@@ -305,6 +306,16 @@ async fn chat_tools_are_called_over_grpc() {
         assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
         assert!(status.message().contains(says), "{status:?}");
     }
+    let mut req = chat("", vec![tool.clone()]);
+    if let Some(Input::Chat(c)) = req.input.as_mut() {
+        c.template_kwargs_json = r#"{"messages": []}"#.into();
+    }
+    let status = collect(client.clone(), req).await.expect_err("refused");
+    assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+    assert!(
+        status.message().contains("template_kwargs_json"),
+        "{status:?}"
+    );
     assert_eq!(
         fake.state.calls.lock().len(),
         2,

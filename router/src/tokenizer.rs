@@ -13,7 +13,25 @@ use std::sync::Arc;
 
 pub use model::{HfModelTokenizer, TokenizerLoadError};
 
-pub use dolphin_tokenizer::{ChatMessage, ToolCall};
+pub use dolphin_tokenizer::{ChatExtras, ChatMessage, ToolCall};
+
+/// A request's own variables for the chat template (vLLM's and SGLang's
+/// `chat_template_kwargs`, such as Qwen3's `enable_thinking`): a JSON object, without the
+/// names the renderer sets itself.
+pub fn template_kwargs(
+    v: serde_json::Value,
+) -> Result<serde_json::Map<String, serde_json::Value>, String> {
+    let serde_json::Value::Object(map) = v else {
+        return Err(format!("must be an object of template variables, got {v}"));
+    };
+    if let Some(name) = dolphin_tokenizer::RESERVED_NAMES
+        .iter()
+        .find(|n| map.contains_key(**n))
+    {
+        return Err(format!("{name} is set by the server, not by the request"));
+    }
+    Ok(map)
+}
 
 /// Text <-> token ids for one model.
 pub trait Tokenizer: Send + Sync + Debug {
@@ -21,14 +39,14 @@ pub trait Tokenizer: Send + Sync + Debug {
     fn encode(&self, text: &str) -> Result<Vec<u32>, EncodeError>;
     /// Text of `ids`; special tokens are skipped, ids the vocabulary lacks give U+FFFD.
     fn decode(&self, ids: &[u32]) -> String;
-    /// The prompt text for a conversation, ending where the assistant's answer begins; `tools`
-    /// (the request's list) are the tools the model may call. A model's template may refuse a
-    /// conversation (e.g. roles out of order): the request is then invalid (HTTP 400 /
-    /// INVALID_ARGUMENT).
+    /// The prompt text for a conversation, ending where the assistant's answer begins, with
+    /// what the request adds ([`ChatExtras`]: the tools the model may call, the template's
+    /// own variables). A model's template may refuse a conversation (e.g. roles out of
+    /// order): the request is then invalid (HTTP 400 / INVALID_ARGUMENT).
     fn render_chat(
         &self,
         messages: &[ChatMessage],
-        tools: Option<&serde_json::Value>,
+        extras: &ChatExtras,
     ) -> Result<String, ChatTemplateError>;
     /// Number of token ids (valid ids are `0..vocab_size`).
     fn vocab_size(&self) -> u32;
@@ -121,13 +139,13 @@ impl Tokenizer for SimTokenizer {
     fn render_chat(
         &self,
         messages: &[ChatMessage],
-        tools: Option<&serde_json::Value>,
+        extras: &ChatExtras,
     ) -> Result<String, ChatTemplateError> {
         // ChatML, as SmolLM2 uses it: the sim model has no template of its own, and sharing the
         // real model's shape keeps prompt lengths (and so cache behaviour) realistic. Tools and
         // calls as Qwen2.5's template writes them (Hermes tags).
         let mut out = String::new();
-        if let Some(tools) = tools {
+        if let Some(tools) = &extras.tools {
             out.push_str("<|im_start|>system\n<tools>\n");
             out.push_str(&tools.to_string());
             out.push_str("\n</tools><|im_end|>\n");
@@ -318,7 +336,8 @@ mod tests {
         let t = SimTokenizer;
         let msgs = [ChatMessage::new("user", "hi")];
         assert_eq!(
-            t.render_chat(&msgs, None).expect("renders"),
+            t.render_chat(&msgs, &ChatExtras::default())
+                .expect("renders"),
             "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
         );
     }

@@ -60,6 +60,29 @@ impl ChatMessage {
     }
 }
 
+/// What a request adds to its conversation when the template renders it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ChatExtras {
+    /// The tools the model may call: the request's list (`[{"type": "function", "function":
+    /// {...}}]`, the shape `transformers` passes); templates that know tools describe them in
+    /// the prompt. Without tools, templates see `tools` as none, as `transformers` renders
+    /// them.
+    pub tools: Option<serde_json::Value>,
+    /// Further variables of the template (vLLM's and SGLang's `chat_template_kwargs`, such as
+    /// Qwen3's `enable_thinking`). The names the renderer sets ([`RESERVED_NAMES`]) are not
+    /// among them.
+    pub kwargs: serde_json::Map<String, serde_json::Value>,
+}
+
+/// The template variables the renderer sets itself.
+pub const RESERVED_NAMES: [&str; 5] = [
+    "messages",
+    "tools",
+    "add_generation_prompt",
+    "bos_token",
+    "eos_token",
+];
+
 /// A tool call in an assistant message of the conversation.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ToolCall {
@@ -116,6 +139,9 @@ impl ChatTemplate {
             Err(Error::new(ErrorKind::InvalidOperation, msg))
         });
         env.add_filter("tojson", tojson);
+        // Templates are Python's Jinja2, where strings, lists and dicts have their Python
+        // methods: Qwen3's calls `content.startswith(...)`, `.split(...)` and `.strip(...)`.
+        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.add_template_owned(NAME, source.to_string())
             .map_err(TokenizerError::ChatTemplate)?;
         Ok(ChatTemplate {
@@ -144,26 +170,26 @@ impl ChatTemplate {
         messages: &[ChatMessage],
         add_generation_prompt: bool,
     ) -> Result<String, TokenizerError> {
-        self.render_with_tools(messages, None, add_generation_prompt)
+        self.render_with(messages, &ChatExtras::default(), add_generation_prompt)
     }
 
-    /// Renders `messages` with the tools the model may call: `tools` is the request's list of
-    /// tools (`[{"type": "function", "function": {...}}]`, the shape `transformers` passes),
-    /// and templates that know tools describe them in the prompt. Without tools, templates see
-    /// `tools` as none, as `transformers` renders them.
-    pub fn render_with_tools(
+    /// Renders `messages` with what the request adds ([`ChatExtras`]): the tools the model may
+    /// call, and the template's own variables.
+    pub fn render_with(
         &self,
         messages: &[ChatMessage],
-        tools: Option<&serde_json::Value>,
+        extras: &ChatExtras,
         add_generation_prompt: bool,
     ) -> Result<String, TokenizerError> {
         let messages: Vec<Value> = messages.iter().map(ChatMessage::to_value).collect();
+        // The names set here come first: a variable of the request cannot replace them.
         let ctx = minijinja::context! {
             messages => messages,
-            tools => tools.map(|t| Value::from(Serde(t))),
+            tools => extras.tools.as_ref().map(|t| Value::from(Serde(t))),
             add_generation_prompt => add_generation_prompt,
             bos_token => self.bos_token.as_str(),
             eos_token => self.eos_token.as_str(),
+            ..Value::from(Serde(&extras.kwargs))
         };
         let tmpl = self
             .env
@@ -300,8 +326,12 @@ mod tests {
                 ..ChatMessage::new("tool", "sunny")
             },
         ];
+        let extras = ChatExtras {
+            tools: Some(tools),
+            ..ChatExtras::default()
+        };
         assert_eq!(
-            t.render_with_tools(&msgs, Some(&tools), false).unwrap(),
+            t.render_with(&msgs, &extras, false).unwrap(),
             "<tools>{\"type\": \"function\", \"function\": {\"name\": \"weather\", \"description\": \"Today's weather\"}};</tools>\n\
              user: Paris?\n\
              <tool_call>{\"name\": \"weather\", \"arguments\": {\"city\": \"Paris\"}} call_1 function</tool_call>\n\
@@ -318,6 +348,43 @@ mod tests {
         let t = ChatTemplate::new(TOOLS, "", "").unwrap();
         // No tools: `tools` is none, as transformers renders it.
         assert_eq!(t.render(&msgs[..1], false).unwrap(), "user: Paris?\n");
+    }
+
+    /// What Qwen3's template does with a conversation: a namespace set in a reversed loop,
+    /// Python's string methods to split the reasoning from an answer and to find tool results,
+    /// `is string` and `is not defined` tests.
+    const PYTHONIC: &str = "{%- set ns = namespace(last_query=-1) %}\
+{%- for m in messages[::-1] %}{%- if m.role == 'user' and not m.content.startswith('<tool_response>') and ns.last_query == -1 %}\
+{%- set ns.last_query = (messages|length - 1) - loop.index0 %}{%- endif %}{%- endfor %}\
+{%- for m in messages %}{%- set content = m.content if m.content is string else '' %}\
+{%- if '</think>' in content %}{%- set content = content.split('</think>')[-1].lstrip('\\n') %}{%- endif %}\
+{{- m.role + ':' + content.strip() + '|' }}{%- endfor %}\
+{{- ns.last_query }}{%- if enable_thinking is not defined %}:think{%- endif %}";
+
+    #[test]
+    fn templates_call_pythons_string_methods() {
+        let t = ChatTemplate::new(PYTHONIC, "", "").unwrap();
+        let msgs = [
+            ChatMessage::new("user", "Q1"),
+            ChatMessage::new("assistant", "<think>\nhm\n</think>\n\n A1 "),
+            ChatMessage::new("user", "<tool_response>x</tool_response>"),
+        ];
+        assert_eq!(
+            t.render(&msgs, false).unwrap(),
+            "user:Q1|assistant:A1|user:<tool_response>x</tool_response>|0:think"
+        );
+        // The request's own variables, which cannot replace the renderer's.
+        let mut kwargs = serde_json::Map::new();
+        kwargs.insert("enable_thinking".into(), false.into());
+        kwargs.insert("messages".into(), serde_json::json!([]));
+        let extras = ChatExtras {
+            kwargs,
+            ..ChatExtras::default()
+        };
+        assert_eq!(
+            t.render_with(&msgs[..1], &extras, false).unwrap(),
+            "user:Q1|0"
+        );
     }
 
     #[test]

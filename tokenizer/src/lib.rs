@@ -22,7 +22,7 @@ mod tokenizer;
 mod vocab;
 mod words;
 
-pub use chat::{CHATML_TEMPLATE, ChatMessage, ChatTemplate, ToolCall};
+pub use chat::{CHATML_TEMPLATE, ChatExtras, ChatMessage, ChatTemplate, RESERVED_NAMES, ToolCall};
 pub use error::TokenizerError;
 pub use hf::PreTokenizerKind;
 pub use locate::{

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use tokenizers::{Model, OffsetReferential, OffsetType, PreTokenizer, Tokenizer};
 
-use crate::chat::{ChatMessage, ChatTemplate};
+use crate::chat::{ChatExtras, ChatMessage, ChatTemplate};
 use crate::error::TokenizerError;
 use crate::gguf::{GgufMetadata, optional};
 use crate::hf::{self, PreTokenizerKind};
@@ -237,14 +237,14 @@ impl ModelTokenizer {
         self.chat.render(messages, true)
     }
 
-    /// The prompt for a conversation in which the model may call `tools` (the request's list,
-    /// see [`ChatTemplate::render_with_tools`]).
-    pub fn render_chat_with_tools(
+    /// The prompt for a conversation with what the request adds to it (the tools the model may
+    /// call, the template's own variables: [`ChatExtras`]).
+    pub fn render_chat_with_extras(
         &self,
         messages: &[ChatMessage],
-        tools: Option<&serde_json::Value>,
+        extras: &ChatExtras,
     ) -> Result<String, TokenizerError> {
-        self.chat.render_with_tools(messages, tools, true)
+        self.chat.render_with(messages, extras, true)
     }
 
     /// The conversation rendered with the model's template, with or without the assistant

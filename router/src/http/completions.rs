@@ -16,7 +16,7 @@ use super::types::*;
 use crate::dispatch::{GenerateParams, Prompt};
 use crate::policy::Decision;
 use crate::stream::{Api, Delta, ResponseStream};
-use crate::tokenizer::{ChatMessage, Tokenizer};
+use crate::tokenizer::{ChatExtras, ChatMessage, Tokenizer};
 use crate::tools::{self, CallReader, Mode, Piece};
 
 /// OpenAI's default `max_tokens` for completions.
@@ -265,6 +265,15 @@ pub(crate) fn chat(
         st.dispatcher.config().tool_call_parser,
     )
     .map_err(|(field, message)| ApiError::invalid(message, Some(field)))?;
+    let kwargs = match req.sampling.other.take("chat_template_kwargs") {
+        None => serde_json::Map::new(),
+        Some(v) => crate::tokenizer::template_kwargs(v).map_err(|e| {
+            ApiError::invalid(
+                format!("chat_template_kwargs: {e}"),
+                Some("chat_template_kwargs"),
+            )
+        })?,
+    };
     let forced = tool_request.format().map(|f| {
         let field = match tool_request.mode {
             Mode::Named(_) => "tool_choice",
@@ -326,7 +335,10 @@ pub(crate) fn chat(
         req.model,
         Prompt::Chat {
             messages,
-            tools: tool_request.tools,
+            extras: Box::new(ChatExtras {
+                tools: tool_request.tools,
+                kwargs,
+            }),
         },
         max_tokens,
         Endpoint::Chat,

@@ -473,7 +473,10 @@ async fn tools_are_offered_and_calls_read_in_every_mode() {
                 answered,
                 ChatMessage::new("user", "And Paris?"),
             ],
-            Some(&tools),
+            &crate::tokenizer::ChatExtras {
+                tools: Some(tools.clone()),
+                ..Default::default()
+            },
         )
         .expect("renders");
     assert_eq!(
@@ -990,7 +993,7 @@ async fn chat_whole_and_streamed() {
                 ChatMessage::new("system", "be brief"),
                 ChatMessage::new("user", "hello"),
             ],
-            None,
+            &crate::tokenizer::ChatExtras::default(),
         )
         .expect("renders");
     assert_eq!(
@@ -1211,7 +1214,7 @@ async fn bad_requests_get_openai_errors() {
         ),
         (
             "/v1/chat/completions",
-            json!({"chat_template_kwargs": {"enable_thinking": false}}),
+            json!({"chat_template_kwargs": {"messages": []}}),
             "chat_template_kwargs",
         ),
     ];

@@ -346,6 +346,8 @@ impl OtherFields {
             // The chat template is the model's own, rendered as it comes.
             ("continue_final_message", |_| false),
             ("chat_template", |_| false),
+            // Chat takes it out (`chat_template_kwargs` in `completions::chat`); completions
+            // render no template.
             ("chat_template_kwargs", |_| false),
             ("documents", |_| false),
             ("include_stop_str_in_output", |_| false),

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use dolphin_tokenizer::ModelTokenizer;
 
-use super::{ChatMessage, ChatTemplateError, EncodeError, Tokenizer};
+use super::{ChatExtras, ChatMessage, ChatTemplateError, EncodeError, Tokenizer};
 
 /// A model's tokenizer and chat template, as the workers serving it use them.
 #[derive(Debug)]
@@ -71,10 +71,10 @@ impl Tokenizer for HfModelTokenizer {
     fn render_chat(
         &self,
         messages: &[ChatMessage],
-        tools: Option<&serde_json::Value>,
+        extras: &ChatExtras,
     ) -> Result<String, ChatTemplateError> {
         self.inner
-            .render_chat_with_tools(messages, tools)
+            .render_chat_with_extras(messages, extras)
             .map_err(|e| ChatTemplateError(dolphin_cluster::error_chain(&e)))
     }
 
@@ -131,7 +131,7 @@ mod tests {
         assert_eq!(t.encode("<|im_start|>ab"), Ok(vec![3, 2]));
         assert_eq!(t.decode(&[3, 2, 0, 4]), "aba");
         let text = t
-            .render_chat(&[ChatMessage::new("user", "ab")], None)
+            .render_chat(&[ChatMessage::new("user", "ab")], &ChatExtras::default())
             .expect("renders");
         assert_eq!(
             text,
@@ -140,12 +140,38 @@ mod tests {
     }
 
     #[test]
+    fn the_requests_tools_and_variables_reach_the_template() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let template = "{% if tools %}{{ tools | tojson }}{% endif %}{% if enable_thinking is defined and not enable_thinking %}/no_think{% endif %}{{ messages[0].content.upper() }}";
+        let t = HfModelTokenizer::from_file(&tiny_gguf(dir.path(), template)).expect("loads");
+        let kwargs = super::super::template_kwargs(serde_json::json!({"enable_thinking": false}))
+            .expect("variables");
+        let extras = ChatExtras {
+            tools: Some(serde_json::json!([{"type": "function", "function": {"name": "f"}}])),
+            kwargs,
+        };
+        let text = t
+            .render_chat(&[ChatMessage::new("user", "ab")], &extras)
+            .expect("renders");
+        assert_eq!(
+            text,
+            r#"[{"type": "function", "function": {"name": "f"}}]/no_thinkAB"#
+        );
+        for bad in [
+            serde_json::json!([1]),
+            serde_json::json!({"eos_token": "x"}),
+        ] {
+            assert!(super::super::template_kwargs(bad).is_err());
+        }
+    }
+
+    #[test]
     fn template_errors_are_reported_not_panicked() {
         let dir = tempfile::tempdir().expect("tempdir");
         let template = "{{ raise_exception('only user messages') }}";
         let t = HfModelTokenizer::from_file(&tiny_gguf(dir.path(), template)).expect("loads");
         let err = t
-            .render_chat(&[ChatMessage::new("system", "x")], None)
+            .render_chat(&[ChatMessage::new("system", "x")], &ChatExtras::default())
             .expect_err("the template raises");
         assert!(err.0.contains("only user messages"), "{err}");
     }
@@ -174,8 +200,8 @@ mod tests {
         );
         let msgs = [ChatMessage::new("user", "ab")];
         assert_eq!(
-            built.render_chat(&msgs, None),
-            gguf.render_chat(&msgs, None)
+            built.render_chat(&msgs, &ChatExtras::default()),
+            gguf.render_chat(&msgs, &ChatExtras::default())
         );
         assert_eq!(super::super::model_name_for_hf_path(&model), "Tiny-Model");
         assert_eq!(
