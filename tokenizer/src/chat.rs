@@ -139,6 +139,14 @@ impl ChatTemplate {
             Err(Error::new(ErrorKind::InvalidOperation, msg))
         });
         env.add_filter("tojson", tojson);
+        // Llama 3.2 and 3.3 put today's date in the system prompt through it, as transformers
+        // provides it.
+        env.add_function("strftime_now", |format: String| -> Result<Value, Error> {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs());
+            strftime(&format, now).map(Value::from)
+        });
         // Templates are Python's Jinja2, where strings, lists and dicts have their Python
         // methods: Qwen3's calls `content.startswith(...)`, `.split(...)` and `.strip(...)`.
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
@@ -229,6 +237,82 @@ fn tojson(value: &Value, indent: Option<usize>, kwargs: Kwargs) -> Result<Value,
     let text = String::from_utf8(out)
         .map_err(|e| Error::new(ErrorKind::InvalidOperation, format!("tojson: {e}")))?;
     Ok(Value::from(text))
+}
+
+/// `format` as Python's `strftime` writes the UTC time `unix_secs`, for the directives chat
+/// templates use (`%d %m %Y %y %b %B %a %A %H %M %S %j %%`); another directive is an error.
+fn strftime(format: &str, unix_secs: u64) -> Result<String, Error> {
+    const MONTHS: [&str; 12] = [
+        "January",
+        "February",
+        "March",
+        "April",
+        "May",
+        "June",
+        "July",
+        "August",
+        "September",
+        "October",
+        "November",
+        "December",
+    ];
+    const DAYS: [&str; 7] = [
+        "Monday",
+        "Tuesday",
+        "Wednesday",
+        "Thursday",
+        "Friday",
+        "Saturday",
+        "Sunday",
+    ];
+    let days = (unix_secs / 86_400) as i64;
+    let secs = unix_secs % 86_400;
+    // Howard Hinnant's civil_from_days.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy_mar = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy_mar + 2) / 153;
+    let day = doy_mar - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    let leap = (year % 4 == 0 && year % 100 != 0) || year % 400 == 0;
+    let before: [i64; 12] = [0, 31, 59, 90, 120, 151, 181, 212, 243, 273, 304, 334];
+    let yday = before[(month - 1) as usize] + day + i64::from(leap && month > 2);
+    // 1970-01-01 was a Thursday.
+    let weekday = (days + 3).rem_euclid(7) as usize;
+    let month_name = MONTHS[(month - 1) as usize];
+    let mut out = String::with_capacity(format.len() + 16);
+    let mut chars = format.chars();
+    while let Some(c) = chars.next() {
+        if c != '%' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('d') => out.push_str(&format!("{day:02}")),
+            Some('m') => out.push_str(&format!("{month:02}")),
+            Some('Y') => out.push_str(&year.to_string()),
+            Some('y') => out.push_str(&format!("{:02}", year % 100)),
+            Some('b') => out.push_str(&month_name[..3]),
+            Some('B') => out.push_str(month_name),
+            Some('a') => out.push_str(&DAYS[weekday][..3]),
+            Some('A') => out.push_str(DAYS[weekday]),
+            Some('H') => out.push_str(&format!("{:02}", secs / 3600)),
+            Some('M') => out.push_str(&format!("{:02}", secs / 60 % 60)),
+            Some('S') => out.push_str(&format!("{:02}", secs % 60)),
+            Some('j') => out.push_str(&format!("{yday:03}")),
+            Some('%') => out.push('%'),
+            other => {
+                return Err(Error::new(
+                    ErrorKind::InvalidOperation,
+                    format!("strftime_now: %{} is not supported", other.unwrap_or(' ')),
+                ));
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// Python's default JSON separators: `", "` between items and `": "` after a key.
@@ -385,6 +469,24 @@ mod tests {
             t.render_with(&msgs[..1], &extras, false).unwrap(),
             "user:Q1|0"
         );
+    }
+
+    #[test]
+    fn strftime_writes_dates_as_python_does() {
+        // 2024-07-26 13:25:09 UTC, a Friday, day 208 of a leap year (Python gives the same).
+        let t = 1_722_000_309;
+        assert_eq!(
+            strftime("%d %b %Y|%B %m %y|%a %A|%H:%M:%S|%j|%%", t).unwrap(),
+            "26 Jul 2024|July 07 24|Fri Friday|13:25:09|208|%"
+        );
+        assert_eq!(strftime("%d %b %Y", 0).unwrap(), "01 Jan 1970");
+        assert_eq!(
+            strftime("%Y-%m-%d %a", 951_782_400).unwrap(),
+            "2000-02-29 Tue"
+        );
+        assert!(strftime("%Q", t).is_err());
+        let today = ChatTemplate::new("{{ strftime_now('%Y') }}", "", "").unwrap();
+        assert!(today.render(&[], false).unwrap().starts_with("20"));
     }
 
     #[test]
