@@ -360,6 +360,7 @@ impl FakeRouter {
                 block_size,
                 max_migrations: 3,
                 tool_call_parser: None,
+                reasoning_parser: None,
                 request_timeout: None,
             },
             RequestLog::disabled(),

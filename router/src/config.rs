@@ -124,6 +124,11 @@ pub struct RouterConfig {
     /// (`"required"`, a named function) need no parser.
     #[arg(long, env = "DOLPHIN_TOOL_CALL_PARSER", value_enum)]
     pub tool_call_parser: Option<crate::tools::ToolCallParser>,
+    /// How a reasoning model's thinking is split from its chat answers and sent as
+    /// `reasoning_content` (`deepseek_r1`: DeepSeek-R1 and its distills; `qwen3`: Qwen3, QwQ).
+    /// Without it the thinking stays in the text.
+    #[arg(long, env = "DOLPHIN_REASONING_PARSER", value_enum)]
+    pub reasoning_parser: Option<crate::reasoning::ReasoningParser>,
     /// Times one request may move to another decode worker when the one streaming it dies or
     /// its connection breaks (0: never; the client gets the error).
     #[arg(long, env = "DOLPHIN_MAX_MIGRATIONS", default_value_t = 3)]
@@ -550,6 +555,15 @@ mod tests {
             Some(Some(ToolCallParser::Llama3Json))
         );
         assert!(parser("mistral").is_err());
+        use crate::reasoning::ReasoningParser;
+        let thinking =
+            |name: &str| parse(&["--reasoning-parser", name]).map(|c| c.reasoning_parser);
+        assert_eq!(
+            thinking("deepseek_r1").ok(),
+            Some(Some(ReasoningParser::DeepseekR1))
+        );
+        assert_eq!(thinking("qwen3").ok(), Some(Some(ReasoningParser::Qwen3)));
+        assert!(thinking("o1").is_err());
         assert_eq!(d.tool_call_parser, None);
     }
 

@@ -52,6 +52,9 @@ pub struct DispatchConfig {
     /// How chat answers are read for the calls a model chose to make (`None`: `tool_choice:
     /// "auto"` is refused).
     pub tool_call_parser: Option<crate::tools::ToolCallParser>,
+    /// How chat answers are split into a reasoning model's thinking and its answer (`None`:
+    /// not split).
+    pub reasoning_parser: Option<crate::reasoning::ReasoningParser>,
     /// Longest a request may run, first token to last, when the client sets no shorter limit
     /// (`None`: no limit).
     pub request_timeout: Option<Duration>,

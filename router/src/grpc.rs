@@ -16,14 +16,16 @@ use tonic::service::interceptor::InterceptedService;
 use tower::Layer;
 
 use crate::admission::InflightLimit;
+use crate::answer::AnswerReader;
 use crate::auth::{self, KeySet};
 use crate::dispatch::{Dispatcher, GenerateParams, Prompt};
 use crate::dolphin::admin;
 use crate::policy::{Decision, Policy};
+use crate::reasoning::ReasoningParser;
 use crate::shard::ShardListener;
 use crate::stream::{Api, ResponseStream};
 use crate::tokenizer::{ChatMessage, ToolCall};
-use crate::tools::{self, CallReader, Mode, ToolCallParser, ToolRequest};
+use crate::tools::{self, Mode, ToolCallParser, ToolRequest};
 
 /// `dolphin.v1.Inference` over the dispatcher.
 #[derive(Clone, Debug)]
@@ -38,15 +40,16 @@ impl InferenceService {
     }
 }
 
-/// Turns a `GenerateRequest` into dispatcher parameters, and how its answer is read for tool
-/// calls (`parser`: the router's `--tool-call-parser`).
+/// Turns a `GenerateRequest` into dispatcher parameters, and for a chat request how its answer
+/// is read for tool calls (`parser`: the router's `--tool-call-parser`; `None`: not a chat
+/// request, whose answer is never read).
 pub(crate) fn params(
     r: v1::GenerateRequest,
     parser: Option<ToolCallParser>,
-) -> Result<(GenerateParams, Mode), Status> {
+) -> Result<(GenerateParams, Option<Mode>), Status> {
     let mut sampling = r.sampling.unwrap_or_default();
     let mut format_field = "structured";
-    let mut mode = Mode::Text;
+    let mut mode = None;
     let prompt = match r.input {
         Some(Input::Text(t)) => Prompt::Text(t),
         Some(Input::TokenIds(t)) => Prompt::Tokens(t.ids),
@@ -61,7 +64,7 @@ pub(crate) fn params(
                 sampling.structured = Some(Box::new(format.to_wire()));
                 format_field = "chat.tools";
             }
-            mode = request.mode;
+            mode = Some(request.mode);
             let kwargs = match c.template_kwargs_json.as_str() {
                 "" => serde_json::Map::new(),
                 text => serde_json::from_str(text)
@@ -174,12 +177,16 @@ pub(crate) type GenerateStream =
 
 /// Maps the response stream to `GenerateResponse`s: routing on the first message (where the
 /// request started) and the last (where it ended, after any migration or fallback); a chat
-/// answer with tools read for calls as `tools` says.
-pub(crate) fn responses(stream: ResponseStream, tools: Mode) -> GenerateStream {
+/// answer read for calls as `tools` says and, with `reasoning`, split into thinking and text.
+pub(crate) fn responses(
+    stream: ResponseStream,
+    tools: Mode,
+    reasoning: Option<ReasoningParser>,
+) -> GenerateStream {
     let request_id = stream.request_id().to_string();
     let routing = stream.routing();
     let mut first = true;
-    let mut reader = (tools != Mode::Text).then(|| CallReader::new(tools));
+    let mut reader = AnswerReader::new(&tools, reasoning);
     Box::pin(stream.into_stream().map(move |item| {
         let delta = item.map_err(Status::from)?;
         let mut msg = v1::GenerateResponse {
@@ -194,14 +201,11 @@ pub(crate) fn responses(stream: ResponseStream, tools: Mode) -> GenerateStream {
             msg.routing = Some(routing.clone());
         }
         if let Some(reader) = reader.as_mut() {
-            let mut pieces = Vec::new();
-            reader.push(&msg.text, &mut pieces);
-            if delta.finish.is_some() {
-                reader.finish(&mut pieces);
-            }
-            let (text, calls) = tools::join(pieces);
-            msg.text = text;
-            msg.tool_calls = calls
+            let read = reader.read(&msg.text, delta.finish.is_some());
+            msg.text = read.text;
+            msg.reasoning_text = read.reasoning;
+            msg.tool_calls = read
+                .calls
                 .into_iter()
                 .map(|c| v1::ToolCall {
                     index: c.index,
@@ -236,11 +240,15 @@ impl Inference for InferenceService {
         let timeout = dolphin_proto::deadline::of(req.metadata());
         // The request's spans go under the call's (`ServerSpanLayer`), which continues the
         // client's `traceparent`: no trace headers for the dispatcher to read.
-        let parser = self.dispatcher.config().tool_call_parser;
+        let cfg = self.dispatcher.config();
+        let (parser, reasoning) = (cfg.tool_call_parser, cfg.reasoning_parser);
         let (mut p, tools) = params(req.into_inner(), parser)?;
         p.timeout = timeout;
         let stream = self.dispatcher.generate(p).await?;
-        Ok(Response::new(responses(stream, tools)))
+        // Thinking is split from chat answers only, as over HTTP.
+        let reasoning = tools.as_ref().and(reasoning);
+        let tools = tools.unwrap_or_default();
+        Ok(Response::new(responses(stream, tools, reasoning)))
     }
 
     async fn list_models(

@@ -181,12 +181,16 @@ impl Shared {
             .and_then(|v| v.to_str().ok())
             .and_then(dolphin_proto::deadline::parse);
         let request = read_request(req.into_body()).await?;
-        let parser = self.dispatcher.config().tool_call_parser;
+        let cfg = self.dispatcher.config();
+        let (parser, reasoning) = (cfg.tool_call_parser, cfg.reasoning_parser);
         let (mut p, tools) = params(request, parser)?;
         p.timeout = timeout;
         let stream = self.dispatcher.generate(p).await?;
+        // Thinking is split from chat answers only, as over HTTP.
+        let reasoning = tools.as_ref().and(reasoning);
+        let tools = tools.unwrap_or_default();
         let mut response = http::Response::new(Body::new(GenerateBody {
-            stream: responses(stream, tools),
+            stream: responses(stream, tools, reasoning),
             permit: Some(permit),
             end: None,
         }));

@@ -323,6 +323,48 @@ async fn chat_tools_are_called_over_grpc() {
     );
 }
 
+/// With `--reasoning-parser` a chat answer's thinking comes in `reasoning_text`; a text
+/// prompt's answer is left as it is.
+#[tokio::test]
+async fn thinking_comes_apart_from_chat_answers_over_grpc() {
+    use v1::generate_request::Input;
+    let answer = "<think>Hm.</think>\n4";
+    let fake = FakeWorker::start("d1", Role::Decode, Behavior::Text(answer.into())).await;
+    let d = crate::testutil::dispatcher_configured(
+        Arc::new(crate::tokenizer::SimTokenizer),
+        Policy::AlwaysLocal,
+        RequestLog::disabled(),
+        |c| c.reasoning_parser = Some(crate::reasoning::ReasoningParser::DeepseekR1),
+    );
+    d.registry().add(fake.record()).expect("add");
+    let (ch, _stop) = start(d).await;
+    let mut client = InferenceClient::new(ch);
+    let max = answer.len() as u32;
+    let chat = v1::GenerateRequest {
+        input: Some(Input::Chat(v1::ChatMessages {
+            messages: vec![v1::ChatMessage {
+                role: "user".into(),
+                content: "2+2?".into(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        })),
+        ..text_request("", max)
+    };
+    for (req, want) in [
+        (chat, ("Hm.", "4")),
+        (text_request("2+2?", max), ("", answer)),
+    ] {
+        let mut stream = client.generate(req).await.expect("generate").into_inner();
+        let (mut thought, mut text) = (String::new(), String::new());
+        while let Some(m) = stream.message().await.expect("message") {
+            thought.push_str(&m.reasoning_text);
+            text.push_str(&m.text);
+        }
+        assert_eq!((thought.as_str(), text.as_str()), want);
+    }
+}
+
 #[tokio::test]
 async fn gzip_compressed_requests_are_served_uncompressed() {
     let fake = FakeWorker::start("d1", Role::Decode, Behavior::Text("xyz".into())).await;

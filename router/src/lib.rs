@@ -9,6 +9,7 @@
 //! events arrive through a subscriber task per worker.
 
 pub mod admission;
+mod answer;
 pub mod auth;
 pub mod config;
 pub mod discovery;
@@ -23,6 +24,7 @@ pub mod metrics;
 mod migration;
 pub mod policy;
 pub mod prefix_index;
+pub mod reasoning;
 pub mod request_log;
 pub mod route;
 pub mod selection;

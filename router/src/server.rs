@@ -138,6 +138,7 @@ pub async fn start(
             block_size: cfg.block_size,
             max_migrations: cfg.max_migrations,
             tool_call_parser: cfg.tool_call_parser,
+            reasoning_parser: cfg.reasoning_parser,
             request_timeout: cfg.request_timeout(),
         },
         log,

@@ -453,28 +453,35 @@ pub fn dispatcher_with(
     policy: Policy,
     log: RequestLog,
 ) -> Arc<Dispatcher> {
+    dispatcher_configured(tokenizer, policy, log, |_| {})
+}
+
+/// A dispatcher over a fresh registry with `tokenizer`, its configuration changed by `tune`.
+pub fn dispatcher_configured(
+    tokenizer: Arc<dyn Tokenizer>,
+    policy: Policy,
+    log: RequestLog,
+    tune: impl FnOnce(&mut DispatchConfig),
+) -> Arc<Dispatcher> {
     let registry = WorkerRegistry::new(RegistryConfig {
         model: "sim-model".into(),
         block_size: BS,
         load_interval_ms: 20,
         connector: dolphin_tls::GrpcConnector::plain(Duration::from_secs(2)),
     });
-    Arc::new(Dispatcher::new(
-        registry,
-        tokenizer,
-        policy,
-        DispatchConfig {
-            model: "sim-model".into(),
-            max_prompt_tokens: 1000,
-            max_output_tokens: 64,
-            overlap_weight: 1.0,
-            block_size: BS,
-            max_migrations: 3,
-            tool_call_parser: Some(crate::tools::ToolCallParser::Hermes),
-            request_timeout: None,
-        },
-        log,
-    ))
+    let mut cfg = DispatchConfig {
+        model: "sim-model".into(),
+        max_prompt_tokens: 1000,
+        max_output_tokens: 64,
+        overlap_weight: 1.0,
+        block_size: BS,
+        max_migrations: 3,
+        tool_call_parser: Some(crate::tools::ToolCallParser::Hermes),
+        reasoning_parser: None,
+        request_timeout: None,
+    };
+    tune(&mut cfg);
+    Arc::new(Dispatcher::new(registry, tokenizer, policy, cfg, log))
 }
 
 /// Polls `cond` (every 10 ms, up to 10 s: generous, since the machine is shared).

@@ -482,6 +482,8 @@ async fn the_rendered_chart_serves_requests() -> anyhow::Result<()> {
             // Rendered as DOLPHIN_TOOL_CALL_PARSER, which the router must accept.
             "--set",
             "router.toolCallParser=hermes",
+            "--set",
+            "router.reasoningParser=qwen3",
         ])
         .output()?;
     ensure!(

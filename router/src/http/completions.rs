@@ -13,11 +13,13 @@ use super::error::ApiError;
 use super::logprobs;
 use super::sse::SseBody;
 use super::types::*;
+use crate::answer::AnswerReader;
 use crate::dispatch::{GenerateParams, Prompt};
 use crate::policy::Decision;
+use crate::reasoning::ReasoningParser;
 use crate::stream::{Api, Delta, ResponseStream};
 use crate::tokenizer::{ChatExtras, ChatMessage, Tokenizer};
-use crate::tools::{self, CallReader, Mode, Piece};
+use crate::tools::{self, Mode};
 
 /// OpenAI's default `max_tokens` for completions.
 const COMPLETIONS_DEFAULT_MAX_TOKENS: u32 = 16;
@@ -367,12 +369,13 @@ pub(crate) async fn run(st: &AppState, prepared: Prepared) -> Result<Response, A
         include_usage,
         tools,
     } = prepared;
+    let reasoning = st.dispatcher.config().reasoning_parser;
     if choices > 1 {
         let enc = |id, model| {
             Encoder::new(ep, id, model, now(), include_usage)
                 .with_choices(choices)
                 .with_echo(echo)
-                .with_tools(tools)
+                .with_answers(tools, reasoning)
         };
         return run_choices(st, params, choices, ep, enc, stream).await;
     }
@@ -383,7 +386,7 @@ pub(crate) async fn run(st: &AppState, prepared: Prepared) -> Result<Response, A
     let prompt = prompt_of(&rs);
     let enc = Encoder::new(ep, response_id(ep, &rs), model, now(), include_usage)
         .with_echo(echo)
-        .with_tools(tools)
+        .with_answers(tools, reasoning)
         .with_logprobs(tokens, prompt);
     let mut resp = if stream {
         events(rs, enc)
@@ -602,9 +605,11 @@ pub(crate) struct Encoder {
     /// Each choice's text so far, in characters: where its next token's text starts
     /// (completions' `text_offset`).
     offsets: Vec<u32>,
-    /// How chat answers are read for tool calls, and each choice's reader where they are.
+    /// How chat answers are read for tool calls and thinking, and each choice's reader
+    /// where they are.
     tools: Mode,
-    readers: Vec<CallReader>,
+    reasoning: Option<ReasoningParser>,
+    readers: Vec<Option<AnswerReader>>,
 }
 
 impl Encoder {
@@ -632,38 +637,38 @@ impl Encoder {
             prompt: None,
             offsets: Vec::new(),
             tools: Mode::Text,
+            reasoning: None,
             readers: Vec::new(),
         }
     }
 
-    /// The encoder of a chat request whose answers are read for tool calls as `mode` says.
-    pub(crate) fn with_tools(mut self, mode: Mode) -> Self {
-        self.tools = mode;
+    /// The encoder of a chat request whose answers are read for tool calls as `mode` says
+    /// and, with `reasoning`, split into thinking and answer.
+    pub(crate) fn with_answers(mut self, mode: Mode, reasoning: Option<ReasoningParser>) -> Self {
+        if self.ep == Endpoint::Chat {
+            self.tools = mode;
+            self.reasoning = reasoning;
+        }
         self
     }
 
-    /// A chat delta's text read for tool calls: its answer text and calls (`None` where
-    /// answers are plain text), and its finish reason.
-    fn read_calls(
+    /// A chat delta's text read: its thinking, answer text and calls (`None` where answers
+    /// are plain text), and its finish reason.
+    fn read_answer(
         &mut self,
         d: &Delta,
         finish: Option<&'static str>,
-    ) -> Option<(String, Vec<ToolCallOut>, Option<&'static str>)> {
-        if self.tools == Mode::Text || self.ep != Endpoint::Chat {
-            return None;
-        }
+    ) -> Option<(String, String, Vec<ToolCallOut>, Option<&'static str>)> {
         let i = d.choice as usize;
         while self.readers.len() <= i {
-            self.readers.push(CallReader::new(self.tools.clone()));
+            self.readers
+                .push(AnswerReader::new(&self.tools, self.reasoning));
         }
-        let reader = &mut self.readers[i];
-        let mut pieces = Vec::new();
-        reader.push(&d.text, &mut pieces);
-        if finish.is_some() {
-            reader.finish(&mut pieces);
-        }
-        let (text, calls) = assemble(pieces, true);
-        Some((text, calls, finish.map(|f| reader.finish_reason(f))))
+        let reader = self.readers[i].as_mut()?;
+        let read = reader.read(&d.text, finish.is_some());
+        let calls = call_parts(read.calls, true);
+        let finish = finish.map(|f| reader.finish_reason(f));
+        Some((read.reasoning, read.text, calls, finish))
     }
 
     /// The encoder of a request that asked for log probabilities (`Some`: the tokenizer that
@@ -731,12 +736,14 @@ impl Encoder {
         };
         let finish = d.finish.as_ref().map(|f| finish_str(f.reason));
         let role_bit = 1u32 << d.choice;
-        if let Some((text, calls, reason)) = self.read_calls(d, finish) {
+        if let Some((reasoning, text, calls, reason)) = self.read_answer(d, finish) {
             // The text the client sees is what the reader gave out.
             let finish = reason;
             let calls = (!calls.is_empty()).then_some(calls);
+            let reasoning = (!reasoning.is_empty()).then_some(reasoning);
             if text.is_empty()
                 && calls.is_none()
+                && reasoning.is_none()
                 && finish.is_none()
                 && d.logprobs.is_empty()
                 && self.sent_role & role_bit != 0
@@ -745,13 +752,16 @@ impl Encoder {
             }
             let role = (self.sent_role & role_bit == 0).then_some("assistant");
             self.sent_role |= role_bit;
-            let content = (!text.is_empty() || (role.is_some() && calls.is_none())).then_some(text);
+            let content = (!text.is_empty()
+                || (role.is_some() && calls.is_none() && reasoning.is_none()))
+            .then_some(text);
             let json = serde_json::to_string(&self.chat_chunk(
                 vec![ChatChunkChoice {
                     index: d.choice,
                     delta: ChatDelta {
                         role,
                         content,
+                        reasoning_content: reasoning,
                         tool_calls: calls,
                     },
                     logprobs: self
@@ -806,6 +816,7 @@ impl Encoder {
                         delta: ChatDelta {
                             role,
                             content: (!d.text.is_empty() || role.is_some()).then(|| d.text.clone()),
+                            reasoning_content: None,
                             tool_calls: None,
                         },
                         logprobs: self
@@ -960,13 +971,14 @@ impl Encoder {
                     model: self.model.clone(),
                     choices: indexed
                         .map(|(index, content, finish_reason, c)| {
-                            let (content, tool_calls, finish_reason) =
-                                read_whole(&self.tools, content, finish_reason);
+                            let (reasoning_content, content, tool_calls, finish_reason) =
+                                read_whole(&self.tools, self.reasoning, content, finish_reason);
                             ChatChoice {
                                 index,
                                 message: ChatMessageOut {
                                     role: "assistant",
                                     content,
+                                    reasoning_content,
                                     tool_calls,
                                 },
                                 logprobs: tok
@@ -983,31 +995,35 @@ impl Encoder {
     }
 }
 
-/// A whole chat answer read for tool calls as `mode` says: its text (null when it is only
-/// calls), its calls and its finish reason.
+/// A whole chat answer read for thinking and tool calls: its thinking (where the model
+/// thought), its text (null when it is only calls), its calls and its finish reason.
+#[allow(clippy::type_complexity)]
 fn read_whole(
     mode: &Mode,
+    reasoning: Option<ReasoningParser>,
     text: String,
     finish: Option<&'static str>,
-) -> (Option<String>, Vec<ToolCallOut>, Option<&'static str>) {
-    if *mode == Mode::Text {
-        return (Some(text), Vec::new(), finish);
-    }
-    let mut reader = CallReader::new(mode.clone());
-    let mut pieces = Vec::new();
-    reader.push(&text, &mut pieces);
-    reader.finish(&mut pieces);
-    let (text, calls) = assemble(pieces, false);
+) -> (
+    Option<String>,
+    Option<String>,
+    Vec<ToolCallOut>,
+    Option<&'static str>,
+) {
+    let Some(mut reader) = AnswerReader::new(mode, reasoning) else {
+        return (None, Some(text), Vec::new(), finish);
+    };
+    let read = reader.read(&text, true);
+    let calls = call_parts(read.calls, false);
     let finish = finish.map(|f| reader.finish_reason(f));
-    let text = (!text.is_empty() || calls.is_empty()).then_some(text);
-    (text, calls, finish)
+    let text = (!read.text.is_empty() || calls.is_empty()).then_some(read.text);
+    let thought = (!read.reasoning.is_empty()).then_some(read.reasoning);
+    (thought, text, calls, finish)
 }
 
-/// The text and calls of a reader's pieces in OpenAI's shape; in a stream (`streamed`) each
-/// call part carries its index, and its id, type and name on its first part.
-fn assemble(pieces: Vec<Piece>, streamed: bool) -> (String, Vec<ToolCallOut>) {
-    let (text, parts) = tools::join(pieces);
-    let calls = parts
+/// Calls, or the parts of them a stream chunk carries, in OpenAI's shape; in a stream
+/// (`streamed`) each part carries its index, and its id, type and name on its first part.
+fn call_parts(parts: Vec<tools::CallPart>, streamed: bool) -> Vec<ToolCallOut> {
+    parts
         .into_iter()
         .map(|p| ToolCallOut {
             index: streamed.then_some(p.index),
@@ -1018,8 +1034,7 @@ fn assemble(pieces: Vec<Piece>, streamed: bool) -> (String, Vec<ToolCallOut>) {
                 arguments: p.arguments,
             },
         })
-        .collect();
-    (text, calls)
+        .collect()
 }
 
 /// What `echo` asks for.

@@ -632,6 +632,64 @@ async fn tools_are_offered_and_calls_read_in_every_mode() {
     );
 }
 
+/// With `--reasoning-parser`, a reasoning model's thinking goes out as `reasoning_content`,
+/// whole and streamed, and the tool calls are read from the answer after it; completions
+/// keep the text as it is.
+#[tokio::test]
+async fn thinking_is_split_from_the_answer() {
+    let answer = "<think>Hm, 2 + 2.</think>\n\nIt is 4.";
+    let fake = FakeWorker::start("d1", Role::Decode, Behavior::Text(answer.into())).await;
+    let d = crate::testutil::dispatcher_configured(
+        Arc::new(SimTokenizer),
+        Policy::AlwaysLocal,
+        RequestLog::disabled(),
+        |c| c.reasoning_parser = Some(crate::reasoning::ReasoningParser::Qwen3),
+    );
+    d.registry().add(fake.record()).expect("add");
+    let s = start(d).await;
+    let req =
+        json!({"messages": [{"role": "user", "content": "2+2?"}], "max_tokens": answer.len()});
+    let (status, _, body) = post(s.addr, "/v1/chat/completions", req.clone()).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let message = &parse(&body)["choices"][0]["message"];
+    assert_eq!(message["reasoning_content"], "Hm, 2 + 2.", "{body}");
+    assert_eq!(message["content"], "It is 4.");
+
+    let mut streamed = req.clone();
+    streamed["stream"] = json!(true);
+    let (_, _, body) = post(s.addr, "/v1/chat/completions", streamed).await;
+    let data = sse_data(&body);
+    let deltas: Vec<Value> = data[..data.len() - 1]
+        .iter()
+        .map(|d| parse(d)["choices"][0]["delta"].clone())
+        .collect();
+    let joined = |key: &str| -> String { deltas.iter().filter_map(|d| d[key].as_str()).collect() };
+    assert_eq!(joined("reasoning_content"), "Hm, 2 + 2.", "{body}");
+    assert_eq!(joined("content"), "It is 4.");
+
+    // A call after the thinking.
+    let call = "<think>Need data.</think><tool_call>{\"name\": \"wx\"}</tool_call>";
+    *fake.state.behavior.lock() = Behavior::Text(call.into());
+    let tools = json!([{"type": "function", "function": {"name": "wx"}}]);
+    let req = json!({"messages": [{"role": "user", "content": "?"}], "tools": tools, "max_tokens": call.len()});
+    let (_, _, body) = post(s.addr, "/v1/chat/completions", req).await;
+    let choice = &parse(&body)["choices"][0];
+    assert_eq!(choice["finish_reason"], "tool_calls", "{body}");
+    assert_eq!(choice["message"]["reasoning_content"], "Need data.");
+    assert_eq!(choice["message"]["content"], Value::Null);
+    assert_eq!(choice["message"]["tool_calls"][0]["function"]["name"], "wx");
+
+    // Completions render no template and keep the text.
+    *fake.state.behavior.lock() = Behavior::Text(answer.into());
+    let (_, _, body) = post(
+        s.addr,
+        "/v1/completions",
+        json!({"prompt": "2+2?", "max_tokens": answer.len()}),
+    )
+    .await;
+    assert_eq!(parse(&body)["choices"][0]["text"], answer);
+}
+
 /// OpenAI's penalties and logit bias, and vLLM's repetition penalty, min-p, stop token ids and
 /// minimum length, reach the worker as asked.
 #[tokio::test]

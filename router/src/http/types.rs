@@ -675,6 +675,9 @@ pub struct ChatMessageOut {
     pub role: &'static str,
     /// The text (null when the answer is only tool calls).
     pub content: Option<String>,
+    /// A reasoning model's thinking, split from the text (`--reasoning-parser`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<String>,
     /// The tools the model called.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub tool_calls: Vec<ToolCallOut>,
@@ -745,6 +748,9 @@ pub struct ChatDelta {
     /// New text.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub content: Option<String>,
+    /// More of a reasoning model's thinking.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<String>,
     /// New tool calls, or more of their arguments.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tool_calls: Option<Vec<ToolCallOut>>,
