@@ -110,6 +110,12 @@ fn build(
     }
     // -1 and 0 both mean "off" (vLLM's and SGLang's clients send -1); a larger k than the
     // vocabulary is all of it.
+    if f.stream_options.is_some_and(|o| o.continuous_usage_stats) {
+        return Err(ApiError::invalid(
+            "stream_options.continuous_usage_stats is not supported by this server: include_usage sends the usage after the last chunk",
+            Some("stream_options"),
+        ));
+    }
     let top_k = match f.top_k {
         None | Some(-1 | 0) => 0,
         Some(k) if k > 0 => u32::try_from(k).unwrap_or(u32::MAX),

@@ -1200,6 +1200,11 @@ async fn bad_requests_get_openai_errors() {
         ),
         (
             "/v1/chat/completions",
+            json!({"stream": true, "stream_options": {"include_usage": true, "continuous_usage_stats": true}}),
+            "stream_options",
+        ),
+        (
+            "/v1/chat/completions",
             json!({"response_format": {"type": "xml"}}),
             "response_format",
         ),

@@ -75,6 +75,9 @@ pub struct StreamOptions {
     /// Send a last chunk with the usage.
     #[serde(default, deserialize_with = "null_as_default")]
     pub include_usage: bool,
+    /// vLLM's usage on every chunk: not served (refused when set, never ignored).
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub continuous_usage_stats: bool,
 }
 
 /// Most choices (`n`) one request may ask for: every choice is a generation of its own under
