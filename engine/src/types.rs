@@ -56,6 +56,9 @@ pub struct Sampling {
     /// tokens that continue it, and once it is complete only the end of sequence may follow.
     /// `None`: free text.
     pub format: Option<Format>,
+    /// The format starts once the output has these tokens (a reasoning model's `</think>`):
+    /// before them the output is free and the format reads nothing. Empty: at once.
+    pub format_after: Vec<u32>,
     /// The prompt's last this many tokens are output an earlier worker generated (a migrated
     /// request): the penalties, `min_tokens` and the format count them as output. Less than
     /// the prompt's length.
@@ -126,6 +129,7 @@ impl Default for Sampling {
             logprobs: None,
             prompt_logprobs: None,
             format: None,
+            format_after: Vec::new(),
             output_in_prompt: 0,
         }
     }

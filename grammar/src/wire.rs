@@ -46,8 +46,10 @@ impl Format {
             }),
             Format::Lark(g) => Wire::Grammar(g.clone()),
         };
+        // Where the format starts is the router's to say (`after_tokens`), not the format's.
         v1::StructuredOutput {
             format: Some(format),
+            after_tokens: Vec::new(),
         }
     }
 }
@@ -67,10 +69,11 @@ mod tests {
         ] {
             assert_eq!(Format::from_wire(&f.to_wire()), Ok(f));
         }
-        assert!(Format::from_wire(&v1::StructuredOutput { format: None }).is_err());
+        assert!(Format::from_wire(&v1::StructuredOutput::default()).is_err());
         assert!(
             Format::from_wire(&v1::StructuredOutput {
-                format: Some(Wire::JsonObject(false))
+                format: Some(Wire::JsonObject(false)),
+                ..Default::default()
             })
             .is_err()
         );

@@ -567,6 +567,9 @@ impl Dispatcher {
         // The prompt leaves the request here: its text (or ids) is not held while the request
         // waits for its first token, only the tokens.
         let prompt = std::mem::replace(&mut p.prompt, Prompt::Tokens(Vec::new()));
+        // A reasoning model's chat answer thinks first: its format starts after the thinking.
+        let gate_format =
+            matches!(prompt, Prompt::Chat { .. }) && self.cfg.reasoning_parser.is_some();
         // A format is compiled once before routing, so that a malformed one is the client's
         // 400, not a failure on the worker: on the blocking pool with the tokenizing.
         let format = p.sampling.structured.clone().map(|w| (p.format_field, w));
@@ -588,6 +591,9 @@ impl Dispatcher {
             tokens?
         };
         self.fit_context(tokens.len(), &mut p)?;
+        if gate_format && let Some(format) = p.sampling.structured.as_mut() {
+            format.after_tokens = crate::reasoning::format_gate(&*self.tokenizer, &tokens);
+        }
         hot::counter(m::PROMPT_TOKENS_TOTAL, []).increment(tokens.len() as u64);
         let mut exclude: Vec<WorkerId> = Vec::new();
         let mut failed: Option<DispatchError> = None;

@@ -139,6 +139,19 @@ fn partial_suffix(text: &str, tag: &str) -> usize {
         .unwrap_or(0)
 }
 
+/// Where a chat answer's format (structured output, a forced tool call) starts for a reasoning
+/// model whose rendered prompt is `prompt`: after the tokens of `</think>` (the answer
+/// thinks first), or at once (empty) where the prompt ends with the thinking closed already
+/// (Qwen3's template with `enable_thinking: false` writes an empty `<think></think>`).
+pub(crate) fn format_gate(tokenizer: &dyn crate::tokenizer::Tokenizer, prompt: &[u32]) -> Vec<u32> {
+    // The tail is enough: a closed thinking is the last thing the prompt holds.
+    let tail = tokenizer.decode(&prompt[prompt.len().saturating_sub(32)..]);
+    if tail.trim_end().ends_with(CLOSE) {
+        return Vec::new();
+    }
+    tokenizer.encode(CLOSE).unwrap_or_default()
+}
+
 /// The thinking and the answer of `parts`, each joined.
 pub(crate) fn join(parts: Vec<Part>) -> (String, String) {
     let (mut reasoning, mut answer) = (String::new(), String::new());
@@ -201,6 +214,17 @@ mod tests {
         );
         every_cut(DeepseekR1, "still", ("still", ""));
         assert_eq!(split(Qwen3, "", &[]), (String::new(), String::new()));
+    }
+
+    #[test]
+    fn a_format_starts_after_the_thinking_unless_the_prompt_closed_it() {
+        use crate::tokenizer::{SimTokenizer, Tokenizer};
+        let tok = SimTokenizer;
+        let prompt = |text: &str| Tokenizer::encode(&tok, text).expect("encodes");
+        let close = Tokenizer::encode(&tok, CLOSE).expect("encodes");
+        assert_eq!(format_gate(&tok, &prompt("<|im_start|>assistant\n")), close);
+        assert_eq!(format_gate(&tok, &prompt("assistant\n<think>\n")), close);
+        assert!(format_gate(&tok, &prompt("assistant\n<think>\n\n</think>\n\n")).is_empty());
     }
 
     #[test]

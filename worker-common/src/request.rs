@@ -156,6 +156,11 @@ pub fn sampling_from(params: &v1::SamplingParams) -> Result<Sampling, BadRequest
         logprobs: params.logprobs,
         prompt_logprobs: params.prompt_logprobs,
         format,
+        format_after: params
+            .structured
+            .as_deref()
+            .map(|s| s.after_tokens.clone())
+            .unwrap_or_default(),
         output_in_prompt: params.output_in_prompt,
     })
 }
@@ -275,6 +280,16 @@ mod tests {
             .sampling;
         assert_eq!(s.format, Some(Format::Regex("[0-9]+".into())));
         assert_eq!(s.output_in_prompt, 2);
+        assert!(s.format_after.is_empty());
+        // After a reasoning model's thinking.
+        let mut gated = p.clone();
+        if let Some(f) = gated.structured.as_mut() {
+            f.after_tokens = vec![7, 8];
+        }
+        let s = seq_request("r".into(), vec![1, 2, 3], Some(gated), &candle)
+            .expect("valid")
+            .sampling;
+        assert_eq!(s.format_after, vec![7, 8]);
         let bad = |p: v1::SamplingParams, tokens: Vec<u32>, i: &EngineInfo| {
             seq_request("r".into(), tokens, Some(p), i)
                 .expect_err("refused")
@@ -286,7 +301,7 @@ mod tests {
         forever.ignore_eos = true;
         assert!(bad(forever, vec![1, 2, 3], &candle).contains("ignore_eos"));
         let mut empty = p;
-        empty.structured = Some(Box::new(v1::StructuredOutput { format: None }));
+        empty.structured = Some(Box::default());
         assert!(bad(empty, vec![1, 2, 3], &candle).contains("sampling.structured"));
     }
 

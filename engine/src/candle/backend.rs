@@ -185,7 +185,8 @@ impl Backend for CandleBackend {
         let mut sampler = Sampler::new(start.sampling, fallback_seed(start.seq));
         if let Some(format) = &start.sampling.format {
             let space = self.formats.as_ref().map_err(|e| invalid(e.clone()))?;
-            sampler = sampler.following(space.constrain(format).map_err(invalid)?);
+            let constraint = space.constrain(format).map_err(invalid)?;
+            sampler = sampler.following(constraint, start.sampling.format_after.clone());
         }
         let sampler = sampler.for_text(
             start.prompt,

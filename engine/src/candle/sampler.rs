@@ -69,10 +69,30 @@ struct Follow {
     /// Why the format cannot go on (a token it refuses, a mask it cannot compute): the
     /// sequence's next draw fails with it.
     failed: Option<GrammarError>,
+    /// Tokens the output must have before the format starts (a reasoning model's
+    /// `</think>`); empty: from the first token.
+    gate: Vec<u32>,
+    /// How many of the gate's tokens the output's last tokens match (all: the format has
+    /// started).
+    matched: usize,
 }
 
 impl Follow {
+    /// Whether the format has started: draws are masked and tokens read.
+    fn started(&self) -> bool {
+        self.matched == self.gate.len()
+    }
+
     fn read(&mut self, token: u32) {
+        if !self.started() {
+            // The gate is a tag of a token or a few, none repeating its own start.
+            self.matched = if token == self.gate[self.matched] {
+                self.matched + 1
+            } else {
+                usize::from(token == self.gate[0])
+            };
+            return;
+        }
         if self.failed.is_none()
             && let Err(e) = self.constraint.consume(token)
         {
@@ -118,12 +138,15 @@ impl Sampler {
         }
     }
 
-    /// Draws under `constraint` (the request's format, compiled for this model).
-    pub fn following(mut self, constraint: Constrained) -> Sampler {
+    /// Draws under `constraint` (the request's format, compiled for this model), from the
+    /// token after the output has `gate` (at once when it is empty).
+    pub fn following(mut self, constraint: Constrained, gate: Vec<u32>) -> Sampler {
         self.format = Some(Follow {
             constraint,
             seen: 0,
             failed: None,
+            gate,
+            matched: 0,
         });
         self
     }
@@ -279,11 +302,13 @@ impl Sampler {
         let complete = self
             .format
             .as_ref()
-            .is_some_and(|f| f.constraint.is_stopped());
+            .is_some_and(|f| f.started() && f.constraint.is_stopped());
         let mask_ends = position.saturating_sub(self.prompt_len) < self.min_tokens
             && !self.end_tokens.is_empty()
             && !complete;
-        if self.rules.is_empty() && !mask_ends && self.format.is_none() {
+        // Before its gate the format masks nothing.
+        let masking = self.format.as_ref().is_some_and(Follow::started);
+        if self.rules.is_empty() && !mask_ends && !masking {
             return self.draw(logits, position).map(Ok);
         }
         let mut adjusted = std::mem::take(&mut self.adjusted);
@@ -291,6 +316,7 @@ impl Sampler {
         adjusted.extend_from_slice(logits);
         self.apply_rules(&mut adjusted, mask_ends);
         if let Some(f) = &mut self.format
+            && f.started()
             && let Err(e) = f.constraint.mask(&mut adjusted)
         {
             self.adjusted = adjusted;
@@ -689,6 +715,48 @@ mod tests {
         assert_eq!(at(0.9), vec![1, 2, 4]);
         assert_eq!(at(0.95), vec![1, 4]);
         assert_eq!(at(0.0), vec![0, 1, 2, 3, 4, 5]);
+    }
+
+    /// A format behind a gate: free draws until the output has the gate's tokens (a reasoning
+    /// model's `</think>`), then masked ones; the same read from an output given at once.
+    #[test]
+    fn a_gated_format_starts_after_its_tokens() {
+        use dolphin_grammar::{Format, TokenSpace, TokenText};
+        // 0 `{`, 1 `}`, 2 `x`, 3 `</`, 4 `think>`, 5 the end.
+        let mut tokens: Vec<TokenText> = ["{", "}", "x", "</", "think>"]
+            .iter()
+            .map(|t| TokenText::Bytes(t.as_bytes().to_vec()))
+            .collect();
+        tokens.push(TokenText::Special("<end>".into()));
+        let space = TokenSpace::new(tokens, 6, &[5]).expect("space");
+        let format = Format::Regex("[{][}]".into());
+        let sampler = || {
+            Sampler::new(&Sampling::default(), 1)
+                .following(space.constrain(&format).expect("compiles"), vec![3, 4])
+        };
+        // `x` is the most likely token throughout.
+        let logits = [1.0f32, 0.5, 3.0, 0.0, 0.0, 2.0];
+        let draw = |s: &mut Sampler, pos: u32| s.sample(&logits, pos).unwrap().unwrap();
+        let mut s = sampler().for_text(&[9, 9], &[], 2, Some(5));
+        assert_eq!(draw(&mut s, 2), 2, "free before the gate");
+        // `</` then `x` is not the gate.
+        s.observe(2, &[2, 3, 2]);
+        assert_eq!(draw(&mut s, 5), 2, "still free");
+        s.observe(5, &[3, 4]);
+        assert_eq!(draw(&mut s, 7), 0, "the format starts: `{{`");
+        s.observe(7, &[0]);
+        assert_eq!(draw(&mut s, 8), 1);
+        s.observe(8, &[1]);
+        assert_eq!(draw(&mut s, 9), 5, "complete: the end alone");
+        // A sequence resumed with its output (computed already) reads it at once, gate and
+        // format alike.
+        let mut moved = sampler().for_text(&[9, 9], &[2, 3, 4, 0], 6, Some(5));
+        assert_eq!(draw(&mut moved, 6), 1);
+        // Without a gate the format starts at once.
+        let mut plain = Sampler::new(&Sampling::default(), 1)
+            .following(space.constrain(&format).expect("compiles"), Vec::new())
+            .for_text(&[9, 9], &[], 2, Some(5));
+        assert_eq!(draw(&mut plain, 2), 0);
     }
 
     #[test]

@@ -679,6 +679,16 @@ async fn thinking_is_split_from_the_answer() {
     assert_eq!(choice["message"]["content"], Value::Null);
     assert_eq!(choice["message"]["tool_calls"][0]["function"]["name"], "wx");
 
+    // A format starts after the thinking: the worker is told where.
+    *fake.state.behavior.lock() = Behavior::Text("{}".into());
+    let req = json!({"messages": [{"role": "user", "content": "?"}], "max_tokens": 2,
+        "response_format": {"type": "json_object"}});
+    let (status, _, body) = post(s.addr, "/v1/chat/completions", req).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let sent = fake.state.calls.lock().last().cloned().expect("a call");
+    let format = sent.sampling.and_then(|s| s.structured).expect("a format");
+    assert_eq!(format.after_tokens, SimTokenizer.encode("</think>"));
+
     // Completions render no template and keep the text.
     *fake.state.behavior.lock() = Behavior::Text(answer.into());
     let (_, _, body) = post(
