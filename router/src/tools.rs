@@ -355,16 +355,8 @@ impl CallReader {
         }
         match &self.mode {
             Mode::Text => out.push(Piece::Text(text.to_owned())),
-            Mode::Named(name) => {
-                if !self.started {
-                    self.started = true;
-                    self.calls = 1;
-                    out.push(Piece::Call {
-                        index: 0,
-                        id: call_id(),
-                        name: name.clone(),
-                    });
-                }
+            Mode::Named(_) => {
+                self.start_named(out);
                 out.push(Piece::Arguments {
                     index: 0,
                     text: text.to_owned(),
@@ -402,18 +394,8 @@ impl CallReader {
     pub(crate) fn finish(&mut self, out: &mut Vec<Piece>) {
         match &self.mode {
             Mode::Text => {}
-            Mode::Named(name) => {
-                // An empty answer (cut off at once) is still the call the client forced.
-                if !self.started {
-                    self.started = true;
-                    self.calls = 1;
-                    out.push(Piece::Call {
-                        index: 0,
-                        id: call_id(),
-                        name: name.clone(),
-                    });
-                }
-            }
+            // An empty answer (cut off at once) is still the call the client forced.
+            Mode::Named(_) => self.start_named(out),
             Mode::Required { .. } => {
                 let held = std::mem::take(&mut self.held);
                 match required_calls(&held) {
@@ -461,6 +443,21 @@ impl CallReader {
                     }
                 }
             }
+        }
+    }
+
+    /// A named call's beginning, once.
+    fn start_named(&mut self, out: &mut Vec<Piece>) {
+        if let Mode::Named(name) = &self.mode
+            && !self.started
+        {
+            self.started = true;
+            self.calls = 1;
+            out.push(Piece::Call {
+                index: 0,
+                id: call_id(),
+                name: name.clone(),
+            });
         }
     }
 

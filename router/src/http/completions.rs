@@ -761,23 +761,13 @@ impl Encoder {
             let content = (!text.is_empty()
                 || (role.is_some() && calls.is_none() && reasoning.is_none()))
             .then_some(text);
-            let json = serde_json::to_string(&self.chat_chunk(
-                vec![ChatChunkChoice {
-                    index: d.choice,
-                    delta: ChatDelta {
-                        role,
-                        content,
-                        reasoning_content: reasoning,
-                        tool_calls: calls,
-                    },
-                    logprobs: self
-                        .logprobs
-                        .as_deref()
-                        .map(|tok| logprobs::chat(tok, &d.token_ids, &d.logprobs)),
-                    finish_reason: finish,
-                }],
-                None,
-            ));
+            let delta = ChatDelta {
+                role,
+                content,
+                reasoning_content: reasoning,
+                tool_calls: calls,
+            };
+            let json = serde_json::to_string(&self.chat_chunk_of(d, delta, finish));
             out.extend(json.ok());
             self.after_chunk(d, out);
             return;
@@ -816,23 +806,12 @@ impl Encoder {
             Endpoint::Chat => {
                 let role = (self.sent_role & role_bit == 0).then_some("assistant");
                 self.sent_role |= role_bit;
-                serde_json::to_string(&self.chat_chunk(
-                    vec![ChatChunkChoice {
-                        index: d.choice,
-                        delta: ChatDelta {
-                            role,
-                            content: (!d.text.is_empty() || role.is_some()).then(|| d.text.clone()),
-                            reasoning_content: None,
-                            tool_calls: None,
-                        },
-                        logprobs: self
-                            .logprobs
-                            .as_deref()
-                            .map(|tok| logprobs::chat(tok, &d.token_ids, &d.logprobs)),
-                        finish_reason: finish,
-                    }],
-                    None,
-                ))
+                let delta = ChatDelta {
+                    role,
+                    content: (!d.text.is_empty() || role.is_some()).then(|| d.text.clone()),
+                    ..ChatDelta::default()
+                };
+                serde_json::to_string(&self.chat_chunk_of(d, delta, finish))
             }
         };
         out.extend(json.ok());
@@ -884,6 +863,29 @@ impl Encoder {
             choices,
             usage,
         }
+    }
+
+    /// The stream chunk of `d`'s choice with `delta` (and `d`'s log probabilities, where the
+    /// request asked for them).
+    fn chat_chunk_of(
+        &self,
+        d: &Delta,
+        delta: ChatDelta,
+        finish: Option<&'static str>,
+    ) -> ChatChunk {
+        let logprobs = self
+            .logprobs
+            .as_deref()
+            .map(|tok| logprobs::chat(tok, &d.token_ids, &d.logprobs));
+        self.chat_chunk(
+            vec![ChatChunkChoice {
+                index: d.choice,
+                delta,
+                logprobs,
+                finish_reason: finish,
+            }],
+            None,
+        )
     }
 
     /// A `/v1/chat/completions` stream chunk of this request.
