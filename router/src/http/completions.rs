@@ -289,43 +289,7 @@ pub(crate) fn chat(
         };
         (field, f)
     });
-    let mut messages = Vec::with_capacity(req.messages.len());
-    for m in req.messages {
-        let content = match m.content {
-            None => String::new(),
-            Some(ChatContent::Text(t)) => t,
-            Some(ChatContent::Parts(parts)) => {
-                let mut text = String::new();
-                for p in parts {
-                    if p.kind != "text" {
-                        return Err(ApiError::invalid(
-                            format!("content parts of type {:?} are not supported", p.kind),
-                            Some("messages"),
-                        ));
-                    }
-                    text.push_str(&p.text);
-                }
-                text
-            }
-        };
-        let tool_calls = m
-            .tool_calls
-            .into_iter()
-            .map(|c| crate::tokenizer::ToolCall {
-                id: c.id,
-                name: c.function.name,
-                // Templates write arguments with `tojson`: an object where the text is one.
-                arguments: serde_json::from_str(&c.function.arguments)
-                    .unwrap_or(serde_json::Value::String(c.function.arguments)),
-            })
-            .collect();
-        messages.push(ChatMessage {
-            role: m.role,
-            content,
-            tool_calls,
-            tool_call_id: m.tool_call_id,
-        });
-    }
+    let messages = chat_messages(req.messages)?;
     if req.add_generation_prompt == Some(false) {
         return Err(ApiError::invalid(
             "add_generation_prompt false is not supported by this server: the assistant's turn is always opened",
@@ -362,6 +326,49 @@ pub(crate) fn chat(
         include_usage: opts.include_usage,
         tools: tool_request.mode,
     })
+}
+
+/// A request's conversation as the chat template reads it: text parts joined (other parts are
+/// refused), earlier calls with their arguments as objects where they parse.
+pub(crate) fn chat_messages(input: Vec<ChatMessageIn>) -> Result<Vec<ChatMessage>, ApiError> {
+    let mut messages = Vec::with_capacity(input.len());
+    for m in input {
+        let content = match m.content {
+            None => String::new(),
+            Some(ChatContent::Text(t)) => t,
+            Some(ChatContent::Parts(parts)) => {
+                let mut text = String::new();
+                for p in parts {
+                    if p.kind != "text" {
+                        return Err(ApiError::invalid(
+                            format!("content parts of type {:?} are not supported", p.kind),
+                            Some("messages"),
+                        ));
+                    }
+                    text.push_str(&p.text);
+                }
+                text
+            }
+        };
+        let tool_calls = m
+            .tool_calls
+            .into_iter()
+            .map(|c| crate::tokenizer::ToolCall {
+                id: c.id,
+                name: c.function.name,
+                // Templates write arguments with `tojson`: an object where the text is one.
+                arguments: serde_json::from_str(&c.function.arguments)
+                    .unwrap_or(serde_json::Value::String(c.function.arguments)),
+            })
+            .collect();
+        messages.push(ChatMessage {
+            role: m.role,
+            content,
+            tool_calls,
+            tool_call_id: m.tool_call_id,
+        });
+    }
+    Ok(messages)
 }
 
 /// Dispatches a prepared request and answers it, whole or as server-sent events.

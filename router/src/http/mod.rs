@@ -7,6 +7,7 @@ pub mod error;
 mod logprobs;
 mod public;
 mod sse;
+mod tokenize;
 pub mod types;
 
 use std::sync::{Arc, LazyLock};
@@ -62,6 +63,9 @@ pub fn router(state: AppState) -> PublicApi {
         // OpenAI's "retrieve model" (`client.models.retrieve`); ids may hold `/` (Hugging Face
         // names), hence the wildcard.
         .route("/v1/models/{*model}", get(model))
+        // vLLM's and SGLang's token counting.
+        .route("/tokenize", axum::routing::post(tokenize::tokenize))
+        .route("/detokenize", axum::routing::post(tokenize::detokenize))
         // First thing on every route (unknown paths too): no key, no answer beyond 401.
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),

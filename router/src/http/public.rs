@@ -164,7 +164,7 @@ const DRAIN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The whole request body, at most [`MAX_BODY_BYTES`] (413 past it, before reading when the
 /// length is announced; the rest is drained, see [`DRAIN_BYTES`]).
-async fn read_body(mut body: Body) -> Result<Bytes, ApiError> {
+pub(super) async fn read_body(mut body: Body) -> Result<Bytes, ApiError> {
     if body.size_hint().lower() > MAX_BODY_BYTES as u64 {
         drain(body);
         return Err(ApiError::payload_too_large());

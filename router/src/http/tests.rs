@@ -700,6 +700,86 @@ async fn thinking_is_split_from_the_answer() {
     assert_eq!(parse(&body)["choices"][0]["text"], answer);
 }
 
+/// `/tokenize` gives the ids the router would send (a conversation through its template, tools
+/// included) and `/detokenize` their text; bad input is a 400 naming the field.
+#[tokio::test]
+async fn tokenize_and_detokenize() {
+    let (fake, _d, s) = with_worker(Behavior::Text("x".into())).await;
+    let (status, _, body) = post(s.addr, "/tokenize", json!({"prompt": "hi there"})).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let v = parse(&body);
+    assert_eq!(v["tokens"], json!(SimTokenizer.encode("hi there")));
+    assert_eq!(v["count"], 8);
+    assert!(v["max_model_len"].as_u64().is_some(), "{v}");
+    let tools = json!([{"type": "function", "function": {"name": "wx"}}]);
+    let req = json!({"model": "sim-model", "messages": [{"role": "user", "content": "hi"}],
+        "tools": tools, "chat_template_kwargs": {"enable_thinking": false}});
+    let (status, _, body) = post(s.addr, "/tokenize", req).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let extras = crate::tokenizer::ChatExtras {
+        tools: Some(tools),
+        ..Default::default()
+    };
+    let rendered = SimTokenizer
+        .render_chat(&[ChatMessage::new("user", "hi")], &extras)
+        .expect("renders");
+    assert_eq!(
+        parse(&body)["tokens"],
+        json!(SimTokenizer.encode(&rendered))
+    );
+    let (status, _, body) = post(
+        s.addr,
+        "/detokenize",
+        json!({"tokens": SimTokenizer.encode("hé")}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(parse(&body)["prompt"], "hé");
+    for (path, req, want, param) in [
+        (
+            "/tokenize",
+            json!({}),
+            StatusCode::BAD_REQUEST,
+            json!("prompt"),
+        ),
+        (
+            "/tokenize",
+            json!({"prompt": "a", "messages": []}),
+            StatusCode::BAD_REQUEST,
+            json!("prompt"),
+        ),
+        (
+            "/tokenize",
+            json!({"prompt": "a", "model": "other"}),
+            StatusCode::NOT_FOUND,
+            json!("model"),
+        ),
+        (
+            "/tokenize",
+            json!({"messages": [{"role": "user", "content": "a"}], "tools": [{"type": "retrieval"}]}),
+            StatusCode::BAD_REQUEST,
+            json!("tools"),
+        ),
+        (
+            "/detokenize",
+            json!({"tokens": [1, 999999]}),
+            StatusCode::BAD_REQUEST,
+            json!("tokens"),
+        ),
+        (
+            "/detokenize",
+            json!({"tokens": "abc"}),
+            StatusCode::BAD_REQUEST,
+            Value::Null,
+        ),
+    ] {
+        let (status, _, body) = post(s.addr, path, req.clone()).await;
+        let v = assert_error(status, &body, want);
+        assert_eq!(v["error"]["param"], param, "{req}: {body}");
+    }
+    assert!(fake.state.calls.lock().is_empty(), "no worker is called");
+}
+
 /// OpenAI's penalties and logit bias, and vLLM's repetition penalty, min-p, stop token ids and
 /// minimum length, reach the worker as asked.
 #[tokio::test]
