@@ -125,12 +125,7 @@ fn chat_message(m: v1::ChatMessage) -> ChatMessage {
         tool_calls: m
             .tool_calls
             .into_iter()
-            .map(|c| ToolCall {
-                id: c.id,
-                name: c.name,
-                arguments: serde_json::from_str(&c.arguments)
-                    .unwrap_or(serde_json::Value::String(c.arguments)),
-            })
+            .map(|c| ToolCall::from_text(c.id, c.name, c.arguments))
             .collect(),
         tool_call_id: (!m.tool_call_id.is_empty()).then_some(m.tool_call_id),
     }

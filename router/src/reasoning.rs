@@ -85,7 +85,7 @@ impl ThinkSplitter {
                         self.state = State::Closed;
                     }
                     None => {
-                        let keep = partial_suffix(&self.held, CLOSE);
+                        let keep = crate::tools::partial_suffix(&self.held, CLOSE);
                         let ready: String = self.held[..self.held.len() - keep].to_owned();
                         self.held.drain(..ready.len());
                         push_part(out, Part::Reasoning(ready));
@@ -129,14 +129,6 @@ fn push_part(out: &mut Vec<Part>, part: Part) {
         Part::Reasoning(t) | Part::Answer(t) if t.is_empty() => {}
         _ => out.push(part),
     }
-}
-
-/// Bytes at the end of `text` that may begin `tag`.
-fn partial_suffix(text: &str, tag: &str) -> usize {
-    (1..tag.len())
-        .rev()
-        .find(|&n| text.ends_with(&tag[..n]))
-        .unwrap_or(0)
 }
 
 /// Where a chat answer's format (structured output, a forced tool call) starts for a reasoning

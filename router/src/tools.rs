@@ -488,7 +488,7 @@ impl CallReader {
                 }
                 None => {
                     // Keep what may be the start of an opening tag.
-                    let keep = partial_tag(&self.held);
+                    let keep = partial_suffix(&self.held, CALL_OPEN);
                     let ready: String = self.held[..self.held.len() - keep].to_owned();
                     self.held.drain(..ready.len());
                     self.text(ready, out);
@@ -589,11 +589,12 @@ pub(crate) fn join(pieces: Vec<Piece>) -> (String, Vec<CallPart>) {
     (text, parts)
 }
 
-/// Bytes at the end of `text` that may begin [`CALL_OPEN`].
-fn partial_tag(text: &str) -> usize {
-    (1..CALL_OPEN.len())
+/// Bytes at the end of `text` that may begin `tag` (held back while streaming: the next part
+/// may complete it).
+pub(crate) fn partial_suffix(text: &str, tag: &str) -> usize {
+    (1..tag.len())
         .rev()
-        .find(|&n| text.ends_with(&CALL_OPEN[..n]))
+        .find(|&n| text.ends_with(&tag[..n]))
         .unwrap_or(0)
 }
 

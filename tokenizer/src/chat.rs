@@ -96,6 +96,18 @@ pub struct ToolCall {
 }
 
 impl ToolCall {
+    /// A call as clients send it, its arguments JSON text: templates write arguments with
+    /// `tojson`, so they get an object where the text parses as one, else the text.
+    pub fn from_text(id: String, name: String, arguments: String) -> ToolCall {
+        let arguments =
+            serde_json::from_str(&arguments).unwrap_or(serde_json::Value::String(arguments));
+        ToolCall {
+            id,
+            name,
+            arguments,
+        }
+    }
+
     fn to_value(&self) -> Value {
         let function = Value::from_pairs([
             ("name", Value::from(self.name.as_str())),

@@ -83,6 +83,17 @@ struct Report {
     notes: &'static str,
 }
 
+/// The router's check of `format` (its compilation), timed `rounds` times.
+fn check_times(format: &Format, rounds: usize) -> anyhow::Result<Percentiles> {
+    let mut checks = Vec::with_capacity(rounds);
+    for _ in 0..rounds {
+        let t = Instant::now();
+        format.check()?;
+        checks.push(t.elapsed().as_secs_f64() * 1e6);
+    }
+    Ok(percentiles(checks))
+}
+
 /// The format the router draws a forced tool call under, for `tool_choice` over 8 tools as an
 /// agent offers them (three parameters each: text, a bounded integer, one of three options).
 fn tool_format(tool_choice: serde_json::Value) -> anyhow::Result<Format> {
@@ -153,13 +164,7 @@ async fn main() -> anyhow::Result<()> {
     println!("token space of {vocab} tokens: {token_space_build_ms:.1} ms");
 
     let schema = Format::JsonSchema(SCHEMA.into());
-    let mut checks = Vec::new();
-    for _ in 0..args.rounds.max(5) {
-        let t = Instant::now();
-        schema.check()?;
-        checks.push(t.elapsed().as_secs_f64() * 1e6);
-    }
-    let router_check_us = percentiles(checks);
+    let router_check_us = check_times(&schema, args.rounds.max(5))?;
     println!(
         "router check of the schema: p50 {:.0} us",
         router_check_us.p50_us
@@ -173,14 +178,7 @@ async fn main() -> anyhow::Result<()> {
             serde_json::json!({"type": "function", "function": {"name": "tool_3"}}),
         ),
     ] {
-        let format = tool_format(tool_choice)?;
-        let mut checks = Vec::new();
-        for _ in 0..args.rounds.max(5) {
-            let t = Instant::now();
-            format.check()?;
-            checks.push(t.elapsed().as_secs_f64() * 1e6);
-        }
-        let p = percentiles(checks);
+        let p = check_times(&tool_format(tool_choice)?, args.rounds.max(5))?;
         println!(
             "router check of a {choice} tool call's format: p50 {:.0} us",
             p.p50_us

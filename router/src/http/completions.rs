@@ -273,15 +273,11 @@ pub(crate) fn chat(
         st.dispatcher.config().tool_call_parser,
     )
     .map_err(|(field, message)| ApiError::invalid(message, Some(field)))?;
-    let kwargs = match req.sampling.other.take("chat_template_kwargs") {
-        None => serde_json::Map::new(),
-        Some(v) => crate::tokenizer::template_kwargs(v).map_err(|e| {
-            ApiError::invalid(
-                format!("chat_template_kwargs: {e}"),
-                Some("chat_template_kwargs"),
-            )
-        })?,
-    };
+    let kwargs = req
+        .sampling
+        .other
+        .take_template_kwargs()
+        .map_err(|(field, message)| ApiError::invalid(message, Some(field)))?;
     let forced = tool_request.format().map(|f| {
         let field = match tool_request.mode {
             Mode::Named(_) => "tool_choice",
@@ -353,12 +349,8 @@ pub(crate) fn chat_messages(input: Vec<ChatMessageIn>) -> Result<Vec<ChatMessage
         let tool_calls = m
             .tool_calls
             .into_iter()
-            .map(|c| crate::tokenizer::ToolCall {
-                id: c.id,
-                name: c.function.name,
-                // Templates write arguments with `tojson`: an object where the text is one.
-                arguments: serde_json::from_str(&c.function.arguments)
-                    .unwrap_or(serde_json::Value::String(c.function.arguments)),
+            .map(|c| {
+                crate::tokenizer::ToolCall::from_text(c.id, c.function.name, c.function.arguments)
             })
             .collect();
         messages.push(ChatMessage {

@@ -75,15 +75,10 @@ async fn tokenized(st: AppState, body: axum::body::Body) -> Result<serde_json::V
             let tools =
                 crate::tools::take(&mut req.other, Some(crate::tools::ToolCallParser::Hermes))
                     .map_err(|(field, message)| ApiError::invalid(message, Some(field)))?;
-            let kwargs = match req.other.take("chat_template_kwargs") {
-                None => serde_json::Map::new(),
-                Some(v) => crate::tokenizer::template_kwargs(v).map_err(|e| {
-                    ApiError::invalid(
-                        format!("chat_template_kwargs: {e}"),
-                        Some("chat_template_kwargs"),
-                    )
-                })?,
-            };
+            let kwargs = req
+                .other
+                .take_template_kwargs()
+                .map_err(|(field, message)| ApiError::invalid(message, Some(field)))?;
             Prompt::Chat {
                 messages: super::completions::chat_messages(messages)?,
                 extras: Box::new(ChatExtras {

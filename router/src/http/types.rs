@@ -157,6 +157,20 @@ impl OtherFields {
         self.0.remove(name).filter(|v| !v.is_null())
     }
 
+    /// Takes `chat_template_kwargs`, the request's own variables for the chat template
+    /// ([`template_kwargs`](crate::tokenizer::template_kwargs)'s checks); empty when absent.
+    pub(crate) fn take_template_kwargs(
+        &mut self,
+    ) -> Result<serde_json::Map<String, serde_json::Value>, (&'static str, String)> {
+        const NAME: &str = "chat_template_kwargs";
+        match self.take(NAME) {
+            None => Ok(serde_json::Map::new()),
+            Some(v) => {
+                crate::tokenizer::template_kwargs(v).map_err(|e| (NAME, format!("{NAME}: {e}")))
+            }
+        }
+    }
+
     /// Takes the logit rules out of the fields: OpenAI's `presence_penalty`,
     /// `frequency_penalty` and `logit_bias` (token ids as strings), vLLM's
     /// `repetition_penalty`, `min_p`, `stop_token_ids` and `min_tokens`. `None` when the request
