@@ -19,22 +19,22 @@ pub fn build_engine(args: &EngineArgs) -> Result<Arc<dyn Engine>, WorkerError> {
     args.validate()?;
     match args.engine {
         EngineKind::Candle => {
-            let cfg = candle_config(args)?;
+            let mut cfg = candle_config(args)?;
             // The model's end-of-generation tokens (the wire cannot carry them; see
-            // stop_tokens.rs), read from the same file's tokenizer metadata.
-            let stops = ModelTokenizer::from_file(&cfg.model_path)
-                .map_err(|e| {
-                    ConfigError::invalid(
-                        "model-path",
-                        format!(
-                            "cannot read the tokenizer of {}: {}",
-                            cfg.model_path.display(),
-                            crate::error_chain(&e)
-                        ),
-                    )
-                })?
-                .stop_token_ids()
-                .to_vec();
+            // stop_tokens.rs), read from the same file's tokenizer metadata; the engine's
+            // structured output builds its token space from the same read.
+            let tokenizer = ModelTokenizer::from_file(&cfg.model_path).map_err(|e| {
+                ConfigError::invalid(
+                    "model-path",
+                    format!(
+                        "cannot read the tokenizer of {}: {}",
+                        cfg.model_path.display(),
+                        crate::error_chain(&e)
+                    ),
+                )
+            })?;
+            let stops = tokenizer.stop_token_ids().to_vec();
+            cfg.tokenizer = Some(Arc::new(tokenizer));
             tracing::info!(
                 path = %cfg.model_path.display(),
                 model = %cfg.model,

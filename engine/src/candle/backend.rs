@@ -89,7 +89,7 @@ impl CandleBackend {
             eos_token_id: p.eos_token_id,
             step_limits: None,
         };
-        let formats = token_space(&cfg.model_path, &info);
+        let formats = token_space(&cfg.model_path, cfg.tokenizer.as_ref(), &info);
         tracing::info!(model = %info.model, path = %cfg.model_path.display(), weights = %cfg.weights,
             padded = cfg.pads(), layers = p.n_layer, hidden = p.hidden, total_blocks,
             kv_bytes_per_token = per_token, "candle model loaded");

@@ -3,6 +3,7 @@
 use std::fmt;
 use std::path::PathBuf;
 use std::str::FromStr;
+use std::sync::Arc;
 
 use super::linear::TiledKernels;
 
@@ -137,6 +138,10 @@ impl FromStr for Padding {
 pub struct CandleConfig {
     /// A llama-architecture GGUF file.
     pub model_path: PathBuf,
+    /// The file's tokenizer, where the caller has read it already (the worker does, for the
+    /// model's stop tokens); `None`: the engine reads it from `model_path` for structured
+    /// output's token space.
+    pub tokenizer: Option<Arc<dolphin_tokenizer::ModelTokenizer>>,
     /// Served model name.
     pub model: String,
     /// How weights are held after loading.
@@ -244,6 +249,7 @@ impl CandleConfig {
             max_context: None,
             layers: None,
             matmul: MatmulKernel::default(),
+            tokenizer: None,
         }
     }
 

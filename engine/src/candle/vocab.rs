@@ -11,19 +11,31 @@ use dolphin_tokenizer::{ModelTokenizer, TokenPiece};
 use crate::types::EngineInfo;
 
 /// The token space of the model at `path` (`info`: its vocabulary size and end of sequence),
-/// or why structured output is unavailable for it. A model file without a tokenizer this
-/// project reads still serves free text.
-pub(super) fn token_space(path: &Path, info: &EngineInfo) -> Result<Arc<TokenSpace>, GrammarError> {
+/// from its `tokenizer` where the caller read it already, or why structured output is
+/// unavailable for it. A model file without a tokenizer this project reads still serves free
+/// text.
+pub(super) fn token_space(
+    path: &Path,
+    tokenizer: Option<&Arc<ModelTokenizer>>,
+    info: &EngineInfo,
+) -> Result<Arc<TokenSpace>, GrammarError> {
     let started = Instant::now();
-    let tokenizer =
-        ModelTokenizer::from_file(path).map_err(|e| GrammarError::Unavailable(e.to_string()))?;
+    let read;
+    let tokenizer = match tokenizer {
+        Some(t) => t.as_ref(),
+        None => {
+            read = ModelTokenizer::from_file(path)
+                .map_err(|e| GrammarError::Unavailable(e.to_string()))?;
+            &read
+        }
+    };
     let mut ends: Vec<u32> = info.eos_token_id.into_iter().collect();
     for &t in tokenizer.stop_token_ids() {
         if !ends.contains(&t) {
             ends.push(t);
         }
     }
-    let space = token_space_of(&tokenizer, info.vocab_size, &ends);
+    let space = token_space_of(tokenizer, info.vocab_size, &ends);
     match &space {
         Ok(_) => tracing::info!(
             vocab = info.vocab_size,
