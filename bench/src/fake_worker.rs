@@ -361,6 +361,7 @@ impl FakeRouter {
                 max_migrations: 3,
                 tool_call_parser: None,
                 reasoning_parser: None,
+                trust_request_chat_template: false,
                 request_timeout: None,
             },
             RequestLog::disabled(),

@@ -129,6 +129,12 @@ pub struct RouterConfig {
     /// Without it the thinking stays in the text.
     #[arg(long, env = "DOLPHIN_REASONING_PARSER", value_enum)]
     pub reasoning_parser: Option<crate::reasoning::ReasoningParser>,
+    /// Lets a request bring its own chat template (vLLM's `chat_template` field, gRPC
+    /// `ChatMessages.chat_template`) instead of the model's. Off by default, as in vLLM: such a
+    /// template runs on the router's CPU (under an instruction budget), so allow it only for
+    /// clients you trust.
+    #[arg(long, env = "DOLPHIN_TRUST_REQUEST_CHAT_TEMPLATE")]
+    pub trust_request_chat_template: bool,
     /// Times one request may move to another decode worker when the one streaming it dies or
     /// its connection breaks (0: never; the client gets the error).
     #[arg(long, env = "DOLPHIN_MAX_MIGRATIONS", default_value_t = 3)]

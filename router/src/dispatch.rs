@@ -55,6 +55,8 @@ pub struct DispatchConfig {
     /// How chat answers are split into a reasoning model's thinking and its answer (`None`:
     /// not split).
     pub reasoning_parser: Option<crate::reasoning::ReasoningParser>,
+    /// Whether a request may bring its own chat template (`chat_template`); refused when not.
+    pub trust_request_chat_template: bool,
     /// Longest a request may run, first token to last, when the client sets no shorter limit
     /// (`None`: no limit).
     pub request_timeout: Option<Duration>,
@@ -84,7 +86,14 @@ impl Prompt {
             Prompt::Text(t) => t.len(),
             // Tool schemas and calls are rendered into the prompt as JSON, which takes longer
             // than their size says: such requests always go to the blocking pool.
-            Prompt::Chat { extras, .. } if extras.tools.is_some() => usize::MAX,
+            // So do a request's own template (compiled for it) and documents.
+            Prompt::Chat { extras, .. }
+                if extras.tools.is_some()
+                    || extras.template.is_some()
+                    || extras.documents.is_some() =>
+            {
+                usize::MAX
+            }
             Prompt::Chat { messages, .. } if messages.iter().any(|m| !m.tool_calls.is_empty()) => {
                 usize::MAX
             }
@@ -145,6 +154,9 @@ pub struct GenerateParams {
     /// The request's field that `sampling.structured` came from, named when the format does
     /// not compile (`structured` over gRPC; `response_format`, `tools`, ... over HTTP).
     pub format_field: &'static str,
+    /// Keep only the prompt's last this many tokens (vLLM's `truncate_prompt_tokens`); `None`:
+    /// the whole prompt, refused when longer than the limit.
+    pub truncate_prompt_tokens: Option<u32>,
 }
 
 /// The W3C trace context headers of a request (`traceparent`, `tracestate`).
@@ -381,9 +393,14 @@ impl Dispatcher {
         })
     }
 
-    /// The prompt's token ids, checked against the vocabulary and the length limit.
-    pub fn tokenize(&self, prompt: Prompt) -> Result<Vec<u32>, DispatchError> {
-        let tokens = match prompt {
+    /// The prompt's token ids, checked against the vocabulary and the length limit; with
+    /// `keep_last`, only its last that many (the start is dropped, as vLLM truncates).
+    pub fn tokenize(
+        &self,
+        prompt: Prompt,
+        keep_last: Option<u32>,
+    ) -> Result<Vec<u32>, DispatchError> {
+        let mut tokens = match prompt {
             Prompt::Text(t) => self.tokenizer.encode(&t).map_err(internal)?,
             Prompt::Chat { messages, extras } => {
                 if messages.is_empty() {
@@ -407,6 +424,10 @@ impl Dispatcher {
                 ids
             }
         };
+        if let Some(keep) = keep_last {
+            let cut = tokens.len().saturating_sub(keep as usize);
+            tokens.drain(..cut);
+        }
         if tokens.is_empty() {
             return Err(DispatchError::InvalidRequest("the prompt is empty".into()));
         }
@@ -573,6 +594,7 @@ impl Dispatcher {
         // A format is compiled once before routing, so that a malformed one is the client's
         // 400, not a failure on the worker: on the blocking pool with the tokenizing.
         let format = p.sampling.structured.clone().map(|w| (p.format_field, w));
+        let keep_last = p.truncate_prompt_tokens;
         let tokens = if prompt.text_bytes() > INLINE_TOKENIZE_BYTES || format.is_some() {
             let d = Arc::clone(self);
             tokio::task::spawn_blocking(move || {
@@ -580,13 +602,13 @@ impl Dispatcher {
                     if let Some((field, wire)) = format {
                         check_format(field, &wire)?;
                     }
-                    d.tokenize(prompt)
+                    d.tokenize(prompt, keep_last)
                 })
             })
             .await
             .map_err(|e| DispatchError::Internal(format!("tokenizing failed: {e}")))??
         } else {
-            let tokens = tokenize.in_scope(|| self.tokenize(prompt));
+            let tokens = tokenize.in_scope(|| self.tokenize(prompt, keep_last));
             drop(tokenize);
             tokens?
         };

@@ -710,7 +710,7 @@ fn token_ids_become_the_tokens_without_a_copy() {
     let d = dispatcher(threshold(), RequestLog::disabled());
     let ids = vec![5_u32; 64];
     let at = ids.as_ptr();
-    let tokens = d.tokenize(Prompt::Tokens(ids)).expect("valid ids");
+    let tokens = d.tokenize(Prompt::Tokens(ids), None).expect("valid ids");
     assert_eq!(tokens.len(), 64);
     assert_eq!(tokens.as_ptr(), at, "the request's ids are the tokens");
 }

@@ -131,8 +131,15 @@ fn generate_request() -> impl Strategy<Value = v1::GenerateRequest> {
             ),
             prop_oneof![Just(""), Just("none"), Just("auto"), Just("required"), Just("f")],
             any::<bool>(),
+            // How the conversation ends, documents valid or not, a request template.
+            (
+                any::<Option<bool>>(),
+                any::<bool>(),
+                prop_oneof![Just(String::new()), Just(r#"[{"text": "d"}]"#.to_owned()), ".{0,12}"],
+                prop_oneof![3 => Just(String::new()), 1 => ".{0,12}"],
+            ),
         )
-            .prop_map(|(m, tools, choice, single)| {
+            .prop_map(|(m, tools, choice, single, (add, continued, documents, template))| {
                 Some(Input::Chat(v1::ChatMessages {
                     messages: m
                         .into_iter()
@@ -157,6 +164,10 @@ fn generate_request() -> impl Strategy<Value = v1::GenerateRequest> {
                     } else {
                         String::new()
                     },
+                    add_generation_prompt: add,
+                    continue_final_message: continued,
+                    documents_json: documents,
+                    chat_template: template,
                 }))
             }),
     ];

@@ -18,7 +18,7 @@ use tower::Layer;
 use crate::admission::InflightLimit;
 use crate::answer::AnswerReader;
 use crate::auth::{self, KeySet};
-use crate::dispatch::{Dispatcher, GenerateParams, Prompt};
+use crate::dispatch::{DispatchConfig, Dispatcher, GenerateParams, Prompt};
 use crate::dolphin::admin;
 use crate::policy::{Decision, Policy};
 use crate::reasoning::ReasoningParser;
@@ -41,11 +41,11 @@ impl InferenceService {
 }
 
 /// Turns a `GenerateRequest` into dispatcher parameters, and for a chat request how its answer
-/// is read for tool calls (`parser`: the router's `--tool-call-parser`; `None`: not a chat
-/// request, whose answer is never read).
+/// is read for tool calls (by the router's `--tool-call-parser`; `None`: not a chat request,
+/// whose answer is never read).
 pub(crate) fn params(
     r: v1::GenerateRequest,
-    parser: Option<ToolCallParser>,
+    cfg: &DispatchConfig,
 ) -> Result<(GenerateParams, Option<Mode>), Status> {
     let mut sampling = r.sampling.unwrap_or_default();
     let mut format_field = "structured";
@@ -53,8 +53,8 @@ pub(crate) fn params(
     let prompt = match r.input {
         Some(Input::Text(t)) => Prompt::Text(t),
         Some(Input::TokenIds(t)) => Prompt::Tokens(t.ids),
-        Some(Input::Chat(c)) => {
-            let request = chat_tools(&c, parser)?;
+        Some(Input::Chat(mut c)) => {
+            let request = chat_tools(&c, cfg.tool_call_parser)?;
             if let Some(format) = request.format() {
                 if sampling.structured.is_some() {
                     return Err(Status::invalid_argument(
@@ -65,20 +65,12 @@ pub(crate) fn params(
                 format_field = "chat.tools";
             }
             mode = Some(request.mode);
-            let kwargs = match c.template_kwargs_json.as_str() {
-                "" => serde_json::Map::new(),
-                text => serde_json::from_str(text)
-                    .map_err(|e| e.to_string())
-                    .and_then(crate::tokenizer::template_kwargs)
-                    .map_err(|e| {
-                        Status::invalid_argument(format!("chat.template_kwargs_json: {e}"))
-                    })?,
-            };
+            let extras = chat_extras(&mut c, cfg.trust_request_chat_template)?;
             Prompt::Chat {
                 messages: c.messages.into_iter().map(chat_message).collect(),
                 extras: Box::new(crate::tokenizer::ChatExtras {
                     tools: request.tools,
-                    kwargs,
+                    ..extras
                 }),
             }
         }
@@ -112,8 +104,71 @@ pub(crate) fn params(
         api: Api::Grpc,
         timeout: None,
         trace: Default::default(),
+        truncate_prompt_tokens: match r.truncate_prompt_tokens {
+            Some(0) => {
+                return Err(Status::invalid_argument(
+                    "truncate_prompt_tokens must be at least 1 (unset keeps the whole prompt)",
+                ));
+            }
+            n => n,
+        },
     };
     Ok((params, mode))
+}
+
+/// How a chat request's conversation is rendered, less its tools: the same fields and checks
+/// as over HTTP.
+fn chat_extras(
+    c: &mut v1::ChatMessages,
+    trust_template: bool,
+) -> Result<crate::tokenizer::ChatExtras, Status> {
+    use crate::tokenizer::Ending;
+    let kwargs = match c.template_kwargs_json.as_str() {
+        "" => serde_json::Map::new(),
+        text => serde_json::from_str(text)
+            .map_err(|e| e.to_string())
+            .and_then(crate::tokenizer::template_kwargs)
+            .map_err(|e| Status::invalid_argument(format!("chat.template_kwargs_json: {e}")))?,
+    };
+    let ending = match (c.continue_final_message, c.add_generation_prompt) {
+        (true, Some(true)) => {
+            return Err(Status::invalid_argument(
+                "chat.continue_final_message and chat.add_generation_prompt cannot both be true: the last message is either continued or answered",
+            ));
+        }
+        (true, _) => Ending::ContinueLast,
+        (false, Some(false)) => Ending::LastMessage,
+        (false, _) => Ending::AssistantTurn,
+    };
+    let documents = match c.documents_json.as_str() {
+        "" => None,
+        text => match serde_json::from_str::<serde_json::Value>(text) {
+            Ok(serde_json::Value::Array(d)) if d.iter().all(serde_json::Value::is_object) => {
+                Some(serde_json::Value::Array(d))
+            }
+            _ => {
+                return Err(Status::invalid_argument(
+                    "chat.documents_json must be a JSON list of objects (such as {\"title\": ..., \"text\": ...})",
+                ));
+            }
+        },
+    };
+    let template = match std::mem::take(&mut c.chat_template) {
+        s if s.is_empty() => None,
+        _ if !trust_template => {
+            return Err(Status::invalid_argument(
+                "chat.chat_template is not accepted by this server: it renders the model's own template (a router started with --trust-request-chat-template accepts a request's own)",
+            ));
+        }
+        s => Some(s),
+    };
+    Ok(crate::tokenizer::ChatExtras {
+        tools: None,
+        kwargs,
+        documents,
+        ending,
+        template,
+    })
 }
 
 /// A chat message of the request, its earlier calls' arguments as objects (as templates
@@ -236,8 +291,8 @@ impl Inference for InferenceService {
         // The request's spans go under the call's (`ServerSpanLayer`), which continues the
         // client's `traceparent`: no trace headers for the dispatcher to read.
         let cfg = self.dispatcher.config();
-        let (parser, reasoning) = (cfg.tool_call_parser, cfg.reasoning_parser);
-        let (mut p, tools) = params(req.into_inner(), parser)?;
+        let reasoning = cfg.reasoning_parser;
+        let (mut p, tools) = params(req.into_inner(), cfg)?;
         p.timeout = timeout;
         let stream = self.dispatcher.generate(p).await?;
         // Thinking is split from chat answers only, as over HTTP.

@@ -182,8 +182,8 @@ impl Shared {
             .and_then(dolphin_proto::deadline::parse);
         let request = read_request(req.into_body()).await?;
         let cfg = self.dispatcher.config();
-        let (parser, reasoning) = (cfg.tool_call_parser, cfg.reasoning_parser);
-        let (mut p, tools) = params(request, parser)?;
+        let reasoning = cfg.reasoning_parser;
+        let (mut p, tools) = params(request, cfg)?;
         p.timeout = timeout;
         let stream = self.dispatcher.generate(p).await?;
         // Thinking is split from chat answers only, as over HTTP.

@@ -183,6 +183,107 @@ async fn generate_streams_with_routing_on_first_and_last() {
     assert!(last.timings.expect("timings").e2e_us > 0);
 }
 
+/// The fields that shape the prompt and the text read over gRPC as over HTTP: the last message
+/// continued, the prompt's start truncated, the stop string kept, a request's own template
+/// refused by a router that does not trust them.
+#[tokio::test]
+async fn the_request_shapes_its_prompt_over_grpc() {
+    use crate::tokenizer::{ChatExtras, ChatMessage, Ending, SimTokenizer, Tokenizer};
+    use v1::generate_request::Input;
+    let fake = FakeWorker::start("d1", Role::Decode, Behavior::Text("abcENDxyz".into())).await;
+    let d = dispatcher(Policy::AlwaysLocal, RequestLog::disabled());
+    d.registry().add(fake.record()).expect("add");
+    let (ch, _stop) = start(d).await;
+    let mut client = InferenceClient::new(ch);
+    let chat = |c: v1::ChatMessages| v1::GenerateRequest {
+        input: Some(Input::Chat(v1::ChatMessages {
+            messages: vec![
+                v1::ChatMessage {
+                    role: "user".into(),
+                    content: "Name a colour.".into(),
+                    ..Default::default()
+                },
+                v1::ChatMessage {
+                    role: "assistant".into(),
+                    content: "The colour is".into(),
+                    ..Default::default()
+                },
+            ],
+            ..c
+        })),
+        sampling: Some(v1::SamplingParams {
+            max_tokens: 9,
+            stop: vec!["END".into()],
+            include_stop_str_in_output: true,
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let mut req = chat(v1::ChatMessages {
+        continue_final_message: true,
+        ..Default::default()
+    });
+    req.truncate_prompt_tokens = Some(5);
+    let mut stream = client.generate(req).await.expect("served").into_inner();
+    let mut text = String::new();
+    while let Some(m) = stream.message().await.expect("message") {
+        text.push_str(&m.text);
+    }
+    assert_eq!(text, "abcEND");
+    let extras = ChatExtras {
+        ending: Ending::ContinueLast,
+        ..Default::default()
+    };
+    let messages = [
+        ChatMessage::new("user", "Name a colour."),
+        ChatMessage::new("assistant", "The colour is"),
+    ];
+    let all = SimTokenizer.encode(
+        &SimTokenizer
+            .render_chat(&messages, &extras)
+            .expect("renders"),
+    );
+    assert_eq!(fake.state.calls.lock()[0].token_ids, all[all.len() - 5..]);
+    for (c, truncate, field) in [
+        (
+            v1::ChatMessages {
+                chat_template: "{{ messages }}".into(),
+                ..Default::default()
+            },
+            None,
+            "chat_template",
+        ),
+        (
+            v1::ChatMessages {
+                continue_final_message: true,
+                add_generation_prompt: Some(true),
+                ..Default::default()
+            },
+            None,
+            "continue_final_message",
+        ),
+        (
+            v1::ChatMessages {
+                documents_json: "{}".into(),
+                ..Default::default()
+            },
+            None,
+            "documents_json",
+        ),
+        (
+            v1::ChatMessages::default(),
+            Some(0),
+            "truncate_prompt_tokens",
+        ),
+    ] {
+        let mut req = chat(c);
+        req.truncate_prompt_tokens = truncate;
+        let status = client.generate(req).await.expect_err(field);
+        assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+        assert!(status.message().contains(field), "{status:?}");
+    }
+}
+
 /// Tool calling over gRPC reads as over HTTP: `"auto"` answers are read with the router's
 /// parser (Hermes in the test dispatcher), the earlier calls reach the template, a named
 /// function is drawn under its schema, and a malformed tool is `INVALID_ARGUMENT`.
@@ -227,8 +328,7 @@ async fn chat_tools_are_called_over_grpc() {
             ],
             tools,
             tool_choice: tool_choice.into(),
-            single_tool_call: false,
-            template_kwargs_json: String::new(),
+            ..Default::default()
         })),
         sampling: Some(v1::SamplingParams {
             max_tokens: answer.len() as u32,

@@ -128,6 +128,11 @@ impl Migration {
         &self.sampling.stop
     }
 
+    /// Whether the stop string that ends the output stays in its text.
+    pub(crate) fn include_stop_string(&self) -> bool {
+        self.sampling.include_stop_str_in_output
+    }
+
     /// Moves made so far.
     pub(crate) fn count(&self) -> u32 {
         self.migrations

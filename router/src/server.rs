@@ -139,6 +139,7 @@ pub async fn start(
             max_migrations: cfg.max_migrations,
             tool_call_parser: cfg.tool_call_parser,
             reasoning_parser: cfg.reasoning_parser,
+            trust_request_chat_template: cfg.trust_request_chat_template,
             request_timeout: cfg.request_timeout(),
         },
         log,

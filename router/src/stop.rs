@@ -11,6 +11,8 @@ pub struct StopMatcher {
     held: String,
     /// Longest stop string, in bytes.
     max_len: usize,
+    /// Whether the stop string found is part of the text (`include_stop_str_in_output`).
+    include: bool,
 }
 
 /// What one piece of text released.
@@ -23,14 +25,16 @@ pub struct Released {
 }
 
 impl StopMatcher {
-    /// A matcher for `stops` (empty strings are ignored).
-    pub fn new(stops: &[String]) -> Self {
+    /// A matcher for `stops` (empty strings are ignored); with `include`, the text released at
+    /// a stop ends with the stop string, else just before it.
+    pub fn new(stops: &[String], include: bool) -> Self {
         let stops: Vec<String> = stops.iter().filter(|s| !s.is_empty()).cloned().collect();
         let max_len = stops.iter().map(String::len).max().unwrap_or(0);
         Self {
             stops,
             held: String::new(),
             max_len,
+            include,
         }
     }
 
@@ -48,13 +52,15 @@ impl StopMatcher {
             };
         }
         self.held.push_str(text);
+        // The earliest stop in the text; of two at the same place, the first listed.
         let first = self
             .stops
             .iter()
-            .filter_map(|s| self.held.find(s.as_str()))
-            .min();
-        if let Some(pos) = first {
-            let out = self.held[..pos].to_string();
+            .filter_map(|s| self.held.find(s.as_str()).map(|pos| (pos, s.len())))
+            .min_by_key(|&(pos, _)| pos);
+        if let Some((pos, len)) = first {
+            let end = if self.include { pos + len } else { pos };
+            let out = self.held[..end].to_string();
             self.held.clear();
             return Released {
                 text: out,
@@ -95,7 +101,39 @@ mod tests {
     use super::*;
 
     fn m(stops: &[&str]) -> StopMatcher {
-        StopMatcher::new(&stops.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+        StopMatcher::new(
+            &stops.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
+            false,
+        )
+    }
+
+    #[test]
+    fn keeps_the_stop_string_when_asked() {
+        let stops = ["END".to_string(), "ENDING".to_string(), "xy".to_string()];
+        let mut s = StopMatcher::new(&stops, true);
+        assert_eq!(
+            s.push("abcE"),
+            Released {
+                text: "abc".into(),
+                stopped: false
+            }
+        );
+        // Two stops start at the same place: the first listed ends the text.
+        assert_eq!(
+            s.push("NDINGxy"),
+            Released {
+                text: "END".into(),
+                stopped: true
+            }
+        );
+        let mut s = StopMatcher::new(&stops, true);
+        assert_eq!(
+            s.push("a xy END"),
+            Released {
+                text: "a xy".into(),
+                stopped: true
+            }
+        );
     }
 
     #[test]

@@ -118,7 +118,7 @@ impl ResponseStream {
             pending: Some(attempt.first),
             tokenizer,
             detok: IncrementalDetokenizer::new(),
-            stop: StopMatcher::new(migration.stop_strings()),
+            stop: StopMatcher::new(migration.stop_strings(), migration.include_stop_string()),
             log,
             online,
             _guard: attempt.guard,

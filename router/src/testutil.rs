@@ -43,6 +43,7 @@ pub fn params(prompt: &str, max_tokens: u32) -> GenerateParams {
         api: Api::Grpc,
         timeout: None,
         trace: Default::default(),
+        truncate_prompt_tokens: None,
     }
 }
 
@@ -478,6 +479,7 @@ pub fn dispatcher_configured(
         max_migrations: 3,
         tool_call_parser: Some(crate::tools::ToolCallParser::Hermes),
         reasoning_parser: None,
+        trust_request_chat_template: false,
         request_timeout: None,
     };
     tune(&mut cfg);

@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 pub use model::{HfModelTokenizer, TokenizerLoadError};
 
-pub use dolphin_tokenizer::{ChatExtras, ChatMessage, ToolCall};
+pub use dolphin_tokenizer::{ChatExtras, ChatMessage, Ending, ToolCall};
 
 /// A request's own variables for the chat template (vLLM's and SGLang's
 /// `chat_template_kwargs`, such as Qwen3's `enable_thinking`): a JSON object, without the
@@ -39,10 +39,11 @@ pub trait Tokenizer: Send + Sync + Debug {
     fn encode(&self, text: &str) -> Result<Vec<u32>, EncodeError>;
     /// Text of `ids`; special tokens are skipped, ids the vocabulary lacks give U+FFFD.
     fn decode(&self, ids: &[u32]) -> String;
-    /// The prompt text for a conversation, ending where the assistant's answer begins, with
-    /// what the request adds ([`ChatExtras`]: the tools the model may call, the template's
-    /// own variables). A model's template may refuse a conversation (e.g. roles out of
-    /// order): the request is then invalid (HTTP 400 / INVALID_ARGUMENT).
+    /// The prompt text for a conversation, with what the request adds ([`ChatExtras`]: the
+    /// tools the model may call, documents, the template's own variables, where the text ends
+    /// (by default where the assistant's answer begins), the request's own template). A
+    /// template may refuse a conversation (e.g. roles out of order): the request is then
+    /// invalid (HTTP 400 / INVALID_ARGUMENT).
     fn render_chat(
         &self,
         messages: &[ChatMessage],
@@ -143,7 +144,14 @@ impl Tokenizer for SimTokenizer {
     ) -> Result<String, ChatTemplateError> {
         // ChatML, as SmolLM2 uses it: the sim model has no template of its own, and sharing the
         // real model's shape keeps prompt lengths (and so cache behaviour) realistic. Tools and
-        // calls as Qwen2.5's template writes them (Hermes tags).
+        // calls as Qwen2.5's template writes them (Hermes tags). A request's own template is
+        // rendered as on a real model.
+        if let Some(source) = &extras.template {
+            return dolphin_tokenizer::ChatTemplate::chatml()
+                .for_request(source)
+                .and_then(|t| t.render_with(messages, extras))
+                .map_err(|e| ChatTemplateError(dolphin_cluster::error_chain(&e)));
+        }
         let mut out = String::new();
         if let Some(tools) = &extras.tools {
             out.push_str("<|im_start|>system\n<tools>\n");
@@ -161,7 +169,15 @@ impl Tokenizer for SimTokenizer {
             }
             out.push_str("<|im_end|>\n");
         }
-        out.push_str("<|im_start|>assistant\n");
+        match extras.ending {
+            Ending::AssistantTurn => out.push_str("<|im_start|>assistant\n"),
+            Ending::LastMessage => {}
+            Ending::ContinueLast => {
+                if let Some(open) = out.strip_suffix("<|im_end|>\n") {
+                    out.truncate(open.len());
+                }
+            }
+        }
         Ok(out)
     }
 

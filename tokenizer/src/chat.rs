@@ -60,6 +60,20 @@ impl ChatMessage {
     }
 }
 
+/// Where the rendered conversation ends.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Ending {
+    /// With the assistant's turn opened (`add_generation_prompt`): the model answers.
+    #[default]
+    AssistantTurn,
+    /// Where the template ends the last message (`add_generation_prompt: false`).
+    LastMessage,
+    /// Inside the last message, left open for the model to go on writing it
+    /// (`continue_final_message`, as `transformers` renders it: the text is cut right after the
+    /// last message's content, before the template closes the turn).
+    ContinueLast,
+}
+
 /// What a request adds to its conversation when the template renders it.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct ChatExtras {
@@ -72,16 +86,31 @@ pub struct ChatExtras {
     /// Qwen3's `enable_thinking`). The names the renderer sets ([`RESERVED_NAMES`]) are not
     /// among them.
     pub kwargs: serde_json::Map<String, serde_json::Value>,
+    /// Documents for retrieval-augmented generation (`[{"title": ..., "text": ...}]`, the shape
+    /// `transformers` passes as `documents`); templates that know them put them in the prompt.
+    pub documents: Option<serde_json::Value>,
+    /// Where the rendered text ends.
+    pub ending: Ending,
+    /// The request's own template source, used instead of the model's (vLLM's
+    /// `chat_template`); compiled for the request and run with a bounded budget
+    /// ([`REQUEST_TEMPLATE_FUEL`]).
+    pub template: Option<String>,
 }
 
 /// The template variables the renderer sets itself.
-pub const RESERVED_NAMES: [&str; 5] = [
+pub const RESERVED_NAMES: [&str; 6] = [
     "messages",
     "tools",
+    "documents",
     "add_generation_prompt",
     "bos_token",
     "eos_token",
 ];
+
+/// Instructions a request's own template may run (minijinja's fuel): a loop that would run for
+/// minutes ends in an error instead. The model's templates render a long conversation in well
+/// under a tenth of it.
+pub const REQUEST_TEMPLATE_FUEL: u64 = 5_000_000;
 
 /// A tool call in an assistant message of the conversation.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -178,6 +207,14 @@ impl ChatTemplate {
         Self::new(CHATML_TEMPLATE, "", "").expect("the ChatML template compiles")
     }
 
+    /// Another template with this one's `bos_token` and `eos_token`, under a bounded budget
+    /// ([`REQUEST_TEMPLATE_FUEL`]): a request's own template.
+    pub fn for_request(&self, source: &str) -> Result<ChatTemplate, TokenizerError> {
+        let mut t = Self::new(source, &self.bos_token, &self.eos_token)?;
+        t.env.set_fuel(Some(REQUEST_TEMPLATE_FUEL));
+        Ok(t)
+    }
+
     /// The template's Jinja source.
     pub fn source(&self) -> &str {
         &self.source
@@ -190,23 +227,43 @@ impl ChatTemplate {
         messages: &[ChatMessage],
         add_generation_prompt: bool,
     ) -> Result<String, TokenizerError> {
-        self.render_with(messages, &ChatExtras::default(), add_generation_prompt)
+        let extras = ChatExtras {
+            ending: if add_generation_prompt {
+                Ending::AssistantTurn
+            } else {
+                Ending::LastMessage
+            },
+            ..ChatExtras::default()
+        };
+        self.render_with(messages, &extras)
     }
 
     /// Renders `messages` with what the request adds ([`ChatExtras`]): the tools the model may
-    /// call, and the template's own variables.
+    /// call, documents, the template's own variables, where the text ends, and the request's
+    /// own template when it brings one.
     pub fn render_with(
         &self,
         messages: &[ChatMessage],
         extras: &ChatExtras,
-        add_generation_prompt: bool,
     ) -> Result<String, TokenizerError> {
-        let messages: Vec<Value> = messages.iter().map(ChatMessage::to_value).collect();
+        match &extras.template {
+            Some(source) => self.for_request(source)?.render_own(messages, extras),
+            None => self.render_own(messages, extras),
+        }
+    }
+
+    fn render_own(
+        &self,
+        messages: &[ChatMessage],
+        extras: &ChatExtras,
+    ) -> Result<String, TokenizerError> {
+        let values: Vec<Value> = messages.iter().map(ChatMessage::to_value).collect();
         // The names set here come first: a variable of the request cannot replace them.
         let ctx = minijinja::context! {
-            messages => messages,
+            messages => values,
             tools => extras.tools.as_ref().map(|t| Value::from(Serde(t))),
-            add_generation_prompt => add_generation_prompt,
+            documents => extras.documents.as_ref().map(|d| Value::from(Serde(d))),
+            add_generation_prompt => extras.ending == Ending::AssistantTurn,
             bos_token => self.bos_token.as_str(),
             eos_token => self.eos_token.as_str(),
             ..Value::from(Serde(&extras.kwargs))
@@ -215,8 +272,30 @@ impl ChatTemplate {
             .env
             .get_template(NAME)
             .map_err(TokenizerError::ChatTemplate)?;
-        tmpl.render(ctx).map_err(TokenizerError::ChatTemplate)
+        let text = tmpl.render(ctx).map_err(TokenizerError::ChatTemplate)?;
+        match extras.ending {
+            Ending::ContinueLast => continue_last(text, messages),
+            Ending::AssistantTurn | Ending::LastMessage => Ok(text),
+        }
     }
+}
+
+/// `text` cut right after the last message's content, as `transformers` renders
+/// `continue_final_message`: at its last occurrence, or its trimmed text's where the template
+/// trims contents (Llama 3.1's does).
+fn continue_last(mut text: String, messages: &[ChatMessage]) -> Result<String, TokenizerError> {
+    let content = messages.last().map_or("", |m| m.content.as_str());
+    let end = [content, content.trim()]
+        .into_iter()
+        .find_map(|c| text.rfind(c).map(|at| at + c.len()))
+        .ok_or_else(|| {
+            TokenizerError::ChatTemplate(Error::new(
+                ErrorKind::InvalidOperation,
+                "continue_final_message: the template does not write the final message's content as it is, so it cannot be continued",
+            ))
+        })?;
+    text.truncate(end);
+    Ok(text)
 }
 
 /// `tojson` as `transformers` defines it for chat templates, `json.dumps(x, ensure_ascii=False,
@@ -424,10 +503,11 @@ mod tests {
         ];
         let extras = ChatExtras {
             tools: Some(tools),
+            ending: Ending::LastMessage,
             ..ChatExtras::default()
         };
         assert_eq!(
-            t.render_with(&msgs, &extras, false).unwrap(),
+            t.render_with(&msgs, &extras).unwrap(),
             "<tools>{\"type\": \"function\", \"function\": {\"name\": \"weather\", \"description\": \"Today's weather\"}};</tools>\n\
              user: Paris?\n\
              <tool_call>{\"name\": \"weather\", \"arguments\": {\"city\": \"Paris\"}} call_1 function</tool_call>\n\
@@ -475,12 +555,90 @@ mod tests {
         kwargs.insert("messages".into(), serde_json::json!([]));
         let extras = ChatExtras {
             kwargs,
+            ending: Ending::LastMessage,
+            ..ChatExtras::default()
+        };
+        assert_eq!(t.render_with(&msgs[..1], &extras).unwrap(), "user:Q1|0");
+    }
+
+    const LLAMA_LIKE: &str = "{% for m in messages %}<|{{ m.role }}|>{{ m.content | trim }}<|eot|>{% endfor %}\
+{% if documents %}{% for d in documents %}[{{ d.title }}: {{ d.text }}]{% endfor %}{% endif %}\
+{% if add_generation_prompt %}<|assistant|>{% endif %}";
+
+    #[test]
+    fn a_conversation_ends_where_the_request_says() {
+        let t = ChatTemplate::new(LLAMA_LIKE, "", "").unwrap();
+        let msgs = [
+            ChatMessage::new("user", "Name a colour."),
+            ChatMessage::new("assistant", "The colour is "),
+        ];
+        let with = |ending| ChatExtras {
+            ending,
             ..ChatExtras::default()
         };
         assert_eq!(
-            t.render_with(&msgs[..1], &extras, false).unwrap(),
-            "user:Q1|0"
+            t.render_with(&msgs, &with(Ending::AssistantTurn)).unwrap(),
+            "<|user|>Name a colour.<|eot|><|assistant|>The colour is<|eot|><|assistant|>"
         );
+        assert_eq!(
+            t.render_with(&msgs, &with(Ending::LastMessage)).unwrap(),
+            "<|user|>Name a colour.<|eot|><|assistant|>The colour is<|eot|>"
+        );
+        // The template trims the content: cut after the trimmed text, before the turn's end.
+        assert_eq!(
+            t.render_with(&msgs, &with(Ending::ContinueLast)).unwrap(),
+            "<|user|>Name a colour.<|eot|><|assistant|>The colour is"
+        );
+        // A template that does not write the content as it is cannot be continued.
+        let upper = ChatTemplate::new(
+            "{% for m in messages %}{{ m.content | upper }}{% endfor %}",
+            "",
+            "",
+        )
+        .unwrap();
+        let err = upper
+            .render_with(&msgs, &with(Ending::ContinueLast))
+            .unwrap_err();
+        let source = std::error::Error::source(&err).map(ToString::to_string);
+        assert!(
+            source.is_some_and(|s| s.contains("continue_final_message")),
+            "{err:?}"
+        );
+    }
+
+    #[test]
+    fn documents_and_a_request_template_reach_the_renderer() {
+        let t = ChatTemplate::new(LLAMA_LIKE, "<s>", "</s>").unwrap();
+        let msgs = [ChatMessage::new("user", "Who?")];
+        let extras = ChatExtras {
+            documents: Some(serde_json::json!([{"title": "A", "text": "Ada"}])),
+            ..ChatExtras::default()
+        };
+        assert_eq!(
+            t.render_with(&msgs, &extras).unwrap(),
+            "<|user|>Who?<|eot|>[A: Ada]<|assistant|>"
+        );
+        // The request's own template, with the model's special tokens.
+        let own = ChatExtras {
+            template: Some("{{ bos_token }}{{ messages[0].content }}{{ eos_token }}".into()),
+            ..ChatExtras::default()
+        };
+        assert_eq!(t.render_with(&msgs, &own).unwrap(), "<s>Who?</s>");
+        // One that does not compile, and one that would run for minutes: errors.
+        let broken = ChatExtras {
+            template: Some("{% for %}".into()),
+            ..ChatExtras::default()
+        };
+        assert!(t.render_with(&msgs, &broken).is_err());
+        let endless = ChatExtras {
+            template: Some(
+                "{% for a in range(100000) %}{% for b in range(100000) %}x{% endfor %}{% endfor %}"
+                    .into(),
+            ),
+            ..ChatExtras::default()
+        };
+        // (Without the budget this would not end: 10^10 iterations.)
+        assert!(t.render_with(&msgs, &endless).is_err());
     }
 
     #[test]

@@ -22,7 +22,10 @@ mod tokenizer;
 mod vocab;
 mod words;
 
-pub use chat::{CHATML_TEMPLATE, ChatExtras, ChatMessage, ChatTemplate, RESERVED_NAMES, ToolCall};
+pub use chat::{
+    CHATML_TEMPLATE, ChatExtras, ChatMessage, ChatTemplate, Ending, REQUEST_TEMPLATE_FUEL,
+    RESERVED_NAMES, ToolCall,
+};
 pub use error::TokenizerError;
 pub use hf::PreTokenizerKind;
 pub use locate::{

@@ -237,14 +237,15 @@ impl ModelTokenizer {
         self.chat.render(messages, true)
     }
 
-    /// The prompt for a conversation with what the request adds to it (the tools the model may
-    /// call, the template's own variables: [`ChatExtras`]).
+    /// The prompt for a conversation with what the request adds to it ([`ChatExtras`]: the
+    /// tools the model may call, documents, the template's own variables, where the text ends,
+    /// the request's own template).
     pub fn render_chat_with_extras(
         &self,
         messages: &[ChatMessage],
         extras: &ChatExtras,
     ) -> Result<String, TokenizerError> {
-        self.chat.render_with(messages, extras, true)
+        self.chat.render_with(messages, extras)
     }
 
     /// The conversation rendered with the model's template, with or without the assistant

@@ -116,6 +116,20 @@ fn build(
             Some("stream_options"),
         ));
     }
+    let max_prompt = st.dispatcher.config().max_prompt_tokens;
+    let truncate_prompt_tokens = match f.truncate_prompt_tokens {
+        None => None,
+        Some(-1) => Some(max_prompt),
+        Some(n) if n >= 1 => Some(u32::try_from(n).unwrap_or(u32::MAX).min(max_prompt)),
+        Some(n) => {
+            return Err(ApiError::invalid(
+                format!(
+                    "truncate_prompt_tokens must be at least 1, or -1 for the longest prompt the server takes, got {n}"
+                ),
+                Some("truncate_prompt_tokens"),
+            ));
+        }
+    };
     let top_k = match f.top_k {
         None | Some(-1 | 0) => 0,
         Some(k) if k > 0 => u32::try_from(k).unwrap_or(u32::MAX),
@@ -167,6 +181,7 @@ fn build(
         prompt_logprobs: None,
         structured: format.as_ref().map(|(_, f)| Box::new(f.to_wire())),
         output_in_prompt: 0,
+        include_stop_str_in_output: f.include_stop_str_in_output,
     };
     let params = GenerateParams {
         request_id,
@@ -182,6 +197,7 @@ fn build(
             headers.get(k)?.to_str().ok().map(str::to_owned)
         }),
         format_field: format.map_or("structured", |(field, _)| field),
+        truncate_prompt_tokens,
     };
     Ok((params, choices))
 }
@@ -209,6 +225,12 @@ pub(crate) fn completions(
 ) -> Result<Prepared, ApiError> {
     tools::refuse_outside_chat(&mut req.sampling.other)
         .map_err(|(field, message)| ApiError::invalid(message, Some(field)))?;
+    if req.echo && req.sampling.truncate_prompt_tokens.is_some() {
+        return Err(ApiError::invalid(
+            "truncate_prompt_tokens cannot be set with echo: the echoed prompt would not be the one the model read",
+            Some("truncate_prompt_tokens"),
+        ));
+    }
     let prompt = match req.prompt {
         PromptInput::Text(t) => Prompt::Text(t),
         PromptInput::Tokens(t) => Prompt::Tokens(t),
@@ -273,10 +295,10 @@ pub(crate) fn chat(
         st.dispatcher.config().tool_call_parser,
     )
     .map_err(|(field, message)| ApiError::invalid(message, Some(field)))?;
-    let kwargs = req
+    let extras = req
         .sampling
         .other
-        .take_template_kwargs()
+        .take_chat_extras(st.dispatcher.config().trust_request_chat_template)
         .map_err(|(field, message)| ApiError::invalid(message, Some(field)))?;
     let forced = tool_request.format().map(|f| {
         let field = match tool_request.mode {
@@ -286,12 +308,6 @@ pub(crate) fn chat(
         (field, f)
     });
     let messages = chat_messages(req.messages)?;
-    if req.add_generation_prompt == Some(false) {
-        return Err(ApiError::invalid(
-            "add_generation_prompt false is not supported by this server: the assistant's turn is always opened",
-            Some("add_generation_prompt"),
-        ));
-    }
     let max_tokens = req.max_completion_tokens.or(req.max_tokens);
     let (stream_mode, opts) = (
         req.sampling.stream,
@@ -305,7 +321,7 @@ pub(crate) fn chat(
             messages,
             extras: Box::new(ChatExtras {
                 tools: tool_request.tools,
-                kwargs,
+                ..extras
             }),
         },
         max_tokens,

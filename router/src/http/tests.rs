@@ -700,6 +700,113 @@ async fn thinking_is_split_from_the_answer() {
     assert_eq!(parse(&body)["choices"][0]["text"], answer);
 }
 
+/// vLLM's fields that shape the prompt and the text: the last message continued, no generation
+/// prompt, a request's own template (on a router that trusts them), documents, the prompt's
+/// start truncated, the stop string kept.
+#[tokio::test]
+async fn the_request_shapes_its_prompt_and_its_stop() {
+    let fake = FakeWorker::start("d1", Role::Decode, Behavior::Text("abcENDxyz".into())).await;
+    let d = crate::testutil::dispatcher_configured(
+        Arc::new(SimTokenizer),
+        Policy::AlwaysLocal,
+        RequestLog::disabled(),
+        |c| c.trust_request_chat_template = true,
+    );
+    d.registry().add(fake.record()).expect("add");
+    let s = start(d).await;
+    let messages = [
+        ChatMessage::new("user", "Name a colour."),
+        ChatMessage::new("assistant", "The colour is"),
+    ];
+    let sent = |i: usize| fake.state.calls.lock()[i].token_ids.clone();
+    let rendered = |ending| {
+        let extras = crate::tokenizer::ChatExtras {
+            ending,
+            ..Default::default()
+        };
+        SimTokenizer.encode(
+            &SimTokenizer
+                .render_chat(&messages, &extras)
+                .expect("renders"),
+        )
+    };
+    let chat = |extra: Value| {
+        let mut req = json!({"messages": [{"role": "user", "content": "Name a colour."},
+            {"role": "assistant", "content": "The colour is"}], "max_tokens": 2});
+        for (k, v) in extra.as_object().expect("object") {
+            req[k] = v.clone();
+        }
+        req
+    };
+    let cases = [
+        (
+            json!({"continue_final_message": true, "add_generation_prompt": false}),
+            rendered(crate::tokenizer::Ending::ContinueLast),
+        ),
+        (
+            json!({"add_generation_prompt": false}),
+            rendered(crate::tokenizer::Ending::LastMessage),
+        ),
+        (
+            json!({"chat_template": "{{ bos_token }}{{ messages[1].content }}!{% if documents %}{{ documents[0].text }}{% endif %}",
+                "documents": [{"title": "t", "text": "doc"}]}),
+            SimTokenizer.encode("The colour is!doc"),
+        ),
+        (json!({"truncate_prompt_tokens": 4}), {
+            let all = rendered(crate::tokenizer::Ending::AssistantTurn);
+            all[all.len() - 4..].to_vec()
+        }),
+    ];
+    for (i, (extra, want)) in cases.into_iter().enumerate() {
+        let (status, _, body) = post(s.addr, "/v1/chat/completions", chat(extra.clone())).await;
+        assert_eq!(status, StatusCode::OK, "{extra}: {body}");
+        assert_eq!(sent(i), want, "{extra}");
+    }
+    // The continued message reads as written: the sim's ChatML leaves its turn open.
+    let continued = SimTokenizer.decode(&sent(0));
+    assert!(
+        continued.ends_with("assistant\nThe colour is"),
+        "{continued:?}"
+    );
+    // The stop string kept, or not.
+    for (include, text) in [(true, "abcEND"), (false, "abc")] {
+        let req = json!({"prompt": "hi", "max_tokens": 9, "stop": ["END"],
+            "include_stop_str_in_output": include});
+        let (status, _, body) = post(s.addr, "/v1/completions", req).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        let choice = &parse(&body)["choices"][0];
+        assert_eq!(choice["text"], text, "{body}");
+        assert_eq!(choice["finish_reason"], "stop");
+    }
+    // -1: as long as the router takes (1000 tokens here); longer prompts lose their start.
+    let long = "x".repeat(1500);
+    let req = json!({"prompt": long, "max_tokens": 1, "truncate_prompt_tokens": -1});
+    let (status, _, body) = post(s.addr, "/v1/completions", req).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(
+        fake.state
+            .calls
+            .lock()
+            .last()
+            .expect("sent")
+            .token_ids
+            .len(),
+        1000
+    );
+    let (status, _, body) = post(
+        s.addr,
+        "/tokenize",
+        json!({"messages": [{"role": "user", "content": "Name a colour."},
+            {"role": "assistant", "content": "The colour is"}], "continue_final_message": true}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(
+        parse(&body)["tokens"],
+        json!(rendered(crate::tokenizer::Ending::ContinueLast))
+    );
+}
+
 /// `/tokenize` gives the ids the router would send (a conversation through its template, tools
 /// included) and `/detokenize` their text; bad input is a 400 naming the field.
 #[tokio::test]
@@ -1362,8 +1469,39 @@ async fn bad_requests_get_openai_errors() {
         ("/v1/chat/completions", json!({"top_k": -2}), "top_k"),
         (
             "/v1/chat/completions",
-            json!({"add_generation_prompt": false}),
+            json!({"continue_final_message": true, "add_generation_prompt": true}),
+            "continue_final_message",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"add_generation_prompt": "no"}),
             "add_generation_prompt",
+        ),
+        // This router does not trust request templates.
+        (
+            "/v1/chat/completions",
+            json!({"chat_template": "{{ messages }}"}),
+            "chat_template",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"documents": ["text"]}),
+            "documents",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"truncate_prompt_tokens": 0}),
+            "truncate_prompt_tokens",
+        ),
+        (
+            "/v1/completions",
+            json!({"prompt": "hi", "echo": true, "truncate_prompt_tokens": 1}),
+            "truncate_prompt_tokens",
+        ),
+        (
+            "/v1/completions",
+            json!({"prompt": "hi", "chat_template": "{{ messages }}"}),
+            "chat_template",
         ),
         (
             "/v1/chat/completions",

@@ -14,7 +14,8 @@ use crate::dispatch::Prompt;
 use crate::error::DispatchError;
 use crate::tokenizer::ChatExtras;
 
-/// `/tokenize`: a `prompt`, or chat `messages` (with `tools` and `chat_template_kwargs`).
+/// `/tokenize`: a `prompt`, or chat `messages` (with `tools` and the fields that shape the
+/// rendering: `chat_template_kwargs`, `add_generation_prompt`, ...).
 #[derive(Debug, Deserialize)]
 struct TokenizeRequest {
     #[serde(default)]
@@ -75,15 +76,15 @@ async fn tokenized(st: AppState, body: axum::body::Body) -> Result<serde_json::V
             let tools =
                 crate::tools::take(&mut req.other, Some(crate::tools::ToolCallParser::Hermes))
                     .map_err(|(field, message)| ApiError::invalid(message, Some(field)))?;
-            let kwargs = req
+            let extras = req
                 .other
-                .take_template_kwargs()
+                .take_chat_extras(st.dispatcher.config().trust_request_chat_template)
                 .map_err(|(field, message)| ApiError::invalid(message, Some(field)))?;
             Prompt::Chat {
                 messages: super::completions::chat_messages(messages)?,
                 extras: Box::new(ChatExtras {
                     tools: tools.tools,
-                    kwargs,
+                    ..extras
                 }),
             }
         }
@@ -96,7 +97,7 @@ async fn tokenized(st: AppState, body: axum::body::Body) -> Result<serde_json::V
     };
     // A template or a long text takes milliseconds: not on the serving thread.
     let d = st.dispatcher.clone();
-    let tokens = tokio::task::spawn_blocking(move || d.tokenize(prompt))
+    let tokens = tokio::task::spawn_blocking(move || d.tokenize(prompt, None))
         .await
         .map_err(|e| {
             ApiError::from(DispatchError::Internal(format!("tokenizing failed: {e}")))

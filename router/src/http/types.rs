@@ -100,6 +100,12 @@ pub struct SamplingFields {
     /// Keep going past end-of-sequence (an extension).
     #[serde(default, deserialize_with = "null_as_default")]
     pub ignore_eos: bool,
+    /// Keep the stop string that ended the output in its text (vLLM's extension).
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub include_stop_str_in_output: bool,
+    /// Keep only the prompt's last this many tokens, -1 as many as the router takes (vLLM's
+    /// extension).
+    pub truncate_prompt_tokens: Option<i64>,
     /// Number of choices, each its own generation (1 to [`MAX_CHOICES`]).
     pub n: Option<u32>,
     /// Stream as server-sent events.
@@ -169,6 +175,73 @@ impl OtherFields {
                 crate::tokenizer::template_kwargs(v).map_err(|e| (NAME, format!("{NAME}: {e}")))
             }
         }
+    }
+
+    /// Takes the fields that shape how a conversation is rendered (a [`ChatExtras`] without
+    /// its tools): `chat_template_kwargs`, `documents`, `add_generation_prompt` and
+    /// `continue_final_message` (vLLM's), and `chat_template` where the server trusts
+    /// request templates (`--trust-request-chat-template`; refused by name otherwise).
+    pub(crate) fn take_chat_extras(
+        &mut self,
+        trust_template: bool,
+    ) -> Result<crate::tokenizer::ChatExtras, (&'static str, String)> {
+        use crate::tokenizer::Ending;
+        use serde_json::Value;
+        let kwargs = self.take_template_kwargs()?;
+        let mut flag = |name: &'static str| match self.take(name) {
+            None => Ok(None),
+            Some(Value::Bool(b)) => Ok(Some(b)),
+            Some(v) => Err((name, format!("{name} must be a boolean, got {v}"))),
+        };
+        let add = flag("add_generation_prompt")?;
+        let continued = flag("continue_final_message")?.unwrap_or(false);
+        let ending = match (continued, add) {
+            (true, Some(true)) => {
+                return Err((
+                    "continue_final_message",
+                    "continue_final_message and add_generation_prompt cannot both be true: the last message is either continued or answered".into(),
+                ));
+            }
+            (true, _) => Ending::ContinueLast,
+            (false, Some(false)) => Ending::LastMessage,
+            (false, _) => Ending::AssistantTurn,
+        };
+        let documents = match self.take("documents") {
+            None => None,
+            Some(Value::Array(d)) if d.iter().all(Value::is_object) => Some(Value::Array(d)),
+            Some(v) => {
+                return Err((
+                    "documents",
+                    format!(
+                        "documents must be a list of objects (such as {{\"title\": ..., \"text\": ...}}), got {v}"
+                    ),
+                ));
+            }
+        };
+        let template = match self.take("chat_template") {
+            None => None,
+            Some(Value::String(s)) if s.is_empty() => None,
+            Some(Value::String(_)) if !trust_template => {
+                return Err((
+                    "chat_template",
+                    "chat_template is not accepted by this server: it renders the model's own template (a router started with --trust-request-chat-template accepts a request's own)".into(),
+                ));
+            }
+            Some(Value::String(s)) => Some(s),
+            Some(v) => {
+                return Err((
+                    "chat_template",
+                    format!("chat_template must be a string (a Jinja template), got {v}"),
+                ));
+            }
+        };
+        Ok(crate::tokenizer::ChatExtras {
+            tools: None,
+            kwargs,
+            documents,
+            ending,
+            template,
+        })
     }
 
     /// Takes the logit rules out of the fields: OpenAI's `presence_penalty`,
@@ -351,7 +424,7 @@ impl OtherFields {
         let one = |v: &Value| v.as_f64() == Some(1.0);
         // `tools`, `tool_choice` and `parallel_tool_calls` are taken out before
         // (`tools::take`); OpenAI's deprecated functions are not served.
-        let fields: [UnsupportedField; 17] = [
+        let fields: [UnsupportedField; 15] = [
             ("functions", |_| false),
             ("function_call", |v| v == "none"),
             ("best_of", one),
@@ -360,19 +433,15 @@ impl OtherFields {
             ("suffix", |_| false),
             ("audio", |_| false),
             ("prediction", |_| false),
-            // The chat template is the model's own, rendered as it comes.
+            // Chat takes these out (`take_chat_extras`); completions render no template.
             ("continue_final_message", |_| false),
             ("chat_template", |_| false),
-            // Chat takes it out (`chat_template_kwargs` in `completions::chat`); completions
-            // render no template.
             ("chat_template_kwargs", |_| false),
             ("documents", |_| false),
-            ("include_stop_str_in_output", |_| false),
             ("use_beam_search", |_| false),
             // Only beam search reads it.
             ("length_penalty", one),
             ("prompt_logprobs", |_| false),
-            ("truncate_prompt_tokens", |_| false),
             // SGLang's EBNF grammars (`take_format` serves Lark ones).
             ("ebnf", |_| false),
         ];
@@ -590,9 +659,6 @@ pub struct ChatRequest {
     pub max_tokens: Option<u32>,
     /// Tokens to generate.
     pub max_completion_tokens: Option<u32>,
-    /// Open the assistant's turn after the messages (vLLM's extension; only `true`, the
-    /// default, is served).
-    pub add_generation_prompt: Option<bool>,
     /// The rest.
     #[serde(flatten)]
     pub sampling: SamplingFields,

@@ -149,6 +149,7 @@ mod tests {
         let extras = ChatExtras {
             tools: Some(serde_json::json!([{"type": "function", "function": {"name": "f"}}])),
             kwargs,
+            ..ChatExtras::default()
         };
         let text = t
             .render_chat(&[ChatMessage::new("user", "ab")], &extras)
