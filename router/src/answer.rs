@@ -4,7 +4,26 @@
 //! reads the same over HTTP and gRPC.
 
 use crate::reasoning::{self, ReasoningParser, ThinkSplitter};
-use crate::tools::{self, CallPart, CallReader, Mode};
+use crate::tools::{self, CallIds, CallPart, CallReader, Mode, ToolCallParser};
+
+/// How the router reads chat answers beyond a request's own tool mode: the thinking split off
+/// by the router's `--reasoning-parser`, and call ids as its `--tool-call-parser`'s models
+/// need them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Readers {
+    pub(crate) reasoning: Option<ReasoningParser>,
+    pub(crate) ids: CallIds,
+}
+
+impl Readers {
+    /// The router's readers, from its parsers.
+    pub(crate) fn of(reasoning: Option<ReasoningParser>, tools: Option<ToolCallParser>) -> Self {
+        Readers {
+            reasoning,
+            ids: CallIds::for_parser(tools),
+        }
+    }
+}
 
 /// One batch of an answer, read: its thinking, its text and its calls (or parts of them).
 #[derive(Debug, Default)]
@@ -23,14 +42,14 @@ pub(crate) struct AnswerReader {
 
 impl AnswerReader {
     /// A reader for answers whose calls are read as `tools` says and whose thinking is split
-    /// off by `reasoning`; `None` when there is nothing to read (plain text).
-    pub(crate) fn new(tools: &Mode, reasoning: Option<ReasoningParser>) -> Option<AnswerReader> {
-        if *tools == Mode::Text && reasoning.is_none() {
+    /// off as `readers` say; `None` when there is nothing to read (plain text).
+    pub(crate) fn new(tools: &Mode, readers: Readers) -> Option<AnswerReader> {
+        if *tools == Mode::Text && readers.reasoning.is_none() {
             return None;
         }
         Some(AnswerReader {
-            think: reasoning.map(ThinkSplitter::new),
-            calls: CallReader::new(tools.clone()),
+            think: readers.reasoning.map(ThinkSplitter::new),
+            calls: CallReader::new(tools.clone(), readers.ids),
         })
     }
 

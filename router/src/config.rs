@@ -120,8 +120,9 @@ pub struct RouterConfig {
     /// How calls are read out of the model's text when a request lets it choose whether to
     /// call a tool (`tool_choice: "auto"`, the default with tools): the format the model was
     /// trained to write calls in (`hermes`: Qwen2.5, Qwen3, Hermes 2 Pro, SmolLM3;
-    /// `llama3_json`: Llama 3.1-3.3). Without it such requests get 400; forced calls
-    /// (`"required"`, a named function) need no parser.
+    /// `llama3_json`: Llama 3.1-3.3; `mistral`: Mistral 7B v0.3, Nemo, Small, Magistral,
+    /// Devstral). Without it such requests get 400; forced calls (`"required"`, a named
+    /// function) need no parser.
     #[arg(long, env = "DOLPHIN_TOOL_CALL_PARSER", value_enum)]
     pub tool_call_parser: Option<crate::tools::ToolCallParser>,
     /// How a reasoning model's thinking is split from its chat answers and sent as
@@ -560,7 +561,8 @@ mod tests {
             parser("llama3_json").ok(),
             Some(Some(ToolCallParser::Llama3Json))
         );
-        assert!(parser("mistral").is_err());
+        assert_eq!(parser("mistral").ok(), Some(Some(ToolCallParser::Mistral)));
+        assert!(parser("pythonic").is_err());
         use crate::reasoning::ReasoningParser;
         let thinking =
             |name: &str| parse(&["--reasoning-parser", name]).map(|c| c.reasoning_parser);

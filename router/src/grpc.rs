@@ -16,12 +16,11 @@ use tonic::service::interceptor::InterceptedService;
 use tower::Layer;
 
 use crate::admission::InflightLimit;
-use crate::answer::AnswerReader;
+use crate::answer::{AnswerReader, Readers};
 use crate::auth::{self, KeySet};
 use crate::dispatch::{DispatchConfig, Dispatcher, GenerateParams, Prompt};
 use crate::dolphin::admin;
 use crate::policy::{Decision, Policy};
-use crate::reasoning::ReasoningParser;
 use crate::shard::ShardListener;
 use crate::stream::{Api, ResponseStream};
 use crate::tokenizer::{ChatMessage, ToolCall};
@@ -227,16 +226,12 @@ pub(crate) type GenerateStream =
 
 /// Maps the response stream to `GenerateResponse`s: routing on the first message (where the
 /// request started) and the last (where it ended, after any migration or fallback); a chat
-/// answer read for calls as `tools` says and, with `reasoning`, split into thinking and text.
-pub(crate) fn responses(
-    stream: ResponseStream,
-    tools: Mode,
-    reasoning: Option<ReasoningParser>,
-) -> GenerateStream {
+/// answer read for calls as `tools` says and, as `readers` say, split into thinking and text.
+pub(crate) fn responses(stream: ResponseStream, tools: Mode, readers: Readers) -> GenerateStream {
     let request_id = stream.request_id().to_string();
     let routing = stream.routing();
     let mut first = true;
-    let mut reader = AnswerReader::new(&tools, reasoning);
+    let mut reader = AnswerReader::new(&tools, readers);
     Box::pin(stream.into_stream().map(move |item| {
         let delta = item.map_err(Status::from)?;
         let mut msg = v1::GenerateResponse {
@@ -291,14 +286,16 @@ impl Inference for InferenceService {
         // The request's spans go under the call's (`ServerSpanLayer`), which continues the
         // client's `traceparent`: no trace headers for the dispatcher to read.
         let cfg = self.dispatcher.config();
-        let reasoning = cfg.reasoning_parser;
         let (mut p, tools) = params(req.into_inner(), cfg)?;
+        // Thinking is split from chat answers only, as over HTTP.
+        let readers = Readers::of(
+            tools.as_ref().and(cfg.reasoning_parser),
+            cfg.tool_call_parser,
+        );
         p.timeout = timeout;
         let stream = self.dispatcher.generate(p).await?;
-        // Thinking is split from chat answers only, as over HTTP.
-        let reasoning = tools.as_ref().and(reasoning);
         let tools = tools.unwrap_or_default();
-        Ok(Response::new(responses(stream, tools, reasoning)))
+        Ok(Response::new(responses(stream, tools, readers)))
     }
 
     async fn list_models(

@@ -182,15 +182,17 @@ impl Shared {
             .and_then(dolphin_proto::deadline::parse);
         let request = read_request(req.into_body()).await?;
         let cfg = self.dispatcher.config();
-        let reasoning = cfg.reasoning_parser;
         let (mut p, tools) = params(request, cfg)?;
+        // Thinking is split from chat answers only, as over HTTP.
+        let readers = crate::answer::Readers::of(
+            tools.as_ref().and(cfg.reasoning_parser),
+            cfg.tool_call_parser,
+        );
         p.timeout = timeout;
         let stream = self.dispatcher.generate(p).await?;
-        // Thinking is split from chat answers only, as over HTTP.
-        let reasoning = tools.as_ref().and(reasoning);
         let tools = tools.unwrap_or_default();
         let mut response = http::Response::new(Body::new(GenerateBody {
-            stream: responses(stream, tools, reasoning),
+            stream: responses(stream, tools, readers),
             permit: Some(permit),
             end: None,
         }));

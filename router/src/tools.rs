@@ -21,6 +21,52 @@ pub enum ToolCallParser {
     /// control token, left out of the text).
     #[value(name = "llama3_json", alias = "llama3-json")]
     Llama3Json,
+    /// Mistral's: an answer that is a JSON array of `{"name": ..., "arguments": {...}}`
+    /// (Mistral 7B v0.3, Nemo, Small 3.0/3.1), or `name{...}` once per call (the v11 format
+    /// of Mistral Small 3.2, Magistral, Devstral). Its `[TOOL_CALLS]` and `[ARGS]` are control
+    /// tokens, left out of the text. Calls get Mistral's nine-character ids, which its chat
+    /// templates require when the calls come back in the conversation (vLLM's `mistral`).
+    Mistral,
+}
+
+/// The ids given to calls.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) enum CallIds {
+    /// OpenAI's: `call_` and 24 letters and digits.
+    #[default]
+    OpenAi,
+    /// Nine letters and digits: Mistral's chat templates refuse a conversation whose calls have
+    /// other ids (`raise_exception`), so every call gets one where the router reads Mistral's
+    /// calls, forced calls included.
+    Mistral,
+}
+
+impl CallIds {
+    /// The ids that suit the models of the router's `--tool-call-parser`.
+    pub(crate) fn for_parser(parser: Option<ToolCallParser>) -> CallIds {
+        match parser {
+            Some(ToolCallParser::Mistral) => CallIds::Mistral,
+            Some(ToolCallParser::Hermes | ToolCallParser::Llama3Json) | None => CallIds::OpenAi,
+        }
+    }
+
+    /// A new id.
+    fn make(self) -> String {
+        const ALPHABET: &[u8] = b"0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
+        use rand::Rng;
+        let (prefix, len) = match self {
+            CallIds::OpenAi => ("call_", 24),
+            CallIds::Mistral => ("", 9),
+        };
+        let mut id = String::with_capacity(prefix.len() + len);
+        id.push_str(prefix);
+        crate::selection::with_rng(|r| {
+            for _ in 0..len {
+                id.push(ALPHABET[r.random_range(0..ALPHABET.len())] as char);
+            }
+        });
+        id
+    }
 }
 
 /// Hermes' tags around one call.
@@ -306,14 +352,16 @@ pub(crate) struct CallReader {
     calls: u32,
     /// The named call's id went out.
     started: bool,
-    /// Llama 3 JSON: whether the answer is calls (it starts with `{`), once its first
-    /// character other than whitespace arrived.
+    /// Llama 3 JSON and Mistral: whether the answer may be calls (Llama: it starts with
+    /// `{`; Mistral: with `[`, or a name and `{`), once that is known.
     json_answer: Option<bool>,
+    /// The ids given to calls.
+    ids: CallIds,
 }
 
 impl CallReader {
-    /// A reader for answers of `mode`.
-    pub(crate) fn new(mode: Mode) -> CallReader {
+    /// A reader for answers of `mode`, giving calls `ids`.
+    pub(crate) fn new(mode: Mode, ids: CallIds) -> CallReader {
         CallReader {
             mode,
             held: String::new(),
@@ -323,6 +371,7 @@ impl CallReader {
             calls: 0,
             started: false,
             json_answer: None,
+            ids,
         }
     }
 
@@ -387,6 +436,18 @@ impl CallReader {
                     out.push(Piece::Text(std::mem::take(&mut self.held)));
                 }
             }
+            Mode::Auto {
+                parser: ToolCallParser::Mistral,
+                ..
+            } => {
+                self.held.push_str(text);
+                if self.json_answer.is_none() {
+                    self.json_answer = mistral_answer(&self.held);
+                }
+                if self.json_answer == Some(false) {
+                    out.push(Piece::Text(std::mem::take(&mut self.held)));
+                }
+            }
         }
     }
 
@@ -408,11 +469,15 @@ impl CallReader {
                 }
             }
             Mode::Auto {
-                parser: ToolCallParser::Llama3Json,
+                parser: parser @ (ToolCallParser::Llama3Json | ToolCallParser::Mistral),
                 ..
             } => {
                 let held = std::mem::take(&mut self.held);
-                match llama3_calls(&held).filter(|_| self.json_answer == Some(true)) {
+                let calls = match parser {
+                    ToolCallParser::Mistral => mistral_calls(&held),
+                    _ => llama3_calls(&held),
+                };
+                match calls.filter(|_| self.json_answer == Some(true)) {
                     Some(calls) => {
                         for (name, arguments) in calls {
                             self.call(name, arguments, out);
@@ -455,7 +520,7 @@ impl CallReader {
             self.calls = 1;
             out.push(Piece::Call {
                 index: 0,
-                id: call_id(),
+                id: self.ids.make(),
                 name: name.clone(),
             });
         }
@@ -538,7 +603,7 @@ impl CallReader {
         self.after_call = true;
         out.push(Piece::Call {
             index,
-            id: call_id(),
+            id: self.ids.make(),
             name,
         });
         out.push(Piece::Arguments {
@@ -621,15 +686,71 @@ fn llama3_calls(text: &str) -> Option<Vec<(String, String)>> {
         let mut objects = serde_json::Deserializer::from_str(rest).into_iter::<Value>();
         let v = objects.next()?.ok()?;
         let used = objects.byte_offset();
-        let name = v["name"].as_str()?.to_owned();
-        let arguments = match (&v["parameters"], &v["arguments"]) {
-            (Value::Null, Value::Null) => "{}".to_owned(),
-            (Value::Null, Value::String(s)) | (Value::String(s), _) => s.clone(),
-            (Value::Null, a) | (a, _) => a.to_string(),
-        };
-        calls.push((name, arguments));
+        calls.push(json_call(&v)?);
         rest = rest[used..].trim_start();
         rest = rest.strip_prefix(';').unwrap_or(rest).trim_start();
+    }
+    (!calls.is_empty()).then_some(calls)
+}
+
+/// A call written as one JSON object, `{"name": ..., "parameters": {...}}` or with
+/// `"arguments"`: its function and arguments as JSON text (`{}` when absent; a string of
+/// arguments as it is).
+fn json_call(v: &Value) -> Option<(String, String)> {
+    let name = v["name"].as_str()?.to_owned();
+    let arguments = match (&v["parameters"], &v["arguments"]) {
+        (Value::Null, Value::Null) => "{}".to_owned(),
+        (Value::Null, Value::String(s)) | (Value::String(s), _) => s.clone(),
+        (Value::Null, a) | (a, _) => a.to_string(),
+    };
+    Some((name, arguments))
+}
+
+/// Whether a Mistral answer that begins with `held` may be calls: `Some(true)` when it begins
+/// with `[` or a function's name and `{`, `Some(false)` when it cannot, `None` while its first
+/// word is still coming.
+fn mistral_answer(held: &str) -> Option<bool> {
+    let start = held.trim_start();
+    let first = start.chars().next()?;
+    if first == '[' {
+        return Some(true);
+    }
+    if !is_name_char(first) || first.is_ascii_digit() || first == '-' || first == '.' {
+        return Some(false);
+    }
+    let after = start.trim_start_matches(is_name_char);
+    after.chars().next().map(|c| c == '{')
+}
+
+/// A character of a function's name (OpenAI's `a-z A-Z 0-9 _ -`, and `.`).
+fn is_name_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.')
+}
+
+/// A Mistral answer that is calls: a JSON array of call objects (the `[TOOL_CALLS]` token
+/// before it is not text), or `name{...}` once per call (the v11 format, whose
+/// `[TOOL_CALLS]` and `[ARGS]` are not text either). `None` when it is not that.
+fn mistral_calls(text: &str) -> Option<Vec<(String, String)>> {
+    let text = text.trim();
+    if text.starts_with('[') {
+        let v: Value = serde_json::from_str(text).ok()?;
+        let calls: Vec<(String, String)> =
+            v.as_array()?.iter().map(json_call).collect::<Option<_>>()?;
+        return (!calls.is_empty()).then_some(calls);
+    }
+    let mut calls = Vec::new();
+    let mut rest = text;
+    while !rest.is_empty() {
+        let args_at = rest.find(|c: char| !is_name_char(c))?;
+        let name = &rest[..args_at];
+        if name.is_empty() || !rest[args_at..].starts_with('{') {
+            return None;
+        }
+        let mut objects = serde_json::Deserializer::from_str(&rest[args_at..]).into_iter::<Value>();
+        let arguments = objects.next()?.ok()?;
+        let used = objects.byte_offset();
+        calls.push((name.to_owned(), arguments.to_string()));
+        rest = rest[args_at + used..].trim_start();
     }
     (!calls.is_empty()).then_some(calls)
 }
@@ -642,20 +763,6 @@ fn required_calls(text: &str) -> Option<Vec<(String, String)>> {
         .iter()
         .map(|c| Some((c["name"].as_str()?.to_owned(), c["parameters"].to_string())))
         .collect()
-}
-
-/// A new call id, as OpenAI writes them (`call_` and 24 letters and digits).
-fn call_id() -> String {
-    const ALPHABET: &[u8] = b"0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
-    use rand::Rng;
-    let mut id = String::with_capacity(29);
-    id.push_str("call_");
-    crate::selection::with_rng(|r| {
-        for _ in 0..24 {
-            id.push(ALPHABET[r.random_range(0..ALPHABET.len())] as char);
-        }
-    });
-    id
 }
 
 #[cfg(test)]

@@ -215,7 +215,11 @@ fn without_ids(pieces: Vec<Piece>) -> Vec<Piece> {
         .into_iter()
         .map(|p| match p {
             Piece::Call { index, id, name } => {
-                assert!(id.starts_with("call_") && id.len() == 29, "{id}");
+                let mistral = id.len() == 9 && id.chars().all(|c| c.is_ascii_alphanumeric());
+                assert!(
+                    (id.starts_with("call_") && id.len() == 29) || mistral,
+                    "{id}"
+                );
                 Piece::Call {
                     index,
                     id: String::new(),
@@ -230,7 +234,11 @@ fn without_ids(pieces: Vec<Piece>) -> Vec<Piece> {
 /// Reads `text` as `mode` in chunks cut at `cuts` (byte offsets); the pieces with texts and
 /// arguments joined where they follow each other.
 fn read(mode: &Mode, text: &str, cuts: &[usize]) -> (Vec<Piece>, &'static str) {
-    let mut reader = CallReader::new(mode.clone());
+    let parser = match mode {
+        Mode::Auto { parser, .. } => Some(*parser),
+        _ => None,
+    };
+    let mut reader = CallReader::new(mode.clone(), CallIds::for_parser(parser));
     let mut pieces = Vec::new();
     let mut at = 0;
     for &cut in cuts.iter().chain([&text.len()]) {
@@ -362,7 +370,7 @@ fn llama3_json_answers_are_calls_or_text() {
         );
     }
     // Text streams as it comes; JSON that is not a call, or is cut off, is text.
-    let mut reader = CallReader::new(llama.clone());
+    let mut reader = CallReader::new(llama.clone(), CallIds::OpenAi);
     let mut pieces = Vec::new();
     reader.push("Sure: {x}", &mut pieces);
     assert_eq!(pieces, vec![Piece::Text("Sure: {x}".into())]);
@@ -380,6 +388,68 @@ fn llama3_json_answers_are_calls_or_text() {
         parallel: false,
     };
     assert_eq!(read(&one, text, &[]).0.len(), 2);
+}
+
+#[test]
+fn mistral_answers_are_calls_or_text() {
+    let mistral = Mode::Auto {
+        parser: ToolCallParser::Mistral,
+        parallel: true,
+    };
+    let want = vec![
+        call(0, "weather"),
+        args(0, r#"{"city":"Paris"}"#),
+        call(1, "time"),
+        args(1, "{}"),
+    ];
+    // The array of v0.3 to Small 3.1, and v11's name and arguments per call, however cut.
+    for text in [
+        " [{\"name\": \"weather\", \"arguments\": {\"city\": \"Paris\"}}, {\"name\": \"time\", \"arguments\": {}}]",
+        "weather{\"city\": \"Paris\"}time{}",
+    ] {
+        for cut in 0..=text.len() {
+            assert_eq!(
+                read(&mistral, text, &[cut]),
+                (want.clone(), "tool_calls"),
+                "{text:?} cut at {cut}"
+            );
+        }
+    }
+    // Text streams once its first word shows it is not a call; what is not calls is text.
+    let mut reader = CallReader::new(mistral.clone(), CallIds::Mistral);
+    let mut pieces = Vec::new();
+    reader.push("Hell", &mut pieces);
+    assert_eq!(pieces, vec![]);
+    reader.push("o, Paris", &mut pieces);
+    assert_eq!(pieces, vec![Piece::Text("Hello, Paris".into())]);
+    for text in [
+        "[1] A citation.",
+        "[{\"name\": \"weather\", \"argu",
+        "json{not json}",
+        "f{\"a\": 1} and text",
+        "Sure.",
+        "42{}",
+    ] {
+        assert_eq!(
+            read(&mistral, text, &[2]),
+            (vec![Piece::Text(text.into())], "stop"),
+            "{text:?}"
+        );
+    }
+    // Nine-character ids, which Mistral's templates require, for chosen and forced calls.
+    for mode in [mistral, Mode::Named("weather".into())] {
+        let mut reader = CallReader::new(mode, CallIds::Mistral);
+        let mut pieces = Vec::new();
+        reader.push("weather{\"city\": \"Paris\"}", &mut pieces);
+        reader.finish(&mut pieces);
+        let Some(Piece::Call { id, .. }) = pieces.first() else {
+            panic!("{pieces:?}");
+        };
+        assert!(
+            id.len() == 9 && id.chars().all(|c| c.is_ascii_alphanumeric()),
+            "{id}"
+        );
+    }
 }
 
 #[test]
@@ -405,7 +475,7 @@ fn required_and_named_answers_become_calls() {
     );
     // A named call streams its arguments as they come, and ends as the text would.
     let named = Mode::Named("weather".into());
-    let mut reader = CallReader::new(named.clone());
+    let mut reader = CallReader::new(named.clone(), CallIds::OpenAi);
     let mut pieces = Vec::new();
     reader.push("{\"city\": ", &mut pieces);
     reader.push("\"Paris\"}", &mut pieces);

@@ -13,10 +13,9 @@ use super::error::ApiError;
 use super::logprobs;
 use super::sse::SseBody;
 use super::types::*;
-use crate::answer::AnswerReader;
+use crate::answer::{AnswerReader, Readers};
 use crate::dispatch::{GenerateParams, Prompt};
 use crate::policy::Decision;
-use crate::reasoning::ReasoningParser;
 use crate::stream::{Api, Delta, ResponseStream};
 use crate::tokenizer::{ChatExtras, ChatMessage, Tokenizer};
 use crate::tools::{self, Mode};
@@ -390,13 +389,14 @@ pub(crate) async fn run(st: &AppState, prepared: Prepared) -> Result<Response, A
         include_usage,
         tools,
     } = prepared;
-    let reasoning = st.dispatcher.config().reasoning_parser;
+    let cfg = st.dispatcher.config();
+    let readers = Readers::of(cfg.reasoning_parser, cfg.tool_call_parser);
     if choices > 1 {
         let enc = |id, model| {
             Encoder::new(ep, id, model, now(), include_usage)
                 .with_choices(choices)
                 .with_echo(echo)
-                .with_answers(tools, reasoning)
+                .with_answers(tools, readers)
         };
         return run_choices(st, params, choices, ep, enc, stream).await;
     }
@@ -407,7 +407,7 @@ pub(crate) async fn run(st: &AppState, prepared: Prepared) -> Result<Response, A
     let prompt = prompt_of(&rs);
     let enc = Encoder::new(ep, response_id(ep, &rs), model, now(), include_usage)
         .with_echo(echo)
-        .with_answers(tools, reasoning)
+        .with_answers(tools, readers)
         .with_logprobs(tokens, prompt);
     let mut resp = if stream {
         events(rs, enc)
@@ -629,7 +629,7 @@ pub(crate) struct Encoder {
     /// How chat answers are read for tool calls and thinking, and each choice's reader
     /// where they are.
     tools: Mode,
-    reasoning: Option<ReasoningParser>,
+    answers: Readers,
     readers: Vec<Option<AnswerReader>>,
 }
 
@@ -658,17 +658,17 @@ impl Encoder {
             prompt: None,
             offsets: Vec::new(),
             tools: Mode::Text,
-            reasoning: None,
+            answers: Readers::default(),
             readers: Vec::new(),
         }
     }
 
     /// The encoder of a chat request whose answers are read for tool calls as `mode` says
-    /// and, with `reasoning`, split into thinking and answer.
-    pub(crate) fn with_answers(mut self, mode: Mode, reasoning: Option<ReasoningParser>) -> Self {
+    /// and, as `readers` say, split into thinking and answer.
+    pub(crate) fn with_answers(mut self, mode: Mode, readers: Readers) -> Self {
         if self.ep == Endpoint::Chat {
             self.tools = mode;
-            self.reasoning = reasoning;
+            self.answers = readers;
         }
         self
     }
@@ -683,7 +683,7 @@ impl Encoder {
         let i = d.choice as usize;
         while self.readers.len() <= i {
             self.readers
-                .push(AnswerReader::new(&self.tools, self.reasoning));
+                .push(AnswerReader::new(&self.tools, self.answers));
         }
         let reader = self.readers[i].as_mut()?;
         let read = reader.read(&d.text, finish.is_some());
@@ -995,7 +995,7 @@ impl Encoder {
                     choices: indexed
                         .map(|(index, content, finish_reason, c)| {
                             let (reasoning_content, content, tool_calls, finish_reason) =
-                                read_whole(&self.tools, self.reasoning, content, finish_reason);
+                                read_whole(&self.tools, self.answers, content, finish_reason);
                             ChatChoice {
                                 index,
                                 message: ChatMessageOut {
@@ -1023,7 +1023,7 @@ impl Encoder {
 #[allow(clippy::type_complexity)]
 fn read_whole(
     mode: &Mode,
-    reasoning: Option<ReasoningParser>,
+    readers: Readers,
     text: String,
     finish: Option<&'static str>,
 ) -> (
@@ -1032,7 +1032,7 @@ fn read_whole(
     Vec<ToolCallOut>,
     Option<&'static str>,
 ) {
-    let Some(mut reader) = AnswerReader::new(mode, reasoning) else {
+    let Some(mut reader) = AnswerReader::new(mode, readers) else {
         return (None, Some(text), Vec::new(), finish);
     };
     let read = reader.read(&text, true);
