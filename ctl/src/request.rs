@@ -200,6 +200,7 @@ mod tests {
                     logprob: -0.5,
                     top_ids: vec![7, 3],
                     top_logprobs: vec![-0.5, -1.25],
+                    ..TokenLogprobs::default()
                 },
                 TokenLogprobs {
                     logprob: -2.0,

@@ -191,6 +191,9 @@ pub struct TokenLogprobs {
     pub logprob: f32,
     /// The most likely tokens' (as many as the request asked for), most likely first.
     pub top: Vec<(u32, f32)>,
+    /// The drawn token's rank: 1 for the most likely, 1 + the number of tokens with a higher
+    /// probability (0: unknown).
+    pub rank: u32,
 }
 
 /// A generated token as it is streamed.

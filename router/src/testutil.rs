@@ -104,6 +104,7 @@ pub fn fake_logprobs(id: u32, k: u32) -> v1::TokenLogprobs {
         logprob,
         top_ids: (0..k).map(|i| id + i).collect(),
         top_logprobs: (0..k).map(|i| logprob - i as f32).collect(),
+        rank: id % 7 + 1,
     }
 }
 

@@ -401,6 +401,39 @@ async fn smollm2_remote_equals_local_equals_single_process_and_chat_answers() ->
             want.logprob
         );
     }
+    // vLLM's `prompt_logprobs`: the same values, keyed by each prompt token's id, ranked.
+    let body = serde_json::json!({
+        "model": MODEL,
+        "prompt": prompts[3].1,
+        "max_tokens": 1,
+        "temperature": 0,
+        "prompt_logprobs": 1,
+    });
+    let v = post_ok(&cluster, "/v1/completions", &body).await?;
+    let scored = v["choices"][0]["prompt_logprobs"]
+        .as_array()
+        .context("no prompt_logprobs")?;
+    assert_eq!(scored.len(), prompts[3].1.len());
+    assert!(scored[0].is_null(), "the first prompt token has none");
+    for (i, (got, want)) in scored[1..].iter().zip(&prompt_expected).enumerate() {
+        let id = prompts[3].1[i + 1];
+        let own = &got[id.to_string()];
+        let logprob = own["logprob"].as_f64().context("a number")? as f32;
+        assert!(
+            (logprob - want.logprob).abs() < 1e-3,
+            "prompt token {}: {got} against {want:?}",
+            i + 1
+        );
+        // Ranked 1 exactly where it is the likeliest alternative.
+        let rank = own["rank"].as_u64().context("a rank")?;
+        assert_eq!(
+            rank == 1,
+            want.top[0].0 == id,
+            "prompt token {}: {got}",
+            i + 1
+        );
+        assert_eq!(own["decoded_token"], tok.decode(&[id]));
+    }
 
     // The same over HTTP in chat's shape: each token's text, as the tokenizer decodes it alone.
     let body = serde_json::json!({

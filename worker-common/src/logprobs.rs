@@ -9,6 +9,7 @@ pub fn to_wire(lp: &TokenLogprobs) -> v1::TokenLogprobs {
         logprob: lp.logprob,
         top_ids: lp.top.iter().map(|t| t.0).collect(),
         top_logprobs: lp.top.iter().map(|t| t.1).collect(),
+        rank: lp.rank,
     }
 }
 
@@ -23,6 +24,7 @@ pub fn from_wire(lp: &v1::TokenLogprobs) -> TokenLogprobs {
             .zip(&lp.top_logprobs)
             .map(|(&id, &l)| (id, l))
             .collect(),
+        rank: lp.rank,
     }
 }
 
@@ -35,6 +37,7 @@ mod tests {
         let lp = TokenLogprobs {
             logprob: -0.5,
             top: vec![(7, -0.1), (3, -2.5)],
+            rank: 2,
         };
         assert_eq!(from_wire(&to_wire(&lp)), lp);
         let mut wire = to_wire(&lp);

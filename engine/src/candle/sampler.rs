@@ -462,8 +462,9 @@ pub(crate) fn token_stats(logits: &[f32], token: u32) -> TokenStats {
 }
 
 /// Log probabilities of `softmax(logits)` for the drawn `token` and the `k` most likely tokens
-/// (most likely first, ties by lower id), one pass for the maximum, one for the normalizer and
-/// a partial selection for the top `k` (`scratch` is reused between calls).
+/// (most likely first, ties by lower id), and the token's rank: one pass for the maximum, one
+/// for the normalizer and the rank, and a partial selection for the top `k` (`scratch` is
+/// reused between calls).
 pub(crate) fn token_logprobs(
     logits: &[f32],
     token: u32,
@@ -474,7 +475,15 @@ pub(crate) fn token_logprobs(
     if !max.is_finite() {
         return TokenLogprobs::default();
     }
-    let z: f64 = logits.iter().map(|&x| f64::from(x - max).exp()).sum();
+    let picked = logits.get(token as usize).copied();
+    // Tokens more likely than the drawn one, counted in the normalizer's pass (one compare a
+    // logit beside an exp).
+    let (mut z, mut above) = (0f64, 0u32);
+    let bar = picked.unwrap_or(f32::INFINITY);
+    for &x in logits {
+        z += f64::from(x - max).exp();
+        above += u32::from(x > bar);
+    }
     let log_z = max as f64 + z.ln();
     let lp = |x: f32| (f64::from(x) - log_z) as f32;
     let k = k.min(logits.len());
@@ -490,11 +499,9 @@ pub(crate) fn token_logprobs(
         top.extend(scratch.iter().map(|&(l, id)| (id, lp(l))));
     }
     TokenLogprobs {
-        logprob: logits
-            .get(token as usize)
-            .copied()
-            .map_or(f32::NEG_INFINITY, lp),
+        logprob: picked.map_or(f32::NEG_INFINITY, lp),
         top,
+        rank: if picked.is_some() { above + 1 } else { 0 },
     }
 }
 
@@ -798,6 +805,10 @@ mod tests {
         assert_eq!(ids, vec![1, 3, 2]);
         assert!((lp.top[0].1 - (3.0 - lse)).abs() < 1e-5);
         assert!((lp.top[2].1 - (2.0 - lse)).abs() < 1e-5);
+        // The least likely token but one: four tokens are likelier.
+        assert_eq!(lp.rank, 5);
+        assert_eq!(s.logprobs(&logits, 2).expect("asked for").rank, 3);
+        assert_eq!(s.logprobs(&logits, 3).expect("asked for").rank, 1);
         // Normalized: the probabilities of every token add up to one.
         let all = s.logprobs_for(&logits, 5);
         let total: f32 = all.top.iter().map(|t| t.1.exp()).sum();

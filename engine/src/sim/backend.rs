@@ -372,6 +372,7 @@ impl Backend for SimBackend {
                     } else {
                         Vec::new()
                     },
+                    rank: 1,
                 })
             });
             sampled[i] = Some(Sampled {

@@ -66,6 +66,17 @@ fn build(
         .other
         .take_logprobs(ep == Endpoint::Chat)
         .map_err(|(field, message)| ApiError::invalid(message, Some(field)))?;
+    let prompt_logprobs = f
+        .other
+        .take_prompt_logprobs()
+        .map_err(|(field, message)| ApiError::invalid(message, Some(field)))?;
+    if prompt_logprobs.is_some() && f.stream {
+        // As vLLM: they come with the whole answer.
+        return Err(ApiError::invalid(
+            "prompt_logprobs is not available when stream is true",
+            Some("prompt_logprobs"),
+        ));
+    }
     let format = f
         .other
         .take_format()
@@ -177,7 +188,7 @@ fn build(
         replay_output_tokens: None,
         logits: logits.map(Box::new),
         logprobs,
-        prompt_logprobs: None,
+        prompt_logprobs,
         structured: format.as_ref().map(|(_, f)| Box::new(f.to_wire())),
         output_in_prompt: 0,
         include_stop_str_in_output: f.include_stop_str_in_output,
@@ -267,6 +278,12 @@ pub(crate) fn completions(
         req.sampling,
         None,
     )?;
+    if echo.is_some() && params.sampling.prompt_logprobs.is_some() {
+        return Err(ApiError::invalid(
+            "prompt_logprobs cannot be set with echo: with echo, logprobs covers the prompt",
+            Some("prompt_logprobs"),
+        ));
+    }
     if echo.is_some() {
         // With echo the logprobs cover the prompt too (OpenAI's legacy API; what evaluation
         // harnesses read to score a text).
@@ -391,12 +408,17 @@ pub(crate) async fn run(st: &AppState, prepared: Prepared) -> Result<Response, A
     } = prepared;
     let cfg = st.dispatcher.config();
     let readers = Readers::of(cfg.reasoning_parser, cfg.tool_call_parser);
+    // vLLM's `prompt_logprobs`, reported beside the output (with echo they are the echoed
+    // text's, in `logprobs`).
+    let prompt_scores = (params.sampling.prompt_logprobs.is_some() && echo.is_none())
+        .then(|| st.dispatcher.tokenizer().clone());
     if choices > 1 {
         let enc = |id, model| {
             Encoder::new(ep, id, model, now(), include_usage)
                 .with_choices(choices)
                 .with_echo(echo)
                 .with_answers(tools, readers)
+                .with_prompt_scores(prompt_scores)
         };
         return run_choices(st, params, choices, ep, enc, stream).await;
     }
@@ -408,6 +430,7 @@ pub(crate) async fn run(st: &AppState, prepared: Prepared) -> Result<Response, A
     let enc = Encoder::new(ep, response_id(ep, &rs), model, now(), include_usage)
         .with_echo(echo)
         .with_answers(tools, readers)
+        .with_prompt_scores(prompt_scores)
         .with_logprobs(tokens, prompt);
     let mut resp = if stream {
         events(rs, enc)
@@ -631,6 +654,9 @@ pub(crate) struct Encoder {
     tools: Mode,
     answers: Readers,
     readers: Vec<Option<AnswerReader>>,
+    /// Names the prompt's tokens where the request asked for their log probabilities
+    /// (`prompt_logprobs`, without echo).
+    prompt_scores: Option<Arc<dyn Tokenizer>>,
 }
 
 impl Encoder {
@@ -660,6 +686,7 @@ impl Encoder {
             tools: Mode::Text,
             answers: Readers::default(),
             readers: Vec::new(),
+            prompt_scores: None,
         }
     }
 
@@ -701,6 +728,13 @@ impl Encoder {
     ) -> Self {
         self.logprobs = tokenizer;
         self.prompt = prompt;
+        self
+    }
+
+    /// The encoder of a request that asked for its prompt's log probabilities
+    /// (`prompt_logprobs`): `tokenizer` names their tokens.
+    pub(crate) fn with_prompt_scores(mut self, tokenizer: Option<Arc<dyn Tokenizer>>) -> Self {
+        self.prompt_scores = tokenizer;
         self
     }
 
@@ -814,6 +848,7 @@ impl Encoder {
                         text: text.into_owned(),
                         logprobs,
                         finish_reason: finish,
+                        prompt_logprobs: None,
                     }],
                     None,
                 ))
@@ -953,15 +988,25 @@ impl Encoder {
             let tok = tok?;
             let mut offset = echo_chars;
             Some(match &self.prompt {
-                Some(prompt) => logprobs::completion_with_prompt(
+                Some(prompt) if self.prompt_scores.is_none() => logprobs::completion_with_prompt(
                     tok,
                     (prompt, &c.prompt_logprobs),
                     &c.token_ids,
                     &c.logprobs,
                     &mut offset,
                 ),
-                None => logprobs::completion(tok, &c.token_ids, &c.logprobs, &mut offset),
+                _ => logprobs::completion(tok, &c.token_ids, &c.logprobs, &mut offset),
             })
+        };
+        let prompt_logprobs = |c: &ChoiceOutput| {
+            let tok = self.prompt_scores.as_deref()?;
+            let prompt = self.prompt.as_deref()?;
+            Some(logprobs::prompt(tok, prompt, &c.prompt_logprobs))
+        };
+        // Chat reports them once, beside the choices (every choice read the same prompt).
+        let chat_prompt_logprobs = match self.ep {
+            Endpoint::Chat => choices.first().and_then(prompt_logprobs),
+            Endpoint::Completions => None,
         };
         let indexed = choices.into_iter().zip(0..).map(|(mut c, index)| {
             let text = if echo.is_empty() {
@@ -980,6 +1025,7 @@ impl Encoder {
                             text,
                             logprobs: completion_logprobs(&c),
                             finish_reason,
+                            prompt_logprobs: prompt_logprobs(&c),
                         })
                         .collect(),
                     Some(usage),
@@ -1011,6 +1057,7 @@ impl Encoder {
                         })
                         .collect(),
                     usage,
+                    prompt_logprobs: chat_prompt_logprobs,
                 },
                 size,
             ),

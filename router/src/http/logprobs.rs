@@ -29,6 +29,44 @@ fn alternatives(lp: &v1::TokenLogprobs) -> impl Iterator<Item = (u32, f32)> + '_
         .map(|(&id, &l)| (id, finite(l)))
 }
 
+/// vLLM's `prompt_logprobs` for `prompt` and its tokens' log probabilities `lps` (one for each
+/// token after the first): null for the first token, then for each token an object from token
+/// ids (as text) to `{logprob, rank, decoded_token}`, the prompt's token first, then its
+/// alternatives not already listed, ranked by their place.
+pub(crate) fn prompt(
+    tok: &dyn Tokenizer,
+    prompt: &[u32],
+    lps: &[v1::TokenLogprobs],
+) -> Vec<serde_json::Value> {
+    use serde_json::{Map, Value, json};
+    let entry = |id: u32, logprob: f32, rank: u32| json!({"logprob": finite(logprob), "rank": rank, "decoded_token": tok.decode(&[id])});
+    let mut out = Vec::with_capacity(prompt.len());
+    if prompt.is_empty() {
+        return out;
+    }
+    out.push(Value::Null);
+    for (&id, lp) in prompt[1..].iter().zip(lps) {
+        let mut step = Map::with_capacity(1 + lp.top_ids.len());
+        // Where the engine did not rank it, its place among the alternatives is its rank.
+        let rank = match lp.rank {
+            0 => lp
+                .top_ids
+                .iter()
+                .position(|&t| t == id)
+                .map_or(0, |i| i as u32 + 1),
+            r => r,
+        };
+        step.insert(id.to_string(), entry(id, lp.logprob, rank));
+        for ((alt, l), place) in alternatives(lp).zip(1..) {
+            if alt != id {
+                step.insert(alt.to_string(), entry(alt, l, place));
+            }
+        }
+        out.push(Value::Object(step));
+    }
+    out
+}
+
 /// The completions shape of `ids` and their log probabilities (pairs past the shorter list are
 /// left out). `offset` is where the first token's text starts in the choice's text, in
 /// characters; it is moved past the tokens.
@@ -149,7 +187,32 @@ mod tests {
             logprob,
             top_ids: top.iter().map(|t| t.0).collect(),
             top_logprobs: top.iter().map(|t| t.1).collect(),
+            rank: 0,
         }
+    }
+
+    #[test]
+    fn prompt_scores_list_the_prompts_token_then_the_others() {
+        let tok = SimTokenizer;
+        let ids = tok.encode("abc");
+        let [a, b, c] = ids[..] else {
+            panic!("{ids:?}")
+        };
+        // The second token is the likeliest (ranked from its place), the third is not listed.
+        let lps = [lp(-0.1, &[(b, -0.1), (c, -2.5)]), lp(-3.0, &[(a, -0.2)])];
+        let out = prompt(&tok, &[a, b, c], &lps);
+        let keys = |v: &serde_json::Value| -> Vec<String> {
+            v.as_object().expect("object").keys().cloned().collect()
+        };
+        assert!(out[0].is_null());
+        assert_eq!(keys(&out[1]), [b.to_string(), c.to_string()]);
+        assert_eq!(out[1][b.to_string()]["rank"], 1);
+        assert_eq!(out[1][c.to_string()]["rank"], 2);
+        assert_eq!(out[1][c.to_string()]["decoded_token"], "c");
+        assert_eq!(keys(&out[2]), [c.to_string(), a.to_string()]);
+        assert_eq!(out[2][c.to_string()]["rank"], 0);
+        assert_eq!(out[2][c.to_string()]["logprob"], -3.0);
+        assert!(prompt(&tok, &[], &[]).is_empty());
     }
 
     #[test]

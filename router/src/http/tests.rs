@@ -807,6 +807,80 @@ async fn the_request_shapes_its_prompt_and_its_stop() {
     );
 }
 
+/// vLLM's `prompt_logprobs`: beside each completions choice, once beside chat's choices; for
+/// each prompt token after the first, its own log probability and rank and its alternatives.
+#[tokio::test]
+async fn prompt_logprobs_come_with_the_answer() {
+    let (fake, _d, s) = with_worker(Behavior::Text("ok".into())).await;
+    let req = json!({"prompt": "hi", "max_tokens": 1, "prompt_logprobs": 2});
+    let (status, _, body) = post(s.addr, "/v1/completions", req).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let ids = SimTokenizer.encode("hi");
+    let (first, second) = (ids[0], ids[1]);
+    let lp = -(second as f32) / 100.0;
+    let want = json!([null, {
+        second.to_string(): {"logprob": lp, "rank": second % 7 + 1,
+            "decoded_token": SimTokenizer.decode(&[second])},
+        (second + 1).to_string(): {"logprob": lp - 1.0, "rank": 2,
+            "decoded_token": SimTokenizer.decode(&[second + 1])},
+    }]);
+    let v = parse(&body);
+    assert_eq!(v["choices"][0]["prompt_logprobs"], want, "{body}");
+    // The output's own log probabilities were not asked for; the prompt's went to the worker.
+    assert!(v["choices"][0]["logprobs"].is_null(), "{body}");
+    let sent = fake.state.calls.lock()[0].clone();
+    assert_eq!(sent.token_ids, vec![first, second]);
+    let chat = json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1,
+        "prompt_logprobs": 0, "n": 2});
+    let (status, _, body) = post(s.addr, "/v1/chat/completions", chat).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let v = parse(&body);
+    let prompt_len = v["usage"]["prompt_tokens"].as_u64().expect("usage") as usize;
+    let scores = v["prompt_logprobs"].as_array().expect("prompt_logprobs");
+    assert_eq!(scores.len(), prompt_len);
+    assert!(
+        scores[0].is_null()
+            && scores[1..]
+                .iter()
+                .all(|s| s.as_object().is_some_and(|o| o.len() == 1)),
+        "{scores:?}"
+    );
+    assert!(v["choices"][0].get("prompt_logprobs").is_none(), "{body}");
+    // Plain requests carry no such field.
+    let (_, _, body) = post(
+        s.addr,
+        "/v1/completions",
+        json!({"prompt": "hi", "max_tokens": 1}),
+    )
+    .await;
+    assert!(
+        parse(&body)["choices"][0].get("prompt_logprobs").is_none(),
+        "{body}"
+    );
+    for (path, req) in [
+        (
+            "/v1/completions",
+            json!({"prompt": "hi", "prompt_logprobs": 1, "stream": true}),
+        ),
+        (
+            "/v1/completions",
+            json!({"prompt": "hi", "prompt_logprobs": 1, "echo": true, "logprobs": 1}),
+        ),
+        (
+            "/v1/completions",
+            json!({"prompt": "hi", "prompt_logprobs": 21}),
+        ),
+        (
+            "/v1/completions",
+            json!({"prompt": "hi", "prompt_logprobs": -1}),
+        ),
+    ] {
+        let (status, _, body) = post(s.addr, path, req.clone()).await;
+        let v = assert_error(status, &body, StatusCode::BAD_REQUEST);
+        assert_eq!(v["error"]["param"], "prompt_logprobs", "{req}: {v}");
+    }
+}
+
 /// `/tokenize` gives the ids the router would send (a conversation through its template, tools
 /// included) and `/detokenize` their text; bad input is a 400 naming the field.
 #[tokio::test]

@@ -310,6 +310,26 @@ impl OtherFields {
     /// alternatives (0 to 20); on chat `logprobs: true` and `top_logprobs` (0 to 20, only with
     /// `logprobs`). `Some(k)` when the request asks for log probabilities with `k`
     /// alternatives. A wrong type or range is refused with the field's name.
+    /// Takes vLLM's `prompt_logprobs`: the prompt's log probabilities with this many
+    /// alternatives per token (0 to the same limit as `logprobs`).
+    pub fn take_prompt_logprobs(&mut self) -> Result<Option<u32>, (&'static str, String)> {
+        use dolphin_proto::sampling::MAX_TOP_LOGPROBS;
+        const NAME: &str = "prompt_logprobs";
+        let Some(v) = self.take(NAME) else {
+            return Ok(None);
+        };
+        v.as_u64()
+            .and_then(|k| u32::try_from(k).ok())
+            .filter(|&k| k <= MAX_TOP_LOGPROBS)
+            .map(Some)
+            .ok_or_else(|| {
+                (
+                    NAME,
+                    format!("{NAME} must be an integer from 0 to {MAX_TOP_LOGPROBS}, got {v}"),
+                )
+            })
+    }
+
     pub fn take_logprobs(&mut self, chat: bool) -> Result<Option<u32>, (&'static str, String)> {
         use dolphin_proto::sampling::MAX_TOP_LOGPROBS;
         if self.0.is_empty() {
@@ -424,7 +444,7 @@ impl OtherFields {
         let one = |v: &Value| v.as_f64() == Some(1.0);
         // `tools`, `tool_choice` and `parallel_tool_calls` are taken out before
         // (`tools::take`); OpenAI's deprecated functions are not served.
-        let fields: [UnsupportedField; 15] = [
+        let fields: [UnsupportedField; 14] = [
             ("functions", |_| false),
             ("function_call", |v| v == "none"),
             ("best_of", one),
@@ -441,7 +461,6 @@ impl OtherFields {
             ("use_beam_search", |_| false),
             // Only beam search reads it.
             ("length_penalty", one),
-            ("prompt_logprobs", |_| false),
             // SGLang's EBNF grammars (`take_format` serves Lark ones).
             ("ebnf", |_| false),
         ];
@@ -731,6 +750,11 @@ pub struct CompletionChoice {
     pub logprobs: Option<CompletionLogprobs>,
     /// "stop", "length", or null while streaming.
     pub finish_reason: Option<&'static str>,
+    /// The prompt's log probabilities (vLLM's `prompt_logprobs`): null for its first token,
+    /// then for each token an object from token ids to `{logprob, rank, decoded_token}`, the
+    /// prompt's token and its alternatives.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prompt_logprobs: Option<Vec<serde_json::Value>>,
 }
 
 /// `/v1/completions` response (and stream chunk).
@@ -820,6 +844,9 @@ pub struct ChatResponse {
     pub choices: Vec<ChatChoice>,
     /// Token counts.
     pub usage: UsageOut,
+    /// The prompt's log probabilities, as completions' choices carry them (vLLM's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prompt_logprobs: Option<Vec<serde_json::Value>>,
 }
 
 /// The delta of a chat stream chunk.
