@@ -121,7 +121,7 @@ pub struct RouterConfig {
     /// call a tool (`tool_choice: "auto"`, the default with tools): the format the model was
     /// trained to write calls in (`hermes`: Qwen2.5, Qwen3, Hermes 2 Pro, SmolLM3;
     /// `llama3_json`: Llama 3.1-3.3; `mistral`: Mistral 7B v0.3, Nemo, Small, Magistral,
-    /// Devstral). Without it such requests get 400; forced calls (`"required"`, a named
+    /// Devstral; `pythonic`: Llama 3.2 1B/3B, Llama 4). Without it such requests get 400; forced calls (`"required"`, a named
     /// function) need no parser.
     #[arg(long, env = "DOLPHIN_TOOL_CALL_PARSER", value_enum)]
     pub tool_call_parser: Option<crate::tools::ToolCallParser>,
@@ -562,7 +562,11 @@ mod tests {
             Some(Some(ToolCallParser::Llama3Json))
         );
         assert_eq!(parser("mistral").ok(), Some(Some(ToolCallParser::Mistral)));
-        assert!(parser("pythonic").is_err());
+        assert_eq!(
+            parser("pythonic").ok(),
+            Some(Some(ToolCallParser::Pythonic))
+        );
+        assert!(parser("qwen3_coder").is_err());
         use crate::reasoning::ReasoningParser;
         let thinking =
             |name: &str| parse(&["--reasoning-parser", name]).map(|c| c.reasoning_parser);

@@ -24,6 +24,7 @@ pub mod metrics;
 mod migration;
 pub mod policy;
 pub mod prefix_index;
+mod pythonic;
 pub mod reasoning;
 pub mod request_log;
 pub mod route;

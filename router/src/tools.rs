@@ -27,6 +27,10 @@ pub enum ToolCallParser {
     /// tokens, left out of the text. Calls get Mistral's nine-character ids, which its chat
     /// templates require when the calls come back in the conversation (vLLM's `mistral`).
     Mistral,
+    /// An answer that is a Python list of calls, `[get_weather(city="Paris"), get_time()]`:
+    /// Llama 3.2 1B and 3B, Llama 4 (vLLM's `pythonic`; Llama 4's `<|python_start|>` is a
+    /// control token, left out of the text).
+    Pythonic,
 }
 
 /// The ids given to calls.
@@ -46,7 +50,10 @@ impl CallIds {
     pub(crate) fn for_parser(parser: Option<ToolCallParser>) -> CallIds {
         match parser {
             Some(ToolCallParser::Mistral) => CallIds::Mistral,
-            Some(ToolCallParser::Hermes | ToolCallParser::Llama3Json) | None => CallIds::OpenAi,
+            Some(
+                ToolCallParser::Hermes | ToolCallParser::Llama3Json | ToolCallParser::Pythonic,
+            )
+            | None => CallIds::OpenAi,
         }
     }
 
@@ -419,31 +426,13 @@ impl CallReader {
                 self.held.push_str(text);
                 self.scan(out);
             }
-            Mode::Auto {
-                parser: ToolCallParser::Llama3Json,
-                ..
-            } => {
+            Mode::Auto { parser, .. } => {
+                let parser = *parser;
                 self.held.push_str(text);
                 if self.json_answer.is_none() {
-                    let start = self.held.trim_start();
-                    if start.is_empty() {
-                        return;
-                    }
-                    self.json_answer = Some(start.starts_with('{'));
+                    self.json_answer = may_be_calls(parser, &self.held);
                 }
                 // Text streams as it comes; calls are read whole at the end.
-                if self.json_answer == Some(false) {
-                    out.push(Piece::Text(std::mem::take(&mut self.held)));
-                }
-            }
-            Mode::Auto {
-                parser: ToolCallParser::Mistral,
-                ..
-            } => {
-                self.held.push_str(text);
-                if self.json_answer.is_none() {
-                    self.json_answer = mistral_answer(&self.held);
-                }
                 if self.json_answer == Some(false) {
                     out.push(Piece::Text(std::mem::take(&mut self.held)));
                 }
@@ -469,12 +458,16 @@ impl CallReader {
                 }
             }
             Mode::Auto {
-                parser: parser @ (ToolCallParser::Llama3Json | ToolCallParser::Mistral),
+                parser:
+                    parser @ (ToolCallParser::Llama3Json
+                    | ToolCallParser::Mistral
+                    | ToolCallParser::Pythonic),
                 ..
             } => {
                 let held = std::mem::take(&mut self.held);
                 let calls = match parser {
                     ToolCallParser::Mistral => mistral_calls(&held),
+                    ToolCallParser::Pythonic => crate::pythonic::calls(&held),
                     _ => llama3_calls(&held),
                 };
                 match calls.filter(|_| self.json_answer == Some(true)) {
@@ -704,6 +697,20 @@ fn json_call(v: &Value) -> Option<(String, String)> {
         (Value::Null, a) | (a, _) => a.to_string(),
     };
     Some((name, arguments))
+}
+
+/// Whether an answer that begins with `held` may be calls in `parser`'s whole-answer format
+/// (read at its end; `None` while that is not known yet): Llama's starts with `{`, the
+/// pythonic list with `[`, Mistral's as [`mistral_answer`] says.
+fn may_be_calls(parser: ToolCallParser, held: &str) -> Option<bool> {
+    let first = || held.trim_start().chars().next();
+    match parser {
+        ToolCallParser::Llama3Json => first().map(|c| c == '{'),
+        ToolCallParser::Pythonic => first().map(|c| c == '['),
+        ToolCallParser::Mistral => mistral_answer(held),
+        // Hermes reads calls where they are, not whole answers.
+        ToolCallParser::Hermes => Some(false),
+    }
 }
 
 /// Whether a Mistral answer that begins with `held` may be calls: `Some(true)` when it begins

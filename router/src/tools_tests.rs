@@ -453,6 +453,41 @@ fn mistral_answers_are_calls_or_text() {
 }
 
 #[test]
+fn pythonic_answers_are_calls_or_text() {
+    let pythonic = Mode::Auto {
+        parser: ToolCallParser::Pythonic,
+        parallel: true,
+    };
+    let text = "[weather(city='Paris'), time()]";
+    for cut in 0..=text.len() {
+        assert_eq!(
+            read(&pythonic, text, &[cut]),
+            (
+                vec![
+                    call(0, "weather"),
+                    args(0, r#"{"city":"Paris"}"#),
+                    call(1, "time"),
+                    args(1, "{}"),
+                ],
+                "tool_calls"
+            ),
+            "cut at {cut}"
+        );
+    }
+    let mut reader = CallReader::new(pythonic.clone(), CallIds::OpenAi);
+    let mut pieces = Vec::new();
+    reader.push(" Paris", &mut pieces);
+    assert_eq!(pieces, vec![Piece::Text(" Paris".into())]);
+    for text in ["[1] A citation.", "[weather(city='Par"] {
+        assert_eq!(
+            read(&pythonic, text, &[3]),
+            (vec![Piece::Text(text.into())], "stop"),
+            "{text:?}"
+        );
+    }
+}
+
+#[test]
 fn required_and_named_answers_become_calls() {
     let required = Mode::Required { parallel: true };
     let text = r#"[{"name": "weather", "parameters": {"city": "Paris"}}, {"name": "time", "parameters": {}}]"#;
