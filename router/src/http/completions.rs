@@ -441,6 +441,40 @@ pub(crate) async fn run(st: &AppState, prepared: Prepared) -> Result<Response, A
     Ok(resp)
 }
 
+/// A prepared chat request dispatched for an answer in another shape (the Responses API).
+pub(crate) struct Started {
+    /// Its output.
+    pub(crate) rs: ResponseStream,
+    /// How its answer is read for tool calls, and by which readers.
+    pub(crate) tools: Mode,
+    pub(crate) readers: Readers,
+    /// The client streams.
+    pub(crate) stream: bool,
+    /// Where it went ([`routing_headers`]).
+    pub(crate) headers: HeaderMap,
+}
+
+/// Dispatches `prepared` (one choice) and hands its output over.
+pub(crate) async fn start(st: &AppState, prepared: Prepared) -> Result<Started, ApiError> {
+    let Prepared {
+        params,
+        stream,
+        tools,
+        ..
+    } = prepared;
+    let cfg = st.dispatcher.config();
+    let readers = Readers::of(cfg.reasoning_parser, cfg.tool_call_parser);
+    let rs = st.dispatcher.generate(params).await?;
+    let headers = routing_headers(&rs);
+    Ok(Started {
+        rs,
+        tools,
+        readers,
+        stream,
+        headers,
+    })
+}
+
 /// The tokenizer that names the tokens of log probabilities, where the request asked for them.
 fn logprobs_tokenizer(st: &AppState, params: &GenerateParams) -> Option<Arc<dyn Tokenizer>> {
     params
@@ -465,7 +499,7 @@ fn response_id(ep: Endpoint, rs: &ResponseStream) -> String {
 }
 
 /// Unix seconds, the responses' `created`.
-fn now() -> u64 {
+pub(crate) fn now() -> u64 {
     crate::request_log::unix_ms() / 1000
 }
 

@@ -6,6 +6,8 @@ pub mod cors;
 pub mod error;
 mod logprobs;
 mod public;
+mod response_events;
+mod responses;
 mod sse;
 mod tokenize;
 pub mod types;
@@ -59,6 +61,7 @@ pub fn router(state: AppState) -> PublicApi {
     let rest = Router::new()
         .route("/v1/completions", any(public::post_only))
         .route("/v1/chat/completions", any(public::post_only))
+        .route("/v1/responses", any(public::post_only))
         .route("/v1/models", get(models))
         // OpenAI's "retrieve model" (`client.models.retrieve`); ids may hold `/` (Hugging Face
         // names), hence the wildcard.

@@ -67,23 +67,33 @@ impl PublicApi {
     /// A request to its route: the inference POSTs here, the rest through axum.
     fn route(&self, req: Request) -> ResponseFuture {
         match inference_route(&req) {
-            Some(endpoint) => {
+            Some(route) => {
                 let inner = Arc::clone(&self.0);
-                Box::pin(async move { Ok(inner.inference(endpoint, req).await) })
+                Box::pin(async move { Ok(inner.inference(route, req).await) })
             }
             None => Box::pin(self.0.rest.clone().oneshot(req)),
         }
     }
 }
 
+/// An inference route.
+#[derive(Clone, Copy, Debug)]
+enum Route {
+    /// OpenAI's completions or chat completions.
+    OpenAi(Endpoint),
+    /// OpenAI's Responses API (`responses.rs`).
+    Responses,
+}
+
 /// The inference route a request is for, if it is a POST to one.
-fn inference_route(req: &Request) -> Option<Endpoint> {
+fn inference_route(req: &Request) -> Option<Route> {
     if req.method() != Method::POST {
         return None;
     }
     match req.uri().path() {
-        "/v1/completions" => Some(Endpoint::Completions),
-        "/v1/chat/completions" => Some(Endpoint::Chat),
+        "/v1/completions" => Some(Route::OpenAi(Endpoint::Completions)),
+        "/v1/chat/completions" => Some(Route::OpenAi(Endpoint::Chat)),
+        "/v1/responses" => Some(Route::Responses),
         _ => None,
     }
 }
@@ -123,7 +133,7 @@ impl tower::Service<Request> for PublicApi {
 
 impl Inner {
     /// A request for one of the inference routes, answered in full.
-    async fn inference(&self, endpoint: Endpoint, req: Request) -> Response {
+    async fn inference(&self, route: Route, req: Request) -> Response {
         let st = &self.state;
         // First: no key, no answer beyond 401 (as on every other route).
         if let Some(refusal) = super::key_refusal(st, req.headers()) {
@@ -140,13 +150,32 @@ impl Inner {
             Err(busy) => return ApiError::from(busy).into_response(),
         };
         let (parts, body) = req.into_parts();
-        let prepared = read_body(body).await.and_then(|bytes| match endpoint {
-            Endpoint::Completions => completions::completions(st, &parts.headers, parse(&bytes)?),
-            Endpoint::Chat => completions::chat(st, &parts.headers, parse(&bytes)?),
-        });
-        let answered = match prepared {
-            Ok(prepared) => completions::run(st, prepared).await,
+        let answered = match read_body(body).await {
             Err(e) => Err(e),
+            Ok(bytes) => match route {
+                Route::OpenAi(Endpoint::Completions) => {
+                    match parse(&bytes)
+                        .and_then(|r| completions::completions(st, &parts.headers, r))
+                    {
+                        Ok(prepared) => completions::run(st, prepared).await,
+                        Err(e) => Err(e),
+                    }
+                }
+                Route::OpenAi(Endpoint::Chat) => {
+                    match parse(&bytes).and_then(|r| completions::chat(st, &parts.headers, r)) {
+                        Ok(prepared) => completions::run(st, prepared).await,
+                        Err(e) => Err(e),
+                    }
+                }
+                Route::Responses => {
+                    match parse(&bytes)
+                        .and_then(|r| super::responses::prepare(st, &parts.headers, r))
+                    {
+                        Ok((prepared, echo)) => super::responses::run(st, prepared, echo).await,
+                        Err(e) => Err(e),
+                    }
+                }
+            },
         };
         match answered {
             Ok(response) => response.map(|body| Body::new(PermitBody::new(body, Some(permit)))),

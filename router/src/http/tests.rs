@@ -881,6 +881,174 @@ async fn prompt_logprobs_come_with_the_answer() {
     }
 }
 
+/// OpenAI's Responses API: input items become the conversation the template renders, the
+/// answer becomes output items (text, then each call), whole or as numbered typed events whose
+/// last carries the same response; what needs storage is refused by name.
+#[tokio::test]
+async fn responses_answer_in_output_items() {
+    let answer = "Hm.<tool_call>{\"name\": \"wx\", \"arguments\": {\"c\": 1}}</tool_call>";
+    let (fake, _d, s) = with_worker(Behavior::Text(answer.into())).await;
+    let req = json!({
+        "model": "sim-model",
+        "instructions": "Be brief.",
+        "input": [
+            {"role": "user", "content": "Weather?"},
+            {"type": "function_call", "call_id": "call_0", "name": "wx", "arguments": "{\"c\": 0}"},
+            {"type": "function_call_output", "call_id": "call_0", "output": "cold"},
+        ],
+        "tools": [{"type": "function", "name": "wx", "parameters": {"type": "object"}}],
+        "max_output_tokens": answer.len(),
+        "metadata": {"k": "v"},
+    });
+    let (status, headers, body) = post(s.addr, "/v1/responses", req.clone()).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert!(headers.contains_key("x-request-id"));
+    let v = parse(&body);
+    assert_eq!(v["object"], "response");
+    assert!(
+        v["id"].as_str().is_some_and(|id| id.starts_with("resp_")),
+        "{v}"
+    );
+    assert_eq!(v["status"], "completed", "{v}");
+    assert_eq!(v["instructions"], "Be brief.");
+    assert_eq!(v["metadata"], json!({"k": "v"}));
+    assert_eq!(v["store"], false);
+    let output = v["output"].as_array().expect("output");
+    assert_eq!(output.len(), 2, "{v}");
+    assert_eq!(output[0]["type"], "message");
+    assert_eq!(output[0]["role"], "assistant");
+    assert_eq!(
+        output[0]["content"][0],
+        json!({"type": "output_text", "text": "Hm.", "annotations": []})
+    );
+    assert_eq!(output[1]["type"], "function_call");
+    assert_eq!(output[1]["name"], "wx");
+    assert_eq!(output[1]["arguments"], r#"{"c":1}"#);
+    assert!(
+        output[1]["call_id"]
+            .as_str()
+            .is_some_and(|c| c.starts_with("call_")),
+        "{v}"
+    );
+    let usage = &v["usage"];
+    assert_eq!(
+        usage["total_tokens"].as_u64(),
+        Some(
+            usage["input_tokens"].as_u64().expect("in")
+                + usage["output_tokens"].as_u64().expect("out")
+        )
+    );
+    // The conversation the template saw: instructions, the earlier call and its output.
+    let prompt = SimTokenizer.decode(&fake.state.calls.lock()[0].token_ids);
+    assert!(
+        prompt.starts_with("<|im_start|>system\n<tools>"),
+        "{prompt}"
+    );
+    assert!(
+        prompt.contains("<|im_start|>system\nBe brief.<|im_end|>"),
+        "{prompt}"
+    );
+    assert!(prompt.contains(r#""arguments":{"c":0}"#), "{prompt}");
+    assert!(prompt.contains("<|im_start|>tool\ncold"), "{prompt}");
+
+    // Streamed: typed, numbered events; the items open, grow and close in order; the last
+    // event carries the whole response.
+    let mut streamed = req.clone();
+    streamed["stream"] = json!(true);
+    let (status, _, body) = post(s.addr, "/v1/responses", streamed).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let names: Vec<&str> = body
+        .lines()
+        .filter_map(|l| l.strip_prefix("event: "))
+        .collect();
+    let events: Vec<Value> = sse_data(&body).iter().map(|d| parse(d)).collect();
+    assert_eq!(names.len(), events.len());
+    for (i, (name, e)) in names.iter().zip(&events).enumerate() {
+        assert_eq!(e["type"], *name);
+        assert_eq!(e["sequence_number"], i as u64);
+    }
+    let kinds: Vec<&str> = names
+        .iter()
+        .copied()
+        .filter(|n| !n.ends_with(".delta"))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "response.created",
+            "response.in_progress",
+            "response.output_item.added",
+            "response.content_part.added",
+            "response.output_text.done",
+            "response.content_part.done",
+            "response.output_item.done",
+            "response.output_item.added",
+            "response.function_call_arguments.done",
+            "response.output_item.done",
+            "response.completed",
+        ]
+    );
+    let text: String = events
+        .iter()
+        .filter(|e| e["type"] == "response.output_text.delta")
+        .filter_map(|e| e["delta"].as_str())
+        .collect();
+    assert_eq!(text, "Hm.");
+    let last = &events.last().expect("events")["response"];
+    assert_eq!(last["status"], "completed");
+    assert_eq!(last["output"][1]["arguments"], r#"{"c":1}"#);
+    assert_eq!(last["output"][0]["content"], v["output"][0]["content"]);
+    // Each event names the item it grows.
+    let added = events
+        .iter()
+        .find(|e| e["type"] == "response.output_item.added")
+        .expect("added");
+    let item = added["item"]["id"].clone();
+    assert!(
+        events
+            .iter()
+            .filter(|e| e["type"] == "response.output_text.delta")
+            .all(|e| e["item_id"] == item && e["output_index"] == 0)
+    );
+
+    // Cut off by max_output_tokens: incomplete.
+    let short = json!({"input": "hi", "max_output_tokens": 2});
+    let (status, _, body) = post(s.addr, "/v1/responses", short).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let v = parse(&body);
+    assert_eq!(v["status"], "incomplete", "{v}");
+    assert_eq!(v["incomplete_details"]["reason"], "max_output_tokens");
+    assert_eq!(v["model"], "sim-model");
+
+    for (req, field) in [
+        (
+            json!({"input": "hi", "previous_response_id": "resp_x"}),
+            "previous_response_id",
+        ),
+        (
+            json!({"input": "hi", "tools": [{"type": "file_search"}]}),
+            "tools",
+        ),
+        (json!({"input": "hi", "n": 2}), "n"),
+        (
+            json!({"input": "hi", "logit_bias": {"1": 500}}),
+            "logit_bias",
+        ),
+    ] {
+        let (status, _, body) = post(s.addr, "/v1/responses", req.clone()).await;
+        let v = assert_error(status, &body, StatusCode::BAD_REQUEST);
+        assert_eq!(v["error"]["param"], field, "{req}: {v}");
+    }
+    // A mistyped field is the same 400 as on chat.
+    let (status, _, body) = post(
+        s.addr,
+        "/v1/responses",
+        json!({"input": "hi", "temperature": "hot"}),
+    )
+    .await;
+    assert_error(status, &body, StatusCode::BAD_REQUEST);
+}
+
 /// `/tokenize` gives the ids the router would send (a conversation through its template, tools
 /// included) and `/detokenize` their text; bad input is a 400 naming the field.
 #[tokio::test]

@@ -1,0 +1,446 @@
+//! A Responses API answer ([`super::responses`]): the output items (the model's reasoning, its
+//! message, each function call) built as the answer streams, sent whole or as the typed
+//! server-sent events OpenAI's SDKs read (`response.created`, `response.output_item.added`,
+//! `response.output_text.delta`, ..., `response.completed`), each numbered.
+
+use std::collections::VecDeque;
+
+use axum::body::{Body, Bytes};
+use axum::http::{HeaderValue, header};
+use axum::response::Response;
+use serde_json::{Value, json};
+
+use super::error::ApiError;
+use crate::answer::{AnswerReader, Read, Readers};
+use crate::stream::{Delta, ResponseStream};
+use crate::tools::{CallPart, Mode};
+use dolphin_proto::v1::{self, FinishReason};
+
+/// What a response repeats of its request.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Echo {
+    pub(crate) model: String,
+    pub(crate) instructions: Option<String>,
+    pub(crate) max_output_tokens: Option<Value>,
+    pub(crate) temperature: Option<Value>,
+    pub(crate) top_p: Option<Value>,
+    pub(crate) parallel_tool_calls: bool,
+    pub(crate) tool_choice: Value,
+    pub(crate) tools: Value,
+    pub(crate) text: Value,
+    pub(crate) metadata: Value,
+}
+
+/// The output item being written.
+#[derive(Debug)]
+enum Open {
+    Reasoning {
+        id: String,
+        text: String,
+    },
+    Message {
+        id: String,
+        text: String,
+    },
+    Call {
+        id: String,
+        call_id: String,
+        name: String,
+        arguments: String,
+    },
+}
+
+/// One response's output and events.
+pub(crate) struct Events {
+    id: String,
+    created: u64,
+    echo: Echo,
+    reader: Option<AnswerReader>,
+    /// Finished output items.
+    items: Vec<Value>,
+    open: Option<Open>,
+    /// The next event's `sequence_number`.
+    seq: u64,
+    /// Events not yet sent.
+    out: VecDeque<Value>,
+    /// The model the response names.
+    model: String,
+    /// Whether events are kept (streaming); a whole answer builds its items only.
+    emit: bool,
+}
+
+impl Events {
+    pub(crate) fn new(
+        id: String,
+        created: u64,
+        echo: Echo,
+        tools: &Mode,
+        readers: Readers,
+    ) -> Self {
+        Self {
+            id,
+            created,
+            model: echo.model.clone(),
+            echo,
+            reader: AnswerReader::new(tools, readers),
+            items: Vec::new(),
+            open: None,
+            seq: 0,
+            out: VecDeque::new(),
+            emit: false,
+        }
+    }
+
+    /// The whole response, once the answer ended.
+    pub(crate) async fn whole(mut self, mut rs: ResponseStream) -> Result<Response, ApiError> {
+        while let Some(item) = rs.next().await {
+            let d = item?;
+            let finish = d.finish.clone();
+            self.absorb(&d);
+            if let Some(f) = finish {
+                let body = self.response(Some((f.reason, &f.usage)));
+                return Ok(json_answer(&body));
+            }
+        }
+        Err(ApiError::from(crate::error::DispatchError::Truncated {
+            worker: rs.route().decode.worker.id.0.clone(),
+        }))
+    }
+
+    /// The response as server-sent events.
+    pub(crate) fn stream(mut self, rs: ResponseStream) -> Response {
+        self.emit = true;
+        let first = self.response(None);
+        self.event("response.created", json!({"response": first}));
+        let mut in_progress = self.response(None);
+        in_progress["status"] = json!("in_progress");
+        self.event("response.in_progress", json!({"response": in_progress}));
+        let events = futures::stream::unfold((self, Some(rs)), |(mut ev, rs)| async move {
+            let mut rs = rs?;
+            loop {
+                if let Some(frame) = ev.frame() {
+                    return Some((Ok::<_, std::convert::Infallible>(frame), (ev, Some(rs))));
+                }
+                match rs.next().await {
+                    Some(Ok(d)) => {
+                        let finish = d.finish.clone();
+                        ev.absorb(&d);
+                        if let Some(f) = finish {
+                            ev.finish(f.reason, &f.usage);
+                            let frame = ev.frame()?;
+                            return Some((Ok(frame), (ev, None)));
+                        }
+                    }
+                    Some(Err(e)) => {
+                        let e = ApiError::from(e);
+                        ev.event(
+                            "error",
+                            json!({"code": e.code, "message": e.message, "param": e.param}),
+                        );
+                        let frame = ev.frame()?;
+                        return Some((Ok(frame), (ev, None)));
+                    }
+                    None => {
+                        ev.event(
+                            "error",
+                            json!({"code": null, "message": "the answer ended early", "param": null}),
+                        );
+                        let frame = ev.frame()?;
+                        return Some((Ok(frame), (ev, None)));
+                    }
+                }
+            }
+        });
+        let mut resp = Response::new(Body::from_stream(events));
+        let h = resp.headers_mut();
+        h.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/event-stream"),
+        );
+        h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+        resp
+    }
+
+    /// The events queued, as one frame (`event:` and `data:` lines each).
+    fn frame(&mut self) -> Option<Bytes> {
+        if self.out.is_empty() {
+            return None;
+        }
+        let mut out = Vec::new();
+        for e in self.out.drain(..) {
+            out.extend_from_slice(b"event: ");
+            out.extend_from_slice(e["type"].as_str().unwrap_or_default().as_bytes());
+            out.extend_from_slice(b"\ndata: ");
+            // A Value always serializes.
+            serde_json::to_writer(&mut out, &e).unwrap_or_default();
+            out.extend_from_slice(b"\n\n");
+        }
+        Some(Bytes::from(out))
+    }
+
+    /// Queues an event of `kind` with `fields`, numbered.
+    fn event(&mut self, kind: &str, fields: Value) {
+        if !self.emit {
+            return;
+        }
+        let mut e = json!({"type": kind, "sequence_number": self.seq});
+        if let (Some(e), Value::Object(fields)) = (e.as_object_mut(), fields) {
+            e.extend(fields);
+        }
+        self.seq += 1;
+        self.out.push_back(e);
+    }
+
+    /// Reads a delta of the answer into the output items.
+    fn absorb(&mut self, d: &Delta) {
+        let end = d.finish.is_some();
+        let read = match &mut self.reader {
+            Some(reader) => reader.read(&d.text, end),
+            None => Read {
+                text: d.text.clone(),
+                ..Read::default()
+            },
+        };
+        if !read.reasoning.is_empty() {
+            self.reasoning(&read.reasoning);
+        }
+        if !read.text.is_empty() {
+            self.text(&read.text);
+        }
+        for part in read.calls {
+            self.call(part);
+        }
+    }
+
+    fn output_index(&self) -> usize {
+        self.items.len()
+    }
+
+    fn reasoning(&mut self, delta: &str) {
+        if !matches!(self.open, Some(Open::Reasoning { .. })) {
+            self.close();
+            let id = format!("rs_{}", item_suffix(&self.id, self.items.len()));
+            self.event(
+                "response.output_item.added",
+                json!({"output_index": self.output_index(),
+                    "item": {"type": "reasoning", "id": id, "summary": [], "content": []}}),
+            );
+            self.open = Some(Open::Reasoning {
+                id,
+                text: String::new(),
+            });
+        }
+        let index = self.output_index();
+        if let Some(Open::Reasoning { id, text }) = &mut self.open {
+            text.push_str(delta);
+            let id = id.clone();
+            self.event(
+                "response.reasoning_text.delta",
+                json!({"item_id": id, "output_index": index, "content_index": 0, "delta": delta}),
+            );
+        }
+    }
+
+    fn text(&mut self, delta: &str) {
+        if !matches!(self.open, Some(Open::Message { .. })) {
+            self.close();
+            let id = format!("msg_{}", item_suffix(&self.id, self.items.len()));
+            let index = self.output_index();
+            self.event(
+                "response.output_item.added",
+                json!({"output_index": index, "item": {"type": "message", "id": id,
+                    "status": "in_progress", "role": "assistant", "content": []}}),
+            );
+            self.event(
+                "response.content_part.added",
+                json!({"item_id": id, "output_index": index, "content_index": 0,
+                    "part": {"type": "output_text", "text": "", "annotations": []}}),
+            );
+            self.open = Some(Open::Message {
+                id,
+                text: String::new(),
+            });
+        }
+        let index = self.output_index();
+        if let Some(Open::Message { id, text }) = &mut self.open {
+            text.push_str(delta);
+            let id = id.clone();
+            self.event(
+                "response.output_text.delta",
+                json!({"item_id": id, "output_index": index, "content_index": 0,
+                    "delta": delta, "logprobs": []}),
+            );
+        }
+    }
+
+    fn call(&mut self, part: CallPart) {
+        if let (Some(call_id), Some(name)) = (part.id, part.name) {
+            self.close();
+            let id = format!("fc_{}", call_id.strip_prefix("call_").unwrap_or(&call_id));
+            self.event(
+                "response.output_item.added",
+                json!({"output_index": self.output_index(), "item": {"type": "function_call",
+                    "id": id, "call_id": call_id, "name": name, "arguments": "",
+                    "status": "in_progress"}}),
+            );
+            self.open = Some(Open::Call {
+                id,
+                call_id,
+                name,
+                arguments: String::new(),
+            });
+        }
+        if part.arguments.is_empty() {
+            return;
+        }
+        let index = self.output_index();
+        if let Some(Open::Call { id, arguments, .. }) = &mut self.open {
+            arguments.push_str(&part.arguments);
+            let id = id.clone();
+            self.event(
+                "response.function_call_arguments.delta",
+                json!({"item_id": id, "output_index": index, "delta": part.arguments}),
+            );
+        }
+    }
+
+    /// Ends the open item: its `done` events, and it joins the output.
+    fn close(&mut self) {
+        let Some(open) = self.open.take() else {
+            return;
+        };
+        let index = self.output_index();
+        let item = match open {
+            Open::Reasoning { id, text } => {
+                self.event(
+                    "response.reasoning_text.done",
+                    json!({"item_id": id, "output_index": index, "content_index": 0, "text": text}),
+                );
+                json!({"type": "reasoning", "id": id, "summary": [],
+                    "content": [{"type": "reasoning_text", "text": text}]})
+            }
+            Open::Message { id, text } => {
+                let part = json!({"type": "output_text", "text": text, "annotations": []});
+                self.event(
+                    "response.output_text.done",
+                    json!({"item_id": id, "output_index": index, "content_index": 0,
+                        "text": text, "logprobs": []}),
+                );
+                self.event(
+                    "response.content_part.done",
+                    json!({"item_id": id, "output_index": index, "content_index": 0, "part": part}),
+                );
+                json!({"type": "message", "id": id, "status": "completed", "role": "assistant",
+                    "content": [part]})
+            }
+            Open::Call {
+                id,
+                call_id,
+                name,
+                arguments,
+            } => {
+                self.event(
+                    "response.function_call_arguments.done",
+                    json!({"item_id": id, "output_index": index, "arguments": arguments}),
+                );
+                json!({"type": "function_call", "id": id, "call_id": call_id, "name": name,
+                    "arguments": arguments, "status": "completed"})
+            }
+        };
+        self.event(
+            "response.output_item.done",
+            json!({"output_index": index, "item": item}),
+        );
+        self.items.push(item);
+    }
+
+    /// The answer ended: the last item closed, and the whole response as the last event.
+    fn finish(&mut self, reason: FinishReason, usage: &v1::Usage) {
+        self.close();
+        let response = self.response(Some((reason, usage)));
+        let kind = if response["status"] == "incomplete" {
+            "response.incomplete"
+        } else {
+            "response.completed"
+        };
+        self.event(kind, json!({"response": response}));
+    }
+
+    /// The response object: `ended` with how and the token counts once the answer ended
+    /// (its items closed), else in progress.
+    fn response(&mut self, ended: Option<(FinishReason, &v1::Usage)>) -> Value {
+        if ended.is_some() {
+            self.close();
+        }
+        let e = &self.echo;
+        let (status, incomplete, usage) = match ended {
+            None => ("in_progress", Value::Null, Value::Null),
+            Some((reason, usage)) => {
+                // Calls that were read whole complete the answer, as chat's `tool_calls`.
+                let calls = self
+                    .reader
+                    .as_ref()
+                    .is_some_and(AnswerReader::ends_in_calls);
+                let cut = reason == FinishReason::Length && !calls;
+                (
+                    if cut { "incomplete" } else { "completed" },
+                    if cut {
+                        json!({"reason": "max_output_tokens"})
+                    } else {
+                        Value::Null
+                    },
+                    json!({
+                        "input_tokens": usage.prompt_tokens,
+                        "input_tokens_details": {"cached_tokens": usage.cached_tokens},
+                        "output_tokens": usage.completion_tokens,
+                        "output_tokens_details": {"reasoning_tokens": 0},
+                        "total_tokens": usage.prompt_tokens + usage.completion_tokens,
+                    }),
+                )
+            }
+        };
+        let output = match ended {
+            Some(_) => self.items.clone(),
+            None => Vec::new(),
+        };
+        json!({
+            "id": self.id,
+            "object": "response",
+            "created_at": self.created,
+            "status": status,
+            "error": null,
+            "incomplete_details": incomplete,
+            "instructions": e.instructions,
+            "max_output_tokens": e.max_output_tokens,
+            "model": self.model,
+            "output": output,
+            "parallel_tool_calls": e.parallel_tool_calls,
+            "temperature": e.temperature,
+            "top_p": e.top_p,
+            "tool_choice": e.tool_choice,
+            "tools": e.tools,
+            "text": e.text,
+            "truncation": "disabled",
+            "store": false,
+            "metadata": e.metadata,
+            "usage": usage,
+        })
+    }
+}
+
+/// An item id's part after its prefix: the response's id less `resp_`, and the item's place.
+fn item_suffix(response_id: &str, index: usize) -> String {
+    format!(
+        "{}_{index}",
+        response_id.strip_prefix("resp_").unwrap_or(response_id)
+    )
+}
+
+fn json_answer(body: &Value) -> Response {
+    let mut resp = Response::new(Body::from(body.to_string()));
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    resp
+}

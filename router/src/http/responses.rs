@@ -1,0 +1,520 @@
+//! OpenAI's Responses API, `POST /v1/responses`, stateless: a request is turned into the chat
+//! request it means (its `input` items into messages, its flat function tools into chat's,
+//! `text.format` into `response_format`), checked and dispatched by the chat path, and its
+//! answer read by the same [`AnswerReader`](crate::answer::AnswerReader) into output items
+//! ([`super::response_events`]): whole, or streamed as the typed events OpenAI's SDKs read.
+//!
+//! Nothing is stored: `store` is answered `false`, and what needs a stored response
+//! (`previous_response_id`, `conversation`, `background`) is refused by name, as are the tools
+//! OpenAI hosts (web search, file search, ...).
+
+use axum::http::HeaderMap;
+use axum::response::Response;
+use serde_json::{Map, Value, json};
+
+use super::AppState;
+use super::completions::{self, Prepared};
+use super::error::ApiError;
+use super::response_events::{Echo, Events};
+
+type Fields = Map<String, Value>;
+
+/// A Responses request turned into its chat request, with what its answer repeats back.
+pub(crate) fn prepare(
+    st: &AppState,
+    headers: &HeaderMap,
+    body: Fields,
+) -> Result<(Prepared, Echo), ApiError> {
+    let (chat, echo) = to_chat(body)?;
+    let req = serde_json::from_value(Value::Object(chat))
+        .map_err(|e| ApiError::invalid(format!("invalid request: {e}"), None))?;
+    Ok((completions::chat(st, headers, req)?, echo))
+}
+
+/// Dispatches a prepared Responses request and answers it, whole or as events.
+pub(crate) async fn run(
+    st: &AppState,
+    prepared: Prepared,
+    echo: Echo,
+) -> Result<Response, ApiError> {
+    let mut echo = echo;
+    if echo.model.is_empty() {
+        echo.model = st.dispatcher.config().model.clone();
+    }
+    let started = completions::start(st, prepared).await?;
+    let id = format!("resp_{}", started.rs.request_id());
+    let events = Events::new(
+        id,
+        completions::now(),
+        echo,
+        &started.tools,
+        started.readers,
+    );
+    let mut resp = if started.stream {
+        events.stream(started.rs)
+    } else {
+        events.whole(started.rs).await?
+    };
+    resp.headers_mut().extend(started.headers);
+    Ok(resp)
+}
+
+fn invalid(field: &'static str, message: impl Into<String>) -> ApiError {
+    ApiError::invalid(message.into(), Some(field))
+}
+
+/// The chat request a Responses request means, and what its answer repeats back.
+fn to_chat(mut body: Fields) -> Result<(Fields, Echo), ApiError> {
+    // What needs a stored response, or a tool OpenAI hosts, cannot be served here.
+    for (field, why) in [
+        (
+            "previous_response_id",
+            "responses are not stored: send the whole conversation in input",
+        ),
+        (
+            "conversation",
+            "conversations are not stored: send the whole conversation in input",
+        ),
+        ("prompt", "stored prompt templates are not served"),
+        ("max_tool_calls", "a limit on tool calls is not served"),
+    ] {
+        if body.get(field).is_some_and(|v| !v.is_null()) {
+            return Err(invalid(field, format!("{field} is not supported: {why}")));
+        }
+    }
+    if body
+        .get("n")
+        .is_some_and(|v| !v.is_null() && v.as_u64() != Some(1))
+    {
+        return Err(invalid(
+            "n",
+            "n is not a Responses field: a response has one output",
+        ));
+    }
+    if body
+        .get("background")
+        .is_some_and(|v| v == &Value::Bool(true))
+    {
+        return Err(invalid(
+            "background",
+            "background is not supported: responses are not stored; stream instead",
+        ));
+    }
+    if body
+        .get("include")
+        .is_some_and(|v| v.as_array().is_none_or(|a| !a.is_empty()) && !v.is_null())
+    {
+        return Err(invalid(
+            "include",
+            "include is not supported by this server (no extra output is served)",
+        ));
+    }
+    if body
+        .get("top_logprobs")
+        .is_some_and(|v| !v.is_null() && v.as_u64() != Some(0))
+    {
+        return Err(invalid(
+            "top_logprobs",
+            "top_logprobs is not supported on /v1/responses: use /v1/chat/completions",
+        ));
+    }
+    match body.get("truncation").and_then(Value::as_str) {
+        None | Some("disabled" | "auto") => {}
+        Some(other) => {
+            return Err(invalid(
+                "truncation",
+                format!("truncation must be \"disabled\" or \"auto\", got {other:?}"),
+            ));
+        }
+    }
+    let mut chat = Fields::new();
+    let instructions = take_string(&mut body, "instructions")?;
+    let mut messages = Vec::new();
+    if let Some(text) = &instructions {
+        messages.push(json!({"role": "system", "content": text}));
+    }
+    match body.remove("input") {
+        Some(Value::String(text)) => messages.push(json!({"role": "user", "content": text})),
+        Some(Value::Array(items)) => input_items(items, &mut messages)?,
+        None | Some(Value::Null) => return Err(invalid("input", "input is required")),
+        Some(other) => {
+            return Err(invalid(
+                "input",
+                format!("input must be a string or a list of items, got {other}"),
+            ));
+        }
+    }
+    chat.insert("messages".into(), Value::Array(messages));
+    let tools = match body.remove("tools") {
+        None | Some(Value::Null) => None,
+        Some(Value::Array(tools)) => Some(tools),
+        Some(other) => {
+            return Err(invalid(
+                "tools",
+                format!("tools must be a list, got {other}"),
+            ));
+        }
+    };
+    if let Some(tools) = &tools {
+        let chat_tools = tools
+            .iter()
+            .map(chat_tool)
+            .collect::<Result<Vec<Value>, ApiError>>()?;
+        chat.insert("tools".into(), Value::Array(chat_tools));
+    }
+    let tool_choice = body.remove("tool_choice").filter(|v| !v.is_null());
+    if let Some(choice) = &tool_choice {
+        chat.insert("tool_choice".into(), chat_tool_choice(choice)?);
+    }
+    let text = body.remove("text").filter(|v| !v.is_null());
+    if let Some(format) = text
+        .as_ref()
+        .and_then(|t| t.get("format"))
+        .filter(|f| !f.is_null())
+        && let Some(f) = response_format(format)?
+    {
+        chat.insert("response_format".into(), f);
+    }
+    if let Some(reasoning) = body.remove("reasoning").filter(|v| !v.is_null()) {
+        // gpt-oss's template reads `reasoning_effort`; templates that do not know it ignore it.
+        if let Some(effort) = reasoning.get("effort").filter(|e| !e.is_null()) {
+            let kwargs = chat
+                .entry("chat_template_kwargs")
+                .or_insert_with(|| Value::Object(Fields::new()));
+            kwargs["reasoning_effort"] = effort.clone();
+        }
+    }
+    let max_output_tokens = body.remove("max_output_tokens").filter(|v| !v.is_null());
+    if let Some(max) = &max_output_tokens {
+        chat.insert("max_tokens".into(), max.clone());
+    }
+    let metadata = body.remove("metadata").filter(|v| !v.is_null());
+    // Fields that change nothing of the answer, taken out.
+    for field in [
+        "store",
+        "user",
+        "safety_identifier",
+        "prompt_cache_key",
+        "service_tier",
+        "truncation",
+        "include",
+        "top_logprobs",
+        "background",
+        "stream_options",
+    ] {
+        body.remove(field);
+    }
+    let echo = Echo {
+        model: body
+            .get("model")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned(),
+        instructions,
+        max_output_tokens,
+        temperature: body.get("temperature").cloned().filter(|v| !v.is_null()),
+        top_p: body.get("top_p").cloned().filter(|v| !v.is_null()),
+        parallel_tool_calls: body
+            .get("parallel_tool_calls")
+            .and_then(Value::as_bool)
+            .unwrap_or(true),
+        tool_choice: tool_choice.unwrap_or_else(|| json!("auto")),
+        tools: tools.map_or(Value::Array(Vec::new()), Value::Array),
+        text: text.unwrap_or_else(|| json!({"format": {"type": "text"}})),
+        metadata: metadata.unwrap_or_else(|| Value::Object(Fields::new())),
+    };
+    // The rest (model, temperature, top_p, stream, parallel_tool_calls, the sampling
+    // extensions) means the same to chat, which refuses by name what it does not serve.
+    chat.extend(body);
+    Ok((chat, echo))
+}
+
+fn take_string(body: &mut Fields, field: &'static str) -> Result<Option<String>, ApiError> {
+    match body.remove(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s)),
+        Some(other) => Err(invalid(
+            field,
+            format!("{field} must be a string, got {other}"),
+        )),
+    }
+}
+
+/// `input`'s items as chat messages: messages (a `developer` one as `system`), the calls an
+/// earlier answer made (joined into one assistant message) and their outputs (`tool`
+/// messages); an earlier answer's reasoning is left out, as chat templates drop it too.
+fn input_items(items: Vec<Value>, messages: &mut Vec<Value>) -> Result<(), ApiError> {
+    for item in items {
+        let kind = item.get("type").and_then(Value::as_str);
+        match kind {
+            None | Some("message") => {
+                let role = match item.get("role").and_then(Value::as_str) {
+                    Some("developer") => "system",
+                    Some(role @ ("system" | "user" | "assistant")) => role,
+                    other => {
+                        return Err(invalid(
+                            "input",
+                            format!(
+                                "an input message's role must be user, assistant, system or developer, got {other:?}"
+                            ),
+                        ));
+                    }
+                };
+                let content = content_text(item.get("content"))?;
+                messages.push(json!({"role": role, "content": content}));
+            }
+            Some("function_call") => {
+                let field = |name: &str| item.get(name).and_then(Value::as_str);
+                let (Some(call_id), Some(name)) = (field("call_id"), field("name")) else {
+                    return Err(invalid(
+                        "input",
+                        "a function_call item needs call_id and name",
+                    ));
+                };
+                let call = json!({"id": call_id, "type": "function",
+                    "function": {"name": name, "arguments": field("arguments").unwrap_or("{}")}});
+                // Calls made together are one assistant turn.
+                match messages.last_mut() {
+                    Some(last)
+                        if last["role"] == "assistant"
+                            && last.get("tool_calls").is_some_and(Value::is_array) =>
+                    {
+                        if let Some(calls) = last["tool_calls"].as_array_mut() {
+                            calls.push(call);
+                        }
+                    }
+                    _ => messages
+                        .push(json!({"role": "assistant", "content": null, "tool_calls": [call]})),
+                }
+            }
+            Some("function_call_output") => {
+                let Some(call_id) = item.get("call_id").and_then(Value::as_str) else {
+                    return Err(invalid(
+                        "input",
+                        "a function_call_output item needs call_id",
+                    ));
+                };
+                let output = match item.get("output") {
+                    Some(Value::String(s)) => s.clone(),
+                    other => content_text(other)?,
+                };
+                messages.push(json!({"role": "tool", "tool_call_id": call_id, "content": output}));
+            }
+            Some("reasoning") => {}
+            Some(other) => {
+                return Err(invalid(
+                    "input",
+                    format!(
+                        "input items of type {other:?} are not supported (message, function_call, function_call_output and reasoning are)"
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A message's content as text: a string, or its text parts joined.
+fn content_text(content: Option<&Value>) -> Result<String, ApiError> {
+    match content {
+        None | Some(Value::Null) => Ok(String::new()),
+        Some(Value::String(s)) => Ok(s.clone()),
+        Some(Value::Array(parts)) => {
+            let mut text = String::new();
+            for part in parts {
+                match part.get("type").and_then(Value::as_str) {
+                    Some("input_text" | "output_text" | "text" | "reasoning_text") => {
+                        text.push_str(part.get("text").and_then(Value::as_str).unwrap_or_default());
+                    }
+                    other => {
+                        return Err(invalid(
+                            "input",
+                            format!(
+                                "content parts of type {other:?} are not supported (text only)"
+                            ),
+                        ));
+                    }
+                }
+            }
+            Ok(text)
+        }
+        Some(other) => Err(invalid(
+            "input",
+            format!("a message's content must be text or a list of parts, got {other}"),
+        )),
+    }
+}
+
+/// A Responses function tool (`{"type": "function", "name", "description", "parameters"}`)
+/// in chat's shape; the tools OpenAI hosts are refused.
+fn chat_tool(tool: &Value) -> Result<Value, ApiError> {
+    match tool.get("type").and_then(Value::as_str) {
+        Some("function") => {
+            let mut function = Fields::new();
+            for key in ["name", "description", "parameters", "strict"] {
+                if let Some(v) = tool.get(key).filter(|v| !v.is_null()) {
+                    function.insert(key.into(), v.clone());
+                }
+            }
+            Ok(json!({"type": "function", "function": function}))
+        }
+        other => Err(invalid(
+            "tools",
+            format!("tools of type {other:?} are not supported (function tools are)"),
+        )),
+    }
+}
+
+/// `tool_choice` in chat's shape: the same words, or `{"type": "function", "name"}` as chat's
+/// named function.
+fn chat_tool_choice(choice: &Value) -> Result<Value, ApiError> {
+    match choice {
+        Value::String(_) => Ok(choice.clone()),
+        Value::Object(o) if o.get("type").and_then(Value::as_str) == Some("function") => {
+            let name = o.get("name").cloned().unwrap_or(Value::Null);
+            Ok(json!({"type": "function", "function": {"name": name}}))
+        }
+        other => Err(invalid(
+            "tool_choice",
+            format!(
+                "tool_choice must be \"none\", \"auto\", \"required\" or {{\"type\": \"function\", \"name\": ...}}, got {other}"
+            ),
+        )),
+    }
+}
+
+/// `text.format` as chat's `response_format` (`None` for plain text).
+fn response_format(format: &Value) -> Result<Option<Value>, ApiError> {
+    match format.get("type").and_then(Value::as_str) {
+        Some("text") => Ok(None),
+        Some("json_object") => Ok(Some(json!({"type": "json_object"}))),
+        Some("json_schema") => {
+            let mut schema = Fields::new();
+            for key in ["name", "description", "schema", "strict"] {
+                if let Some(v) = format.get(key).filter(|v| !v.is_null()) {
+                    schema.insert(key.into(), v.clone());
+                }
+            }
+            Ok(Some(json!({"type": "json_schema", "json_schema": schema})))
+        }
+        other => Err(invalid(
+            "text",
+            format!(
+                "text.format.type must be \"text\", \"json_object\" or \"json_schema\", got {other:?}"
+            ),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chat_of(body: Value) -> Result<Value, ApiError> {
+        let Value::Object(body) = body else {
+            panic!("an object")
+        };
+        to_chat(body).map(|(chat, _)| Value::Object(chat))
+    }
+
+    #[test]
+    fn a_conversation_with_calls_becomes_chat_messages() {
+        let chat = chat_of(json!({
+            "model": "m",
+            "instructions": "Be brief.",
+            "input": [
+                {"role": "developer", "content": "Use tools."},
+                {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Weather in "}, {"type": "input_text", "text": "Paris?"}]},
+                {"type": "reasoning", "id": "rs_1", "summary": []},
+                {"type": "function_call", "call_id": "call_1", "name": "wx", "arguments": "{\"c\":\"Paris\"}"},
+                {"type": "function_call", "call_id": "call_2", "name": "time", "arguments": "{}"},
+                {"type": "function_call_output", "call_id": "call_1", "output": "sunny"},
+                {"type": "function_call_output", "call_id": "call_2", "output": [{"type": "input_text", "text": "noon"}]},
+            ],
+            "tools": [{"type": "function", "name": "wx", "parameters": {"type": "object"}, "strict": true}],
+            "tool_choice": {"type": "function", "name": "wx"},
+            "text": {"format": {"type": "json_schema", "name": "w", "schema": {"type": "object"}}},
+            "max_output_tokens": 20,
+            "reasoning": {"effort": "low"},
+            "store": true,
+            "temperature": 0,
+        }))
+        .expect("converts");
+        assert_eq!(
+            chat["messages"],
+            json!([
+                {"role": "system", "content": "Be brief."},
+                {"role": "system", "content": "Use tools."},
+                {"role": "user", "content": "Weather in Paris?"},
+                {"role": "assistant", "content": null, "tool_calls": [
+                    {"id": "call_1", "type": "function", "function": {"name": "wx", "arguments": "{\"c\":\"Paris\"}"}},
+                    {"id": "call_2", "type": "function", "function": {"name": "time", "arguments": "{}"}},
+                ]},
+                {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
+                {"role": "tool", "tool_call_id": "call_2", "content": "noon"},
+            ])
+        );
+        assert_eq!(
+            chat["tools"],
+            json!([{"type": "function", "function": {"name": "wx", "parameters": {"type": "object"}, "strict": true}}])
+        );
+        assert_eq!(
+            chat["tool_choice"],
+            json!({"type": "function", "function": {"name": "wx"}})
+        );
+        assert_eq!(
+            chat["response_format"],
+            json!({"type": "json_schema", "json_schema": {"name": "w", "schema": {"type": "object"}}})
+        );
+        assert_eq!(chat["max_tokens"], 20);
+        assert_eq!(
+            chat["chat_template_kwargs"],
+            json!({"reasoning_effort": "low"})
+        );
+        assert_eq!(chat["temperature"], 0);
+        assert!(chat.get("store").is_none() && chat.get("input").is_none());
+    }
+
+    #[test]
+    fn what_needs_storage_or_hosted_tools_is_refused_by_name() {
+        for (body, field) in [
+            (
+                json!({"input": "hi", "previous_response_id": "resp_1"}),
+                "previous_response_id",
+            ),
+            (json!({"input": "hi", "background": true}), "background"),
+            (
+                json!({"input": "hi", "include": ["reasoning.encrypted_content"]}),
+                "include",
+            ),
+            (
+                json!({"input": "hi", "tools": [{"type": "web_search"}]}),
+                "tools",
+            ),
+            (json!({"input": "hi", "tool_choice": 3}), "tool_choice"),
+            (json!({"input": [{"type": "input_image"}]}), "input"),
+            (
+                json!({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]}),
+                "input",
+            ),
+            (
+                json!({"input": [{"role": "tool", "content": "x"}]}),
+                "input",
+            ),
+            (json!({}), "input"),
+            (
+                json!({"input": "hi", "text": {"format": {"type": "xml"}}}),
+                "text",
+            ),
+            (json!({"input": "hi", "instructions": 3}), "instructions"),
+        ] {
+            let err = chat_of(body.clone()).expect_err("refused");
+            assert_eq!(err.param, Some(field), "{body}: {}", err.message);
+        }
+        // What asks for nothing is accepted.
+        let chat = chat_of(json!({"input": "hi", "include": [], "background": false,
+            "previous_response_id": null, "truncation": "disabled", "store": false}))
+        .expect("accepted");
+        assert_eq!(chat["messages"], json!([{"role": "user", "content": "hi"}]));
+    }
+}
