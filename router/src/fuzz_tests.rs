@@ -86,11 +86,29 @@ fn body() -> impl Strategy<Value = Vec<u8>> {
         Just("repetition_penalty"),
         Just("min_tokens"),
         Just("unknown_field"),
+        Just("input"),
+        Just("instructions"),
+        Just("max_output_tokens"),
+        Just("text"),
+        Just("include"),
+        Just("continue_final_message"),
+        Just("add_generation_prompt"),
+        Just("truncate_prompt_tokens"),
+        Just("prompt_logprobs"),
+        Just("documents"),
+        Just("include_stop_str_in_output"),
     ];
     let base = prop_oneof![
         Just(serde_json::json!({"prompt": "hello", "max_tokens": 2})),
         Just(serde_json::json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})),
         Just(serde_json::json!({"prompt": [1, 2, 3], "max_tokens": 2, "stream": true})),
+        Just(serde_json::json!({"input": "hi", "max_output_tokens": 2})),
+        Just(
+            serde_json::json!({"input": [{"role": "user", "content": "hi"},
+            {"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "c", "output": "x"}],
+            "max_output_tokens": 2, "stream": true})
+        ),
     ];
     let object = (base, proptest::collection::vec((field, json_value()), 0..3)).prop_map(
         |(mut base, overrides)| {
@@ -221,7 +239,11 @@ fn arbitrary_http_bodies_get_an_answer() {
         limit: crate::admission::InflightLimit::new(1024),
     });
     let mut runner = TestRunner::new(Config::with_cases(CASES));
-    let paths = prop_oneof![Just("/v1/completions"), Just("/v1/chat/completions")];
+    let paths = prop_oneof![
+        Just("/v1/completions"),
+        Just("/v1/chat/completions"),
+        Just("/v1/responses")
+    ];
     let statuses = std::cell::RefCell::new(std::collections::BTreeMap::<u16, u32>::new());
     runner
         .run(&(paths, body()), |(path, bytes)| {

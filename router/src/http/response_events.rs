@@ -1,7 +1,8 @@
 //! A Responses API answer ([`super::responses`]): the output items (the model's reasoning, its
 //! message, each function call) built as the answer streams, sent whole or as the typed
 //! server-sent events OpenAI's SDKs read (`response.created`, `response.output_item.added`,
-//! `response.output_text.delta`, ..., `response.completed`), each numbered.
+//! `response.output_text.delta`, ..., `response.completed`), each numbered, with a comment
+//! after every [`KEEP_ALIVE`](super::sse::KEEP_ALIVE) of silence.
 
 use std::collections::VecDeque;
 
@@ -121,7 +122,12 @@ impl Events {
                 if let Some(frame) = ev.frame() {
                     return Some((Ok::<_, std::convert::Infallible>(frame), (ev, Some(rs))));
                 }
-                match rs.next().await {
+                // A comment while nothing else goes out, as the chat stream sends, so that
+                // proxies keep a silent stream open.
+                let Ok(next) = tokio::time::timeout(super::sse::KEEP_ALIVE, rs.next()).await else {
+                    return Some((Ok(Bytes::from_static(b":\n\n")), (ev, Some(rs))));
+                };
+                match next {
                     Some(Ok(d)) => {
                         let finish = d.finish.clone();
                         ev.absorb(&d);
