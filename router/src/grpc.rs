@@ -121,7 +121,6 @@ fn chat_extras(
     c: &mut v1::ChatMessages,
     trust_template: bool,
 ) -> Result<crate::tokenizer::ChatExtras, Status> {
-    use crate::tokenizer::Ending;
     let kwargs = match c.template_kwargs_json.as_str() {
         "" => serde_json::Map::new(),
         text => serde_json::from_str(text)
@@ -129,28 +128,17 @@ fn chat_extras(
             .and_then(crate::tokenizer::template_kwargs)
             .map_err(|e| Status::invalid_argument(format!("chat.template_kwargs_json: {e}")))?,
     };
-    let ending = match (c.continue_final_message, c.add_generation_prompt) {
-        (true, Some(true)) => {
-            return Err(Status::invalid_argument(
-                "chat.continue_final_message and chat.add_generation_prompt cannot both be true: the last message is either continued or answered",
-            ));
-        }
-        (true, _) => Ending::ContinueLast,
-        (false, Some(false)) => Ending::LastMessage,
-        (false, _) => Ending::AssistantTurn,
-    };
+    // The messages name the request's fields: over gRPC they are `chat.`'s.
+    let ending = crate::tokenizer::ending(c.continue_final_message, c.add_generation_prompt)
+        .map_err(|e| Status::invalid_argument(format!("chat.{e}")))?;
     let documents = match c.documents_json.as_str() {
         "" => None,
-        text => match serde_json::from_str::<serde_json::Value>(text) {
-            Ok(serde_json::Value::Array(d)) if d.iter().all(serde_json::Value::is_object) => {
-                Some(serde_json::Value::Array(d))
-            }
-            _ => {
-                return Err(Status::invalid_argument(
-                    "chat.documents_json must be a JSON list of objects (such as {\"title\": ..., \"text\": ...})",
-                ));
-            }
-        },
+        text => Some(
+            serde_json::from_str(text)
+                .map_err(|e| e.to_string())
+                .and_then(crate::tokenizer::documents)
+                .map_err(|e| Status::invalid_argument(format!("chat.documents_json {e}")))?,
+        ),
     };
     let template = match std::mem::take(&mut c.chat_template) {
         s if s.is_empty() => None,

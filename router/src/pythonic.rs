@@ -15,21 +15,10 @@ pub(crate) fn calls(text: &str) -> Option<Vec<(String, String)>> {
     };
     p.eat(b'[')?;
     let mut calls = Vec::new();
-    loop {
-        p.space();
-        if p.peek() == Some(b']') {
-            break;
-        }
+    p.separated(b']', |p| {
         calls.push(p.call()?);
-        p.space();
-        if p.peek() == Some(b',') {
-            p.at += 1;
-        } else {
-            break;
-        }
-    }
-    p.space();
-    p.eat(b']')?;
+        Some(())
+    })?;
     (p.at == p.s.len() && !calls.is_empty()).then_some(calls)
 }
 
@@ -58,6 +47,29 @@ impl Parser<'_> {
         (self.peek() == Some(c)).then(|| self.at += 1)
     }
 
+    /// Items separated by commas up to `close`, a trailing comma allowed: `item` reads each.
+    fn separated(
+        &mut self,
+        close: u8,
+        mut item: impl FnMut(&mut Self) -> Option<()>,
+    ) -> Option<()> {
+        loop {
+            self.space();
+            if self.peek() == Some(close) {
+                break;
+            }
+            item(self)?;
+            self.space();
+            if self.peek() == Some(b',') {
+                self.at += 1;
+            } else {
+                break;
+            }
+        }
+        self.space();
+        self.eat(close)
+    }
+
     /// A Python identifier (ASCII).
     fn name(&mut self) -> Option<String> {
         let start = self.at;
@@ -82,26 +94,14 @@ impl Parser<'_> {
         self.space();
         self.eat(b'(')?;
         let mut arguments = Map::new();
-        loop {
-            self.space();
-            if self.peek() == Some(b')') {
-                break;
-            }
-            let key = self.name()?;
-            self.space();
-            self.eat(b'=')?;
-            self.space();
-            let value = self.value(0)?;
-            arguments.insert(key, value);
-            self.space();
-            if self.peek() == Some(b',') {
-                self.at += 1;
-            } else {
-                break;
-            }
-        }
-        self.space();
-        self.eat(b')')?;
+        self.separated(b')', |p| {
+            let key = p.name()?;
+            p.space();
+            p.eat(b'=')?;
+            p.space();
+            arguments.insert(key, p.value(0)?);
+            Some(())
+        })?;
         Some((name, Value::Object(arguments).to_string()))
     }
 
@@ -128,21 +128,10 @@ impl Parser<'_> {
     fn items(&mut self, close: u8, depth: u32) -> Option<Vec<Value>> {
         self.at += 1;
         let mut items = Vec::new();
-        loop {
-            self.space();
-            if self.peek() == Some(close) {
-                break;
-            }
-            items.push(self.value(depth + 1)?);
-            self.space();
-            if self.peek() == Some(b',') {
-                self.at += 1;
-            } else {
-                break;
-            }
-        }
-        self.space();
-        self.eat(close)?;
+        self.separated(close, |p| {
+            items.push(p.value(depth + 1)?);
+            Some(())
+        })?;
         Some(items)
     }
 
@@ -151,28 +140,17 @@ impl Parser<'_> {
     fn dict(&mut self, depth: u32) -> Option<Value> {
         self.at += 1;
         let mut map = Map::new();
-        loop {
-            self.space();
-            if self.peek() == Some(b'}') {
-                break;
-            }
-            let key = match self.value(depth + 1)? {
+        self.separated(b'}', |p| {
+            let key = match p.value(depth + 1)? {
                 Value::String(s) => s,
                 other => other.to_string(),
             };
-            self.space();
-            self.eat(b':')?;
-            self.space();
-            map.insert(key, self.value(depth + 1)?);
-            self.space();
-            if self.peek() == Some(b',') {
-                self.at += 1;
-            } else {
-                break;
-            }
-        }
-        self.space();
-        self.eat(b'}')?;
+            p.space();
+            p.eat(b':')?;
+            p.space();
+            map.insert(key, p.value(depth + 1)?);
+            Some(())
+        })?;
         Some(Value::Object(map))
     }
 

@@ -33,6 +33,29 @@ pub fn template_kwargs(
     Ok(map)
 }
 
+/// Where a request's chat prompt ends, from vLLM's `continue_final_message` and
+/// `add_generation_prompt` (absent: true); both true is refused.
+pub fn ending(continue_final: bool, add_generation_prompt: Option<bool>) -> Result<Ending, String> {
+    match (continue_final, add_generation_prompt) {
+        (true, Some(true)) => Err("continue_final_message and add_generation_prompt cannot both be true: the last message is either continued or answered".into()),
+        (true, _) => Ok(Ending::ContinueLast),
+        (false, Some(false)) => Ok(Ending::LastMessage),
+        (false, _) => Ok(Ending::AssistantTurn),
+    }
+}
+
+/// A request's `documents`: a list of objects (`{"title": ..., "text": ...}`).
+pub fn documents(v: serde_json::Value) -> Result<serde_json::Value, String> {
+    match v {
+        serde_json::Value::Array(d) if d.iter().all(serde_json::Value::is_object) => {
+            Ok(serde_json::Value::Array(d))
+        }
+        v => Err(format!(
+            "must be a list of objects (such as {{\"title\": ..., \"text\": ...}}), got {v}"
+        )),
+    }
+}
+
 /// Text <-> token ids for one model.
 pub trait Tokenizer: Send + Sync + Debug {
     /// Token ids of `text` (no special tokens added).

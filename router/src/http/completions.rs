@@ -629,7 +629,7 @@ fn routing_headers(rs: &ResponseStream) -> HeaderMap {
 
 /// A JSON answer, serialized straight into a buffer of about its size (axum's `Json` grows a
 /// 128-byte one through an `io::Write` adapter).
-fn json_response<T: serde::Serialize>(value: &T, size_hint: usize) -> Response {
+pub(crate) fn json_response<T: serde::Serialize>(value: &T, size_hint: usize) -> Response {
     let mut body = Vec::with_capacity(size_hint);
     match serde_json::to_writer(&mut body, value) {
         Ok(()) => {

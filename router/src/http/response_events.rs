@@ -100,7 +100,8 @@ impl Events {
             self.absorb(&d);
             if let Some(f) = finish {
                 let body = self.response(Some((f.reason, &f.usage)));
-                return Ok(json_answer(&body));
+                // The buffer grows past this where the answer is longer.
+                return Ok(super::completions::json_response(&body, 2048));
             }
         }
         Err(ApiError::from(crate::error::DispatchError::Truncated {
@@ -440,13 +441,4 @@ fn item_suffix(response_id: &str, index: usize) -> String {
         "{}_{index}",
         response_id.strip_prefix("resp_").unwrap_or(response_id)
     )
-}
-
-fn json_answer(body: &Value) -> Response {
-    let mut resp = Response::new(Body::from(body.to_string()));
-    resp.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    resp
 }

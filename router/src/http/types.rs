@@ -185,7 +185,6 @@ impl OtherFields {
         &mut self,
         trust_template: bool,
     ) -> Result<crate::tokenizer::ChatExtras, (&'static str, String)> {
-        use crate::tokenizer::Ending;
         use serde_json::Value;
         let kwargs = self.take_template_kwargs()?;
         let mut flag = |name: &'static str| match self.take(name) {
@@ -195,29 +194,13 @@ impl OtherFields {
         };
         let add = flag("add_generation_prompt")?;
         let continued = flag("continue_final_message")?.unwrap_or(false);
-        let ending = match (continued, add) {
-            (true, Some(true)) => {
-                return Err((
-                    "continue_final_message",
-                    "continue_final_message and add_generation_prompt cannot both be true: the last message is either continued or answered".into(),
-                ));
-            }
-            (true, _) => Ending::ContinueLast,
-            (false, Some(false)) => Ending::LastMessage,
-            (false, _) => Ending::AssistantTurn,
-        };
-        let documents = match self.take("documents") {
-            None => None,
-            Some(Value::Array(d)) if d.iter().all(Value::is_object) => Some(Value::Array(d)),
-            Some(v) => {
-                return Err((
-                    "documents",
-                    format!(
-                        "documents must be a list of objects (such as {{\"title\": ..., \"text\": ...}}), got {v}"
-                    ),
-                ));
-            }
-        };
+        let ending =
+            crate::tokenizer::ending(continued, add).map_err(|e| ("continue_final_message", e))?;
+        let documents = self
+            .take("documents")
+            .map(crate::tokenizer::documents)
+            .transpose()
+            .map_err(|e| ("documents", format!("documents {e}")))?;
         let template = match self.take("chat_template") {
             None => None,
             Some(Value::String(s)) if s.is_empty() => None,
