@@ -555,14 +555,7 @@ where
         + Send
         + 'static,
 {
-    let mut resp = Response::new(axum::body::Body::new(SseBody::new(deltas, enc)));
-    let h = resp.headers_mut();
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/event-stream"),
-    );
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    resp
+    super::sse::event_stream(axum::body::Body::new(SseBody::new(deltas, enc)))
 }
 
 /// A whole answer from every choice's output (at least one): the usage counts the prompt once,

@@ -7,7 +7,6 @@
 use std::collections::VecDeque;
 
 use axum::body::{Body, Bytes};
-use axum::http::{HeaderValue, header};
 use axum::response::Response;
 use serde_json::{Value, json};
 
@@ -158,14 +157,7 @@ impl Events {
                 }
             }
         });
-        let mut resp = Response::new(Body::from_stream(events));
-        let h = resp.headers_mut();
-        h.insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("text/event-stream"),
-        );
-        h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-        resp
+        super::sse::event_stream(Body::from_stream(events))
     }
 
     /// The events queued, as one frame (`event:` and `data:` lines each).

@@ -31,6 +31,19 @@ pub(crate) const KEEP_ALIVE: Duration = Duration::from_secs(15);
 /// The keep-alive comment.
 const COMMENT: &[u8] = b":\n\n";
 
+/// A response streaming `body`'s server-sent events.
+pub(crate) fn event_stream(body: axum::body::Body) -> axum::response::Response {
+    use axum::http::{HeaderValue, header};
+    let mut resp = axum::response::Response::new(body);
+    let h = resp.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    resp
+}
+
 /// Server-sent events of one request (see the module doc): the deltas of `S`, a
 /// [`ResponseStream`] but in tests.
 pub(crate) struct SseBody<S = ResponseStream> {
