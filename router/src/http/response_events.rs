@@ -113,8 +113,7 @@ impl Events {
         self.emit = true;
         let first = self.response(None);
         self.event("response.created", json!({"response": first}));
-        let mut in_progress = self.response(None);
-        in_progress["status"] = json!("in_progress");
+        let in_progress = self.response(None);
         self.event("response.in_progress", json!({"response": in_progress}));
         let events = futures::stream::unfold((self, Some(rs)), |(mut ev, rs)| async move {
             let mut rs = rs?;
