@@ -38,6 +38,8 @@ pub(crate) struct Read {
 pub(crate) struct AnswerReader {
     think: Option<ThinkSplitter>,
     calls: CallReader,
+    /// Some of the answer was read before (it streams).
+    streams: bool,
 }
 
 impl AnswerReader {
@@ -50,6 +52,7 @@ impl AnswerReader {
         Some(AnswerReader {
             think: readers.reasoning.map(ThinkSplitter::new),
             calls: CallReader::new(tools.clone(), readers.ids),
+            streams: false,
         })
     }
 
@@ -67,10 +70,15 @@ impl AnswerReader {
             None => (String::new(), text.to_owned()),
         };
         let mut pieces = Vec::new();
-        self.calls.push(&answer, &mut pieces);
-        if end {
-            self.calls.finish(&mut pieces);
+        if end && !self.streams {
+            self.calls.read_whole(&answer, &mut pieces);
+        } else {
+            self.calls.push(&answer, &mut pieces);
+            if end {
+                self.calls.finish(&mut pieces);
+            }
         }
+        self.streams = true;
         let (text, calls) = tools::join(pieces);
         Read {
             reasoning,

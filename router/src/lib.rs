@@ -27,6 +27,7 @@ pub mod prefix_index;
 mod pythonic;
 pub mod reasoning;
 pub mod request_log;
+mod required_calls;
 pub mod route;
 pub mod selection;
 pub mod server;

@@ -364,6 +364,8 @@ pub(crate) struct CallReader {
     json_answer: Option<bool>,
     /// The ids given to calls.
     ids: CallIds,
+    /// `"required"`'s array, read as it streams.
+    required: crate::required_calls::RequiredCalls,
 }
 
 impl CallReader {
@@ -379,6 +381,7 @@ impl CallReader {
             started: false,
             json_answer: None,
             ids,
+            required: Default::default(),
         }
     }
 
@@ -418,7 +421,22 @@ impl CallReader {
                     text: text.to_owned(),
                 });
             }
-            Mode::Required { .. } => self.held.push_str(text),
+            Mode::Required { .. } => {
+                use crate::required_calls::Progress;
+                let mut progress = Vec::new();
+                self.required.push(text, &mut progress);
+                for p in progress {
+                    out.push(match p {
+                        Progress::Begins { index, name } => Piece::Call {
+                            index,
+                            id: self.ids.make(),
+                            name,
+                        },
+                        Progress::Arguments { index, text } => Piece::Arguments { index, text },
+                    });
+                }
+                self.calls = self.required.calls();
+            }
             Mode::Auto {
                 parser: ToolCallParser::Hermes,
                 ..
@@ -440,23 +458,37 @@ impl CallReader {
         }
     }
 
+    /// Reads a whole answer (not streamed): as its parts would be read, but `"required"`'s
+    /// array is read at once, so that an answer cut off inside it is its text rather than a
+    /// broken call.
+    pub(crate) fn read_whole(&mut self, text: &str, out: &mut Vec<Piece>) {
+        if let Mode::Required { .. } = self.mode {
+            match required_calls(text) {
+                Some(calls) => {
+                    for (name, arguments) in calls {
+                        self.call(name, arguments, out);
+                    }
+                }
+                None => out.push(Piece::Text(text.to_owned())),
+            }
+            return;
+        }
+        self.push(text, out);
+        self.finish(out);
+    }
+
     /// Reads what is left at the answer's end.
     pub(crate) fn finish(&mut self, out: &mut Vec<Piece>) {
         match &self.mode {
             Mode::Text => {}
             // An empty answer (cut off at once) is still the call the client forced.
             Mode::Named(_) => self.start_named(out),
-            Mode::Required { .. } => {
-                let held = std::mem::take(&mut self.held);
-                match required_calls(&held) {
-                    Some(calls) => {
-                        for (name, arguments) in calls {
-                            self.call(name, arguments, out);
-                        }
-                    }
-                    None => out.push(Piece::Text(held)),
-                }
+            // Calls that began stand as they streamed (cut off, their arguments too, as
+            // vLLM streams them); an answer where none began is its text.
+            Mode::Required { .. } if self.calls == 0 => {
+                out.push(Piece::Text(self.required.text().to_owned()));
             }
+            Mode::Required { .. } => {}
             Mode::Auto {
                 parser:
                     parser @ (ToolCallParser::Llama3Json

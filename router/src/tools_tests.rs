@@ -491,8 +491,31 @@ fn pythonic_answers_are_calls_or_text() {
 fn required_and_named_answers_become_calls() {
     let required = Mode::Required { parallel: true };
     let text = r#"[{"name": "weather", "parameters": {"city": "Paris"}}, {"name": "time", "parameters": {}}]"#;
+    // Streamed: each call as soon as its name is complete, its arguments as they come.
+    for cut in 0..=text.len() {
+        assert_eq!(
+            read(&required, text, &[cut]),
+            (
+                vec![
+                    call(0, "weather"),
+                    args(0, r#"{"city": "Paris"}"#),
+                    call(1, "time"),
+                    args(1, "{}"),
+                ],
+                "tool_calls"
+            ),
+            "cut at {cut}"
+        );
+    }
+    let whole = |text: &str| {
+        let mut reader = CallReader::new(required.clone(), CallIds::OpenAi);
+        let mut pieces = Vec::new();
+        reader.read_whole(text, &mut pieces);
+        (without_ids(pieces), reader.finish_reason("length"))
+    };
+    // Whole: read at once.
     assert_eq!(
-        read(&required, text, &[10, 50]),
+        whole(text),
         (
             vec![
                 call(0, "weather"),
@@ -503,10 +526,19 @@ fn required_and_named_answers_become_calls() {
             "tool_calls"
         )
     );
-    // Cut off by the length limit: the text, not a broken call.
+    // Cut off by the length limit: whole, the text, not a broken call; streamed, the call
+    // stands as it went out.
+    assert_eq!(
+        whole(&text[..30]),
+        (vec![Piece::Text(text[..30].into())], "length")
+    );
     assert_eq!(
         read(&required, &text[..30], &[]),
-        (vec![Piece::Text(text[..30].into())], "stop")
+        (vec![call(0, "weather")], "tool_calls")
+    );
+    assert_eq!(
+        read(&required, &text[..5], &[]),
+        (vec![Piece::Text(text[..5].into())], "stop")
     );
     // A named call streams its arguments as they come, and ends as the text would.
     let named = Mode::Named("weather".into());

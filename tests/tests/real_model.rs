@@ -589,6 +589,41 @@ async fn smollm2_remote_equals_local_equals_single_process_and_chat_answers() ->
             .context("no arguments")?,
     )?;
     assert!(arguments["city"].is_string(), "{arguments}");
+    // Streamed, the call goes out as soon as its name is drawn and its arguments as they
+    // are: the same call (greedy), in more than one piece.
+    let streamed = serde_json::json!({
+        "model": MODEL,
+        "messages": [question],
+        "tools": tools,
+        "tool_choice": "required",
+        "max_tokens": 48,
+        "temperature": 0,
+        "stream": true,
+    });
+    let response = http::post_json(
+        cluster.http_addr(),
+        "/v1/chat/completions",
+        &streamed.to_string(),
+    )
+    .await?;
+    anyhow::ensure!(response.status == 200, "{}", response.text());
+    let deltas: Vec<serde_json::Value> = response
+        .text()
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter(|d| *d != "[DONE]")
+        .filter_map(|d| serde_json::from_str::<serde_json::Value>(d).ok())
+        .filter_map(|e| e["choices"][0]["delta"]["tool_calls"].get(0).cloned())
+        .collect();
+    assert_eq!(deltas[0]["function"]["name"], "get_weather", "{deltas:?}");
+    let pieces: Vec<&str> = deltas
+        .iter()
+        .filter_map(|d| d["function"]["arguments"].as_str())
+        .filter(|a| !a.is_empty())
+        .collect();
+    assert!(pieces.len() > 1, "{deltas:?}");
+    let joined: serde_json::Value = serde_json::from_str(&pieces.concat())?;
+    assert_eq!(joined, arguments, "{deltas:?}");
     let body = serde_json::json!({
         "model": MODEL,
         "messages": [
