@@ -157,6 +157,9 @@ pub struct GenerateParams {
     /// Keep only the prompt's last this many tokens (vLLM's `truncate_prompt_tokens`); `None`:
     /// the whole prompt, refused when longer than the limit.
     pub truncate_prompt_tokens: Option<u32>,
+    /// The answer is read for the calls the model chooses (`tool_choice: "auto"`): the
+    /// control tokens that mark them are written out in its text.
+    pub keep_call_markers: bool,
 }
 
 /// The W3C trace context headers of a request (`traceparent`, `tracestate`).
@@ -230,6 +233,9 @@ pub struct Dispatcher {
     /// Finished requests for the online learner, and its end until it is started.
     online: OnlineSink,
     online_rx: parking_lot::Mutex<Option<tokio::sync::mpsc::Receiver<Finished>>>,
+    /// The ids of the control tokens the router's tool call parser reads, which the answers
+    /// of `"auto"` requests write out.
+    call_markers: Vec<u32>,
 }
 
 impl Dispatcher {
@@ -243,7 +249,14 @@ impl Dispatcher {
     ) -> Self {
         let dolphin = Arc::new(DolphinRouting::new());
         let (online, online_rx) = OnlineSink::channel();
+        let call_markers = cfg
+            .tool_call_parser
+            .map_or(&[][..], |p| p.control_tokens())
+            .iter()
+            .filter_map(|t| tokenizer.token_id(t))
+            .collect();
         Self {
+            call_markers,
             online,
             online_rx: parking_lot::Mutex::new(Some(online_rx)),
             registry,
@@ -670,6 +683,11 @@ impl Dispatcher {
                 span,
             },
         );
+        let keep = if p.keep_call_markers {
+            self.call_markers.clone()
+        } else {
+            Vec::new()
+        };
         Ok(ResponseStream::new(
             meta,
             attempt,
@@ -678,7 +696,8 @@ impl Dispatcher {
             self.online.clone(),
             migration,
             deadline,
-        ))
+        )
+        .keeping(keep))
     }
 
     /// Routes `tokens` to a decode worker outside `exclude`, calls it and waits for its first

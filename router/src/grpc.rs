@@ -103,6 +103,7 @@ pub(crate) fn params(
         api: Api::Grpc,
         timeout: None,
         trace: Default::default(),
+        keep_call_markers: matches!(mode, Some(Mode::Auto { .. })),
         truncate_prompt_tokens: match r.truncate_prompt_tokens {
             Some(0) => {
                 return Err(Status::invalid_argument(

@@ -134,6 +134,15 @@ impl ResponseStream {
         }))
     }
 
+    /// The stream writing out the special tokens `keep` in its text (the control tokens a tool
+    /// call parser reads); before any output.
+    pub(crate) fn keeping(mut self, keep: Vec<u32>) -> Self {
+        if !keep.is_empty() {
+            self.0.detok = IncrementalDetokenizer::keeping(keep);
+        }
+        self
+    }
+
     /// The request id.
     pub fn request_id(&self) -> &str {
         &self.0.meta.request_id

@@ -44,6 +44,7 @@ pub fn params(prompt: &str, max_tokens: u32) -> GenerateParams {
         timeout: None,
         trace: Default::default(),
         truncate_prompt_tokens: None,
+        keep_call_markers: false,
     }
 }
 

@@ -76,6 +76,34 @@ pub trait Tokenizer: Send + Sync + Debug {
     fn vocab_size(&self) -> u32;
     /// End-of-sequence token id, if the model has one.
     fn eos(&self) -> Option<u32>;
+    /// The id of the token written `text` (a control token such as Mistral's
+    /// `[TOOL_CALLS]`), if the vocabulary has it.
+    fn token_id(&self, _text: &str) -> Option<u32> {
+        None
+    }
+    /// The text of token `id`, special tokens included.
+    fn token_text(&self, id: u32) -> String {
+        self.decode(&[id])
+    }
+}
+
+/// The text of `ids` with the tokens in `keep` written out, though special (the control
+/// tokens that mark a model's tool calls, which the tool call parser reads).
+pub fn decode_keeping(tokenizer: &dyn Tokenizer, ids: &[u32], keep: &[u32]) -> String {
+    if keep.is_empty() || !ids.iter().any(|id| keep.contains(id)) {
+        return tokenizer.decode(ids);
+    }
+    let mut out = String::new();
+    for run in ids.split_inclusive(|id| keep.contains(id)) {
+        match run.split_last() {
+            Some((last, before)) if keep.contains(last) => {
+                out.push_str(&tokenizer.decode(before));
+                out.push_str(&tokenizer.token_text(*last));
+            }
+            _ => out.push_str(&tokenizer.decode(run)),
+        }
+    }
+    out
 }
 
 /// The tokenizer failed on a text (a model whose tokenizer is broken); the message says why.
@@ -223,6 +251,8 @@ pub struct IncrementalDetokenizer {
     /// Start of the window whose text was already emitted up to `read_offset`.
     prefix_offset: usize,
     read_offset: usize,
+    /// Special tokens written out ([`decode_keeping`]).
+    keep: Vec<u32>,
 }
 
 impl IncrementalDetokenizer {
@@ -231,11 +261,23 @@ impl IncrementalDetokenizer {
         Self::default()
     }
 
+    /// A detokenizer that writes out the special tokens `keep`.
+    pub fn keeping(keep: Vec<u32>) -> Self {
+        Self {
+            keep,
+            ..Self::default()
+        }
+    }
+
+    fn decode(&self, tokenizer: &dyn Tokenizer, from: usize, to: usize) -> String {
+        decode_keeping(tokenizer, &self.ids[from..to], &self.keep)
+    }
+
     /// Adds `new_ids` and returns the text they complete (possibly empty).
     pub fn push(&mut self, tokenizer: &dyn Tokenizer, new_ids: &[u32]) -> String {
         self.ids.extend_from_slice(new_ids);
-        let prefix = tokenizer.decode(&self.ids[self.prefix_offset..self.read_offset]);
-        let full = tokenizer.decode(&self.ids[self.prefix_offset..]);
+        let prefix = self.decode(tokenizer, self.prefix_offset, self.read_offset);
+        let full = self.decode(tokenizer, self.prefix_offset, self.ids.len());
         if full.len() > prefix.len()
             && !full.ends_with('\u{FFFD}')
             && full.is_char_boundary(prefix.len())
@@ -257,8 +299,8 @@ impl IncrementalDetokenizer {
 
     /// Text still held back (an incomplete character at the end of the stream), decoded lossily.
     pub fn flush(&mut self, tokenizer: &dyn Tokenizer) -> String {
-        let prefix = tokenizer.decode(&self.ids[self.prefix_offset..self.read_offset]);
-        let full = tokenizer.decode(&self.ids[self.prefix_offset..]);
+        let prefix = self.decode(tokenizer, self.prefix_offset, self.read_offset);
+        let full = self.decode(tokenizer, self.prefix_offset, self.ids.len());
         self.prefix_offset = self.ids.len();
         self.read_offset = self.ids.len();
         if full.len() > prefix.len() && full.is_char_boundary(prefix.len()) {

@@ -17,20 +17,42 @@ pub enum ToolCallParser {
     /// Pro, Qwen2.5, Qwen3, SmolLM3 (vLLM's `hermes` parser).
     Hermes,
     /// An answer that is `{"name": ..., "parameters": {...}}`, several separated by `;`: Llama
-    /// 3.1, 3.2 and 3.3's JSON tool calling (vLLM's `llama3_json`; their `<|python_tag|>` is a
-    /// control token, left out of the text).
+    /// 3.1, 3.2 and 3.3's JSON tool calling (vLLM's `llama3_json`), or after
+    /// `<|python_tag|>`, a control token written out for such answers.
     #[value(name = "llama3_json", alias = "llama3-json")]
     Llama3Json,
     /// Mistral's: an answer that is a JSON array of `{"name": ..., "arguments": {...}}`
     /// (Mistral 7B v0.3, Nemo, Small 3.0/3.1), or `name{...}` once per call (the v11 format
-    /// of Mistral Small 3.2, Magistral, Devstral). Its `[TOOL_CALLS]` and `[ARGS]` are control
-    /// tokens, left out of the text. Calls get Mistral's nine-character ids, which its chat
+    /// of Mistral Small 3.2, Magistral, Devstral), or the same after the control token
+    /// `[TOOL_CALLS]` (with `[ARGS]`, written out for such answers). Calls get Mistral's nine-character ids, which its chat
     /// templates require when the calls come back in the conversation (vLLM's `mistral`).
     Mistral,
     /// An answer that is a Python list of calls, `[get_weather(city="Paris"), get_time()]`:
     /// Llama 3.2 1B and 3B, Llama 4 (vLLM's `pythonic`; Llama 4's `<|python_start|>` is a
     /// control token, left out of the text).
     Pythonic,
+}
+
+impl ToolCallParser {
+    /// The control token that marks where the calls begin (`None`: the parser reads no marker).
+    fn marker(self) -> Option<&'static str> {
+        match self {
+            ToolCallParser::Llama3Json => Some("<|python_tag|>"),
+            ToolCallParser::Mistral => Some("[TOOL_CALLS]"),
+            ToolCallParser::Hermes | ToolCallParser::Pythonic => None,
+        }
+    }
+
+    /// The control tokens the parser reads: the detokenizer writes them out in the answers of
+    /// `"auto"` requests (detokenizing otherwise leaves special tokens out), so that calls a
+    /// model makes after some text are found where they begin.
+    pub fn control_tokens(self) -> &'static [&'static str] {
+        match self {
+            ToolCallParser::Llama3Json => &["<|python_tag|>"],
+            ToolCallParser::Mistral => &["[TOOL_CALLS]", "[ARGS]", "[CALL_ID]"],
+            ToolCallParser::Hermes | ToolCallParser::Pythonic => &[],
+        }
+    }
 }
 
 /// The ids given to calls.
@@ -447,12 +469,31 @@ impl CallReader {
             Mode::Auto { parser, .. } => {
                 let parser = *parser;
                 self.held.push_str(text);
+                if self.in_call {
+                    // After the marker: the calls, read at the end.
+                    return;
+                }
+                if let Some(marker) = parser.marker()
+                    && let Some(at) = self.held.find(marker)
+                {
+                    // The text before the calls is the answer's; the marker stays with the
+                    // calls, so that calls that do not parse go out as written.
+                    let before: String = self.held.drain(..at).collect();
+                    self.text(before, out);
+                    // The whitespace before the calls is not the answer's.
+                    self.space.clear();
+                    self.in_call = true;
+                    return;
+                }
                 if self.json_answer.is_none() {
                     self.json_answer = may_be_calls(parser, &self.held);
                 }
-                // Text streams as it comes; calls are read whole at the end.
+                // Text streams as it comes (but what may begin the marker); calls are read
+                // whole at the end.
                 if self.json_answer == Some(false) {
-                    out.push(Piece::Text(std::mem::take(&mut self.held)));
+                    let keep = parser.marker().map_or(0, |m| partial_suffix(&self.held, m));
+                    let ready: String = self.held.drain(..self.held.len() - keep).collect();
+                    self.text(ready, out);
                 }
             }
         }
@@ -498,19 +539,21 @@ impl CallReader {
             } => {
                 let held = std::mem::take(&mut self.held);
                 let calls = match parser {
+                    _ if !self.in_call && self.json_answer != Some(true) => None,
+                    ToolCallParser::Mistral if self.in_call => mistral_marked_calls(&held),
                     ToolCallParser::Mistral => mistral_calls(&held),
                     ToolCallParser::Pythonic => crate::pythonic::calls(&held),
-                    _ => llama3_calls(&held),
+                    _ => llama3_calls(held.strip_prefix("<|python_tag|>").unwrap_or(&held)),
                 };
-                match calls.filter(|_| self.json_answer == Some(true)) {
+                match calls {
                     Some(calls) => {
                         for (name, arguments) in calls {
                             self.call(name, arguments, out);
                         }
                     }
-                    None if held.is_empty() => {}
-                    None => out.push(Piece::Text(held)),
+                    None => self.text(held, out),
                 }
+                self.flush_space(out);
             }
             Mode::Auto {
                 parser: ToolCallParser::Hermes,
@@ -526,12 +569,7 @@ impl CallReader {
                 } else {
                     self.text(held, out);
                 }
-                if self.calls == 0 {
-                    let space = std::mem::take(&mut self.space);
-                    if !space.is_empty() {
-                        out.push(Piece::Text(space));
-                    }
-                }
+                self.flush_space(out);
             }
         }
     }
@@ -584,6 +622,16 @@ impl CallReader {
                     self.text(ready, out);
                     return;
                 }
+            }
+        }
+    }
+
+    /// At the end: the whitespace held back is the answer's, unless calls ended it.
+    fn flush_space(&mut self, out: &mut Vec<Piece>) {
+        if self.calls == 0 {
+            let space = std::mem::take(&mut self.space);
+            if !space.is_empty() {
+                out.push(Piece::Text(space));
             }
         }
     }
@@ -792,6 +840,23 @@ fn mistral_calls(text: &str) -> Option<Vec<(String, String)>> {
         rest = rest[args_at + used..].trim_start();
     }
     (!calls.is_empty()).then_some(calls)
+}
+
+/// Mistral's calls from their first `[TOOL_CALLS]` on, the markers written out: each marked
+/// part a JSON array of calls, or `name[ARGS]{...}` (v11), or `name[CALL_ID]id[ARGS]{...}`.
+fn mistral_marked_calls(text: &str) -> Option<Vec<(String, String)>> {
+    let mut plain = String::with_capacity(text.len());
+    for part in text.split("[TOOL_CALLS]").filter(|p| !p.trim().is_empty()) {
+        match part.split_once("[ARGS]") {
+            Some((name, arguments)) => {
+                let name = name.split_once("[CALL_ID]").map_or(name, |(n, _)| n);
+                plain.push_str(name.trim());
+                plain.push_str(arguments.trim());
+            }
+            None => plain.push_str(part.trim()),
+        }
+    }
+    mistral_calls(&plain)
 }
 
 /// `"required"`'s answer, a JSON array of `{"name", "parameters"}`: each call's function and

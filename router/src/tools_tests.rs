@@ -453,6 +453,66 @@ fn mistral_answers_are_calls_or_text() {
 }
 
 #[test]
+fn calls_after_text_are_found_by_their_control_token() {
+    let mistral = Mode::Auto {
+        parser: ToolCallParser::Mistral,
+        parallel: true,
+    };
+    let llama = Mode::Auto {
+        parser: ToolCallParser::Llama3Json,
+        parallel: true,
+    };
+    let want = vec![
+        Piece::Text("Let me check.".into()),
+        call(0, "weather"),
+        args(0, r#"{"city":"Paris"}"#),
+        call(1, "time"),
+        args(1, "{}"),
+    ];
+    for (mode, text) in [
+        (
+            &mistral,
+            "Let me check. [TOOL_CALLS][{\"name\": \"weather\", \"arguments\": {\"city\": \"Paris\"}}, {\"name\": \"time\", \"arguments\": {}}]",
+        ),
+        (
+            &mistral,
+            "Let me check.[TOOL_CALLS]weather[ARGS]{\"city\": \"Paris\"}[TOOL_CALLS]time[CALL_ID]a1b2c3d4e[ARGS]{}",
+        ),
+        (
+            &llama,
+            "Let me check.\n<|python_tag|>{\"name\": \"weather\", \"parameters\": {\"city\": \"Paris\"}}; {\"name\": \"time\", \"parameters\": {}}",
+        ),
+    ] {
+        for cut in (0..=text.len()).filter(|&c| text.is_char_boundary(c)) {
+            assert_eq!(
+                read(mode, text, &[cut]),
+                (want.clone(), "tool_calls"),
+                "{text:?} cut at {cut}"
+            );
+        }
+    }
+    // Text streams up to what may begin the marker; a marker's beginning that never
+    // completes, or calls that do not parse, are text as written.
+    let mut reader = CallReader::new(mistral.clone(), CallIds::Mistral);
+    let mut pieces = Vec::new();
+    reader.push("Sure [TOOL", &mut pieces);
+    // (The space waits for what follows it: it is not the answer's before a call.)
+    assert_eq!(pieces, vec![Piece::Text("Sure".into())]);
+    for text in ["Sure [TOOL", "Sure.[TOOL_CALLS]not calls"] {
+        assert_eq!(
+            read(&mistral, text, &[]),
+            (vec![Piece::Text(text.into())], "stop"),
+            "{text:?}"
+        );
+    }
+    let (pieces, _) = read(&mistral, "Sure.[TOOL_CALLS]not calls", &[]);
+    assert_eq!(
+        pieces,
+        vec![Piece::Text("Sure.[TOOL_CALLS]not calls".into())]
+    );
+}
+
+#[test]
 fn pythonic_answers_are_calls_or_text() {
     let pythonic = Mode::Auto {
         parser: ToolCallParser::Pythonic,

@@ -208,6 +208,7 @@ fn build(
         }),
         format_field: format.map_or("structured", |(field, _)| field),
         truncate_prompt_tokens,
+        keep_call_markers: false,
     };
     Ok((params, choices))
 }
@@ -329,7 +330,7 @@ pub(crate) fn chat(
         req.sampling.stream,
         req.sampling.stream_options.unwrap_or_default(),
     );
-    let (params, choices) = build(
+    let (mut params, choices) = build(
         st,
         headers,
         req.model,
@@ -345,6 +346,7 @@ pub(crate) fn chat(
         req.sampling,
         forced,
     )?;
+    params.keep_call_markers = matches!(tool_request.mode, Mode::Auto { .. });
     Ok(Prepared {
         params,
         choices,

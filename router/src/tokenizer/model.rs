@@ -85,6 +85,14 @@ impl Tokenizer for HfModelTokenizer {
     fn eos(&self) -> Option<u32> {
         self.inner.eos()
     }
+
+    fn token_id(&self, text: &str) -> Option<u32> {
+        self.inner.token_to_id(text)
+    }
+
+    fn token_text(&self, id: u32) -> String {
+        self.inner.decode_with(&[id], false)
+    }
 }
 
 #[cfg(test)]
@@ -130,6 +138,20 @@ mod tests {
         assert_eq!(t.encode("ab"), Ok(vec![2]));
         assert_eq!(t.encode("<|im_start|>ab"), Ok(vec![3, 2]));
         assert_eq!(t.decode(&[3, 2, 0, 4]), "aba");
+        // Control tokens written out where asked (a tool call parser's markers), alone or
+        // streamed.
+        assert_eq!(t.token_id("<|im_start|>"), Some(3));
+        assert_eq!(t.token_text(3), "<|im_start|>");
+        assert_eq!(
+            super::super::decode_keeping(&t, &[2, 3, 2, 0, 4], &[3]),
+            "ab<|im_start|>aba"
+        );
+        let mut detok = super::super::IncrementalDetokenizer::keeping(vec![3]);
+        let streamed: String = [2, 3, 2, 0, 4]
+            .iter()
+            .map(|&id| detok.push(&t, &[id]))
+            .collect();
+        assert_eq!(streamed, "ab<|im_start|>aba");
         let text = t
             .render_chat(&[ChatMessage::new("user", "ab")], &ChatExtras::default())
             .expect("renders");
