@@ -218,6 +218,8 @@ pub(crate) struct Prepared {
     params: GenerateParams,
     /// OpenAI's `n`: generations of the same request.
     choices: u32,
+    /// A batch's prompts after the first (completions), each answered `choices` times.
+    more_prompts: Vec<Prompt>,
     /// The prompt's text, which each choice's text starts with (`echo`, completions only).
     echo: Option<Echo>,
     endpoint: Endpoint,
@@ -242,18 +244,26 @@ pub(crate) fn completions(
             Some("truncate_prompt_tokens"),
         ));
     }
-    let prompt = match req.prompt {
-        PromptInput::Text(t) => Prompt::Text(t),
-        PromptInput::Tokens(t) => Prompt::Tokens(t),
-        PromptInput::TextBatch(mut v) if v.len() == 1 => Prompt::Text(v.remove(0)),
-        PromptInput::TokenBatch(mut v) if v.len() == 1 => Prompt::Tokens(v.remove(0)),
-        _ => {
-            return Err(ApiError::invalid(
-                "batched prompts are not supported: send one prompt per request",
-                Some("prompt"),
-            ));
-        }
+    let mut prompts: Vec<Prompt> = match req.prompt {
+        PromptInput::Text(t) => vec![Prompt::Text(t)],
+        PromptInput::Tokens(t) => vec![Prompt::Tokens(t)],
+        PromptInput::TextBatch(v) => v.into_iter().map(Prompt::Text).collect(),
+        PromptInput::TokenBatch(v) => v.into_iter().map(Prompt::Tokens).collect(),
     };
+    if prompts.is_empty() {
+        return Err(ApiError::invalid(
+            "prompt must not be an empty list",
+            Some("prompt"),
+        ));
+    }
+    let more_prompts = prompts.split_off(1);
+    let prompt = prompts.remove(0);
+    if !more_prompts.is_empty() && req.echo {
+        return Err(ApiError::invalid(
+            "echo is not supported with batched prompts: send one prompt per request to echo it",
+            Some("echo"),
+        ));
+    }
     // `max_tokens: 0` with echo scores the prompt and generates nothing (OpenAI's legacy
     // way, which vLLM serves too): the worker generates one token, which is not sent.
     let score_only = req.echo && req.max_tokens == Some(0);
@@ -279,6 +289,21 @@ pub(crate) fn completions(
         req.sampling,
         None,
     )?;
+    let generations = choices as usize * (1 + more_prompts.len());
+    if generations > MAX_CHOICES as usize {
+        return Err(ApiError::invalid(
+            format!(
+                "a request makes at most {MAX_CHOICES} generations (prompts times n), got {generations}"
+            ),
+            Some(if choices > 1 { "n" } else { "prompt" }),
+        ));
+    }
+    if !more_prompts.is_empty() && params.sampling.prompt_logprobs.is_some() {
+        return Err(ApiError::invalid(
+            "prompt_logprobs is not supported with batched prompts: send one prompt per request",
+            Some("prompt_logprobs"),
+        ));
+    }
     if echo.is_some() && params.sampling.prompt_logprobs.is_some() {
         return Err(ApiError::invalid(
             "prompt_logprobs cannot be set with echo: with echo, logprobs covers the prompt",
@@ -293,6 +318,7 @@ pub(crate) fn completions(
     Ok(Prepared {
         params,
         choices,
+        more_prompts,
         echo,
         endpoint: Endpoint::Completions,
         stream: stream_mode,
@@ -350,6 +376,7 @@ pub(crate) fn chat(
     Ok(Prepared {
         params,
         choices,
+        more_prompts: Vec::new(),
         echo: None,
         endpoint: Endpoint::Chat,
         stream: stream_mode,
@@ -402,6 +429,7 @@ pub(crate) async fn run(st: &AppState, prepared: Prepared) -> Result<Response, A
     let Prepared {
         params,
         choices,
+        more_prompts,
         echo,
         endpoint: ep,
         stream,
@@ -414,15 +442,16 @@ pub(crate) async fn run(st: &AppState, prepared: Prepared) -> Result<Response, A
     // text's, in `logprobs`).
     let prompt_scores = (params.sampling.prompt_logprobs.is_some() && echo.is_none())
         .then(|| st.dispatcher.tokenizer().clone());
-    if choices > 1 {
+    if choices > 1 || !more_prompts.is_empty() {
+        let prompts = 1 + more_prompts.len() as u32;
         let enc = |id, model| {
             Encoder::new(ep, id, model, now(), include_usage)
-                .with_choices(choices)
+                .with_choices(prompts * choices, choices)
                 .with_echo(echo)
                 .with_answers(tools, readers)
                 .with_prompt_scores(prompt_scores)
         };
-        return run_choices(st, params, choices, ep, enc, stream).await;
+        return run_choices(st, params, more_prompts, choices, ep, enc, stream).await;
     }
     let model = params.model.clone();
     let tokens = logprobs_tokenizer(st, &params);
@@ -513,6 +542,7 @@ pub(crate) fn now() -> u64 {
 async fn run_choices(
     st: &AppState,
     params: GenerateParams,
+    more_prompts: Vec<Prompt>,
     choices: u32,
     ep: Endpoint,
     enc: impl FnOnce(String, String) -> Encoder,
@@ -520,10 +550,18 @@ async fn run_choices(
 ) -> Result<Response, ApiError> {
     let model = params.model.clone();
     let tokens = logprobs_tokenizer(st, &params);
-    let starts = (0..choices).map(|i| {
-        let mut p = params.clone();
-        p.sampling.seed = p.sampling.seed.map(|s| s.wrapping_add(u64::from(i)));
-        st.dispatcher.generate(p)
+    // Choice `p * n + i` is prompt `p`'s `i`th generation, as vLLM numbers a batch's choices.
+    let prompts: Vec<Prompt> = std::iter::once(params.prompt.clone())
+        .chain(more_prompts)
+        .collect();
+    let starts = prompts.iter().flat_map(|prompt| {
+        let params = &params;
+        (0..choices).map(move |i| {
+            let mut p = params.clone();
+            p.prompt = prompt.clone();
+            p.sampling.seed = p.sampling.seed.map(|s| s.wrapping_add(u64::from(i)));
+            st.dispatcher.generate(p)
+        })
     });
     let streams = futures::future::try_join_all(starts).await?;
     let headers = routing_headers(&streams[0]);
@@ -562,26 +600,23 @@ where
 
 /// A whole answer from every choice's output (at least one): the usage counts the prompt once,
 /// and the prefill path is the first choice's.
-fn whole(enc: Encoder, outputs: Vec<Output>) -> Response {
+fn whole(mut enc: Encoder, outputs: Vec<Output>) -> Response {
     let path = outputs[0].path;
     let mut choices = Vec::with_capacity(outputs.len());
-    let mut usage: Option<v1::Usage> = None;
-    for o in outputs {
-        match &mut usage {
-            Some(total) => add_usage(total, &o.usage),
-            None => usage = Some(o.usage),
-        }
+    for (o, index) in outputs.into_iter().zip(0..) {
+        enc.count_usage(index, &o.usage);
         choices.push(o.choice);
     }
-    let mut resp = enc.whole(choices, &usage.unwrap_or_default());
+    let usage = enc.usage.take().unwrap_or_default();
+    let mut resp = enc.whole(choices, &usage);
     // Known once the decode worker answered: only a whole response can carry it.
     resp.headers_mut()
         .insert(X_PREFILL_PATH, HeaderValue::from_static(path.as_str()));
     resp
 }
 
-/// Adds a further choice's usage to the request's: the prompt counts once, the generated
-/// tokens of every choice add up.
+/// Adds a further choice's usage to the request's: its prompt's tokens unless they were counted
+/// (`counted`), the generated tokens of every choice.
 fn add_usage(total: &mut v1::Usage, more: &v1::Usage) {
     total.completion_tokens += more.completion_tokens;
     total.handoffs += more.handoffs;
@@ -666,6 +701,10 @@ pub(crate) struct Encoder {
     /// usage chunk follows the last one's end.
     unfinished: u32,
     usage: Option<v1::Usage>,
+    /// Choices per prompt (`n`; a batch's choice `c` answers prompt `c / n`), and the prompts
+    /// whose tokens the usage counts, one bit each.
+    per_prompt: u32,
+    counted: u32,
     /// Text each choice starts with (`echo`), and the choices that have sent it, one bit each.
     echo: Option<String>,
     echoed: u32,
@@ -706,6 +745,8 @@ impl Encoder {
             sent_role: 0,
             unfinished: 1,
             usage: None,
+            per_prompt: 1,
+            counted: 0,
             echo: None,
             echoed: 0,
             score_only: false,
@@ -803,10 +844,32 @@ impl Encoder {
         self.unfinished == 0
     }
 
-    /// The encoder of a request for `choices` generations (at most [`MAX_CHOICES`]).
-    pub(crate) fn with_choices(mut self, choices: u32) -> Self {
+    /// The encoder of a request for `choices` generations (at most [`MAX_CHOICES`]),
+    /// `per_prompt` of each prompt.
+    pub(crate) fn with_choices(mut self, choices: u32, per_prompt: u32) -> Self {
         self.unfinished = choices;
+        self.per_prompt = per_prompt.max(1);
         self
+    }
+
+    /// Counts choice `choice`'s usage into the request's: each prompt's tokens once, every
+    /// choice's generated tokens.
+    fn count_usage(&mut self, choice: u32, usage: &v1::Usage) {
+        let prompt = 1u32 << (choice / self.per_prompt).min(31);
+        match &mut self.usage {
+            None => {
+                self.usage = Some(usage.clone());
+                self.counted = prompt;
+            }
+            Some(total) => {
+                if self.counted & prompt == 0 {
+                    self.counted |= prompt;
+                    total.prompt_tokens += usage.prompt_tokens;
+                    total.cached_tokens += usage.cached_tokens;
+                }
+                add_usage(total, usage);
+            }
+        }
     }
 
     /// JSON chunks for one delta (none when it carries no text and does not finish).
@@ -907,20 +970,11 @@ impl Encoder {
         if !self.include_usage {
             return;
         }
+        self.count_usage(d.choice, &f.usage);
         if self.unfinished > 0 {
-            match &mut self.usage {
-                Some(total) => add_usage(total, &f.usage),
-                None => self.usage = Some(f.usage.clone()),
-            }
             return;
         }
-        let usage = Some(match self.usage.take() {
-            Some(mut total) => {
-                add_usage(&mut total, &f.usage);
-                UsageOut::from(&total)
-            }
-            None => UsageOut::from(&f.usage),
-        });
+        let usage = self.usage.take().map(|total| UsageOut::from(&total));
         let json = match self.ep {
             Endpoint::Completions => serde_json::to_string(&self.completion(vec![], usage)),
             Endpoint::Chat => serde_json::to_string(&self.chat_chunk(vec![], usage)),

@@ -1197,6 +1197,56 @@ async fn completion_stream_with_usage() {
     assert_eq!(usage["usage"]["prompt_tokens"], 3);
 }
 
+/// A batch of prompts on completions: choice `p * n + i` is prompt `p`'s `i`th generation,
+/// whole or streamed, the usage counting each prompt once.
+#[tokio::test]
+async fn batched_prompts_are_answered_in_order() {
+    let (fake, _d, s) = with_worker(Behavior::Text("abc".into())).await;
+    let req = json!({"prompt": ["hi", "hello"], "max_tokens": 2, "n": 2});
+    let (status, _, body) = post(s.addr, "/v1/completions", req.clone()).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let v = parse(&body);
+    let choices = v["choices"].as_array().expect("choices");
+    assert_eq!(choices.len(), 4, "{v}");
+    for (i, c) in choices.iter().enumerate() {
+        assert_eq!(c["index"], i, "{v}");
+        assert_eq!(c["text"], "ab", "{v}");
+    }
+    let (hi, hello) = (SimTokenizer.encode("hi"), SimTokenizer.encode("hello"));
+    assert_eq!(v["usage"]["prompt_tokens"], hi.len() + hello.len(), "{v}");
+    assert_eq!(v["usage"]["completion_tokens"], 8);
+    let mut sent: Vec<Vec<u32>> = fake
+        .state
+        .calls
+        .lock()
+        .iter()
+        .map(|c| c.token_ids.clone())
+        .collect();
+    sent.sort();
+    let mut want = vec![hi.clone(), hi.clone(), hello.clone(), hello.clone()];
+    want.sort();
+    assert_eq!(sent, want);
+    // Token-id prompts, streamed with the usage last.
+    let req = json!({"prompt": [[40, 41], [42]], "max_tokens": 2, "stream": true,
+        "stream_options": {"include_usage": true}});
+    let (status, _, body) = post(s.addr, "/v1/completions", req).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let data = sse_data(&body);
+    let chunks: Vec<Value> = data[..data.len() - 1].iter().map(|d| parse(d)).collect();
+    for index in 0..2 {
+        let text: String = chunks
+            .iter()
+            .filter_map(|c| c["choices"].as_array()?.first())
+            .filter(|c| c["index"] == index)
+            .filter_map(|c| c["text"].as_str())
+            .collect();
+        assert_eq!(text, "ab", "choice {index}: {body}");
+    }
+    let usage = &chunks.last().expect("chunks")["usage"];
+    assert_eq!(usage["prompt_tokens"], 3, "{body}");
+    assert_eq!(usage["completion_tokens"], 4, "{body}");
+}
+
 /// `n` > 1: one generation per choice (seeds counted up from the request's), answered as one
 /// response or one stream with each choice's index, the usage counting the prompt once.
 #[tokio::test]
@@ -1566,7 +1616,15 @@ async fn bad_requests_get_openai_errors() {
             json!({"prompt": "hi", "top_p": -0.1}),
             StatusCode::BAD_REQUEST,
         ),
-        (json!({"prompt": ["a", "b"]}), StatusCode::BAD_REQUEST),
+        (json!({"prompt": []}), StatusCode::BAD_REQUEST),
+        (
+            json!({"prompt": ["a", "b"], "echo": true}),
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            json!({"prompt": ["a", "b"], "n": 9}),
+            StatusCode::BAD_REQUEST,
+        ),
         (json!({"max_tokens": 3}), StatusCode::BAD_REQUEST),
         (
             json!({"prompt": "hi", "prefill_mode": "sideways"}),
