@@ -274,4 +274,28 @@ mod tests {
             );
         }
     }
+
+    proptest::proptest! {
+        /// Any text, however cut, reads without a panic, and what went out of a call's
+        /// arguments is always a part of the text.
+        #[test]
+        fn any_text_reads_without_panicking(
+            text in proptest::prop_oneof!["\\PC{0,80}", "[\\[\\]{}\":, a-z0-9\\\\]{0,80}"],
+            cut in 0usize..80,
+        ) {
+            let mut cut = cut.min(text.len());
+            while !text.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            let mut r = RequiredCalls::default();
+            let mut out = Vec::new();
+            r.push(&text[..cut], &mut out);
+            r.push(&text[cut..], &mut out);
+            for p in out {
+                if let Progress::Arguments { text: part, .. } = p {
+                    proptest::prop_assert!(text.contains(part.as_str()));
+                }
+            }
+        }
+    }
 }
