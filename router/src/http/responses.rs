@@ -176,12 +176,9 @@ fn to_chat(mut body: Fields) -> Result<(Fields, Echo), ApiError> {
         chat.insert("response_format".into(), f);
     }
     if let Some(reasoning) = body.remove("reasoning").filter(|v| !v.is_null()) {
-        // gpt-oss's template reads `reasoning_effort`; templates that do not know it ignore it.
+        // Chat's `reasoning_effort` (which the template reads).
         if let Some(effort) = reasoning.get("effort").filter(|e| !e.is_null()) {
-            let kwargs = chat
-                .entry("chat_template_kwargs")
-                .or_insert_with(|| Value::Object(Fields::new()));
-            kwargs["reasoning_effort"] = effort.clone();
+            chat.insert("reasoning_effort".into(), effort.clone());
         }
     }
     let max_output_tokens = body.remove("max_output_tokens").filter(|v| !v.is_null());
@@ -467,10 +464,7 @@ mod tests {
             json!({"type": "json_schema", "json_schema": {"name": "w", "schema": {"type": "object"}}})
         );
         assert_eq!(chat["max_tokens"], 20);
-        assert_eq!(
-            chat["chat_template_kwargs"],
-            json!({"reasoning_effort": "low"})
-        );
+        assert_eq!(chat["reasoning_effort"], "low");
         assert_eq!(chat["temperature"], 0);
         assert!(chat.get("store").is_none() && chat.get("input").is_none());
     }

@@ -805,6 +805,17 @@ async fn the_request_shapes_its_prompt_and_its_stop() {
         parse(&body)["tokens"],
         json!(rendered(crate::tokenizer::Ending::ContinueLast))
     );
+    // OpenAI's reasoning effort becomes the template's variable (unless the request set it).
+    let mut other: super::types::OtherFields =
+        serde_json::from_value(json!({"reasoning_effort": "high"})).expect("fields");
+    let extras = other.take_chat_extras(false).expect("accepted");
+    assert_eq!(extras.kwargs["reasoning_effort"], "high");
+    let mut other: super::types::OtherFields = serde_json::from_value(
+        json!({"reasoning_effort": "high", "chat_template_kwargs": {"reasoning_effort": "low"}}),
+    )
+    .expect("fields");
+    let extras = other.take_chat_extras(false).expect("accepted");
+    assert_eq!(extras.kwargs["reasoning_effort"], "low");
 }
 
 /// vLLM's `prompt_logprobs`: beside each completions choice, once beside chat's choices; for
@@ -1787,6 +1798,21 @@ async fn bad_requests_get_openai_errors() {
             "/v1/chat/completions",
             json!({"documents": ["text"]}),
             "documents",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"reasoning_effort": "extreme"}),
+            "reasoning_effort",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"web_search_options": {}}),
+            "web_search_options",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"modalities": ["text", "audio"]}),
+            "modalities",
         ),
         (
             "/v1/chat/completions",

@@ -186,7 +186,25 @@ impl OtherFields {
         trust_template: bool,
     ) -> Result<crate::tokenizer::ChatExtras, (&'static str, String)> {
         use serde_json::Value;
-        let kwargs = self.take_template_kwargs()?;
+        let mut kwargs = self.take_template_kwargs()?;
+        // OpenAI's reasoning effort reaches the template as vLLM passes it (gpt-oss's reads
+        // `reasoning_effort`; templates that do not know it ignore it).
+        match self.take("reasoning_effort") {
+            None => {}
+            Some(Value::String(e))
+                if ["minimal", "low", "medium", "high"].contains(&e.as_str()) =>
+            {
+                kwargs.entry("reasoning_effort").or_insert(Value::String(e));
+            }
+            Some(v) => {
+                return Err((
+                    "reasoning_effort",
+                    format!(
+                        "reasoning_effort must be \"minimal\", \"low\", \"medium\" or \"high\", got {v}"
+                    ),
+                ));
+            }
+        }
         let mut flag = |name: &'static str| match self.take(name) {
             None => Ok(None),
             Some(Value::Bool(b)) => Ok(Some(b)),
@@ -427,7 +445,7 @@ impl OtherFields {
         let one = |v: &Value| v.as_f64() == Some(1.0);
         // `tools`, `tool_choice` and `parallel_tool_calls` are taken out before
         // (`tools::take`); OpenAI's deprecated functions are not served.
-        let fields: [UnsupportedField; 14] = [
+        let fields: [UnsupportedField; 16] = [
             ("functions", |_| false),
             ("function_call", |v| v == "none"),
             ("best_of", one),
@@ -436,6 +454,10 @@ impl OtherFields {
             ("suffix", |_| false),
             ("audio", |_| false),
             ("prediction", |_| false),
+            // Web search is a hosted tool: not served.
+            ("web_search_options", |_| false),
+            // Text is what is served.
+            ("modalities", |v| v == &serde_json::json!(["text"])),
             // Chat takes these out (`take_chat_extras`); completions render no template.
             ("continue_final_message", |_| false),
             ("chat_template", |_| false),
@@ -449,7 +471,12 @@ impl OtherFields {
         ];
         fields.into_iter().find_map(|(name, accepted)| {
             let v = self.0.get(name)?;
-            (!inert(v) && !accepted(v)).then_some(name)
+            // An empty `web_search_options` still asks for a search.
+            let asks = match name {
+                "web_search_options" => !v.is_null(),
+                _ => !inert(v),
+            };
+            (asks && !accepted(v)).then_some(name)
         })
     }
 }
