@@ -108,8 +108,8 @@ pub const RESERVED_NAMES: [&str; 6] = [
 ];
 
 /// Instructions a request's own template may run (minijinja's fuel): a loop that would run for
-/// minutes ends in an error instead. The model's templates render a long conversation in well
-/// under a tenth of it.
+/// minutes ends in an error instead. SmolLM2's template takes about 30 a message (30,205 for a
+/// 1,000-message conversation, measured), so conversations are far inside it.
 pub const REQUEST_TEMPLATE_FUEL: u64 = 5_000_000;
 
 /// A tool call in an assistant message of the conversation.

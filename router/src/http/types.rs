@@ -307,10 +307,6 @@ impl OtherFields {
         Ok(any.then_some(rules))
     }
 
-    /// Takes the log-probability fields out: on `/v1/completions` `logprobs`, the number of
-    /// alternatives (0 to 20); on chat `logprobs: true` and `top_logprobs` (0 to 20, only with
-    /// `logprobs`). `Some(k)` when the request asks for log probabilities with `k`
-    /// alternatives. A wrong type or range is refused with the field's name.
     /// Takes vLLM's `prompt_logprobs`: the prompt's log probabilities with this many
     /// alternatives per token (0 to the same limit as `logprobs`).
     pub fn take_prompt_logprobs(&mut self) -> Result<Option<u32>, (&'static str, String)> {
@@ -331,6 +327,10 @@ impl OtherFields {
             })
     }
 
+    /// Takes the log-probability fields out: on `/v1/completions` `logprobs`, the number of
+    /// alternatives (0 to 20); on chat `logprobs: true` and `top_logprobs` (0 to 20, only with
+    /// `logprobs`). `Some(k)` when the request asks for log probabilities with `k`
+    /// alternatives. A wrong type or range is refused with the field's name.
     pub fn take_logprobs(&mut self, chat: bool) -> Result<Option<u32>, (&'static str, String)> {
         use dolphin_proto::sampling::MAX_TOP_LOGPROBS;
         if self.0.is_empty() {
