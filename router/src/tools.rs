@@ -360,15 +360,16 @@ pub(crate) enum Piece {
 }
 
 /// Reads one answer's text as it streams and turns it into [`Piece`]s: text as it comes for a
-/// plain answer; a named call's arguments as they come; `"required"`'s array at the end; and
-/// in `"auto"` text until a call's opening tag (holding back what may be the start of one),
-/// then each call when its closing tag arrives. Text the format cannot read (a cut-off call, a
-/// block that is not a call) comes out as text, so nothing the model wrote is lost.
+/// plain answer; a named call's arguments as they come; `"required"`'s calls as their names
+/// and arguments come ([`crate::required_calls`]); and in `"auto"` text until a call's opening
+/// tag or control token (holding back what may be the start of one), then Hermes' calls each
+/// when its closing tag arrives and the others at the end. Text the format cannot read (a
+/// cut-off call, a block that is not a call) comes out as text, so nothing the model wrote is
+/// lost.
 #[derive(Debug)]
 pub(crate) struct CallReader {
     mode: Mode,
-    /// Text not yet given out: the whole answer (`"required"`), a call being read or what may
-    /// begin one (`"auto"`).
+    /// Text not yet given out (`"auto"`): a call being read or what may begin one.
     held: String,
     /// Whitespace after the text given out, given out only if text follows (whitespace
     /// before a call is not part of the answer's text).
