@@ -100,14 +100,23 @@ fn to_chat(mut body: Fields) -> Result<(Fields, Echo), ApiError> {
             "background is not supported: responses are not stored; stream instead",
         ));
     }
-    if body
-        .get("include")
-        .is_some_and(|v| v.as_array().is_none_or(|a| !a.is_empty()) && !v.is_null())
-    {
-        return Err(invalid(
-            "include",
-            "include is not supported by this server (no extra output is served)",
-        ));
+    // Reasoning is answered in the clear, so there is no encrypted form to include (clients
+    // that keep no state, Codex among them, ask for it and send the items back, which are
+    // read as they came); other extra output is not served.
+    match body.get("include") {
+        None | Some(Value::Null) => {}
+        Some(Value::Array(asked))
+            if asked
+                .iter()
+                .all(|a| a.as_str() == Some("reasoning.encrypted_content")) => {}
+        Some(other) => {
+            return Err(invalid(
+                "include",
+                format!(
+                    "include may name \"reasoning.encrypted_content\" only (no other extra output is served), got {other}"
+                ),
+            ));
+        }
     }
     if body
         .get("top_logprobs")
@@ -478,7 +487,7 @@ mod tests {
             ),
             (json!({"input": "hi", "background": true}), "background"),
             (
-                json!({"input": "hi", "include": ["reasoning.encrypted_content"]}),
+                json!({"input": "hi", "include": ["message.output_text.logprobs"]}),
                 "include",
             ),
             (
@@ -506,8 +515,10 @@ mod tests {
             assert_eq!(err.param, Some(field), "{body}: {}", err.message);
         }
         // What asks for nothing is accepted.
-        let chat = chat_of(json!({"input": "hi", "include": [], "background": false,
-            "previous_response_id": null, "truncation": "disabled", "store": false}))
+        let chat = chat_of(
+            json!({"input": "hi", "include": ["reasoning.encrypted_content"], "background": false,
+            "previous_response_id": null, "truncation": "disabled", "store": false}),
+        )
         .expect("accepted");
         assert_eq!(chat["messages"], json!([{"role": "user", "content": "hi"}]));
     }
