@@ -136,6 +136,11 @@ pub struct RouterConfig {
     /// clients you trust.
     #[arg(long, env = "DOLPHIN_TRUST_REQUEST_CHAT_TEMPLATE")]
     pub trust_request_chat_template: bool,
+    /// Responses the Responses API keeps in this router's memory for `previous_response_id`
+    /// and `GET /v1/responses/{id}` (the last N asked to be stored; 0: none, and such requests
+    /// get 400). Each replica keeps its own.
+    #[arg(long, env = "DOLPHIN_RESPONSES_STORE", default_value_t = 0)]
+    pub responses_store: usize,
     /// Times one request may move to another decode worker when the one streaming it dies or
     /// its connection breaks (0: never; the client gets the error).
     #[arg(long, env = "DOLPHIN_MAX_MIGRATIONS", default_value_t = 3)]

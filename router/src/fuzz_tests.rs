@@ -237,6 +237,7 @@ fn arbitrary_http_bodies_get_an_answer() {
         metrics: None,
         api_keys: None,
         limit: crate::admission::InflightLimit::new(1024),
+        responses: crate::http::response_store::ResponseStore::new(16),
     });
     let mut runner = TestRunner::new(Config::with_cases(CASES));
     let paths = prop_oneof![

@@ -217,6 +217,7 @@ pub async fn start(
         metrics,
         api_keys: api_keys.clone(),
         limit: crate::admission::InflightLimit::new(cfg.max_inflight),
+        responses: crate::http::response_store::ResponseStore::new(cfg.responses_store),
     };
     let cors = cfg
         .cors()

@@ -7,6 +7,7 @@ pub mod error;
 mod logprobs;
 mod public;
 mod response_events;
+pub mod response_store;
 mod responses;
 mod sse;
 mod tokenize;
@@ -52,6 +53,8 @@ pub struct AppState {
     pub api_keys: Option<KeySet>,
     /// The router's in-flight limit (shared with the gRPC listeners).
     pub limit: InflightLimit,
+    /// Responses kept for `previous_response_id` (`--responses-store`).
+    pub responses: response_store::ResponseStore,
 }
 
 /// The public HTTP API: the inference routes' POSTs straight from hyper's request (see
@@ -62,6 +65,10 @@ pub fn router(state: AppState) -> PublicApi {
         .route("/v1/completions", any(public::post_only))
         .route("/v1/chat/completions", any(public::post_only))
         .route("/v1/responses", any(public::post_only))
+        .route(
+            "/v1/responses/{id}",
+            get(responses::retrieve).delete(responses::delete),
+        )
         .route("/v1/models", get(models))
         // OpenAI's "retrieve model" (`client.models.retrieve`); ids may hold `/` (Hugging Face
         // names), hence the wildcard.

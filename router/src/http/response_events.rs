@@ -29,6 +29,10 @@ pub(crate) struct Echo {
     pub(crate) tools: Value,
     pub(crate) text: Value,
     pub(crate) metadata: Value,
+    /// The conversation as chat messages, without instructions (what a kept response keeps).
+    pub(crate) conversation: Vec<Value>,
+    /// Where the finished response is kept (`None`: not kept).
+    pub(crate) store: Option<super::response_store::ResponseStore>,
 }
 
 /// The output item being written.
@@ -99,6 +103,7 @@ impl Events {
             self.absorb(&d);
             if let Some(f) = finish {
                 let body = self.response(Some((f.reason, &f.usage)));
+                self.keep(&body);
                 // The buffer grows past this where the answer is longer.
                 return Ok(super::completions::json_response(&body, 2048));
             }
@@ -356,6 +361,7 @@ impl Events {
     fn finish(&mut self, reason: FinishReason, usage: &v1::Usage) {
         self.close();
         let response = self.response(Some((reason, usage)));
+        self.keep(&response);
         let kind = if response["status"] == "incomplete" {
             "response.incomplete"
         } else {
@@ -419,11 +425,60 @@ impl Events {
             "tools": e.tools,
             "text": e.text,
             "truncation": "disabled",
-            "store": false,
+            "store": e.store.is_some(),
             "metadata": e.metadata,
             "usage": usage,
         })
     }
+}
+
+impl Events {
+    /// Keeps the finished `response` where the request asked (`store`), with its conversation
+    /// and its output as the chat messages a later response continues from.
+    fn keep(&mut self, response: &Value) {
+        let Some(store) = self.echo.store.take() else {
+            return;
+        };
+        let mut conversation = std::mem::take(&mut self.echo.conversation);
+        conversation.extend(as_messages(&self.items));
+        store.put(
+            self.id.clone(),
+            super::response_store::Stored {
+                conversation,
+                response: response.clone(),
+            },
+        );
+    }
+}
+
+/// Output items as chat messages: the message's text and the calls made with it in one
+/// assistant turn; reasoning left out, as chat templates drop earlier thinking.
+fn as_messages(items: &[Value]) -> Vec<Value> {
+    let mut text = String::new();
+    let mut calls = Vec::new();
+    for item in items {
+        match item["type"].as_str() {
+            Some("message") => {
+                for part in item["content"].as_array().into_iter().flatten() {
+                    text.push_str(part["text"].as_str().unwrap_or_default());
+                }
+            }
+            Some("function_call") => calls.push(json!({
+                "id": item["call_id"],
+                "type": "function",
+                "function": {"name": item["name"], "arguments": item["arguments"]},
+            })),
+            _ => {}
+        }
+    }
+    if text.is_empty() && calls.is_empty() {
+        return Vec::new();
+    }
+    let mut message = json!({"role": "assistant", "content": text});
+    if !calls.is_empty() {
+        message["tool_calls"] = Value::Array(calls);
+    }
+    vec![message]
 }
 
 /// An item id's part after its prefix: the response's id less `resp_`, and the item's place.

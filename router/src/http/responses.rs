@@ -4,12 +4,15 @@
 //! answer read by the same [`AnswerReader`](crate::answer::AnswerReader) into output items
 //! ([`super::response_events`]): whole, or streamed as the typed events OpenAI's SDKs read.
 //!
-//! Nothing is stored: `store` is answered `false`, and what needs a stored response
-//! (`previous_response_id`, `conversation`, `background`) is refused by name, as are the tools
-//! OpenAI hosts (web search, file search, ...).
+//! Responses are kept only where the router keeps some (`--responses-store`,
+//! [`super::response_store`]): then `previous_response_id` continues a kept one's
+//! conversation and `GET`/`DELETE /v1/responses/{id}` read and forget one; otherwise such
+//! requests are refused by name, as are `conversation`, `background` and the tools OpenAI
+//! hosts (web search, file search, ...).
 
-use axum::http::HeaderMap;
-use axum::response::Response;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value, json};
 
 use super::AppState;
@@ -23,9 +26,35 @@ type Fields = Map<String, Value>;
 pub(crate) fn prepare(
     st: &AppState,
     headers: &HeaderMap,
-    body: Fields,
+    mut body: Fields,
 ) -> Result<(Prepared, Echo), ApiError> {
-    let (chat, echo) = to_chat(body)?;
+    let history = match body.remove("previous_response_id") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::String(_)) if !st.responses.enabled() => {
+            return Err(invalid(
+                "previous_response_id",
+                "previous_response_id is not supported: this router keeps no responses (--responses-store); send the whole conversation in input",
+            ));
+        }
+        Some(Value::String(id)) => match st.responses.get(&id) {
+            Some(stored) => stored.conversation,
+            None => return Err(not_found("previous_response_id", &id)),
+        },
+        Some(other) => {
+            return Err(invalid(
+                "previous_response_id",
+                format!("previous_response_id must be a string, got {other}"),
+            ));
+        }
+    };
+    // OpenAI stores by default; here only where the router keeps responses.
+    let store = body
+        .remove("store")
+        .and_then(|v| v.as_bool())
+        .unwrap_or(true)
+        && st.responses.enabled();
+    let (chat, mut echo) = to_chat(body, history)?;
+    echo.store = store.then(|| st.responses.clone());
     let req = serde_json::from_value(Value::Object(chat))
         .map_err(|e| ApiError::invalid(format!("invalid request: {e}"), None))?;
     Ok((completions::chat(st, headers, req)?, echo))
@@ -63,14 +92,38 @@ fn invalid(field: &'static str, message: impl Into<String>) -> ApiError {
     ApiError::invalid(message.into(), Some(field))
 }
 
-/// The chat request a Responses request means, and what its answer repeats back.
-fn to_chat(mut body: Fields) -> Result<(Fields, Echo), ApiError> {
-    // What needs a stored response, or a tool OpenAI hosts, cannot be served here.
+fn not_found(field: &'static str, id: &str) -> ApiError {
+    ApiError {
+        status: StatusCode::NOT_FOUND,
+        message: format!("no response with id {id:?} is kept by this router"),
+        kind: "invalid_request_error",
+        param: Some(field),
+        code: None,
+    }
+}
+
+/// `GET /v1/responses/{id}`: a kept response.
+pub(crate) async fn retrieve(State(st): State<AppState>, Path(id): Path<String>) -> Response {
+    match st.responses.get(&id) {
+        Some(stored) => axum::Json(stored.response).into_response(),
+        None => not_found("id", &id).into_response(),
+    }
+}
+
+/// `DELETE /v1/responses/{id}`: forgets a kept response.
+pub(crate) async fn delete(State(st): State<AppState>, Path(id): Path<String>) -> Response {
+    if st.responses.delete(&id) {
+        axum::Json(json!({"id": id, "object": "response", "deleted": true})).into_response()
+    } else {
+        not_found("id", &id).into_response()
+    }
+}
+
+/// The chat request a Responses request means (its conversation after `history`, a kept
+/// response's), and what its answer repeats back.
+fn to_chat(mut body: Fields, history: Vec<Value>) -> Result<(Fields, Echo), ApiError> {
+    // What needs state this router does not keep, or a tool OpenAI hosts, cannot be served.
     for (field, why) in [
-        (
-            "previous_response_id",
-            "responses are not stored: send the whole conversation in input",
-        ),
         (
             "conversation",
             "conversations are not stored: send the whole conversation in input",
@@ -138,10 +191,8 @@ fn to_chat(mut body: Fields) -> Result<(Fields, Echo), ApiError> {
     }
     let mut chat = Fields::new();
     let instructions = take_string(&mut body, "instructions")?;
-    let mut messages = Vec::new();
-    if let Some(text) = &instructions {
-        messages.push(json!({"role": "system", "content": text}));
-    }
+    // A kept response's instructions are not inherited: the conversation is.
+    let mut messages = history;
     match body.remove("input") {
         Some(Value::String(text)) => messages.push(json!({"role": "user", "content": text})),
         Some(Value::Array(items)) => input_items(items, &mut messages)?,
@@ -152,6 +203,10 @@ fn to_chat(mut body: Fields) -> Result<(Fields, Echo), ApiError> {
                 format!("input must be a string or a list of items, got {other}"),
             ));
         }
+    }
+    let conversation = messages.clone();
+    if let Some(text) = &instructions {
+        messages.insert(0, json!({"role": "system", "content": text}));
     }
     chat.insert("messages".into(), Value::Array(messages));
     let tools = match body.remove("tools") {
@@ -228,6 +283,8 @@ fn to_chat(mut body: Fields) -> Result<(Fields, Echo), ApiError> {
         tools: tools.map_or(Value::Array(Vec::new()), Value::Array),
         text: text.unwrap_or_else(|| json!({"format": {"type": "text"}})),
         metadata: metadata.unwrap_or_else(|| Value::Object(Fields::new())),
+        conversation,
+        store: None,
     };
     // The rest (model, temperature, top_p, stream, parallel_tool_calls, the sampling
     // extensions) means the same to chat, which refuses by name what it does not serve.
@@ -420,7 +477,7 @@ mod tests {
         let Value::Object(body) = body else {
             panic!("an object")
         };
-        to_chat(body).map(|(chat, _)| Value::Object(chat))
+        to_chat(body, Vec::new()).map(|(chat, _)| Value::Object(chat))
     }
 
     #[test]
@@ -481,10 +538,6 @@ mod tests {
     #[test]
     fn what_needs_storage_or_hosted_tools_is_refused_by_name() {
         for (body, field) in [
-            (
-                json!({"input": "hi", "previous_response_id": "resp_1"}),
-                "previous_response_id",
-            ),
             (json!({"input": "hi", "background": true}), "background"),
             (
                 json!({"input": "hi", "include": ["message.output_text.logprobs"]}),
@@ -517,7 +570,7 @@ mod tests {
         // What asks for nothing is accepted.
         let chat = chat_of(
             json!({"input": "hi", "include": ["reasoning.encrypted_content"], "background": false,
-            "previous_response_id": null, "truncation": "disabled", "store": false}),
+            "truncation": "disabled"}),
         )
         .expect("accepted");
         assert_eq!(chat["messages"], json!([{"role": "user", "content": "hi"}]));

@@ -68,6 +68,7 @@ async fn start_with_cors(
         metrics: Some(dolphin_cluster::init_metrics()),
         api_keys,
         limit,
+        responses: super::response_store::ResponseStore::new(64),
     };
     let mut shards = crate::shard::deal(listener, 1, None, stop.clone()).expect("deal");
     let app = router(state.clone()).with_cors(cors);
@@ -923,7 +924,7 @@ async fn responses_answer_in_output_items() {
     assert_eq!(v["status"], "completed", "{v}");
     assert_eq!(v["instructions"], "Be brief.");
     assert_eq!(v["metadata"], json!({"k": "v"}));
-    assert_eq!(v["store"], false);
+    assert_eq!(v["store"], true);
     let output = v["output"].as_array().expect("output");
     assert_eq!(output.len(), 2, "{v}");
     assert_eq!(output[0]["type"], "message");
@@ -1033,10 +1034,6 @@ async fn responses_answer_in_output_items() {
 
     for (req, field) in [
         (
-            json!({"input": "hi", "previous_response_id": "resp_x"}),
-            "previous_response_id",
-        ),
-        (
             json!({"input": "hi", "tools": [{"type": "file_search"}]}),
             "tools",
         ),
@@ -1050,6 +1047,51 @@ async fn responses_answer_in_output_items() {
         let v = assert_error(status, &body, StatusCode::BAD_REQUEST);
         assert_eq!(v["error"]["param"], field, "{req}: {v}");
     }
+    // Kept responses (this server keeps 64): read back, continued, forgotten.
+    let first = parse(&post(s.addr, "/v1/responses", req.clone()).await.2);
+    let id = first["id"].as_str().expect("id").to_owned();
+    let (status, _, body) = call(s.addr, Method::GET, &format!("/v1/responses/{id}"), "").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(parse(&body)["id"], id.as_str());
+    let calls_before = fake.state.calls.lock().len();
+    let next = json!({"input": "And in Paris?", "previous_response_id": id, "tools": req["tools"],
+        "max_output_tokens": answer.len()});
+    let (status, _, body) = post(s.addr, "/v1/responses", next).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let prompt = SimTokenizer.decode(&fake.state.calls.lock()[calls_before].token_ids);
+    // The earlier conversation and answer, not its instructions, then the new input.
+    assert!(prompt.contains("<|im_start|>user\nWeather?"), "{prompt}");
+    assert!(prompt.contains("<|im_start|>tool\ncold"), "{prompt}");
+    assert!(
+        prompt.contains("Hm.") && prompt.contains(r#""arguments":{"c":1}"#),
+        "{prompt}"
+    );
+    assert!(!prompt.contains("Be brief."), "{prompt}");
+    assert!(
+        prompt.contains("<|im_start|>user\nAnd in Paris?"),
+        "{prompt}"
+    );
+    let (status, _, body) = call(s.addr, Method::DELETE, &format!("/v1/responses/{id}"), "").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(parse(&body)["deleted"], true);
+    let (status, _, body) = call(s.addr, Method::GET, &format!("/v1/responses/{id}"), "").await;
+    assert_error(status, &body, StatusCode::NOT_FOUND);
+    let (status, _, body) = post(
+        s.addr,
+        "/v1/responses",
+        json!({"input": "hi", "previous_response_id": id}),
+    )
+    .await;
+    let v = assert_error(status, &body, StatusCode::NOT_FOUND);
+    assert_eq!(v["error"]["param"], "previous_response_id");
+    // `store: false`: not kept.
+    let unkept = json!({"input": "hi", "store": false, "max_output_tokens": 2});
+    let unkept = parse(&post(s.addr, "/v1/responses", unkept).await.2);
+    assert_eq!(unkept["store"], false);
+    let path = format!("/v1/responses/{}", unkept["id"].as_str().expect("id"));
+    let (status, _, body) = call(s.addr, Method::GET, &path, "").await;
+    assert_error(status, &body, StatusCode::NOT_FOUND);
+
     // A mistyped field is the same 400 as on chat.
     let (status, _, body) = post(
         s.addr,
