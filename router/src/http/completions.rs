@@ -258,21 +258,18 @@ pub(crate) fn completions(
     }
     let more_prompts = prompts.split_off(1);
     let prompt = prompts.remove(0);
-    if !more_prompts.is_empty() && req.echo {
-        return Err(ApiError::invalid(
-            "echo is not supported with batched prompts: send one prompt per request to echo it",
-            Some("echo"),
-        ));
-    }
     // `max_tokens: 0` with echo scores the prompt and generates nothing (OpenAI's legacy
     // way, which vLLM serves too): the worker generates one token, which is not sent.
     let score_only = req.echo && req.max_tokens == Some(0);
     let echo = req.echo.then(|| Echo {
-        text: match &prompt {
-            Prompt::Text(t) => t.clone(),
-            Prompt::Tokens(ids) => st.dispatcher.tokenizer().decode(ids),
-            Prompt::Chat { .. } => String::new(),
-        },
+        texts: std::iter::once(&prompt)
+            .chain(&more_prompts)
+            .map(|p| match p {
+                Prompt::Text(t) => t.clone(),
+                Prompt::Tokens(ids) => st.dispatcher.tokenizer().decode(ids),
+                Prompt::Chat { .. } => String::new(),
+            })
+            .collect(),
         score_only,
     });
     let (stream_mode, opts) = (
@@ -457,7 +454,7 @@ pub(crate) async fn run(st: &AppState, prepared: Prepared) -> Result<Response, A
     let tokens = logprobs_tokenizer(st, &params);
     let rs = st.dispatcher.generate(params).await?;
     let headers = routing_headers(&rs);
-    let prompt = prompt_of(&rs);
+    let prompt = prompt_of(&rs).into_iter().collect();
     let enc = Encoder::new(ep, response_id(ep, &rs), model, now(), include_usage)
         .with_echo(echo)
         .with_answers(tools, readers)
@@ -565,7 +562,12 @@ async fn run_choices(
     });
     let streams = futures::future::try_join_all(starts).await?;
     let headers = routing_headers(&streams[0]);
-    let prompt = prompt_of(&streams[0]);
+    // Each prompt's tokens, from its first choice's stream.
+    let prompt = streams
+        .iter()
+        .step_by(choices as usize)
+        .filter_map(prompt_of)
+        .collect();
     let enc = enc(response_id(ep, &streams[0]), model).with_logprobs(tokens, prompt);
     let mut resp = if stream {
         let tagged = streams.into_iter().zip(0..).map(|(rs, i)| {
@@ -705,15 +707,17 @@ pub(crate) struct Encoder {
     /// whose tokens the usage counts, one bit each.
     per_prompt: u32,
     counted: u32,
-    /// Text each choice starts with (`echo`), and the choices that have sent it, one bit each.
-    echo: Option<String>,
+    /// The text each prompt's choices start with (`echo`; empty: none), and the choices that
+    /// have sent it, one bit each.
+    echo: Vec<String>,
     echoed: u32,
     /// Send the echo alone: the generated token is dropped (`max_tokens: 0` with echo).
     score_only: bool,
     /// Names the tokens of log probabilities (`None`: the request asked for none).
     logprobs: Option<Arc<dyn Tokenizer>>,
-    /// The prompt's tokens, where its log probabilities come with the echo.
-    prompt: Option<Vec<u32>>,
+    /// Each prompt's tokens, where their log probabilities come (with the echo, or
+    /// `prompt_logprobs`); empty where none do.
+    prompt: Vec<Vec<u32>>,
     /// Each choice's text so far, in characters: where its next token's text starts
     /// (completions' `text_offset`).
     offsets: Vec<u32>,
@@ -747,11 +751,11 @@ impl Encoder {
             usage: None,
             per_prompt: 1,
             counted: 0,
-            echo: None,
+            echo: Vec::new(),
             echoed: 0,
             score_only: false,
             logprobs: None,
-            prompt: None,
+            prompt: Vec::new(),
             offsets: Vec::new(),
             tools: Mode::Text,
             answers: Readers::default(),
@@ -790,11 +794,11 @@ impl Encoder {
     }
 
     /// The encoder of a request that asked for log probabilities (`Some`: the tokenizer that
-    /// names their tokens); with `prompt`, the echoed prompt's tokens come with theirs.
+    /// names their tokens); with `prompt`, each prompt's tokens, which come with theirs.
     pub(crate) fn with_logprobs(
         mut self,
         tokenizer: Option<Arc<dyn Tokenizer>>,
-        prompt: Option<Vec<u32>>,
+        prompt: Vec<Vec<u32>>,
     ) -> Self {
         self.logprobs = tokenizer;
         self.prompt = prompt;
@@ -816,8 +820,9 @@ impl Encoder {
         if self.offsets.len() <= i {
             self.offsets.resize(i + 1, 0);
         }
+        let prompt = self.prompt.get((d.choice / self.per_prompt) as usize);
         let offset = &mut self.offsets[i];
-        match &self.prompt {
+        match prompt {
             Some(prompt) if echoed > 0 => Some(logprobs::completion_with_prompt(
                 tok,
                 (prompt, &d.prompt_logprobs),
@@ -832,11 +837,18 @@ impl Encoder {
         }
     }
 
-    /// The encoder of a request whose choices' texts start with `echo`.
+    /// The encoder of a request whose choices' texts start with their prompt's `echo`.
     pub(crate) fn with_echo(mut self, echo: Option<Echo>) -> Self {
         self.score_only = echo.as_ref().is_some_and(|e| e.score_only);
-        self.echo = echo.map(|e| e.text);
+        self.echo = echo.map(|e| e.texts).unwrap_or_default();
         self
+    }
+
+    /// The text choice `choice` starts with (`echo`).
+    fn echo_of(&self, choice: u32) -> Option<&str> {
+        self.echo
+            .get((choice / self.per_prompt) as usize)
+            .map(String::as_str)
     }
 
     /// Whether every choice has ended (its last chunk written).
@@ -915,11 +927,11 @@ impl Encoder {
         }
         // The echoed prompt goes out with a choice's first text.
         let mut text = std::borrow::Cow::Borrowed(d.text.as_str());
-        if let Some(echo) = &self.echo
-            && self.echoed & role_bit == 0
+        if self.echoed & role_bit == 0
+            && let Some(echo) = self.echo_of(d.choice)
         {
-            self.echoed |= role_bit;
             text = std::borrow::Cow::Owned(format!("{echo}{}", d.text));
+            self.echoed |= role_bit;
         }
         // Tokens whose text is held back still send their log probabilities.
         if text.is_empty()
@@ -1046,8 +1058,10 @@ impl Encoder {
         } else {
             UsageOut::from(usage)
         };
-        let echo_len = self.echo.as_ref().map_or(0, String::len);
-        let text_len: usize = choices.iter().map(|c| echo_len + c.text.len()).sum();
+        let text_len: usize = (0..)
+            .zip(&choices)
+            .map(|(i, c)| self.echo_of(i).map_or(0, str::len) + c.text.len())
+            .sum();
         // A token's log probabilities take about 60 bytes, and as many for each alternative.
         let logprobs_len: usize = choices
             .iter()
@@ -1064,13 +1078,12 @@ impl Encoder {
         // text may need escapes.
         let size =
             300 + 100 * choices.len() + self.id.len() + self.model.len() + text_len + text_len / 8;
-        let echo = self.echo.as_deref().unwrap_or_default();
         let tok = self.logprobs.as_deref();
-        let echo_chars = echo.chars().count() as u32;
-        let completion_logprobs = |c: &ChoiceOutput| {
+        let prompt_of = |index: u32| self.prompt.get((index / self.per_prompt) as usize);
+        let completion_logprobs = |c: &ChoiceOutput, index: u32| {
             let tok = tok?;
-            let mut offset = echo_chars;
-            Some(match &self.prompt {
+            let mut offset = self.echo_of(index).map_or(0, |e| e.chars().count() as u32);
+            Some(match prompt_of(index) {
                 Some(prompt) if self.prompt_scores.is_none() => logprobs::completion_with_prompt(
                     tok,
                     (prompt, &c.prompt_logprobs),
@@ -1081,21 +1094,20 @@ impl Encoder {
                 _ => logprobs::completion(tok, &c.token_ids, &c.logprobs, &mut offset),
             })
         };
-        let prompt_logprobs = |c: &ChoiceOutput| {
+        let prompt_logprobs = |c: &ChoiceOutput, index: u32| {
             let tok = self.prompt_scores.as_deref()?;
-            let prompt = self.prompt.as_deref()?;
+            let prompt = prompt_of(index)?;
             Some(logprobs::prompt(tok, prompt, &c.prompt_logprobs))
         };
         // Chat reports them once, beside the choices (every choice read the same prompt).
         let chat_prompt_logprobs = match self.ep {
-            Endpoint::Chat => choices.first().and_then(prompt_logprobs),
+            Endpoint::Chat => choices.first().and_then(|c| prompt_logprobs(c, 0)),
             Endpoint::Completions => None,
         };
         let indexed = choices.into_iter().zip(0..).map(|(mut c, index)| {
-            let text = if echo.is_empty() {
-                std::mem::take(&mut c.text)
-            } else {
-                format!("{echo}{}", c.text)
+            let text = match self.echo_of(index) {
+                None | Some("") => std::mem::take(&mut c.text),
+                Some(echo) => format!("{echo}{}", c.text),
             };
             (index, text, Some(finish_str(c.reason)), c)
         });
@@ -1106,9 +1118,9 @@ impl Encoder {
                         .map(|(index, text, finish_reason, c)| CompletionChoice {
                             index,
                             text,
-                            logprobs: completion_logprobs(&c),
+                            logprobs: completion_logprobs(&c, index),
                             finish_reason,
-                            prompt_logprobs: prompt_logprobs(&c),
+                            prompt_logprobs: prompt_logprobs(&c, index),
                         })
                         .collect(),
                     Some(usage),
@@ -1192,8 +1204,8 @@ fn call_parts(parts: Vec<tools::CallPart>, streamed: bool) -> Vec<ToolCallOut> {
 
 /// What `echo` asks for.
 pub(crate) struct Echo {
-    /// The prompt's text.
-    text: String,
+    /// Each prompt's text.
+    texts: Vec<String>,
     /// Nothing generated is sent (`max_tokens: 0`).
     score_only: bool,
 }

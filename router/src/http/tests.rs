@@ -1298,6 +1298,41 @@ async fn batched_prompts_are_answered_in_order() {
     let usage = &chunks.last().expect("chunks")["usage"];
     assert_eq!(usage["prompt_tokens"], 3, "{body}");
     assert_eq!(usage["completion_tokens"], 4, "{body}");
+
+    // An evaluation harness's batch: each prompt echoed and scored, nothing generated.
+    let req = json!({"prompt": ["hi", "hello"], "max_tokens": 0, "echo": true, "logprobs": 1});
+    let (status, _, body) = post(s.addr, "/v1/completions", req.clone()).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let v = parse(&body);
+    for (i, (prompt, ids)) in [("hi", &hi), ("hello", &hello)].into_iter().enumerate() {
+        let c = &v["choices"][i];
+        assert_eq!(c["text"], prompt, "{v}");
+        let scored = c["logprobs"]["token_logprobs"].as_array().expect("scored");
+        assert_eq!(scored.len(), ids.len(), "{v}");
+        assert!(scored[0].is_null(), "{v}");
+        // The fake scores each prompt token after the first at -id / 100.
+        let got = scored[1].as_f64().expect("a number");
+        assert!((got + f64::from(ids[1]) / 100.0).abs() < 1e-6, "{v}");
+    }
+    assert_eq!(v["usage"]["prompt_tokens"], hi.len() + hello.len(), "{v}");
+    assert_eq!(v["usage"]["completion_tokens"], 0, "{v}");
+    // Streamed, each choice starts with its own prompt.
+    let mut streamed = req;
+    streamed["stream"] = json!(true);
+    streamed["max_tokens"] = json!(2);
+    let (status, _, body) = post(s.addr, "/v1/completions", streamed).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let data = sse_data(&body);
+    let chunks: Vec<Value> = data[..data.len() - 1].iter().map(|d| parse(d)).collect();
+    for (index, want) in [(0, "hiab"), (1, "helloab")] {
+        let text: String = chunks
+            .iter()
+            .filter_map(|c| c["choices"].as_array()?.first())
+            .filter(|c| c["index"] == index)
+            .filter_map(|c| c["text"].as_str())
+            .collect();
+        assert_eq!(text, want, "choice {index}: {body}");
+    }
 }
 
 /// `n` > 1: one generation per choice (seeds counted up from the request's), answered as one
@@ -1670,10 +1705,6 @@ async fn bad_requests_get_openai_errors() {
             StatusCode::BAD_REQUEST,
         ),
         (json!({"prompt": []}), StatusCode::BAD_REQUEST),
-        (
-            json!({"prompt": ["a", "b"], "echo": true}),
-            StatusCode::BAD_REQUEST,
-        ),
         (
             json!({"prompt": ["a", "b"], "n": 9}),
             StatusCode::BAD_REQUEST,
