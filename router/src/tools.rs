@@ -33,25 +33,29 @@ pub enum ToolCallParser {
     Pythonic,
 }
 
+/// Llama 3's control token before its calls.
+const PYTHON_TAG: &str = "<|python_tag|>";
+/// Mistral's control tokens: before its calls, before a call's arguments, before its id.
+const TOOL_CALLS: &str = "[TOOL_CALLS]";
+const ARGS: &str = "[ARGS]";
+const CALL_ID: &str = "[CALL_ID]";
+
 impl ToolCallParser {
-    /// The control token that marks where the calls begin (`None`: the parser reads no marker).
-    fn marker(self) -> Option<&'static str> {
+    /// The control tokens the parser reads, the one that marks where the calls begin first:
+    /// the detokenizer writes them out in the answers of `"auto"` requests (detokenizing
+    /// otherwise leaves special tokens out), so that calls a model makes after some text are
+    /// found where they begin.
+    pub fn control_tokens(self) -> &'static [&'static str] {
         match self {
-            ToolCallParser::Llama3Json => Some("<|python_tag|>"),
-            ToolCallParser::Mistral => Some("[TOOL_CALLS]"),
-            ToolCallParser::Hermes | ToolCallParser::Pythonic => None,
+            ToolCallParser::Llama3Json => &[PYTHON_TAG],
+            ToolCallParser::Mistral => &[TOOL_CALLS, ARGS, CALL_ID],
+            ToolCallParser::Hermes | ToolCallParser::Pythonic => &[],
         }
     }
 
-    /// The control tokens the parser reads: the detokenizer writes them out in the answers of
-    /// `"auto"` requests (detokenizing otherwise leaves special tokens out), so that calls a
-    /// model makes after some text are found where they begin.
-    pub fn control_tokens(self) -> &'static [&'static str] {
-        match self {
-            ToolCallParser::Llama3Json => &["<|python_tag|>"],
-            ToolCallParser::Mistral => &["[TOOL_CALLS]", "[ARGS]", "[CALL_ID]"],
-            ToolCallParser::Hermes | ToolCallParser::Pythonic => &[],
-        }
+    /// The control token that marks where the calls begin (`None`: the parser reads no marker).
+    fn marker(self) -> Option<&'static str> {
+        self.control_tokens().first().copied()
     }
 }
 
@@ -544,7 +548,7 @@ impl CallReader {
                     ToolCallParser::Mistral if self.in_call => mistral_marked_calls(&held),
                     ToolCallParser::Mistral => mistral_calls(&held),
                     ToolCallParser::Pythonic => crate::pythonic::calls(&held),
-                    _ => llama3_calls(held.strip_prefix("<|python_tag|>").unwrap_or(&held)),
+                    _ => llama3_calls(held.strip_prefix(PYTHON_TAG).unwrap_or(&held)),
                 };
                 match calls {
                     Some(calls) => {
@@ -847,10 +851,10 @@ fn mistral_calls(text: &str) -> Option<Vec<(String, String)>> {
 /// part a JSON array of calls, or `name[ARGS]{...}` (v11), or `name[CALL_ID]id[ARGS]{...}`.
 fn mistral_marked_calls(text: &str) -> Option<Vec<(String, String)>> {
     let mut plain = String::with_capacity(text.len());
-    for part in text.split("[TOOL_CALLS]").filter(|p| !p.trim().is_empty()) {
-        match part.split_once("[ARGS]") {
+    for part in text.split(TOOL_CALLS).filter(|p| !p.trim().is_empty()) {
+        match part.split_once(ARGS) {
             Some((name, arguments)) => {
-                let name = name.split_once("[CALL_ID]").map_or(name, |(n, _)| n);
+                let name = name.split_once(CALL_ID).map_or(name, |(n, _)| n);
                 plain.push_str(name.trim());
                 plain.push_str(arguments.trim());
             }
