@@ -141,15 +141,9 @@ fn chat_extras(
                 .map_err(|e| Status::invalid_argument(format!("chat.documents_json {e}")))?,
         ),
     };
-    let template = match std::mem::take(&mut c.chat_template) {
-        s if s.is_empty() => None,
-        _ if !trust_template => {
-            return Err(Status::invalid_argument(
-                "chat.chat_template is not accepted by this server: it renders the model's own template (a router started with --trust-request-chat-template accepts a request's own)",
-            ));
-        }
-        s => Some(s),
-    };
+    let template =
+        crate::tokenizer::request_template(std::mem::take(&mut c.chat_template), trust_template)
+            .map_err(|e| Status::invalid_argument(format!("chat.{e}")))?;
     Ok(crate::tokenizer::ChatExtras {
         tools: None,
         kwargs,

@@ -56,6 +56,18 @@ pub fn documents(v: serde_json::Value) -> Result<serde_json::Value, String> {
     }
 }
 
+/// A request's own chat template (`chat_template`): `None` when empty (the model's is used),
+/// refused where the router does not trust request templates (`--trust-request-chat-template`).
+pub fn request_template(source: String, trusted: bool) -> Result<Option<String>, String> {
+    if source.is_empty() {
+        return Ok(None);
+    }
+    if !trusted {
+        return Err("chat_template is not accepted by this server: it renders the model's own template (a router started with --trust-request-chat-template accepts a request's own)".into());
+    }
+    Ok(Some(source))
+}
+
 /// Text <-> token ids for one model.
 pub trait Tokenizer: Send + Sync + Debug {
     /// Token ids of `text` (no special tokens added).

@@ -221,14 +221,8 @@ impl OtherFields {
             .map_err(|e| ("documents", format!("documents {e}")))?;
         let template = match self.take("chat_template") {
             None => None,
-            Some(Value::String(s)) if s.is_empty() => None,
-            Some(Value::String(_)) if !trust_template => {
-                return Err((
-                    "chat_template",
-                    "chat_template is not accepted by this server: it renders the model's own template (a router started with --trust-request-chat-template accepts a request's own)".into(),
-                ));
-            }
-            Some(Value::String(s)) => Some(s),
+            Some(Value::String(s)) => crate::tokenizer::request_template(s, trust_template)
+                .map_err(|e| ("chat_template", e))?,
             Some(v) => {
                 return Err((
                     "chat_template",
