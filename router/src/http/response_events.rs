@@ -430,9 +430,7 @@ impl Events {
             "usage": usage,
         })
     }
-}
 
-impl Events {
     /// Keeps the finished `response` where the request asked (`store`), with its conversation
     /// and its output as the chat messages a later response continues from.
     fn keep(&mut self, response: &Value) {
