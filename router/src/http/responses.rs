@@ -54,7 +54,15 @@ pub(crate) fn prepare(
         .unwrap_or(true)
         && st.responses.enabled();
     let (chat, mut echo) = to_chat(body, history)?;
-    echo.store = store.then(|| st.responses.clone());
+    if store {
+        // What a later response continues from: the messages, less the instructions.
+        let skip = usize::from(echo.instructions.is_some());
+        echo.conversation = chat
+            .get("messages")
+            .and_then(Value::as_array)
+            .map_or_else(Vec::new, |m| m[skip..].to_vec());
+        echo.store = Some(st.responses.clone());
+    }
     let req = serde_json::from_value(Value::Object(chat))
         .map_err(|e| ApiError::invalid(format!("invalid request: {e}"), None))?;
     Ok((completions::chat(st, headers, req)?, echo))
@@ -204,7 +212,6 @@ fn to_chat(mut body: Fields, history: Vec<Value>) -> Result<(Fields, Echo), ApiE
             ));
         }
     }
-    let conversation = messages.clone();
     if let Some(text) = &instructions {
         messages.insert(0, json!({"role": "system", "content": text}));
     }
@@ -283,7 +290,7 @@ fn to_chat(mut body: Fields, history: Vec<Value>) -> Result<(Fields, Echo), ApiE
         tools: tools.map_or(Value::Array(Vec::new()), Value::Array),
         text: text.unwrap_or_else(|| json!({"format": {"type": "text"}})),
         metadata: metadata.unwrap_or_else(|| Value::Object(Fields::new())),
-        conversation,
+        conversation: Vec::new(),
         store: None,
     };
     // The rest (model, temperature, top_p, stream, parallel_tool_calls, the sampling
