@@ -90,6 +90,11 @@ pub struct Delta {
     /// Which of a request's choices (OpenAI's `n`) it belongs to; 0 but where the HTTP API
     /// merges the streams of several.
     pub choice: u32,
+    /// Where a delta gathered from several of the worker's messages joins them, as the
+    /// tokens and text bytes before each later message, so that a reader that splits the text
+    /// (the Responses API's) can give each piece the log probabilities of the tokens that
+    /// brought it out. Kept only where log probabilities were asked; else empty.
+    pub joins: Vec<(usize, usize)>,
 }
 
 /// A running request's output.
@@ -378,6 +383,9 @@ impl Running {
         match out {
             None => *out = Some(d),
             Some(acc) => {
+                if !acc.logprobs.is_empty() {
+                    acc.joins.push((acc.token_ids.len(), acc.text.len()));
+                }
                 acc.token_ids.extend_from_slice(&d.token_ids);
                 acc.logprobs.extend(d.logprobs);
                 acc.prompt_logprobs.extend(d.prompt_logprobs);
@@ -424,6 +432,7 @@ impl Running {
             text,
             finish,
             choice: 0,
+            joins: Vec::new(),
         }
     }
 

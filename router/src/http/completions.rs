@@ -478,6 +478,8 @@ pub(crate) struct Started {
     pub(crate) readers: Readers,
     /// The client streams.
     pub(crate) stream: bool,
+    /// Names the tokens of log probabilities, where the request asked for them.
+    pub(crate) logprobs: Option<Arc<dyn Tokenizer>>,
     /// Where it went ([`routing_headers`]).
     pub(crate) headers: HeaderMap,
 }
@@ -492,6 +494,7 @@ pub(crate) async fn start(st: &AppState, prepared: Prepared) -> Result<Started, 
     } = prepared;
     let cfg = st.dispatcher.config();
     let readers = Readers::of(cfg.reasoning_parser, cfg.tool_call_parser);
+    let logprobs = logprobs_tokenizer(st, &params);
     let rs = st.dispatcher.generate(params).await?;
     let headers = routing_headers(&rs);
     Ok(Started {
@@ -499,6 +502,7 @@ pub(crate) async fn start(st: &AppState, prepared: Prepared) -> Result<Started, 
         tools,
         readers,
         stream,
+        logprobs,
         headers,
     })
 }
@@ -1224,6 +1228,7 @@ fn prompt_only(d: &Delta) -> Delta {
             f
         }),
         choice: d.choice,
+        joins: Vec::new(),
     }
 }
 

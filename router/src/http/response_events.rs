@@ -5,14 +5,18 @@
 //! after every [`KEEP_ALIVE`](super::sse::KEEP_ALIVE) of silence.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 
 use axum::body::{Body, Bytes};
 use axum::response::Response;
 use serde_json::{Value, json};
 
 use super::error::ApiError;
+use super::logprobs;
+use super::types::ChatTokenLogprob;
 use crate::answer::{AnswerReader, Read, Readers};
 use crate::stream::{Delta, ResponseStream};
+use crate::tokenizer::Tokenizer;
 use crate::tools::{CallPart, Mode};
 use dolphin_proto::v1::{self, FinishReason};
 
@@ -29,6 +33,8 @@ pub(crate) struct Echo {
     pub(crate) tools: Value,
     pub(crate) text: Value,
     pub(crate) metadata: Value,
+    /// The alternatives asked for each output token, where log probabilities were asked.
+    pub(crate) top_logprobs: Option<u32>,
     /// The conversation as chat messages, without instructions (what a kept response keeps).
     pub(crate) conversation: Vec<Value>,
     /// Where the finished response is kept (`None`: not kept).
@@ -45,6 +51,7 @@ enum Open {
     Message {
         id: String,
         text: String,
+        logprobs: Vec<ChatTokenLogprob>,
     },
     Call {
         id: String,
@@ -71,6 +78,12 @@ pub(crate) struct Events {
     model: String,
     /// Whether events are kept (streaming); a whole answer builds its items only.
     emit: bool,
+    /// Names the tokens of log probabilities, where the request asked for them.
+    logprobs: Option<Arc<dyn Tokenizer>>,
+    /// Log probabilities of tokens whose text has not come out yet (held back by the
+    /// answer's reader); they go with the output text the tokens become, and are dropped
+    /// where the tokens become reasoning or a call instead.
+    pending: Vec<ChatTokenLogprob>,
 }
 
 impl Events {
@@ -92,7 +105,15 @@ impl Events {
             seq: 0,
             out: VecDeque::new(),
             emit: false,
+            logprobs: None,
+            pending: Vec::new(),
         }
+    }
+
+    /// Reports the output text's log probabilities, `tokenizer` naming their tokens.
+    pub(crate) fn with_logprobs(mut self, tokenizer: Option<Arc<dyn Tokenizer>>) -> Self {
+        self.logprobs = tokenizer;
+        self
     }
 
     /// The whole response, once the answer ended.
@@ -194,13 +215,36 @@ impl Events {
         self.out.push_back(e);
     }
 
-    /// Reads a delta of the answer into the output items.
+    /// Reads a delta of the answer into the output items: message by message of the worker's
+    /// where it joined several and log probabilities are reported, so that each piece of text
+    /// takes the log probabilities of the tokens that brought it out.
     fn absorb(&mut self, d: &Delta) {
         let end = d.finish.is_some();
+        if self.logprobs.is_none() || d.joins.is_empty() {
+            self.absorb_piece(&d.text, &d.token_ids, &d.logprobs, end);
+            return;
+        }
+        let whole = (d.token_ids.len(), d.text.len());
+        let (mut tokens, mut text) = (0, 0);
+        for &(t, x) in d.joins.iter().chain([&whole]) {
+            let ids = d.token_ids.get(tokens..t).unwrap_or_default();
+            let lps = d.logprobs.get(tokens..t).unwrap_or_default();
+            let piece = d.text.get(text..x).unwrap_or_default();
+            self.absorb_piece(piece, ids, lps, end && (t, x) == whole);
+            (tokens, text) = (t, x);
+        }
+    }
+
+    /// Reads `text`, which `ids` brought out, into the output items (`end`: the answer's last).
+    fn absorb_piece(&mut self, text: &str, ids: &[u32], lps: &[v1::TokenLogprobs], end: bool) {
+        if let Some(tok) = &self.logprobs {
+            self.pending
+                .extend(logprobs::chat(tok.as_ref(), ids, lps).content);
+        }
         let read = match &mut self.reader {
-            Some(reader) => reader.read(&d.text, end),
+            Some(reader) => reader.read(text, end),
             None => Read {
-                text: d.text.clone(),
+                text: text.to_owned(),
                 ..Read::default()
             },
         };
@@ -209,6 +253,9 @@ impl Events {
         }
         if !read.text.is_empty() {
             self.text(&read.text);
+        } else if !read.reasoning.is_empty() || !read.calls.is_empty() {
+            // The delta's tokens were reasoning or a call.
+            self.pending.clear();
         }
         for part in read.calls {
             self.call(part);
@@ -257,22 +304,24 @@ impl Events {
             self.event(
                 "response.content_part.added",
                 json!({"item_id": id, "output_index": index, "content_index": 0,
-                    "part": {"type": "output_text", "text": "", "annotations": []}}),
+                    "part": {"type": "output_text", "text": "", "annotations": [],
+                        "logprobs": []}}),
             );
             self.open = Some(Open::Message {
                 id,
                 text: String::new(),
+                logprobs: Vec::new(),
             });
         }
         let index = self.output_index();
-        if let Some(Open::Message { id, text }) = &mut self.open {
+        let these = std::mem::take(&mut self.pending);
+        if let Some(Open::Message { id, text, logprobs }) = &mut self.open {
             text.push_str(delta);
             let id = id.clone();
-            self.event(
-                "response.output_text.delta",
-                json!({"item_id": id, "output_index": index, "content_index": 0,
-                    "delta": delta, "logprobs": []}),
-            );
+            let event = json!({"item_id": id, "output_index": index, "content_index": 0,
+                "delta": delta, "logprobs": these});
+            logprobs.extend(these);
+            self.event("response.output_text.delta", event);
         }
     }
 
@@ -322,12 +371,19 @@ impl Events {
                 json!({"type": "reasoning", "id": id, "summary": [],
                     "content": [{"type": "reasoning_text", "text": text}]})
             }
-            Open::Message { id, text } => {
-                let part = json!({"type": "output_text", "text": text, "annotations": []});
+            Open::Message {
+                id,
+                text,
+                mut logprobs,
+            } => {
+                // Tokens whose text never came out (a stop string's) end the message's.
+                logprobs.append(&mut self.pending);
+                let part = json!({"type": "output_text", "text": text, "annotations": [],
+                    "logprobs": logprobs});
                 self.event(
                     "response.output_text.done",
                     json!({"item_id": id, "output_index": index, "content_index": 0,
-                        "text": text, "logprobs": []}),
+                        "text": text, "logprobs": logprobs}),
                 );
                 self.event(
                     "response.content_part.done",
@@ -427,6 +483,7 @@ impl Events {
             "truncation": "disabled",
             "store": e.store.is_some(),
             "metadata": e.metadata,
+            "top_logprobs": e.top_logprobs,
             "usage": usage,
         })
     }

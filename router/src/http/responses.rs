@@ -86,7 +86,8 @@ pub(crate) async fn run(
         echo,
         &started.tools,
         started.readers,
-    );
+    )
+    .with_logprobs(started.logprobs);
     let mut resp = if started.stream {
         events.stream(started.rs)
     } else {
@@ -161,33 +162,7 @@ fn to_chat(mut body: Fields, history: Vec<Value>) -> Result<(Fields, Echo), ApiE
             "background is not supported: responses are not stored; stream instead",
         ));
     }
-    // Reasoning is answered in the clear, so there is no encrypted form to include (clients
-    // that keep no state, Codex among them, ask for it and send the items back, which are
-    // read as they came); other extra output is not served.
-    match body.get("include") {
-        None | Some(Value::Null) => {}
-        Some(Value::Array(asked))
-            if asked
-                .iter()
-                .all(|a| a.as_str() == Some("reasoning.encrypted_content")) => {}
-        Some(other) => {
-            return Err(invalid(
-                "include",
-                format!(
-                    "include may name \"reasoning.encrypted_content\" only (no other extra output is served), got {other}"
-                ),
-            ));
-        }
-    }
-    if body
-        .get("top_logprobs")
-        .is_some_and(|v| !v.is_null() && v.as_u64() != Some(0))
-    {
-        return Err(invalid(
-            "top_logprobs",
-            "top_logprobs is not supported on /v1/responses: use /v1/chat/completions",
-        ));
-    }
+    let logprobs = output_logprobs(&body)?;
     match body.get("truncation").and_then(Value::as_str) {
         None | Some("disabled" | "auto") => {}
         Some(other) => {
@@ -216,6 +191,11 @@ fn to_chat(mut body: Fields, history: Vec<Value>) -> Result<(Fields, Echo), ApiE
         messages.insert(0, json!({"role": "system", "content": text}));
     }
     chat.insert("messages".into(), Value::Array(messages));
+    if let Some(top) = logprobs {
+        // Chat's fields for the same: the chat path reports each token's.
+        chat.insert("logprobs".into(), Value::Bool(true));
+        chat.insert("top_logprobs".into(), top.into());
+    }
     let tools = match body.remove("tools") {
         None | Some(Value::Null) => None,
         Some(Value::Array(tools)) => Some(tools),
@@ -290,6 +270,7 @@ fn to_chat(mut body: Fields, history: Vec<Value>) -> Result<(Fields, Echo), ApiE
         tools: tools.map_or(Value::Array(Vec::new()), Value::Array),
         text: text.unwrap_or_else(|| json!({"format": {"type": "text"}})),
         metadata: metadata.unwrap_or_else(|| Value::Object(Fields::new())),
+        top_logprobs: logprobs,
         conversation: Vec::new(),
         store: None,
     };
@@ -297,6 +278,52 @@ fn to_chat(mut body: Fields, history: Vec<Value>) -> Result<(Fields, Echo), ApiE
     // extensions) means the same to chat, which refuses by name what it does not serve.
     chat.extend(body);
     Ok((chat, echo))
+}
+
+/// What a request's `include` and `top_logprobs` ask of the output text's log probabilities:
+/// `Some(alternatives)` where they are wanted. `message.output_text.logprobs` asks for them,
+/// and so does asking for alternatives (they come with them); reasoning is answered in the
+/// clear, so there is no encrypted form to include (clients that keep no state, Codex among
+/// them, ask for it and send the items back, which are read as they came); other extra
+/// output (hosted tools' results, images) is not served.
+fn output_logprobs(body: &Fields) -> Result<Option<u32>, ApiError> {
+    const LOGPROBS: &str = "message.output_text.logprobs";
+    const ENCRYPTED_REASONING: &str = "reasoning.encrypted_content";
+    use dolphin_proto::sampling::MAX_TOP_LOGPROBS;
+    let asked = match body.get("include") {
+        None | Some(Value::Null) => false,
+        Some(Value::Array(asked))
+            if asked
+                .iter()
+                .all(|a| matches!(a.as_str(), Some(LOGPROBS | ENCRYPTED_REASONING))) =>
+        {
+            asked.iter().any(|a| a == LOGPROBS)
+        }
+        Some(other) => {
+            return Err(invalid(
+                "include",
+                format!(
+                    "include may name \"{LOGPROBS}\" and \"{ENCRYPTED_REASONING}\" only (no other extra output is served), got {other}"
+                ),
+            ));
+        }
+    };
+    let top = match body.get("top_logprobs") {
+        None | Some(Value::Null) => 0,
+        Some(v) => v
+            .as_u64()
+            .and_then(|k| u32::try_from(k).ok())
+            .filter(|&k| k <= MAX_TOP_LOGPROBS)
+            .ok_or_else(|| {
+                invalid(
+                    "top_logprobs",
+                    format!(
+                        "top_logprobs must be an integer from 0 to {MAX_TOP_LOGPROBS}, got {v}"
+                    ),
+                )
+            })?,
+    };
+    Ok((asked || top > 0).then_some(top))
 }
 
 fn take_string(body: &mut Fields, field: &'static str) -> Result<Option<String>, ApiError> {
@@ -547,9 +574,11 @@ mod tests {
         for (body, field) in [
             (json!({"input": "hi", "background": true}), "background"),
             (
-                json!({"input": "hi", "include": ["message.output_text.logprobs"]}),
+                json!({"input": "hi", "include": ["file_search_call.results"]}),
                 "include",
             ),
+            (json!({"input": "hi", "top_logprobs": 21}), "top_logprobs"),
+            (json!({"input": "hi", "top_logprobs": -1}), "top_logprobs"),
             (
                 json!({"input": "hi", "tools": [{"type": "web_search"}]}),
                 "tools",
@@ -581,5 +610,32 @@ mod tests {
         )
         .expect("accepted");
         assert_eq!(chat["messages"], json!([{"role": "user", "content": "hi"}]));
+        assert!(chat.get("logprobs").is_none() && chat.get("top_logprobs").is_none());
+    }
+
+    #[test]
+    fn output_logprobs_become_chats() {
+        for (body, top) in [
+            (
+                json!({"input": "hi", "include": ["message.output_text.logprobs"]}),
+                Some(0),
+            ),
+            (
+                json!({"input": "hi", "include": ["reasoning.encrypted_content", "message.output_text.logprobs"], "top_logprobs": 3}),
+                Some(3),
+            ),
+            // Alternatives come with the log probabilities.
+            (json!({"input": "hi", "top_logprobs": 2}), Some(2)),
+            (json!({"input": "hi", "top_logprobs": 0}), None),
+        ] {
+            let chat = chat_of(body.clone()).expect("accepted");
+            match top {
+                Some(top) => {
+                    assert_eq!(chat["logprobs"], true, "{body}");
+                    assert_eq!(chat["top_logprobs"], top, "{body}");
+                }
+                None => assert!(chat.get("logprobs").is_none(), "{body}"),
+            }
+        }
     }
 }

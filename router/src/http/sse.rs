@@ -172,6 +172,7 @@ mod tests {
             text: text.into(),
             finish: None,
             choice: 0,
+            joins: Vec::new(),
         }
     }
 

@@ -931,7 +931,7 @@ async fn responses_answer_in_output_items() {
     assert_eq!(output[0]["role"], "assistant");
     assert_eq!(
         output[0]["content"][0],
-        json!({"type": "output_text", "text": "Hm.", "annotations": []})
+        json!({"type": "output_text", "text": "Hm.", "annotations": [], "logprobs": []})
     );
     assert_eq!(output[1]["type"], "function_call");
     assert_eq!(output[1]["name"], "wx");
@@ -1410,6 +1410,73 @@ async fn completion_chunks(addr: SocketAddr, req: Value, stream: bool) -> (Vec<V
         vec![parse(&body)]
     };
     (chunks, body)
+}
+
+/// The Responses API's output text carries its tokens' log probabilities where `include` asks
+/// for them (`top_logprobs` alternatives each), whole and streamed, the tokens of a call
+/// left out; the worker is asked for them.
+#[tokio::test]
+async fn responses_output_text_logprobs() {
+    use crate::testutil::fake_logprobs;
+    use crate::tokenizer::SimTokenizer;
+    let answer = "Hm.<tool_call>{\"name\": \"wx\", \"arguments\": {\"c\": 1}}</tool_call>";
+    let (fake, _d, s) = with_worker(Behavior::Text(answer.into())).await;
+    let req = json!({
+        "input": "Weather?",
+        "tools": [{"type": "function", "name": "wx", "parameters": {"type": "object"}}],
+        "max_output_tokens": answer.len(),
+        "include": ["message.output_text.logprobs"],
+        "top_logprobs": 2,
+    });
+    let (status, _, body) = post(s.addr, "/v1/responses", req.clone()).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let v = parse(&body);
+    assert_eq!(v["top_logprobs"], 2, "{v}");
+    assert_eq!(
+        fake.state.calls.lock()[0]
+            .sampling
+            .as_ref()
+            .and_then(|s| s.logprobs),
+        Some(2)
+    );
+    let part = &v["output"][0]["content"][0];
+    let lps = part["logprobs"].as_array().expect("logprobs");
+    let tokens: String = lps.iter().filter_map(|l| l["token"].as_str()).collect();
+    assert_eq!(tokens, "Hm.", "{v}");
+    let ids = SimTokenizer.encode("Hm.");
+    for (lp, &id) in lps.iter().zip(&ids) {
+        let want = fake_logprobs(id, 2);
+        assert!((lp["logprob"].as_f64().expect("number") as f32 - want.logprob).abs() < 1e-6);
+        assert_eq!(lp["top_logprobs"].as_array().map(Vec::len), Some(2), "{lp}");
+        assert!(lp["bytes"].is_array(), "{lp}");
+    }
+    assert_eq!(v["output"][1]["type"], "function_call", "{v}");
+
+    // Streamed: each delta carries its own tokens', the done event and the part all of them.
+    let mut streamed = req.clone();
+    streamed["stream"] = json!(true);
+    let (status, _, body) = post(s.addr, "/v1/responses", streamed).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let events: Vec<Value> = sse_data(&body).iter().map(|d| parse(d)).collect();
+    let deltas: Vec<Value> = events
+        .iter()
+        .filter(|e| e["type"] == "response.output_text.delta")
+        .flat_map(|e| e["logprobs"].as_array().cloned().unwrap_or_default())
+        .collect();
+    assert_eq!(&deltas, lps, "{body}");
+    let done = events
+        .iter()
+        .find(|e| e["type"] == "response.output_text.done")
+        .expect("done");
+    assert_eq!(&done["logprobs"], &part["logprobs"]);
+
+    // Not asked: none, and the worker computes none.
+    let plain = json!({"input": "hi", "max_output_tokens": 2});
+    let v = parse(&post(s.addr, "/v1/responses", plain).await.2);
+    assert_eq!(v["output"][0]["content"][0]["logprobs"], json!([]), "{v}");
+    assert!(v["top_logprobs"].is_null(), "{v}");
+    let last = fake.state.calls.lock().last().cloned().expect("call");
+    assert_eq!(last.sampling.and_then(|s| s.logprobs), None);
 }
 
 /// Log probabilities reach the client in OpenAI's two shapes, whole and streamed: the worker's
