@@ -1,6 +1,7 @@
 //! The etcd key layout of a Dolphin cluster. Every process derives keys here so the layout has
 //! one definition: `/dolphin/<cluster>/workers/<role>/<id>` for worker records and
-//! `/dolphin/<cluster>/tables/` for shared tables.
+//! `/dolphin/<cluster>/tables/` for shared tables, `/dolphin/<cluster>/responses/<id>` for the
+//! Responses API's kept responses.
 
 use crate::worker::{Role, WorkerId};
 
@@ -20,6 +21,11 @@ pub fn tables_prefix(cluster: &str) -> String {
     format!("/dolphin/{cluster}/tables/")
 }
 
+/// Prefix of the Responses API's responses kept in etcd (ends with `/`).
+pub fn responses_prefix(cluster: &str) -> String {
+    format!("/dolphin/{cluster}/responses/")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -32,6 +38,7 @@ mod tests {
             "/dolphin/prod/workers/decode/decode-0000abcd"
         );
         assert_eq!(tables_prefix("prod"), "/dolphin/prod/tables/");
+        assert_eq!(responses_prefix("prod"), "/dolphin/prod/responses/");
         assert!(
             worker_key("a", Role::Prefill, &WorkerId::from("x")).starts_with(&workers_prefix("a"))
         );

@@ -49,7 +49,7 @@ pub use block_map::BlockMap;
 pub use discovery::{DiscoveryError, MembershipEvent};
 pub use etcd::{EtcdConfig, EtcdTls, Registration, watch_workers};
 pub use hash_map::{BlockHashBuild, BlockHashHasher, BlockHashMap};
-pub use keys::{tables_prefix, worker_key, workers_prefix};
+pub use keys::{responses_prefix, tables_prefix, worker_key, workers_prefix};
 pub use static_discovery::{load_static_file, static_workers};
 pub use telemetry::{
     init_metrics, init_tracing, nodelay_incoming, serve_metrics, serve_metrics_on,

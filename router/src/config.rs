@@ -138,9 +138,14 @@ pub struct RouterConfig {
     pub trust_request_chat_template: bool,
     /// Responses the Responses API keeps in this router's memory for `previous_response_id`
     /// and `GET /v1/responses/{id}` (the last N asked to be stored; 0: none, and such requests
-    /// get 400). Each replica keeps its own.
+    /// get 400). Each replica keeps its own; `--responses-etcd-ttl` shares them.
     #[arg(long, env = "DOLPHIN_RESPONSES_STORE", default_value_t = 0)]
     pub responses_store: usize,
+    /// Keeps the Responses API's responses in the cluster's etcd (needs `--etcd`) for this
+    /// many seconds (up to a tenth more), so that every router replica continues and reads
+    /// what any of them kept (0: not in etcd). Excludes `--responses-store`.
+    #[arg(long, env = "DOLPHIN_RESPONSES_ETCD_TTL", default_value_t = 0)]
+    pub responses_etcd_ttl: u64,
     /// Times one request may move to another decode worker when the one streaming it dies or
     /// its connection breaks (0: never; the client gets the error).
     #[arg(long, env = "DOLPHIN_MAX_MIGRATIONS", default_value_t = 3)]
@@ -241,6 +246,17 @@ impl RouterConfig {
         }
         if self.max_inflight == 0 {
             return bad("--max-inflight must be at least 1".into());
+        }
+        if self.responses_etcd_ttl > 0 {
+            if self.etcd.is_empty() {
+                return bad("--responses-etcd-ttl keeps responses in etcd: give --etcd".into());
+            }
+            if self.responses_store > 0 {
+                return bad(
+                    "--responses-store (in memory) and --responses-etcd-ttl (in etcd): give one"
+                        .into(),
+                );
+            }
         }
         if self.connect_timeout_ms == 0 {
             return bad("--connect-timeout-ms must be at least 1".into());
@@ -490,6 +506,27 @@ mod tests {
             Policy::Threshold(ThresholdConfig::default())
         );
         assert_eq!(c.overlap_weight, 1.0);
+    }
+
+    #[test]
+    fn responses_in_etcd_need_etcd_and_exclude_the_memory_store() {
+        let invalid = |args: &[&str]| {
+            let c = parse(args).expect("parse");
+            c.validate().expect_err("invalid").0
+        };
+        let e = invalid(&["--decode", "a:1", "--responses-etcd-ttl", "60"]);
+        assert!(e.contains("--etcd"), "{e}");
+        let e = invalid(&[
+            "--etcd",
+            "http://a:1",
+            "--responses-etcd-ttl",
+            "60",
+            "--responses-store",
+            "8",
+        ]);
+        assert!(e.contains("--responses-store"), "{e}");
+        let c = parse(&["--etcd", "http://a:1", "--responses-etcd-ttl", "60"]).expect("parse");
+        c.validate().expect("valid");
     }
 
     #[test]

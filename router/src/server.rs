@@ -40,6 +40,9 @@ pub enum ServerError {
     /// The tokenizer could not be built (`--tokenizer gguf`: the model file).
     #[error(transparent)]
     Tokenizer(#[from] crate::tokenizer::BuildTokenizerError),
+    /// The Responses API's store in etcd could not be reached.
+    #[error("response store failed")]
+    ResponseStore(#[from] crate::http::response_store::ResponseStoreError),
     /// The request log could not be opened.
     #[error(transparent)]
     RequestLog(#[from] RequestLogError),
@@ -208,6 +211,14 @@ pub async fn start(
         store.spawn_watcher(shutdown.clone());
         dispatcher.set_table_store(Arc::new(store));
     }
+    let responses = match cfg.etcd_config() {
+        Some(etcd) if cfg.responses_etcd_ttl > 0 => {
+            let ttl = Duration::from_secs(cfg.responses_etcd_ttl);
+            let kept = crate::http::response_store_etcd::EtcdResponses::connect(&etcd, ttl).await?;
+            crate::http::response_store::ResponseStore::etcd(kept)
+        }
+        _ => crate::http::response_store::ResponseStore::new(cfg.responses_store),
+    };
     dispatcher.spawn_online(shutdown.clone());
     for rx in crate::discovery::sources(cfg, &connector, &shutdown).await? {
         registry.follow(rx, shutdown.clone());
@@ -217,7 +228,7 @@ pub async fn start(
         metrics,
         api_keys: api_keys.clone(),
         limit: crate::admission::InflightLimit::new(cfg.max_inflight),
-        responses: crate::http::response_store::ResponseStore::new(cfg.responses_store),
+        responses,
     };
     let cors = cfg
         .cors()

@@ -8,6 +8,7 @@ mod logprobs;
 mod public;
 mod response_events;
 pub mod response_store;
+pub mod response_store_etcd;
 mod responses;
 mod sse;
 mod tokenize;

@@ -167,14 +167,13 @@ impl Inner {
                         Err(e) => Err(e),
                     }
                 }
-                Route::Responses => {
-                    match parse(&bytes)
-                        .and_then(|r| super::responses::prepare(st, &parts.headers, r))
-                    {
+                Route::Responses => match parse(&bytes) {
+                    Ok(r) => match super::responses::prepare(st, &parts.headers, r).await {
                         Ok((prepared, echo)) => super::responses::run(st, prepared, echo).await,
                         Err(e) => Err(e),
-                    }
-                }
+                    },
+                    Err(e) => Err(e),
+                },
             },
         };
         match answered {

@@ -123,8 +123,8 @@ impl Events {
             let finish = d.finish.clone();
             self.absorb(&d);
             if let Some(f) = finish {
-                let body = self.response(Some((f.reason, &f.usage)));
-                self.keep(&body);
+                let mut body = self.response(Some((f.reason, &f.usage)));
+                self.keep(&mut body).await;
                 // The buffer grows past this where the answer is longer.
                 return Ok(super::completions::json_response(&body, 2048));
             }
@@ -157,7 +157,7 @@ impl Events {
                         let finish = d.finish.clone();
                         ev.absorb(&d);
                         if let Some(f) = finish {
-                            ev.finish(f.reason, &f.usage);
+                            ev.finish(f.reason, &f.usage).await;
                             let frame = ev.frame()?;
                             return Some((Ok(frame), (ev, None)));
                         }
@@ -414,10 +414,10 @@ impl Events {
     }
 
     /// The answer ended: the last item closed, and the whole response as the last event.
-    fn finish(&mut self, reason: FinishReason, usage: &v1::Usage) {
+    async fn finish(&mut self, reason: FinishReason, usage: &v1::Usage) {
         self.close();
-        let response = self.response(Some((reason, usage)));
-        self.keep(&response);
+        let mut response = self.response(Some((reason, usage)));
+        self.keep(&mut response).await;
         let kind = if response["status"] == "incomplete" {
             "response.incomplete"
         } else {
@@ -489,20 +489,23 @@ impl Events {
     }
 
     /// Keeps the finished `response` where the request asked (`store`), with its conversation
-    /// and its output as the chat messages a later response continues from.
-    fn keep(&mut self, response: &Value) {
+    /// and its output as the chat messages a later response continues from, before the client
+    /// learns its id (so that any replica finds it). Where the store fails, the answer still
+    /// goes out, saying `store: false`.
+    async fn keep(&mut self, response: &mut Value) {
         let Some(store) = self.echo.store.take() else {
             return;
         };
         let mut conversation = std::mem::take(&mut self.echo.conversation);
         conversation.extend(as_messages(&self.items));
-        store.put(
-            self.id.clone(),
-            super::response_store::Stored {
-                conversation,
-                response: response.clone(),
-            },
-        );
+        let stored = super::response_store::Stored {
+            conversation,
+            response: response.clone(),
+        };
+        if let Err(e) = store.put(self.id.clone(), stored).await {
+            tracing::warn!(id = %self.id, error = %e, "response not kept");
+            response["store"] = Value::Bool(false);
+        }
     }
 }
 

@@ -23,7 +23,7 @@ use super::response_events::{Echo, Events};
 type Fields = Map<String, Value>;
 
 /// A Responses request turned into its chat request, with what its answer repeats back.
-pub(crate) fn prepare(
+pub(crate) async fn prepare(
     st: &AppState,
     headers: &HeaderMap,
     mut body: Fields,
@@ -36,7 +36,7 @@ pub(crate) fn prepare(
                 "previous_response_id is not supported: this router keeps no responses (--responses-store); send the whole conversation in input",
             ));
         }
-        Some(Value::String(id)) => match st.responses.get(&id) {
+        Some(Value::String(id)) => match st.responses.get(&id).await? {
             Some(stored) => stored.conversation,
             None => return Err(not_found("previous_response_id", &id)),
         },
@@ -79,7 +79,12 @@ pub(crate) async fn run(
         echo.model = st.dispatcher.config().model.clone();
     }
     let started = completions::start(st, prepared).await?;
-    let id = format!("resp_{}", started.rs.request_id());
+    // Not the request's id, which a client may choose (`x-request-id`): a kept response's id
+    // must name one response only.
+    let id = crate::selection::with_rng(|r| {
+        use rand::Rng;
+        format!("resp_{:016x}{:016x}", r.random::<u64>(), r.random::<u64>())
+    });
     let events = Events::new(
         id,
         completions::now(),
@@ -113,18 +118,21 @@ fn not_found(field: &'static str, id: &str) -> ApiError {
 
 /// `GET /v1/responses/{id}`: a kept response.
 pub(crate) async fn retrieve(State(st): State<AppState>, Path(id): Path<String>) -> Response {
-    match st.responses.get(&id) {
-        Some(stored) => axum::Json(stored.response).into_response(),
-        None => not_found("id", &id).into_response(),
+    match st.responses.get(&id).await {
+        Ok(Some(stored)) => axum::Json(stored.response).into_response(),
+        Ok(None) => not_found("id", &id).into_response(),
+        Err(e) => ApiError::from(e).into_response(),
     }
 }
 
 /// `DELETE /v1/responses/{id}`: forgets a kept response.
 pub(crate) async fn delete(State(st): State<AppState>, Path(id): Path<String>) -> Response {
-    if st.responses.delete(&id) {
-        axum::Json(json!({"id": id, "object": "response", "deleted": true})).into_response()
-    } else {
-        not_found("id", &id).into_response()
+    match st.responses.delete(&id).await {
+        Ok(true) => {
+            axum::Json(json!({"id": id, "object": "response", "deleted": true})).into_response()
+        }
+        Ok(false) => not_found("id", &id).into_response(),
+        Err(e) => ApiError::from(e).into_response(),
     }
 }
 

@@ -54,6 +54,18 @@ async fn start_with_cors(
     limit: InflightLimit,
     cors: Option<super::cors::Cors>,
 ) -> Server {
+    let state = AppState {
+        dispatcher: d,
+        metrics: Some(dolphin_cluster::init_metrics()),
+        api_keys,
+        limit,
+        responses: super::response_store::ResponseStore::new(64),
+    };
+    serve_state(state, cors).await
+}
+
+/// Serves `state` on loopback (the public and the operators' listeners).
+async fn serve_state(state: AppState, cors: Option<super::cors::Cors>) -> Server {
     let bind = || async {
         tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
@@ -63,19 +75,15 @@ async fn start_with_cors(
     let addr = listener.local_addr().expect("addr");
     let ops = ops_listener.local_addr().expect("addr");
     let stop = CancellationToken::new();
-    let state = AppState {
-        dispatcher: d,
-        metrics: Some(dolphin_cluster::init_metrics()),
-        api_keys,
-        limit,
-        responses: super::response_store::ResponseStore::new(64),
-    };
     let mut shards = crate::shard::deal(listener, 1, None, stop.clone()).expect("deal");
     let app = router(state.clone()).with_cors(cors);
     tokio::spawn(serve(shards.remove(0), app, stop.clone()));
     tokio::spawn(async move { axum::serve(ops_listener, ops_router(state)).await });
     Server { addr, ops, stop }
 }
+
+#[path = "responses_etcd_tests.rs"]
+mod responses_etcd;
 
 /// One worker answering "abc..." and a server in front of it.
 async fn with_worker(behavior: Behavior) -> (FakeWorker, Arc<Dispatcher>, Server) {
