@@ -225,12 +225,13 @@ impl Events {
             return;
         }
         let whole = (d.token_ids.len(), d.text.len());
+        let last = d.joins.len();
         let (mut tokens, mut text) = (0, 0);
-        for &(t, x) in d.joins.iter().chain([&whole]) {
+        for (i, (t, x)) in d.joins.iter().copied().chain([whole]).enumerate() {
             let ids = d.token_ids.get(tokens..t).unwrap_or_default();
             let lps = d.logprobs.get(tokens..t).unwrap_or_default();
             let piece = d.text.get(text..x).unwrap_or_default();
-            self.absorb_piece(piece, ids, lps, end && (t, x) == whole);
+            self.absorb_piece(piece, ids, lps, end && i == last);
             (tokens, text) = (t, x);
         }
     }
