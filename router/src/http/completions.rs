@@ -120,12 +120,6 @@ fn build(
     }
     // -1 and 0 both mean "off" (vLLM's and SGLang's clients send -1); a larger k than the
     // vocabulary is all of it.
-    if f.stream_options.is_some_and(|o| o.continuous_usage_stats) {
-        return Err(ApiError::invalid(
-            "stream_options.continuous_usage_stats is not supported by this server: include_usage sends the usage after the last chunk",
-            Some("stream_options"),
-        ));
-    }
     let max_prompt = st.dispatcher.config().max_prompt_tokens;
     let truncate_prompt_tokens = match f.truncate_prompt_tokens {
         None => None,
@@ -225,6 +219,8 @@ pub(crate) struct Prepared {
     endpoint: Endpoint,
     stream: bool,
     include_usage: bool,
+    /// vLLM's `continuous_usage_stats`: every chunk carries its choice's usage so far.
+    running_usage: bool,
     /// How a chat answer is read for tool calls.
     tools: Mode,
 }
@@ -320,6 +316,7 @@ pub(crate) fn completions(
         endpoint: Endpoint::Completions,
         stream: stream_mode,
         include_usage: opts.include_usage,
+        running_usage: opts.continuous_usage_stats,
         tools: Mode::Text,
     })
 }
@@ -378,6 +375,7 @@ pub(crate) fn chat(
         endpoint: Endpoint::Chat,
         stream: stream_mode,
         include_usage: opts.include_usage,
+        running_usage: opts.continuous_usage_stats,
         tools: tool_request.mode,
     })
 }
@@ -431,6 +429,7 @@ pub(crate) async fn run(st: &AppState, prepared: Prepared) -> Result<Response, A
         endpoint: ep,
         stream,
         include_usage,
+        running_usage,
         tools,
     } = prepared;
     let cfg = st.dispatcher.config();
@@ -447,6 +446,7 @@ pub(crate) async fn run(st: &AppState, prepared: Prepared) -> Result<Response, A
                 .with_echo(echo)
                 .with_answers(tools, readers)
                 .with_prompt_scores(prompt_scores)
+                .with_running_usage(running_usage)
         };
         return run_choices(st, params, more_prompts, choices, ep, enc, stream).await;
     }
@@ -459,7 +459,9 @@ pub(crate) async fn run(st: &AppState, prepared: Prepared) -> Result<Response, A
         .with_echo(echo)
         .with_answers(tools, readers)
         .with_prompt_scores(prompt_scores)
-        .with_logprobs(tokens, prompt);
+        .with_logprobs(tokens, prompt)
+        .with_running_usage(running_usage)
+        .with_prompt_lengths([&rs]);
     let mut resp = if stream {
         events(rs, enc)
     } else {
@@ -572,7 +574,9 @@ async fn run_choices(
         .step_by(choices as usize)
         .filter_map(prompt_of)
         .collect();
-    let enc = enc(response_id(ep, &streams[0]), model).with_logprobs(tokens, prompt);
+    let enc = enc(response_id(ep, &streams[0]), model)
+        .with_logprobs(tokens, prompt)
+        .with_prompt_lengths(&streams);
     let mut resp = if stream {
         let tagged = streams.into_iter().zip(0..).map(|(rs, i)| {
             rs.map(move |d| {
@@ -733,6 +737,9 @@ pub(crate) struct Encoder {
     /// Names the prompt's tokens where the request asked for their log probabilities
     /// (`prompt_logprobs`, without echo).
     prompt_scores: Option<Arc<dyn Tokenizer>>,
+    /// Every chunk carries its choice's usage so far (vLLM's `continuous_usage_stats`): each
+    /// choice's prompt tokens and tokens generated so far; `None`: chunks carry none.
+    running: Option<Vec<(u32, u32)>>,
 }
 
 impl Encoder {
@@ -765,7 +772,41 @@ impl Encoder {
             answers: Readers::default(),
             readers: Vec::new(),
             prompt_scores: None,
+            running: None,
         }
+    }
+
+    /// The encoder of a request whose every chunk carries its choice's usage so far (`on`).
+    pub(crate) fn with_running_usage(mut self, on: bool) -> Self {
+        self.running = on.then(Vec::new);
+        self
+    }
+
+    /// The prompt lengths of the choices' streams, in choice order (for the running usage).
+    fn with_prompt_lengths<'a>(
+        mut self,
+        streams: impl IntoIterator<Item = &'a ResponseStream>,
+    ) -> Self {
+        if let Some(running) = &mut self.running {
+            running.extend(
+                streams
+                    .into_iter()
+                    .map(|rs| (rs.prompt_tokens().len() as u32, 0)),
+            );
+        }
+        self
+    }
+
+    /// Choice `choice`'s usage so far, where chunks carry it.
+    fn running_usage(&self, choice: u32) -> Option<UsageOut> {
+        let &(prompt, generated) = self.running.as_ref()?.get(choice as usize)?;
+        Some(UsageOut {
+            prompt_tokens: prompt,
+            completion_tokens: generated,
+            total_tokens: prompt + generated,
+            prompt_tokens_details: None,
+            handoff: None,
+        })
     }
 
     /// The encoder of a chat request whose answers are read for tool calls as `mode` says
@@ -899,6 +940,13 @@ impl Encoder {
         };
         let finish = d.finish.as_ref().map(|f| finish_str(f.reason));
         let role_bit = 1u32 << d.choice;
+        if let Some(n) = self
+            .running
+            .as_mut()
+            .and_then(|r| r.get_mut(d.choice as usize))
+        {
+            n.1 += d.token_ids.len() as u32;
+        }
         if let Some((reasoning, text, calls, reason)) = self.read_answer(d, finish) {
             // The text the client sees is what the reader gave out.
             let finish = reason;
@@ -958,7 +1006,7 @@ impl Encoder {
                         finish_reason: finish,
                         prompt_logprobs: None,
                     }],
-                    None,
+                    self.running_usage(d.choice),
                 ))
             }
             Endpoint::Chat => {
@@ -1033,7 +1081,7 @@ impl Encoder {
                 logprobs,
                 finish_reason: finish,
             }],
-            None,
+            self.running_usage(d.choice),
         )
     }
 

@@ -1406,6 +1406,56 @@ async fn several_choices_whole_and_streamed() {
     assert_eq!(usage[0]["usage"]["completion_tokens"], 4);
 }
 
+/// vLLM's `continuous_usage_stats`: every chunk carries its choice's usage so far (the
+/// prompt's tokens, the choice's generated ones), on both endpoints; `include_usage` still
+/// adds the request's usage after the last chunk.
+#[tokio::test]
+async fn continuous_usage_counts_each_choice_as_it_goes() {
+    let (_fake, _d, s) = with_worker(Behavior::Text("abc".into())).await;
+    let opts = json!({"include_usage": true, "continuous_usage_stats": true});
+    for (path, req) in [
+        (
+            "/v1/chat/completions",
+            json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3, "n": 2,
+                "stream": true, "stream_options": opts}),
+        ),
+        (
+            "/v1/completions",
+            json!({"prompt": "hi", "max_tokens": 3, "n": 2, "stream": true,
+                "stream_options": opts}),
+        ),
+    ] {
+        let (status, _, body) = post(s.addr, path, req).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        let data = sse_data(&body);
+        let chunks: Vec<Value> = data[..data.len() - 1].iter().map(|d| parse(d)).collect();
+        let (last, per_choice) = chunks.split_last().expect("chunks");
+        assert_eq!(last["choices"], json!([]), "{body}");
+        let total = &last["usage"];
+        assert_eq!(total["completion_tokens"], 6, "{body}");
+        let prompt = total["prompt_tokens"].as_u64().expect("prompt tokens");
+        for index in 0..2 {
+            let usage: Vec<&Value> = per_choice
+                .iter()
+                .filter(|c| c["choices"][0]["index"] == index)
+                .map(|c| &c["usage"])
+                .collect();
+            assert!(!usage.is_empty(), "{body}");
+            let generated: Vec<u64> = usage
+                .iter()
+                .map(|u| {
+                    assert_eq!(u["prompt_tokens"], prompt, "{body}");
+                    let g = u["completion_tokens"].as_u64().expect("completion tokens");
+                    assert_eq!(u["total_tokens"], prompt + g, "{body}");
+                    g
+                })
+                .collect();
+            assert!(generated.is_sorted(), "{path}: {generated:?}");
+            assert_eq!(generated.last(), Some(&3), "{path}: {body}");
+        }
+    }
+}
+
 /// A completion's JSON objects, whole (one) or streamed (each event but `[DONE]`), and its
 /// body; the status must be 200.
 async fn completion_chunks(addr: SocketAddr, req: Value, stream: bool) -> (Vec<Value>, String) {
@@ -1853,11 +1903,6 @@ async fn bad_requests_get_openai_errors() {
             "/v1/chat/completions",
             json!({"tool_choice": "required"}),
             "tool_choice",
-        ),
-        (
-            "/v1/chat/completions",
-            json!({"stream": true, "stream_options": {"include_usage": true, "continuous_usage_stats": true}}),
-            "stream_options",
         ),
         (
             "/v1/chat/completions",

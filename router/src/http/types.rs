@@ -75,7 +75,7 @@ pub struct StreamOptions {
     /// Send a last chunk with the usage.
     #[serde(default, deserialize_with = "null_as_default")]
     pub include_usage: bool,
-    /// vLLM's usage on every chunk: not served (refused when set, never ignored).
+    /// vLLM's usage on every chunk: the prompt's tokens and the choice's generated so far.
     #[serde(default, deserialize_with = "null_as_default")]
     pub continuous_usage_stats: bool,
 }
@@ -696,8 +696,9 @@ pub struct UsageOut {
     pub completion_tokens: u32,
     /// Both.
     pub total_tokens: u32,
-    /// Cached prompt tokens.
-    pub prompt_tokens_details: CachedDetails,
+    /// Cached prompt tokens (not known in a chunk's running usage, before the end).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prompt_tokens_details: Option<CachedDetails>,
     /// On a model group (a Dolphin extension): completion tokens by model and handoffs.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub handoff: Option<HandoffUsage>,
@@ -727,9 +728,9 @@ impl From<&dolphin_proto::v1::Usage> for UsageOut {
             prompt_tokens: u.prompt_tokens,
             completion_tokens: u.completion_tokens,
             total_tokens: u.prompt_tokens + u.completion_tokens,
-            prompt_tokens_details: CachedDetails {
+            prompt_tokens_details: Some(CachedDetails {
                 cached_tokens: u.cached_tokens,
-            },
+            }),
             handoff: (!u.by_model.is_empty()).then(|| HandoffUsage {
                 algorithm: u.handoff_algorithm.clone(),
                 handoffs: u.handoffs,
