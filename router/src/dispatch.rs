@@ -335,20 +335,27 @@ impl Dispatcher {
         }
         let s = &p.sampling;
         let bad = |m: String| Err(DispatchError::InvalidRequest(m));
+        let bad_field = |field, message| Err(DispatchError::InvalidField { field, message });
         if s.max_tokens == 0 {
-            return bad("max_tokens must be at least 1".into());
+            return bad_field("max_tokens", "max_tokens must be at least 1".into());
         }
         if s.max_tokens > self.cfg.max_output_tokens {
-            return bad(format!(
-                "max_tokens {} exceeds the limit of {}",
-                s.max_tokens, self.cfg.max_output_tokens
-            ));
+            return bad_field(
+                "max_tokens",
+                format!(
+                    "max_tokens {} exceeds the limit of {}",
+                    s.max_tokens, self.cfg.max_output_tokens
+                ),
+            );
         }
         if !s.temperature.is_finite() || s.temperature < 0.0 {
-            return bad(format!("temperature must be >= 0, got {}", s.temperature));
+            return bad_field(
+                "temperature",
+                format!("temperature must be >= 0, got {}", s.temperature),
+            );
         }
         if !s.top_p.is_finite() || !(0.0..=1.0).contains(&s.top_p) {
-            return bad(format!("top_p must be in [0, 1], got {}", s.top_p));
+            return bad_field("top_p", format!("top_p must be in [0, 1], got {}", s.top_p));
         }
         dolphin_proto::sampling::check_logit_rules(s, self.tokenizer.vocab_size())?;
         // Whether the format compiles is checked with the tokenizing (`generate`), off the
@@ -359,7 +366,10 @@ impl Dispatcher {
                 source,
             })?;
             if s.ignore_eos {
-                return bad("ignore_eos cannot be set with structured".into());
+                return bad_field(
+                    "ignore_eos",
+                    "ignore_eos cannot be set with structured".into(),
+                );
             }
         }
         if s.output_in_prompt > 0 {
@@ -417,9 +427,10 @@ impl Dispatcher {
             Prompt::Text(t) => self.tokenizer.encode(&t).map_err(internal)?,
             Prompt::Chat { messages, extras } => {
                 if messages.is_empty() {
-                    return Err(DispatchError::InvalidRequest(
-                        "messages must not be empty".into(),
-                    ));
+                    return Err(DispatchError::InvalidField {
+                        field: "messages",
+                        message: "messages must not be empty".into(),
+                    });
                 }
                 let text = self
                     .tokenizer

@@ -8,6 +8,14 @@ pub enum DispatchError {
     /// The request is malformed or out of range.
     #[error("{0}")]
     InvalidRequest(String),
+    /// A field of the request is out of range (the error names it: OpenAI's `param`).
+    #[error("{message}")]
+    InvalidField {
+        /// The field, as the OpenAI API names it.
+        field: &'static str,
+        /// Why.
+        message: String,
+    },
     /// A logit rule is out of its range (the error names the field).
     #[error("{0}")]
     BadLogitRule(#[from] dolphin_proto::sampling::RuleError),
@@ -129,6 +137,7 @@ impl DispatchError {
     pub fn kind(&self) -> ErrorKind {
         match self {
             DispatchError::InvalidRequest(_)
+            | DispatchError::InvalidField { .. }
             | DispatchError::BadLogitRule(_)
             | DispatchError::BadFormat { .. }
             | DispatchError::PromptTooLong { .. }

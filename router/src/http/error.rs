@@ -125,7 +125,9 @@ impl From<DispatchError> for ApiError {
         let param = match &e {
             DispatchError::ModelNotFound(_) => Some("model"),
             DispatchError::BadLogitRule(e) => Some(e.field),
-            DispatchError::BadFormat { field, .. } => Some(*field),
+            DispatchError::BadFormat { field, .. } | DispatchError::InvalidField { field, .. } => {
+                Some(*field)
+            }
             _ => None,
         };
         let code = e.openai_code().or(match e.kind() {

@@ -2057,7 +2057,20 @@ async fn bad_requests_get_openai_errors() {
         "invalid_request_error"
     );
     let (status, _, body) = post(a, "/v1/chat/completions", json!({"messages": []})).await;
-    assert_error(status, &body, StatusCode::BAD_REQUEST);
+    let v = assert_error(status, &body, StatusCode::BAD_REQUEST);
+    assert_eq!(v["error"]["param"], "messages", "{v}");
+    // The dispatcher's range checks name their field too.
+    for (req, field) in [
+        (
+            json!({"prompt": "hi", "max_tokens": 1_000_000}),
+            "max_tokens",
+        ),
+        (json!({"prompt": "hi", "temperature": -1.0}), "temperature"),
+    ] {
+        let (status, _, body) = post(a, "/v1/completions", req.clone()).await;
+        let v = assert_error(status, &body, StatusCode::BAD_REQUEST);
+        assert_eq!(v["error"]["param"], field, "{req}: {v}");
+    }
     let (status, _, body) = post(
         a,
         "/v1/chat/completions",
