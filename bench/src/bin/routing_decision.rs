@@ -104,6 +104,11 @@ struct PolicyResult {
     whole_local_decisions: u64,
     whole_p99_target_us: f64,
     whole_p99_within_target: bool,
+    /// The host's own tail in the same run: a fixed amount of register-only work sized to take
+    /// the whole decision's median, timed the same way the same number of times. Its spread is
+    /// the machine's (interrupts, a shared core), not the code's: a decision's p99 cannot be
+    /// expected below this floor's p99.
+    host_floor: Summary,
 }
 
 #[derive(Debug, Serialize)]
@@ -188,12 +193,14 @@ fn main() -> anyhow::Result<()> {
             &mut r,
         );
         whole(&args, &workload.prompts, dispatcher, &mut r)?;
+        r.host_floor = host_floor(&args, r.whole.p50_us);
         println!("policy {} {}", r.policy, r.params);
         println!("  hashing             {}", r.hashing.line());
         println!("  lookup (both pools) {}", r.lookup_both_pools.line());
         println!("  selection + policy  {}", r.selection_and_policy.line());
         println!("  sum of stages       {}", r.stages_sum.line());
         println!("  whole (route)       {}", r.whole.line());
+        println!("  host floor          {}", r.host_floor.line());
         println!(
             "  whole, best run of each prompt: median {:.2} us, worst prompt {:.2} us",
             r.whole_best_per_prompt.p50_us, r.whole_best_per_prompt.max_us
@@ -314,6 +321,45 @@ fn breakdown(
     r.lookup_both_pools = Summary::from_nanos(&mut lookup_ns);
     r.selection_and_policy = Summary::from_nanos(&mut select_ns);
     r.stages_sum = Summary::from_nanos(&mut sum_ns);
+}
+
+/// Fixed work: `rounds` dependent multiply-xorshift steps, registers only.
+#[inline(never)]
+fn spin(seed: u64, rounds: u64) -> u64 {
+    let mut x = seed;
+    for _ in 0..rounds {
+        x = x
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        x ^= x >> 29;
+    }
+    x
+}
+
+/// Times [`spin`] sized to `p50_us` (its fastest of a few calibration runs) as many times as
+/// the decisions were timed: the tail this host adds to any work of that length.
+fn host_floor(args: &Args, p50_us: f64) -> Summary {
+    const CALIBRATION_ROUNDS: u64 = 100_000;
+    let fastest = (0..20)
+        .map(|i| {
+            let t = Instant::now();
+            std::hint::black_box(spin(i, CALIBRATION_ROUNDS));
+            t.elapsed()
+        })
+        .min()
+        .unwrap_or_default();
+    let per_round_ns = stats::ns(fastest).max(1) as f64 / CALIBRATION_ROUNDS as f64;
+    let rounds = (p50_us * 1000.0 / per_round_ns).round() as u64;
+    let mut samples = Vec::with_capacity(args.run.iterations);
+    for i in 0..(args.run.warmup + args.run.iterations) as u64 {
+        let t = Instant::now();
+        std::hint::black_box(spin(i, rounds));
+        let elapsed = t.elapsed();
+        if i >= args.run.warmup as u64 {
+            samples.push(stats::ns(elapsed));
+        }
+    }
+    Summary::from_nanos(&mut samples)
 }
 
 /// Times `Dispatcher::route`, the router's whole decision.
