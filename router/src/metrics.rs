@@ -52,6 +52,9 @@ pub const WORKERS_REJECTED_TOTAL: &str = "dolphin_router_workers_rejected_total"
 pub const PAIRS_REFUSED_TOTAL: &str = "dolphin_router_pairs_refused_total";
 /// Request-log records dropped because the writer fell behind.
 pub const REQUEST_LOG_DROPPED_TOTAL: &str = "dolphin_router_request_log_dropped_total";
+/// Responses API responses asked to be kept, by `outcome` (kept, failed: the store refused or
+/// could not be reached, and the answer said `store: false`).
+pub const RESPONSES_STORED_TOTAL: &str = "dolphin_router_responses_stored_total";
 
 /// Decisions of the `dolphin` policy read from a table, by `cluster` ("0".."63") and
 /// `decision` (local, remote).
@@ -125,6 +128,7 @@ pub const ALL: &[&str] = &[
     WORKERS_REJECTED_TOTAL,
     PAIRS_REFUSED_TOTAL,
     REQUEST_LOG_DROPPED_TOTAL,
+    RESPONSES_STORED_TOTAL,
     DOLPHIN_DECISIONS_TOTAL,
     DOLPHIN_DISTRUSTED_TOTAL,
     DOLPHIN_LOAD_RULE_TOTAL,
@@ -246,5 +250,9 @@ pub fn describe() {
     describe_counter!(
         REQUEST_LOG_DROPPED_TOTAL,
         "Request-log records dropped (writer behind)."
+    );
+    describe_counter!(
+        RESPONSES_STORED_TOTAL,
+        "Responses API responses asked to be kept, by outcome (kept, failed)."
     );
 }

@@ -503,10 +503,16 @@ impl Events {
             conversation,
             response: response.clone(),
         };
-        if let Err(e) = store.put(self.id.clone(), stored).await {
-            tracing::warn!(id = %self.id, error = %e, "response not kept");
-            response["store"] = Value::Bool(false);
-        }
+        let outcome = match store.put(self.id.clone(), stored).await {
+            Ok(()) => "kept",
+            Err(e) => {
+                tracing::warn!(id = %self.id, error = %e, "response not kept");
+                response["store"] = Value::Bool(false);
+                "failed"
+            }
+        };
+        metrics::counter!(crate::metrics::RESPONSES_STORED_TOTAL, "outcome" => outcome)
+            .increment(1);
     }
 }
 

@@ -97,6 +97,11 @@ async fn routers_share_responses_kept_in_etcd() {
     let (status, _, body) = post(a.addr, "/v1/responses", json!({"input": "hi"})).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(parse(&body)["store"], false, "{body}");
+    let (_, _, metrics) = call(a.ops, Method::GET, "/metrics", "").await;
+    assert!(
+        metrics.contains(r#"dolphin_router_responses_stored_total{outcome="failed"}"#),
+        "{metrics}"
+    );
     let next = json!({"input": "hi", "previous_response_id": third["id"]});
     let (status, _, body) = post(a.addr, "/v1/responses", next).await;
     assert_error(status, &body, StatusCode::SERVICE_UNAVAILABLE);
