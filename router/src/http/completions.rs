@@ -291,12 +291,6 @@ pub(crate) fn completions(
             Some(if choices > 1 { "n" } else { "prompt" }),
         ));
     }
-    if !more_prompts.is_empty() && params.sampling.prompt_logprobs.is_some() {
-        return Err(ApiError::invalid(
-            "prompt_logprobs is not supported with batched prompts: send one prompt per request",
-            Some("prompt_logprobs"),
-        ));
-    }
     if echo.is_some() && params.sampling.prompt_logprobs.is_some() {
         return Err(ApiError::invalid(
             "prompt_logprobs cannot be set with echo: with echo, logprobs covers the prompt",

@@ -866,6 +866,21 @@ async fn prompt_logprobs_come_with_the_answer() {
         "{scores:?}"
     );
     assert!(v["choices"][0].get("prompt_logprobs").is_none(), "{body}");
+    // A batch: each choice beside its own prompt's (choice p * n + i answers prompt p).
+    let req = json!({"prompt": ["hi", "hey you"], "max_tokens": 1, "n": 2, "prompt_logprobs": 0});
+    let (status, _, body) = post(s.addr, "/v1/completions", req).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let v = parse(&body);
+    for (choice, prompt) in [(0, "hi"), (1, "hi"), (2, "hey you"), (3, "hey you")] {
+        let scores = v["choices"][choice]["prompt_logprobs"]
+            .as_array()
+            .expect("prompt_logprobs");
+        let ids = SimTokenizer.encode(prompt);
+        assert_eq!(scores.len(), ids.len(), "{choice}: {body}");
+        for (score, id) in scores[1..].iter().zip(&ids[1..]) {
+            assert!(score.get(id.to_string()).is_some(), "{choice}: {body}");
+        }
+    }
     // Plain requests carry no such field.
     let (_, _, body) = post(
         s.addr,
