@@ -4,8 +4,8 @@
 //! answer read by the same [`AnswerReader`](crate::answer::AnswerReader) into output items
 //! ([`super::response_events`]): whole, or streamed as the typed events OpenAI's SDKs read.
 //!
-//! Responses are kept only where the router keeps some (`--responses-store`,
-//! [`super::response_store`]): then `previous_response_id` continues a kept one's
+//! Responses are kept only where the router keeps some (`--responses-store` in memory,
+//! `--responses-etcd-ttl` in etcd, [`super::response_store`]): then `previous_response_id` continues a kept one's
 //! conversation and `GET`/`DELETE /v1/responses/{id}` read and forget one; otherwise such
 //! requests are refused by name, as are `conversation`, `background` and the tools OpenAI
 //! hosts (web search, file search, ...).
@@ -33,7 +33,7 @@ pub(crate) async fn prepare(
         Some(Value::String(_)) if !st.responses.enabled() => {
             return Err(invalid(
                 "previous_response_id",
-                "previous_response_id is not supported: this router keeps no responses (--responses-store); send the whole conversation in input",
+                "previous_response_id is not supported: this router keeps no responses (--responses-store, --responses-etcd-ttl); send the whole conversation in input",
             ));
         }
         Some(Value::String(id)) => match st.responses.get(&id).await? {
