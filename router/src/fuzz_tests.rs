@@ -173,6 +173,7 @@ fn generate_request() -> impl Strategy<Value = v1::GenerateRequest> {
                             name,
                             description: String::new(),
                             parameters_json,
+                            strict: false,
                         })
                         .collect(),
                     tool_choice: choice.to_owned(),

@@ -62,6 +62,13 @@ pub(crate) fn params(
                 }
                 sampling.structured = Some(Box::new(format.to_wire()));
                 format_field = "chat.tools";
+            } else if let Some(format) = request.strict_format()
+                && sampling.structured.is_none()
+                && !sampling.ignore_eos
+            {
+                // Strict tools under "auto", as over HTTP.
+                sampling.structured = Some(Box::new(format.to_wire()));
+                format_field = "chat.tools";
             }
             mode = Some(request.mode);
             let extras = chat_extras(&mut c, cfg.trust_request_chat_template)?;
@@ -188,6 +195,9 @@ fn chat_tools(c: &v1::ChatMessages, parser: Option<ToolCallParser>) -> Result<To
                 ))
             })?;
             function["parameters"] = parameters;
+        }
+        if t.strict {
+            function["strict"] = json!(true);
         }
         list.push(json!({"type": "function", "function": function}));
     }

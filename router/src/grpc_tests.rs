@@ -300,6 +300,7 @@ async fn chat_tools_are_called_over_grpc() {
         name: "wx".into(),
         description: "Weather".into(),
         parameters_json: r#"{"type": "object", "properties": {"c": {"type": "integer"}}}"#.into(),
+        strict: false,
     };
     let chat = |tool_choice: &str, tools: Vec<v1::Tool>| v1::GenerateRequest {
         input: Some(Input::Chat(v1::ChatMessages {
@@ -366,6 +367,9 @@ async fn chat_tools_are_called_over_grpc() {
         "{prompt}"
     );
     assert!(prompt.contains("<|im_start|>tool\ncold"), "{prompt}");
+    // Not strict: the model writes freely.
+    let sent = fake.state.calls.lock()[0].sampling.clone();
+    assert!(sent.expect("sampling").structured.is_none());
 
     // A named function: its schema goes to the worker as the format.
     *fake.state.behavior.lock() = Behavior::Text(r#"{"c": 2}"#.into());
@@ -386,6 +390,25 @@ async fn chat_tools_are_called_over_grpc() {
         dolphin_grammar::Format::JsonSchema(
             r#"{"type":"object","properties":{"c":{"type":"integer"}}}"#.into()
         )
+    );
+
+    // A strict tool under "auto": the answer is drawn under its calls' grammar.
+    *fake.state.behavior.lock() = Behavior::Text(answer.into());
+    let strict = v1::Tool {
+        strict: true,
+        ..tool.clone()
+    };
+    collect(client.clone(), chat("", vec![strict]))
+        .await
+        .expect("strict auto");
+    let sent = fake.state.calls.lock()[2]
+        .sampling
+        .clone()
+        .expect("sampling");
+    let format = dolphin_grammar::Format::from_wire(&sent.structured.expect("a format"));
+    assert!(
+        matches!(format, Ok(dolphin_grammar::Format::Lark(ref g)) if g.contains("<tool_call>")),
+        "{format:?}"
     );
 
     for (choice, tools, says) in [
@@ -418,7 +441,7 @@ async fn chat_tools_are_called_over_grpc() {
     );
     assert_eq!(
         fake.state.calls.lock().len(),
-        2,
+        3,
         "refused before any worker"
     );
 }

@@ -291,6 +291,69 @@ fn function_names(tools: &Value) -> Result<Vec<String>, FieldError> {
 }
 
 impl ToolRequest {
+    /// Under `"auto"`, where a tool asks for `strict` (OpenAI's SDK sets it for pydantic
+    /// tools) and the parser's call format has a grammar here (Hermes, Llama 3 JSON): the
+    /// format the answer is drawn under, free text or calls in that format whose JSON follows
+    /// the tools (a strict tool's arguments its parameters' schema, the others' any object),
+    /// as vLLM's structural tags constrain them. The model still chooses whether to call; text
+    /// that would open a call must be one. `None` elsewhere: calls are read, not drawn under a
+    /// schema (Mistral's and the pythonic formats).
+    pub fn strict_format(&self) -> Option<Format> {
+        let Mode::Auto { parser, parallel } = self.mode else {
+            return None;
+        };
+        let tools = self.tools.as_ref()?.as_array()?;
+        if !tools.iter().any(|t| t["function"]["strict"] == true) {
+            return None;
+        }
+        let key = match parser {
+            ToolCallParser::Hermes => "arguments",
+            ToolCallParser::Llama3Json => "parameters",
+            ToolCallParser::Mistral | ToolCallParser::Pythonic => return None,
+        };
+        let calls: Vec<Value> = tools
+            .iter()
+            .map(|t| {
+                let f = &t["function"];
+                let arguments = match &f["parameters"] {
+                    p if f["strict"] == true && p.is_object() => p.clone(),
+                    _ => json!({"type": "object"}),
+                };
+                json!({
+                    "type": "object",
+                    "properties": {"name": {"const": f["name"]}, key: arguments},
+                    "required": ["name", key],
+                    "additionalProperties": false,
+                })
+            })
+            .collect();
+        let call = format!(
+            "call: /[ \\t\\n]*/ %json {} /[ \\t\\n]*/",
+            json!({"anyOf": calls})
+        );
+        let grammar = match parser {
+            // Text up to each call's opening tag (lazily: the first tag ends it), the call,
+            // and text that opens none after the last.
+            ToolCallParser::Hermes => format!(
+                "start: (pre call_block){} POST\n\
+                 pre[lazy]: /(.|\\n)*{CALL_OPEN}/\n\
+                 call_block: call \"{CALL_CLOSE}\"\n\
+                 {call}\n\
+                 POST: /(.|\\n)*/ & ~/(.|\\n)*{CALL_OPEN}(.|\\n)*/\n",
+                if parallel { "*" } else { "?" },
+            ),
+            // Text that does not start with `{`, or calls separated by `;`.
+            _ => format!(
+                "start: TEXT | calls\n\
+                 calls: call{}\n\
+                 {call}\n\
+                 TEXT: /(.|\\n)*/ & ~/[ \\t\\n]*\\{{(.|\\n)*/\n",
+                if parallel { " (\";\" call)*" } else { "" },
+            ),
+        };
+        Some(Format::Lark(grammar))
+    }
+
     /// The format a forced call is drawn under: the named function's parameters, or for
     /// `"required"` a JSON array of `{"name", "parameters"}` objects, each one of the tools
     /// with its parameters (one call at most without `parallel_tool_calls`). `None` where the

@@ -620,3 +620,131 @@ fn required_and_named_answers_become_calls() {
     // Even an empty answer is the call the client forced.
     assert_eq!(read(&named, "", &[]), (vec![call(0, "weather")], "stop"));
 }
+
+/// Whether `format` lets a model whose tokens are single bytes write `text` and end there.
+fn drawable(format: &Format, text: &str) -> bool {
+    use dolphin_grammar::{TokenSpace, TokenText};
+    let mut tokens: Vec<TokenText> = (0u8..=255).map(|b| TokenText::Bytes(vec![b])).collect();
+    tokens.push(TokenText::Special("<end>".into()));
+    let space = TokenSpace::new(tokens, 257, &[256]).expect("space");
+    let mut c = space.constrain(format).expect("compiles");
+    for b in text.bytes() {
+        let mut logits = vec![0.0f32; 257];
+        c.mask(&mut logits).expect("mask");
+        if logits[b as usize] != 0.0 || c.consume(u32::from(b)).is_err() {
+            return false;
+        }
+    }
+    let mut logits = vec![0.0f32; 257];
+    c.mask(&mut logits).expect("mask");
+    logits[256] == 0.0
+}
+
+/// Strict tools under `"auto"`: the model may answer in text or call, and a call it makes
+/// follows the strict tool's schema (any object for the others), in Hermes' and Llama 3's
+/// formats; without a strict tool, or in formats without a grammar here, nothing is drawn
+/// under a format.
+#[test]
+fn strict_tools_under_auto_constrain_the_calls_not_the_choice() {
+    let tools = json!([
+        {"type": "function", "function": {"name": "weather", "strict": true,
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                "required": ["city"], "additionalProperties": false}}},
+        {"type": "function", "function": {"name": "time"}},
+    ]);
+    let request = |parser, parallel: bool| {
+        take(
+            &mut fields(json!({"tools": tools, "parallel_tool_calls": parallel})),
+            Some(parser),
+        )
+        .expect("take")
+    };
+    let hermes = request(ToolCallParser::Hermes, true)
+        .strict_format()
+        .expect("a grammar");
+    assert!(Format::check(&hermes).is_ok(), "{hermes:?}");
+    let call = |args: &str| {
+        format!("<tool_call>\n{{\"name\": \"weather\", \"arguments\": {args}}}\n</tool_call>")
+    };
+    for (text, ok) in [
+        ("Sunny, I think.".to_owned(), true),
+        (String::new(), true),
+        ("a < b, and <tool_ is no call".into(), true),
+        (format!("Let me look.{}", call(r#"{"city": "Rome"}"#)), true),
+        (
+            format!(
+                "{}\n{}",
+                call(r#"{"city": "Rome"}"#),
+                call(r#"{"city": "Oslo"}"#)
+            ),
+            true,
+        ),
+        (
+            r#"<tool_call>{"name": "time", "arguments": {"zone": "UTC"}}</tool_call>"#.into(),
+            true,
+        ),
+        (call(r#"{"town": "Rome"}"#), false),
+        (call("{}"), false),
+        (
+            r#"<tool_call>{"name": "clock", "arguments": {}}</tool_call>"#.into(),
+            false,
+        ),
+    ] {
+        assert_eq!(drawable(&hermes, &text), ok, "hermes: {text}");
+    }
+    let single = request(ToolCallParser::Hermes, false)
+        .strict_format()
+        .expect("a grammar");
+    let two = format!(
+        "{}{}",
+        call(r#"{"city": "Rome"}"#),
+        call(r#"{"city": "Oslo"}"#)
+    );
+    assert!(drawable(&single, &call(r#"{"city": "Rome"}"#)));
+    assert!(
+        !drawable(&single, &two),
+        "one call without parallel_tool_calls"
+    );
+
+    let llama = request(ToolCallParser::Llama3Json, true)
+        .strict_format()
+        .expect("a grammar");
+    assert!(Format::check(&llama).is_ok(), "{llama:?}");
+    for (text, ok) in [
+        ("It is sunny {mostly}.", true),
+        (
+            r#"{"name": "weather", "parameters": {"city": "Rome"}}"#,
+            true,
+        ),
+        (
+            r#"{"name": "weather", "parameters": {"city": "Rome"}}; {"name": "time", "parameters": {}}"#,
+            true,
+        ),
+        (
+            r#"{"name": "weather", "parameters": {"town": "Rome"}}"#,
+            false,
+        ),
+        (r#"{"answer": 42}"#, false),
+    ] {
+        assert_eq!(drawable(&llama, text), ok, "llama3_json: {text}");
+    }
+
+    // No strict tool, another format, or a forced choice: no such grammar.
+    let lax = take(
+        &mut fields(json!({"tools": weather()})),
+        Some(ToolCallParser::Hermes),
+    )
+    .expect("take");
+    assert!(lax.strict_format().is_none());
+    assert!(
+        request(ToolCallParser::Mistral, true)
+            .strict_format()
+            .is_none()
+    );
+    let forced = take(
+        &mut fields(json!({"tools": tools, "tool_choice": "required"})),
+        Some(ToolCallParser::Hermes),
+    )
+    .expect("take");
+    assert!(forced.strict_format().is_none() && forced.format().is_some());
+}

@@ -338,6 +338,7 @@ pub(crate) fn chat(
         };
         (field, f)
     });
+    let strict = tool_request.strict_format();
     let messages = chat_messages(req.messages)?;
     let max_tokens = req.max_completion_tokens.or(req.max_tokens);
     let (stream_mode, opts) = (
@@ -360,6 +361,15 @@ pub(crate) fn chat(
         req.sampling,
         forced,
     )?;
+    // Strict tools under "auto": the answer is drawn under their calls' grammar, unless the
+    // request's own format (`response_format`, ...) constrains it already.
+    if let Some(format) = strict
+        && params.sampling.structured.is_none()
+        && !params.sampling.ignore_eos
+    {
+        params.sampling.structured = Some(Box::new(format.to_wire()));
+        params.format_field = "tools";
+    }
     params.keep_call_markers = matches!(tool_request.mode, Mode::Auto { .. });
     Ok(Prepared {
         params,

@@ -1485,6 +1485,50 @@ async fn completion_chunks(addr: SocketAddr, req: Value, stream: bool) -> (Vec<V
     (chunks, body)
 }
 
+/// Strict tools under `"auto"` reach the worker as their calls' grammar; a format of the
+/// request's own wins; without a strict tool the model writes freely.
+#[tokio::test]
+async fn strict_tools_under_auto_reach_the_worker_as_a_grammar() {
+    use dolphin_grammar::Format;
+    let (fake, _d, s) = with_worker(Behavior::Text("ok".into())).await;
+    let tools = |strict: bool| {
+        json!([{"type": "function", "function": {"name": "wx", "strict": strict,
+            "parameters": {"type": "object", "properties": {"c": {"type": "string"}},
+                "required": ["c"], "additionalProperties": false}}}])
+    };
+    let base = json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2});
+    let with = |extra: Value| {
+        let mut req = base.clone();
+        if let (Some(req), Value::Object(extra)) = (req.as_object_mut(), extra) {
+            req.extend(extra);
+        }
+        req
+    };
+    for (req, want) in [
+        (with(json!({"tools": tools(true)})), "lark"),
+        (with(json!({"tools": tools(false)})), "none"),
+        (
+            with(json!({"tools": tools(true), "response_format": {"type": "json_object"}})),
+            "json object",
+        ),
+    ] {
+        let (status, _, body) = post(s.addr, "/v1/chat/completions", req.clone()).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        let sent = fake.state.calls.lock().last().cloned().expect("a call");
+        let format = sent
+            .sampling
+            .and_then(|s| s.structured)
+            .map(|w| Format::from_wire(&w).expect("format"));
+        let got = match &format {
+            None => "none",
+            Some(Format::Lark(g)) if g.contains("<tool_call>") && g.contains("\"c\"") => "lark",
+            Some(Format::JsonObject) => "json object",
+            Some(_) => "other",
+        };
+        assert_eq!(got, want, "{req}: {format:?}");
+    }
+}
+
 /// The Responses API's output text carries its tokens' log probabilities where `include` asks
 /// for them (`top_logprobs` alternatives each), whole and streamed, the tokens of a call
 /// left out; the worker is asked for them.
