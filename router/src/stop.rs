@@ -13,6 +13,8 @@ pub struct StopMatcher {
     max_len: usize,
     /// Whether the stop string found is part of the text (`include_stop_str_in_output`).
     include: bool,
+    /// The stop string that ended the text, once one did.
+    matched: Option<usize>,
 }
 
 /// What one piece of text released.
@@ -35,7 +37,13 @@ impl StopMatcher {
             held: String::new(),
             max_len,
             include,
+            matched: None,
         }
+    }
+
+    /// The stop string that ended the text, once one did.
+    pub fn matched(&self) -> Option<&str> {
+        self.matched.map(|i| self.stops[i].as_str())
     }
 
     /// Whether there is anything to match (else text passes straight through).
@@ -56,9 +64,11 @@ impl StopMatcher {
         let first = self
             .stops
             .iter()
-            .filter_map(|s| self.held.find(s.as_str()).map(|pos| (pos, s.len())))
-            .min_by_key(|&(pos, _)| pos);
-        if let Some((pos, len)) = first {
+            .enumerate()
+            .filter_map(|(i, s)| self.held.find(s.as_str()).map(|pos| (pos, s.len(), i)))
+            .min_by_key(|&(pos, _, i)| (pos, i));
+        if let Some((pos, len, i)) = first {
+            self.matched = Some(i);
             let end = if self.include { pos + len } else { pos };
             let out = self.held[..end].to_string();
             self.held.clear();

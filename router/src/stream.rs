@@ -71,6 +71,8 @@ pub struct Finish {
     pub fell_back: bool,
     /// Where the request ended: the last decode worker after migrations.
     pub routing: v1::RoutingInfo,
+    /// The stop string that ended the output (`reason` is then `Stop`), if one did.
+    pub stop_sequence: Option<String>,
 }
 
 /// Output since the previous delta.
@@ -479,6 +481,7 @@ impl Running {
             },
             fell_back: self.fell_back,
             routing: self.routing(),
+            stop_sequence: self.stop.matched().map(str::to_owned),
         };
         let outcome = if reason == FinishReason::Error {
             "error_worker"

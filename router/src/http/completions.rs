@@ -225,6 +225,13 @@ pub(crate) struct Prepared {
     tools: Mode,
 }
 
+impl Prepared {
+    /// The prompt the request would send (for counting its tokens).
+    pub(crate) fn into_prompt(self) -> Prompt {
+        self.params.prompt
+    }
+}
+
 /// `POST /v1/completions`, up to the dispatch (kept out of the async part: what a future holds
 /// across its awaits, it holds for the whole request).
 pub(crate) fn completions(

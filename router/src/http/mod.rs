@@ -5,6 +5,8 @@ mod completions;
 pub mod cors;
 pub mod error;
 mod logprobs;
+mod message_events;
+mod messages;
 mod public;
 mod response_events;
 pub mod response_store;
@@ -66,6 +68,12 @@ pub fn router(state: AppState) -> PublicApi {
         .route("/v1/completions", any(public::post_only))
         .route("/v1/chat/completions", any(public::post_only))
         .route("/v1/responses", any(public::post_only))
+        .route("/v1/messages", any(public::post_only))
+        // Anthropic's token counting.
+        .route(
+            "/v1/messages/count_tokens",
+            axum::routing::post(messages::count_tokens),
+        )
         .route(
             "/v1/responses/{id}",
             get(responses::retrieve).delete(responses::delete),
@@ -113,7 +121,15 @@ async fn require_api_key(
 
 /// The 401 a request with `headers` gets when it has no valid key (`None`: admitted).
 fn key_refusal(st: &AppState, headers: &HeaderMap) -> Option<Response> {
-    let key = headers.get(header::AUTHORIZATION).map(|v| v.as_bytes());
+    // Anthropic's clients send the key as `x-api-key`.
+    let anthropic = headers
+        .get("x-api-key")
+        .filter(|_| !headers.contains_key(header::AUTHORIZATION))
+        .map(|k| [&b"Bearer "[..], k.as_bytes()].concat());
+    let key = match &anthropic {
+        Some(k) => Some(k.as_slice()),
+        None => headers.get(header::AUTHORIZATION).map(|v| v.as_bytes()),
+    };
     let message = match Verdict::of(st.api_keys.as_ref(), key) {
         Verdict::Admitted => return None,
         Verdict::Missing => {

@@ -83,6 +83,8 @@ enum Route {
     OpenAi(Endpoint),
     /// OpenAI's Responses API (`responses.rs`).
     Responses,
+    /// Anthropic's Messages API (`messages.rs`), which answers errors in its own shape.
+    Messages,
 }
 
 /// The inference route a request is for, if it is a POST to one.
@@ -94,6 +96,7 @@ fn inference_route(req: &Request) -> Option<Route> {
         "/v1/completions" => Some(Route::OpenAi(Endpoint::Completions)),
         "/v1/chat/completions" => Some(Route::OpenAi(Endpoint::Chat)),
         "/v1/responses" => Some(Route::Responses),
+        "/v1/messages" => Some(Route::Messages),
         _ => None,
     }
 }
@@ -174,11 +177,22 @@ impl Inner {
                     },
                     Err(e) => Err(e),
                 },
+                Route::Messages => {
+                    match parse(&bytes)
+                        .and_then(|r| super::messages::prepare(st, &parts.headers, r))
+                    {
+                        Ok((prepared, echo)) => super::messages::run(st, prepared, echo).await,
+                        Err(e) => Err(e),
+                    }
+                }
             },
         };
-        match answered {
-            Ok(response) => response.map(|body| Body::new(PermitBody::new(body, Some(permit)))),
-            Err(e) => e.into_response(),
+        match (answered, route) {
+            (Ok(response), _) => {
+                response.map(|body| Body::new(PermitBody::new(body, Some(permit))))
+            }
+            (Err(e), Route::Messages) => super::messages::error_response(e),
+            (Err(e), _) => e.into_response(),
         }
     }
 }

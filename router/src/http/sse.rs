@@ -221,6 +221,7 @@ mod tests {
             timings: Default::default(),
             fell_back: false,
             routing: Default::default(),
+            stop_sequence: None,
         });
         tx.unbounded_send(Ok(last)).unwrap();
         let frame = poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await;

@@ -85,6 +85,9 @@ async fn serve_state(state: AppState, cors: Option<super::cors::Cors>) -> Server
 #[path = "responses_etcd_tests.rs"]
 mod responses_etcd;
 
+#[path = "messages_tests.rs"]
+mod messages;
+
 /// One worker answering "abc..." and a server in front of it.
 async fn with_worker(behavior: Behavior) -> (FakeWorker, Arc<Dispatcher>, Server) {
     let fake = FakeWorker::start("d1", Role::Decode, behavior).await;
