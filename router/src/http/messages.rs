@@ -204,8 +204,22 @@ fn to_chat(mut body: Fields) -> Result<(Fields, Echo), ApiError> {
             json!({"enable_thinking": on}),
         );
     }
-    // Fields that change nothing of the answer, taken out.
-    for field in ["metadata", "service_tier", "anthropic_version"] {
+    if let Some(config) = body.remove("output_config").filter(|v| !v.is_null()) {
+        output_config(&config, &mut chat)?;
+    }
+    // Fields that change nothing of the answer here, taken out: a prefix cache is always on
+    // (`cache_control` marks what to cache), and there is one place and speed to serve from.
+    for field in [
+        "metadata",
+        "service_tier",
+        "anthropic_version",
+        "cache_control",
+        "inference_geo",
+        "speed",
+        "diagnostics",
+        "user_profile_id",
+        "workspace_id",
+    ] {
         body.remove(field);
     }
     let echo = Echo {
@@ -219,6 +233,49 @@ fn to_chat(mut body: Fields) -> Result<(Fields, Echo), ApiError> {
     // same to chat, which refuses by name what it does not serve.
     chat.extend(body);
     Ok((chat, echo))
+}
+
+/// `output_config`: its JSON Schema `format` as chat's `response_format`, its `effort` as the
+/// template variable `reasoning_effort` (as chat's `reasoning_effort` passes it).
+fn output_config(config: &Value, chat: &mut Fields) -> Result<(), ApiError> {
+    const NAME: &str = "output_config";
+    let Value::Object(config) = config else {
+        return Err(invalid(
+            NAME,
+            format!("{NAME} must be an object, got {config}"),
+        ));
+    };
+    for (key, v) in config.iter().filter(|(_, v)| !v.is_null()) {
+        match key.as_str() {
+            "format" => match (v["type"].as_str(), &v["schema"]) {
+                (Some("json_schema"), schema @ (Value::Object(_) | Value::Bool(_))) => {
+                    chat.insert(
+                        "response_format".into(),
+                        json!({"type": "json_schema",
+                            "json_schema": {"name": "output", "schema": schema}}),
+                    );
+                }
+                _ => {
+                    return Err(invalid(
+                        NAME,
+                        format!(
+                            "output_config.format must be {{\"type\": \"json_schema\", \"schema\": {{...}}}}, got {v}"
+                        ),
+                    ));
+                }
+            },
+            "effort" => {
+                chat.insert("reasoning_effort".into(), v.clone());
+            }
+            other => {
+                return Err(invalid(
+                    NAME,
+                    format!("output_config.{other} is not supported (format and effort are)"),
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The text of a `system` value or a tool result: a string, or text blocks joined.
@@ -429,6 +486,8 @@ mod tests {
             "stop_sequences": ["END"],
             "thinking": {"type": "disabled"},
             "metadata": {"user_id": "u"},
+            "cache_control": {"type": "ephemeral"},
+            "output_config": {"effort": "low", "format": {"type": "json_schema", "schema": {"type": "object"}}},
             "temperature": 0,
         }))
         .expect("converts");
@@ -457,6 +516,12 @@ mod tests {
             json!({"enable_thinking": false})
         );
         assert!(chat.get("metadata").is_none() && chat.get("system").is_none());
+        assert!(chat.get("cache_control").is_none());
+        assert_eq!(chat["reasoning_effort"], "low");
+        assert_eq!(
+            chat["response_format"],
+            json!({"type": "json_schema", "json_schema": {"name": "output", "schema": {"type": "object"}}})
+        );
     }
 
     #[test]
@@ -487,6 +552,10 @@ mod tests {
             (
                 json!({"max_tokens": 8, "messages": [], "thinking": {"type": "maybe"}}),
                 "thinking",
+            ),
+            (
+                json!({"max_tokens": 8, "messages": [], "output_config": {"format": {"type": "xml"}}}),
+                "output_config",
             ),
         ] {
             let err = chat_of(body.clone()).expect_err("refused");
