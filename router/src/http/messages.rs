@@ -341,7 +341,13 @@ fn message(i: usize, m: Value, out: &mut Vec<Value>) -> Result<(), ApiError> {
     for (j, b) in blocks.iter().enumerate() {
         let kind = b["type"].as_str().unwrap_or_default();
         match (role.as_str(), kind) {
-            (_, "text") => text.push_str(b["text"].as_str().unwrap_or_default()),
+            (_, "text") => {
+                // Blocks are paragraphs of one turn.
+                if !text.is_empty() {
+                    text.push('\n');
+                }
+                text.push_str(b["text"].as_str().unwrap_or_default());
+            }
             ("assistant", "tool_use") => {
                 let (Some(id), Some(name)) = (b["id"].as_str(), b["name"].as_str()) else {
                     return Err(invalid(
