@@ -16,7 +16,6 @@ use super::AppState;
 use super::completions::{self, Prepared};
 use super::error::ApiError;
 use super::message_events::{Blocks, Echo};
-use crate::error::DispatchError;
 
 type Fields = Map<String, Value>;
 
@@ -79,14 +78,7 @@ async fn counted(
     // Counting needs no answer length.
     body.entry("max_tokens").or_insert(json!(1));
     let (prepared, _) = prepare(st, headers, body)?;
-    let prompt = prepared.into_prompt();
-    // A template takes milliseconds: not on the serving thread.
-    let d = st.dispatcher.clone();
-    let tokens = tokio::task::spawn_blocking(move || d.tokenize(prompt, None))
-        .await
-        .map_err(|e| {
-            ApiError::from(DispatchError::Internal(format!("tokenizing failed: {e}")))
-        })??;
+    let tokens = super::tokenize::tokenize_off_thread(st, prepared.into_prompt()).await?;
     Ok(tokens.len())
 }
 

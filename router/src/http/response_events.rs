@@ -187,19 +187,13 @@ impl Events {
 
     /// The events queued, as one frame (`event:` and `data:` lines each).
     fn frame(&mut self) -> Option<Bytes> {
-        if self.out.is_empty() {
-            return None;
-        }
-        let mut out = Vec::new();
-        for e in self.out.drain(..) {
-            out.extend_from_slice(b"event: ");
-            out.extend_from_slice(e["type"].as_str().unwrap_or_default().as_bytes());
-            out.extend_from_slice(b"\ndata: ");
-            // A Value always serializes.
-            serde_json::to_writer(&mut out, &e).unwrap_or_default();
-            out.extend_from_slice(b"\n\n");
-        }
-        Some(Bytes::from(out))
+        let frame = super::sse::typed_frame(
+            self.out
+                .iter()
+                .map(|e| (e["type"].as_str().unwrap_or_default(), e)),
+        );
+        self.out.clear();
+        frame
     }
 
     /// Queues an event of `kind` with `fields`, numbered.

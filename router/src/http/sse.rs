@@ -28,6 +28,23 @@ use crate::stream::{Delta, ResponseStream};
 /// How long a stream may stay silent before a keep-alive comment goes out.
 pub(crate) const KEEP_ALIVE: Duration = Duration::from_secs(15);
 
+/// Typed events (`event: NAME` then `data: JSON`, the Responses and Messages APIs' way) as one
+/// frame; `None` when there are none.
+pub(crate) fn typed_frame<'a>(
+    events: impl IntoIterator<Item = (&'a str, &'a serde_json::Value)>,
+) -> Option<axum::body::Bytes> {
+    let mut out = Vec::new();
+    for (name, data) in events {
+        out.extend_from_slice(b"event: ");
+        out.extend_from_slice(name.as_bytes());
+        out.extend_from_slice(b"\ndata: ");
+        // A Value always serializes.
+        serde_json::to_writer(&mut out, data).unwrap_or_default();
+        out.extend_from_slice(b"\n\n");
+    }
+    (!out.is_empty()).then(|| axum::body::Bytes::from(out))
+}
+
 /// The keep-alive comment.
 const COMMENT: &[u8] = b":\n\n";
 

@@ -95,18 +95,25 @@ async fn tokenized(st: AppState, body: axum::body::Body) -> Result<serde_json::V
             ));
         }
     };
-    // A template or a long text takes milliseconds: not on the serving thread.
-    let d = st.dispatcher.clone();
-    let tokens = tokio::task::spawn_blocking(move || d.tokenize(prompt, None))
-        .await
-        .map_err(|e| {
-            ApiError::from(DispatchError::Internal(format!("tokenizing failed: {e}")))
-        })??;
+    let tokens = tokenize_off_thread(&st, prompt).await?;
     Ok(serde_json::json!({
         "count": tokens.len(),
         "max_model_len": st.dispatcher.context_length(),
         "tokens": tokens,
     }))
+}
+
+/// `prompt`'s tokens, as a request would send them, computed on the blocking pool (a template
+/// or a long text takes milliseconds: not on the serving thread).
+pub(crate) async fn tokenize_off_thread(
+    st: &AppState,
+    prompt: Prompt,
+) -> Result<Vec<u32>, ApiError> {
+    let d = st.dispatcher.clone();
+    tokio::task::spawn_blocking(move || d.tokenize(prompt, None))
+        .await
+        .map_err(|e| ApiError::from(DispatchError::Internal(format!("tokenizing failed: {e}"))))?
+        .map_err(ApiError::from)
 }
 
 async fn detokenized(st: AppState, body: axum::body::Body) -> Result<serde_json::Value, ApiError> {
