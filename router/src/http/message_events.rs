@@ -16,17 +16,11 @@ use crate::stream::{Delta, Finish, ResponseStream};
 use crate::tools::{CallPart, Mode};
 use dolphin_proto::v1::FinishReason;
 
-/// What an answer repeats of its request.
-#[derive(Clone, Debug, Default)]
-pub(crate) struct Echo {
-    pub(crate) model: String,
-}
-
 /// The block being written.
 #[derive(Debug)]
 enum Open {
-    Thinking(String),
-    Text(String),
+    /// A `thinking` block (`thinking`), else a `text` one, and its text so far.
+    Prose { thinking: bool, text: String },
     ToolUse {
         id: String,
         name: String,
@@ -37,7 +31,8 @@ enum Open {
 /// One answer's content blocks and events.
 pub(crate) struct Blocks {
     id: String,
-    echo: Echo,
+    /// The model the message names.
+    model: String,
     reader: Option<AnswerReader>,
     /// Finished blocks.
     done: Vec<Value>,
@@ -49,10 +44,10 @@ pub(crate) struct Blocks {
 }
 
 impl Blocks {
-    pub(crate) fn new(id: String, echo: Echo, tools: &Mode, readers: Readers) -> Self {
+    pub(crate) fn new(id: String, model: String, tools: &Mode, readers: Readers) -> Self {
         Self {
             id,
-            echo,
+            model,
             reader: AnswerReader::new(tools, readers),
             done: Vec::new(),
             open: None,
@@ -155,10 +150,10 @@ impl Blocks {
             },
         };
         if !read.reasoning.is_empty() {
-            self.thinking(&read.reasoning);
+            self.prose(true, &read.reasoning);
         }
         if !read.text.is_empty() {
-            self.text(&read.text);
+            self.prose(false, &read.text);
         }
         for part in read.calls {
             self.call(part);
@@ -169,43 +164,36 @@ impl Blocks {
         self.done.len()
     }
 
-    fn thinking(&mut self, delta: &str) {
-        if !matches!(self.open, Some(Open::Thinking(_))) {
+    /// More thinking (`thinking`) or text: into the open block of that kind, else a new one.
+    fn prose(&mut self, thinking: bool, delta: &str) {
+        let (kind, delta_kind) = if thinking {
+            ("thinking", "thinking_delta")
+        } else {
+            ("text", "text_delta")
+        };
+        if !matches!(&self.open, Some(Open::Prose { thinking: t, .. }) if *t == thinking) {
             self.close();
+            let mut block = json!({"type": kind, kind: ""});
+            if thinking {
+                block["signature"] = json!("");
+            }
             let index = self.index();
             self.event(
                 "content_block_start",
-                json!({"index": index, "content_block": {"type": "thinking", "thinking": "", "signature": ""}}),
+                json!({"index": index, "content_block": block}),
             );
-            self.open = Some(Open::Thinking(String::new()));
+            self.open = Some(Open::Prose {
+                thinking,
+                text: String::new(),
+            });
         }
-        if let Some(Open::Thinking(text)) = &mut self.open {
+        if let Some(Open::Prose { text, .. }) = &mut self.open {
             text.push_str(delta);
         }
         let index = self.index();
         self.event(
             "content_block_delta",
-            json!({"index": index, "delta": {"type": "thinking_delta", "thinking": delta}}),
-        );
-    }
-
-    fn text(&mut self, delta: &str) {
-        if !matches!(self.open, Some(Open::Text(_))) {
-            self.close();
-            let index = self.index();
-            self.event(
-                "content_block_start",
-                json!({"index": index, "content_block": {"type": "text", "text": ""}}),
-            );
-            self.open = Some(Open::Text(String::new()));
-        }
-        if let Some(Open::Text(text)) = &mut self.open {
-            text.push_str(delta);
-        }
-        let index = self.index();
-        self.event(
-            "content_block_delta",
-            json!({"index": index, "delta": {"type": "text_delta", "text": delta}}),
+            json!({"index": index, "delta": {"type": delta_kind, kind: delta}}),
         );
     }
 
@@ -249,15 +237,18 @@ impl Blocks {
         };
         let index = self.index();
         let block = match open {
-            Open::Thinking(thinking) => {
+            Open::Prose {
+                thinking: true,
+                text,
+            } => {
                 // No signature: the thinking is the model's own, in the clear.
                 self.event(
                     "content_block_delta",
                     json!({"index": index, "delta": {"type": "signature_delta", "signature": ""}}),
                 );
-                json!({"type": "thinking", "thinking": thinking, "signature": ""})
+                json!({"type": "thinking", "thinking": text, "signature": ""})
             }
-            Open::Text(text) => json!({"type": "text", "text": text}),
+            Open::Prose { text, .. } => json!({"type": "text", "text": text}),
             Open::ToolUse { id, name, input } => {
                 // Arguments that do not read as an object (a call cut off) are given as read.
                 let input = match serde_json::from_str::<Value>(&input) {
@@ -313,7 +304,7 @@ impl Blocks {
             "id": self.id,
             "type": "message",
             "role": "assistant",
-            "model": self.echo.model,
+            "model": self.model,
             "content": if ended.is_some() { Value::Array(self.done.clone()) } else { json!([]) },
             "stop_reason": reason,
             "stop_sequence": sequence,
@@ -337,4 +328,58 @@ fn usage(ended: Option<&Finish>, prompt_tokens: u32) -> Value {
         "cache_read_input_tokens": cached,
         "cache_creation_input_tokens": 0,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Thinking and text each open a block of their kind once, grow it by deltas of their
+    /// kind, and close it (a thinking block with its empty signature) when the other begins.
+    #[test]
+    fn thinking_then_text_make_two_blocks() {
+        let mut b = Blocks::new("msg_1".into(), "m".into(), &Mode::Text, Readers::default());
+        b.emit = true;
+        b.prose(true, "Hm, ");
+        b.prose(true, "rain.");
+        b.prose(false, "Take an umbrella.");
+        b.close();
+        assert_eq!(
+            b.done,
+            vec![
+                json!({"type": "thinking", "thinking": "Hm, rain.", "signature": ""}),
+                json!({"type": "text", "text": "Take an umbrella."}),
+            ]
+        );
+        let events: Vec<(&str, Value)> = b.out.drain(..).collect();
+        let kinds: Vec<&str> = events
+            .iter()
+            .map(|(k, e)| match k {
+                &"content_block_delta" => e["delta"]["type"].as_str().unwrap_or_default(),
+                k => k,
+            })
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                "content_block_start",
+                "thinking_delta",
+                "thinking_delta",
+                "signature_delta",
+                "content_block_stop",
+                "content_block_start",
+                "text_delta",
+                "content_block_stop",
+            ]
+        );
+        assert_eq!(
+            events[0].1["content_block"],
+            json!({"type": "thinking", "thinking": "", "signature": ""})
+        );
+        assert_eq!(events[5].1["index"], 1);
+        assert_eq!(
+            events[6].1["delta"],
+            json!({"type": "text_delta", "text": "Take an umbrella."})
+        );
+    }
 }

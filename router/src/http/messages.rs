@@ -15,34 +15,35 @@ use serde_json::{Map, Value, json};
 use super::AppState;
 use super::completions::{self, Prepared};
 use super::error::ApiError;
-use super::message_events::{Blocks, Echo};
+use super::message_events::Blocks;
 
 type Fields = Map<String, Value>;
 
-/// A Messages request turned into its chat request, with what its answer repeats back.
+/// A Messages request turned into its chat request, with the model its answer names.
 pub(crate) fn prepare(
     st: &AppState,
     headers: &HeaderMap,
     body: Fields,
-) -> Result<(Prepared, Echo), ApiError> {
-    let (chat, echo) = to_chat(body)?;
+) -> Result<(Prepared, String), ApiError> {
+    let chat = to_chat(body)?;
+    let model = match chat.get("model").and_then(Value::as_str) {
+        Some(m) if !m.is_empty() => m.to_owned(),
+        _ => st.dispatcher.config().model.clone(),
+    };
     let req = serde_json::from_value(Value::Object(chat))
         .map_err(|e| ApiError::invalid(format!("invalid request: {e}"), None))?;
-    Ok((completions::chat(st, headers, req)?, echo))
+    Ok((completions::chat(st, headers, req)?, model))
 }
 
 /// Dispatches a prepared Messages request and answers it, whole or as events.
 pub(crate) async fn run(
     st: &AppState,
     prepared: Prepared,
-    mut echo: Echo,
+    model: String,
 ) -> Result<Response, ApiError> {
-    if echo.model.is_empty() {
-        echo.model = st.dispatcher.config().model.clone();
-    }
     let started = completions::start(st, prepared).await?;
     let id = format!("msg_{}", started.rs.request_id());
-    let blocks = Blocks::new(id, echo, &started.tools, started.readers);
+    let blocks = Blocks::new(id, model, &started.tools, started.readers);
     let mut resp = if started.stream {
         blocks.stream(started.rs)
     } else {
@@ -112,8 +113,8 @@ fn invalid(field: &'static str, message: impl Into<String>) -> ApiError {
     ApiError::invalid(message.into(), Some(field))
 }
 
-/// The chat request a Messages request means, and what its answer repeats back.
-fn to_chat(mut body: Fields) -> Result<(Fields, Echo), ApiError> {
+/// The chat request a Messages request means.
+fn to_chat(mut body: Fields) -> Result<Fields, ApiError> {
     for (field, why) in [
         ("mcp_servers", "MCP servers are not served"),
         ("container", "code execution containers are not served"),
@@ -214,17 +215,10 @@ fn to_chat(mut body: Fields) -> Result<(Fields, Echo), ApiError> {
     ] {
         body.remove(field);
     }
-    let echo = Echo {
-        model: body
-            .get("model")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned(),
-    };
     // The rest (model, stream, temperature, top_p, top_k, the sampling extensions) means the
     // same to chat, which refuses by name what it does not serve.
     chat.extend(body);
-    Ok((chat, echo))
+    Ok(chat)
 }
 
 /// `output_config`: its JSON Schema `format` as chat's `response_format`, its `effort` as the
@@ -458,7 +452,7 @@ mod tests {
         let Value::Object(body) = body else {
             panic!("an object")
         };
-        to_chat(body).map(|(chat, _)| Value::Object(chat))
+        to_chat(body).map(Value::Object)
     }
 
     #[test]

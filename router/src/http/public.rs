@@ -181,7 +181,7 @@ impl Inner {
                     match parse(&bytes)
                         .and_then(|r| super::messages::prepare(st, &parts.headers, r))
                     {
-                        Ok((prepared, echo)) => super::messages::run(st, prepared, echo).await,
+                        Ok((prepared, model)) => super::messages::run(st, prepared, model).await,
                         Err(e) => Err(e),
                     }
                 }
