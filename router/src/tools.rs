@@ -311,22 +311,10 @@ impl ToolRequest {
             ToolCallParser::Llama3Json => "parameters",
             ToolCallParser::Mistral | ToolCallParser::Pythonic => return None,
         };
-        let calls: Vec<Value> = tools
-            .iter()
-            .map(|t| {
-                let f = &t["function"];
-                let arguments = match &f["parameters"] {
-                    p if f["strict"] == true && p.is_object() => p.clone(),
-                    _ => json!({"type": "object"}),
-                };
-                json!({
-                    "type": "object",
-                    "properties": {"name": {"const": f["name"]}, key: arguments},
-                    "required": ["name", key],
-                    "additionalProperties": false,
-                })
-            })
-            .collect();
+        let calls = call_schemas(tools, key, |f| match &f["parameters"] {
+            p if f["strict"] == true && p.is_object() => p.clone(),
+            _ => json!({"type": "object"}),
+        });
         let call = format!(
             "call: /[ \\t\\n]*/ %json {} /[ \\t\\n]*/",
             json!({"anyOf": calls})
@@ -374,21 +362,7 @@ impl ToolRequest {
                 Some(Format::JsonSchema(params(f).to_string()))
             }
             Mode::Required { parallel } => {
-                let calls: Vec<Value> = tools
-                    .iter()
-                    .map(|t| {
-                        let f = &t["function"];
-                        json!({
-                            "type": "object",
-                            "properties": {
-                                "name": {"type": "string", "enum": [f["name"]]},
-                                "parameters": params(f),
-                            },
-                            "required": ["name", "parameters"],
-                            "additionalProperties": false,
-                        })
-                    })
-                    .collect();
+                let calls = call_schemas(tools, "parameters", params);
                 let mut schema = json!({
                     "type": "array",
                     "minItems": 1,
@@ -401,6 +375,26 @@ impl ToolRequest {
             }
         }
     }
+}
+
+/// For each tool, the schema of a call of it as one JSON object: its `name`, and its arguments
+/// under `key` following `arguments(function)`.
+fn call_schemas(tools: &[Value], key: &str, arguments: impl Fn(&Value) -> Value) -> Vec<Value> {
+    tools
+        .iter()
+        .map(|t| {
+            let f = &t["function"];
+            json!({
+                "type": "object",
+                "properties": {
+                    "name": {"type": "string", "enum": [f["name"]]},
+                    key: arguments(f),
+                },
+                "required": ["name", key],
+                "additionalProperties": false,
+            })
+        })
+        .collect()
 }
 
 /// A piece of an answer read by [`CallReader`].
