@@ -62,12 +62,8 @@ pub(crate) fn params(
                 }
                 sampling.structured = Some(Box::new(format.to_wire()));
                 format_field = "chat.tools";
-            } else if let Some(format) = request.strict_format()
-                && sampling.structured.is_none()
-                && !sampling.ignore_eos
-            {
+            } else if crate::tools::draw_strict(request.strict_format(), &mut sampling) {
                 // Strict tools under "auto", as over HTTP.
-                sampling.structured = Some(Box::new(format.to_wire()));
                 format_field = "chat.tools";
             }
             mode = Some(request.mode);

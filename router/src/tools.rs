@@ -377,6 +377,22 @@ impl ToolRequest {
     }
 }
 
+/// Draws an answer under `strict` ([`ToolRequest::strict_format`]) unless the request's own
+/// format constrains it already (which wins) or it may not end (`ignore_eos`); whether it
+/// does. One rule for HTTP and gRPC.
+pub fn draw_strict(
+    strict: Option<Format>,
+    sampling: &mut dolphin_proto::v1::SamplingParams,
+) -> bool {
+    match strict {
+        Some(format) if sampling.structured.is_none() && !sampling.ignore_eos => {
+            sampling.structured = Some(Box::new(format.to_wire()));
+            true
+        }
+        _ => false,
+    }
+}
+
 /// For each tool, the schema of a call of it as one JSON object: its `name`, and its arguments
 /// under `key` following `arguments(function)`.
 fn call_schemas(tools: &[Value], key: &str, arguments: impl Fn(&Value) -> Value) -> Vec<Value> {

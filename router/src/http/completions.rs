@@ -118,8 +118,6 @@ fn build(
             Some("top_p"),
         ));
     }
-    // -1 and 0 both mean "off" (vLLM's and SGLang's clients send -1); a larger k than the
-    // vocabulary is all of it.
     let max_prompt = st.dispatcher.config().max_prompt_tokens;
     let truncate_prompt_tokens = match f.truncate_prompt_tokens {
         None => None,
@@ -134,6 +132,8 @@ fn build(
             ));
         }
     };
+    // -1 and 0 both mean "off" (vLLM's and SGLang's clients send -1); a larger k than the
+    // vocabulary is all of it.
     let top_k = match f.top_k {
         None | Some(-1 | 0) => 0,
         Some(k) if k > 0 => u32::try_from(k).unwrap_or(u32::MAX),
@@ -368,13 +368,8 @@ pub(crate) fn chat(
         req.sampling,
         forced,
     )?;
-    // Strict tools under "auto": the answer is drawn under their calls' grammar, unless the
-    // request's own format (`response_format`, ...) constrains it already.
-    if let Some(format) = strict
-        && params.sampling.structured.is_none()
-        && !params.sampling.ignore_eos
-    {
-        params.sampling.structured = Some(Box::new(format.to_wire()));
+    // Strict tools under "auto": the answer is drawn under their calls' grammar.
+    if crate::tools::draw_strict(strict, &mut params.sampling) {
         params.format_field = "tools";
     }
     params.keep_call_markers = matches!(tool_request.mode, Mode::Auto { .. });
@@ -636,8 +631,8 @@ fn whole(mut enc: Encoder, outputs: Vec<Output>) -> Response {
     resp
 }
 
-/// Adds a further choice's usage to the request's: its prompt's tokens unless they were counted
-/// (`counted`), the generated tokens of every choice.
+/// Adds a further choice's generated tokens (and a model group's split of them) to the
+/// request's usage; its prompt's tokens are [`Encoder::count_usage`]'s to add, once a prompt.
 fn add_usage(total: &mut v1::Usage, more: &v1::Usage) {
     total.completion_tokens += more.completion_tokens;
     total.handoffs += more.handoffs;

@@ -56,7 +56,8 @@ pub struct AppState {
     pub api_keys: Option<KeySet>,
     /// The router's in-flight limit (shared with the gRPC listeners).
     pub limit: InflightLimit,
-    /// Responses kept for `previous_response_id` (`--responses-store`).
+    /// Responses kept for `previous_response_id` (`--responses-store` in memory,
+    /// `--responses-etcd-ttl` in etcd).
     pub responses: response_store::ResponseStore,
 }
 
