@@ -85,6 +85,12 @@ pub struct LogitRules {
     /// After temperature: tokens less likely than this share of the most likely one's
     /// probability are dropped (`None`: none).
     pub min_p: Option<f32>,
+    /// Only these tokens may be drawn, sorted and distinct (vLLM's `allowed_token_ids`);
+    /// empty: any.
+    pub allowed: Vec<u32>,
+    /// Token sequences the output may not hold (vLLM's `bad_words`, tokenized): a sequence's
+    /// last token is masked where the output ends with the rest of it (always, for one token).
+    pub bad_words: Vec<Vec<u32>>,
 }
 
 impl LogitRules {
@@ -93,6 +99,15 @@ impl LogitRules {
         self.repetition_penalty.is_some()
             || self.presence_penalty != 0.0
             || self.frequency_penalty != 0.0
+    }
+
+    /// How many of the output's last tokens the bad words compare (their longest less one).
+    pub fn bad_word_context(&self) -> usize {
+        self.bad_words
+            .iter()
+            .map(|w| w.len().saturating_sub(1))
+            .max()
+            .unwrap_or(0)
     }
 
     /// Whether the rules change anything.

@@ -1,5 +1,5 @@
 //! Range checks of [`v1::LogitRules`] (penalties, min-p, logit bias, stop tokens, minimum
-//! length), shared by the router, which refuses a bad request before routing it, and the
+//! length, allowed tokens, bad words), shared by the router, which refuses a bad request before routing it, and the
 //! workers, which never trust the wire.
 
 use crate::v1;
@@ -13,6 +13,10 @@ pub const MAX_TOP_LOGPROBS: u32 = 20;
 
 /// Largest presence or frequency penalty in either direction (OpenAI's and vLLM's range).
 pub const MAX_PENALTY: f32 = 2.0;
+
+/// Most tokens all of a request's bad words may hold together: each draw compares the output's
+/// end with every bad word.
+pub const MAX_BAD_WORD_TOKENS: usize = 4096;
 
 /// A rule outside its range: the message starts with the field's name.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -77,10 +81,38 @@ pub fn check_logit_rules(params: &v1::SamplingParams, vocab_size: u32) -> Result
             ),
         );
     }
-    if let Some(t) = s.stop_token_ids.iter().find(|&&t| t >= vocab_size) {
+    for (field, ids) in [
+        ("stop_token_ids", &s.stop_token_ids),
+        ("allowed_token_ids", &s.allowed_token_ids),
+    ] {
+        if let Some(t) = ids.iter().find(|&&t| t >= vocab_size) {
+            return err(
+                field,
+                format!("{field} names token {t}, outside the vocabulary (size {vocab_size})"),
+            );
+        }
+    }
+    let mut bad_tokens = 0;
+    for (i, word) in s.bad_words.iter().enumerate() {
+        if word.ids.is_empty() {
+            return err("bad_words", format!("bad_words[{i}] has no tokens"));
+        }
+        if let Some(t) = word.ids.iter().find(|&&t| t >= vocab_size) {
+            return err(
+                "bad_words",
+                format!(
+                    "bad_words[{i}] holds token {t}, outside the vocabulary (size {vocab_size})"
+                ),
+            );
+        }
+        bad_tokens += word.ids.len();
+    }
+    if bad_tokens > MAX_BAD_WORD_TOKENS {
         return err(
-            "stop_token_ids",
-            format!("stop_token_ids names token {t}, outside the vocabulary (size {vocab_size})"),
+            "bad_words",
+            format!(
+                "bad_words hold {bad_tokens} tokens in all, more than the limit of {MAX_BAD_WORD_TOKENS}"
+            ),
         );
     }
     // The smallest offending token, so the message does not depend on the map's order.
@@ -130,6 +162,8 @@ mod tests {
             min_tokens: 4,
             stop_token_ids: vec![9],
             logit_bias: [(0, -100.0), (9, 100.0)].into_iter().collect(),
+            allowed_token_ids: vec![0, 9],
+            bad_words: vec![v1::TokenIds { ids: vec![9, 0] }],
         };
         assert_eq!(check_logit_rules(&params(edges), 10), Ok(()));
     }
@@ -177,6 +211,25 @@ mod tests {
         assert_eq!(field(|s| s.min_p = -0.1), "min_p");
         assert_eq!(field(|s| s.min_tokens = 5), "min_tokens");
         assert_eq!(field(|s| s.stop_token_ids = vec![10]), "stop_token_ids");
+        assert_eq!(
+            field(|s| s.allowed_token_ids = vec![3, 10]),
+            "allowed_token_ids"
+        );
+        assert_eq!(
+            field(|s| s.bad_words = vec![v1::TokenIds { ids: vec![3, 10] }]),
+            "bad_words"
+        );
+        assert_eq!(
+            field(|s| s.bad_words = vec![v1::TokenIds::default()]),
+            "bad_words"
+        );
+        assert_eq!(
+            field(|s| {
+                let word = v1::TokenIds { ids: vec![1; 64] };
+                s.bad_words = vec![word; MAX_BAD_WORD_TOKENS / 64 + 1];
+            }),
+            "bad_words"
+        );
         assert_eq!(field(|s| _ = s.logit_bias.insert(10, 0.0)), "logit_bias");
         assert_eq!(
             field(|s| _ = s.logit_bias.insert(3, f32::NAN)),

@@ -30,7 +30,7 @@ use crate::policy::{DecidedBy, Decision, Features, Policy};
 use crate::request_log::RequestLog;
 use crate::route::{PrefillChoice, Route, RouteError, RouteInput, route};
 use crate::stream::{Api, RequestMeta, ResponseStream};
-use crate::tokenizer::{ChatMessage, Tokenizer};
+use crate::tokenizer::{ChatMessage, Specials, Tokenizer};
 use crate::workers::{InflightGuard, Routed, WorkerRegistry};
 use dolphin_cluster::hot_metrics as hot;
 
@@ -160,6 +160,16 @@ pub struct GenerateParams {
     /// The answer is read for the calls the model chooses (`tool_choice: "auto"`): the
     /// control tokens that mark them are written out in its text.
     pub keep_call_markers: bool,
+    /// Words the output may not contain (vLLM's `bad_words`): tokenized before routing into
+    /// `sampling.logits.bad_words` ([`crate::bad_words`]).
+    pub bad_words: Vec<String>,
+    /// Whether the prompt starts with the model's BOS token where its tokenizer adds one
+    /// (vLLM's `add_special_tokens`); `None`: a text prompt does (as vLLM's and llama.cpp's
+    /// completions), a conversation does not (its template writes it).
+    pub add_special_tokens: Option<bool>,
+    /// Special tokens are written out in the text (vLLM's `skip_special_tokens: false`), but
+    /// for the token that ended the output.
+    pub keep_special_tokens: bool,
 }
 
 /// The W3C trace context headers of a request (`traceparent`, `tracestate`).
@@ -417,12 +427,20 @@ impl Dispatcher {
     }
 
     /// The prompt's token ids, checked against the vocabulary and the length limit; with
-    /// `keep_last`, only its last that many (the start is dropped, as vLLM truncates).
+    /// `keep_last`, only its last that many (the start is dropped, as vLLM truncates). A text
+    /// prompt, or a conversation where `add_special` says so, starts with the model's BOS
+    /// token where its tokenizer adds one ([`GenerateParams::add_special_tokens`]); not twice.
     pub fn tokenize(
         &self,
         prompt: Prompt,
         keep_last: Option<u32>,
+        add_special: Option<bool>,
     ) -> Result<Vec<u32>, DispatchError> {
+        let bos = match (&prompt, add_special) {
+            (Prompt::Tokens(_), _) | (_, Some(false)) => None,
+            (Prompt::Chat { .. }, None) => None,
+            (Prompt::Text(_), _) | (Prompt::Chat { .. }, Some(true)) => self.tokenizer.bos_to_add(),
+        };
         let mut tokens = match prompt {
             Prompt::Text(t) => self.tokenizer.encode(&t).map_err(internal)?,
             Prompt::Chat { messages, extras } => {
@@ -448,6 +466,11 @@ impl Dispatcher {
                 ids
             }
         };
+        if let Some(bos) = bos
+            && tokens.first() != Some(&bos)
+        {
+            tokens.insert(0, bos);
+        }
         if let Some(keep) = keep_last {
             let cut = tokens.len().saturating_sub(keep as usize);
             tokens.drain(..cut);
@@ -598,6 +621,14 @@ impl Dispatcher {
             p.request_id = new_request_id();
         }
         span.record("request_id", p.request_id.as_str());
+        if !p.bad_words.is_empty() {
+            let words = crate::bad_words::token_ids(&*self.tokenizer, &p.bad_words)?;
+            p.sampling
+                .logits
+                .get_or_insert_default()
+                .bad_words
+                .extend(words);
+        }
         self.validate(&p)?;
         if p.sampling.prompt_logprobs.is_some() {
             // The decode worker computes the prompt's log probabilities over the whole prompt.
@@ -619,6 +650,7 @@ impl Dispatcher {
         // 400, not a failure on the worker: on the blocking pool with the tokenizing.
         let format = p.sampling.structured.clone().map(|w| (p.format_field, w));
         let keep_last = p.truncate_prompt_tokens;
+        let add_special = p.add_special_tokens;
         let tokens = if prompt.text_bytes() > INLINE_TOKENIZE_BYTES || format.is_some() {
             let d = Arc::clone(self);
             tokio::task::spawn_blocking(move || {
@@ -626,13 +658,13 @@ impl Dispatcher {
                     if let Some((field, wire)) = format {
                         check_format(field, &wire)?;
                     }
-                    d.tokenize(prompt, keep_last)
+                    d.tokenize(prompt, keep_last, add_special)
                 })
             })
             .await
             .map_err(|e| DispatchError::Internal(format!("tokenizing failed: {e}")))??
         } else {
-            let tokens = tokenize.in_scope(|| self.tokenize(prompt, keep_last));
+            let tokens = tokenize.in_scope(|| self.tokenize(prompt, keep_last, add_special));
             drop(tokenize);
             tokens?
         };
@@ -694,10 +726,12 @@ impl Dispatcher {
                 span,
             },
         );
-        let keep = if p.keep_call_markers {
-            self.call_markers.clone()
+        let specials = if p.keep_special_tokens {
+            Specials::All
+        } else if p.keep_call_markers {
+            Specials::Keep(self.call_markers.clone())
         } else {
-            Vec::new()
+            Specials::Skip
         };
         Ok(ResponseStream::new(
             meta,
@@ -708,7 +742,7 @@ impl Dispatcher {
             migration,
             deadline,
         )
-        .keeping(keep))
+        .with_specials(specials))
     }
 
     /// Routes `tokens` to a decode worker outside `exclude`, calls it and waits for its first

@@ -710,7 +710,64 @@ fn token_ids_become_the_tokens_without_a_copy() {
     let d = dispatcher(threshold(), RequestLog::disabled());
     let ids = vec![5_u32; 64];
     let at = ids.as_ptr();
-    let tokens = d.tokenize(Prompt::Tokens(ids), None).expect("valid ids");
+    let tokens = d
+        .tokenize(Prompt::Tokens(ids), None, None)
+        .expect("valid ids");
     assert_eq!(tokens.len(), 64);
     assert_eq!(tokens.as_ptr(), at, "the request's ids are the tokens");
+}
+
+/// The sim tokenizer of a model whose tokenizer puts its BOS token (1) before prompts.
+#[derive(Debug)]
+struct BosFirst;
+
+impl crate::tokenizer::Tokenizer for BosFirst {
+    fn encode(&self, text: &str) -> Result<Vec<u32>, crate::tokenizer::EncodeError> {
+        crate::tokenizer::Tokenizer::encode(&SimTokenizer, text)
+    }
+    fn decode(&self, ids: &[u32]) -> String {
+        crate::tokenizer::Tokenizer::decode(&SimTokenizer, ids)
+    }
+    fn render_chat(
+        &self,
+        messages: &[crate::tokenizer::ChatMessage],
+        extras: &crate::tokenizer::ChatExtras,
+    ) -> Result<String, crate::tokenizer::ChatTemplateError> {
+        SimTokenizer.render_chat(messages, extras)
+    }
+    fn vocab_size(&self) -> u32 {
+        SimTokenizer.vocab_size()
+    }
+    fn eos(&self) -> Option<u32> {
+        Some(2)
+    }
+    fn bos_to_add(&self) -> Option<u32> {
+        Some(1)
+    }
+}
+
+#[test]
+fn text_prompts_start_with_the_models_bos_token_as_vllm_adds_it() {
+    let d =
+        crate::testutil::dispatcher_with(Arc::new(BosFirst), threshold(), RequestLog::disabled());
+    let text = || Prompt::Text("hi".into());
+    let chat = || Prompt::Chat {
+        messages: vec![crate::tokenizer::ChatMessage::new("user", "hi")],
+        extras: Default::default(),
+    };
+    let hi = SimTokenizer.encode("hi");
+    let first = |p, add| d.tokenize(p, None, add).expect("tokenizes")[0];
+    // Text: by default, as completions; a conversation: only when asked (its template writes
+    // its own); token ids never.
+    assert_eq!(first(text(), None), 1);
+    assert_eq!(d.tokenize(text(), None, Some(false)).unwrap(), hi);
+    assert_ne!(first(chat(), None), 1);
+    assert_eq!(first(chat(), Some(true)), 1);
+    assert_eq!(first(Prompt::Tokens(hi.clone()), Some(true)), hi[0]);
+    // Not twice: a prompt that starts with it already keeps one.
+    let once = d.tokenize(Prompt::Tokens(vec![1, 5]), None, None).unwrap();
+    assert_eq!(once, [1, 5]);
+    // A model whose tokenizer adds none: nothing is added.
+    let plain = dispatcher(threshold(), RequestLog::disabled());
+    assert_eq!(plain.tokenize(text(), None, Some(true)).unwrap(), hi);
 }

@@ -107,6 +107,9 @@ pub(crate) fn params(
         timeout: None,
         trace: Default::default(),
         keep_call_markers: matches!(mode, Some(Mode::Auto { .. })),
+        bad_words: r.bad_words,
+        add_special_tokens: r.add_special_tokens,
+        keep_special_tokens: r.keep_special_tokens,
         truncate_prompt_tokens: match r.truncate_prompt_tokens {
             Some(0) => {
                 return Err(Status::invalid_argument(

@@ -282,6 +282,32 @@ async fn the_request_shapes_its_prompt_over_grpc() {
         assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
         assert!(status.message().contains(field), "{status:?}");
     }
+    // vLLM's bad words, tokenized by the router beside the ids a client sends.
+    let mut req = chat(v1::ChatMessages::default());
+    req.bad_words = vec!["xy".into()];
+    let sampling = req.sampling.as_mut().expect("sampling");
+    sampling.logits = Some(Box::new(v1::LogitRules {
+        bad_words: vec![v1::TokenIds { ids: vec![7, 8] }],
+        ..Default::default()
+    }));
+    client.generate(req).await.expect("served");
+    let sent = fake.state.calls.lock()[1]
+        .sampling
+        .clone()
+        .expect("sampling");
+    let words: Vec<Vec<u32>> = sent
+        .logits
+        .expect("rules")
+        .bad_words
+        .into_iter()
+        .map(|w| w.ids)
+        .collect();
+    assert_eq!(words, [vec![7, 8], SimTokenizer.encode("xy")]);
+    let mut req = chat(v1::ChatMessages::default());
+    req.bad_words = vec![String::new()];
+    let status = client.generate(req).await.expect_err("empty word");
+    assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+    assert!(status.message().contains("bad_words[0]"), "{status:?}");
 }
 
 /// Tool calling over gRPC reads as over HTTP: `"auto"` answers are read with the router's

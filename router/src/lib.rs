@@ -11,6 +11,7 @@
 pub mod admission;
 mod answer;
 pub mod auth;
+pub mod bad_words;
 pub mod config;
 pub mod discovery;
 pub mod dispatch;

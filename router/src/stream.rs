@@ -23,7 +23,7 @@ use crate::migration::Migration;
 use crate::policy::{Decision, PrefillPath};
 use crate::request_log::{RequestLog, RequestRecord};
 use crate::stop::StopMatcher;
-use crate::tokenizer::{IncrementalDetokenizer, Tokenizer};
+use crate::tokenizer::{IncrementalDetokenizer, Specials, Tokenizer};
 use crate::workers::InflightGuard;
 use dolphin_cluster::hot_metrics as hot;
 
@@ -125,6 +125,7 @@ impl ResponseStream {
             pending: Some(attempt.first),
             tokenizer,
             detok: IncrementalDetokenizer::new(),
+            held_end: None,
             stop: StopMatcher::new(migration.stop_strings(), migration.include_stop_string()),
             log,
             online,
@@ -141,12 +142,10 @@ impl ResponseStream {
         }))
     }
 
-    /// The stream writing out the special tokens `keep` in its text (the control tokens a tool
-    /// call parser reads); before any output.
-    pub(crate) fn keeping(mut self, keep: Vec<u32>) -> Self {
-        if !keep.is_empty() {
-            self.0.detok = IncrementalDetokenizer::keeping(keep);
-        }
+    /// The stream writing out `specials` in its text (the control tokens a tool call parser
+    /// reads, or every special token); before any output.
+    pub(crate) fn with_specials(mut self, specials: Specials) -> Self {
+        self.0.detok = IncrementalDetokenizer::with(specials);
         self
     }
 
@@ -209,6 +208,9 @@ struct Running {
     pending: Option<v1::DecodeResponse>,
     tokenizer: Arc<dyn Tokenizer>,
     detok: IncrementalDetokenizer,
+    /// A message's last token that may have ended the output, held back until the next
+    /// message tells ([`Running::text_of`]).
+    held_end: Option<u32>,
     stop: StopMatcher,
     log: RequestLog,
     /// The online learner's inbox (used when the route has a learn ticket).
@@ -411,7 +413,7 @@ impl Running {
         }
         let reason = FinishReason::try_from(msg.finish_reason).unwrap_or(FinishReason::Unspecified);
         let finished = reason != FinishReason::Unspecified;
-        let mut text = self.detok.push(self.tokenizer.as_ref(), &msg.token_ids);
+        let mut text = self.text_of(&msg.token_ids, reason);
         if finished {
             text.push_str(&self.detok.flush(self.tokenizer.as_ref()));
         }
@@ -436,6 +438,46 @@ impl Running {
             choice: 0,
             joins: Vec::new(),
         }
+    }
+
+    /// The text `ids` add, a message's tokens finished by `reason`. The token that ended the
+    /// output (one of the model's end tokens or of the request's stop tokens) is not text
+    /// unless the request keeps its stop in the text (vLLM's `include_stop_str_in_output`).
+    /// The worker says so in the message after it, so a message's last token that may be one
+    /// is held back until then. Decoding leaves special tokens out anyway: this keeps out an
+    /// ordinary stop token, and a special one where the request writes them out.
+    fn text_of(&mut self, ids: &[u32], reason: FinishReason) -> String {
+        let (shown, held) = match ids.split_last() {
+            Some((&last, rest)) if !self.migration.include_stop_string() && self.may_end(last) => {
+                match reason {
+                    FinishReason::Unspecified => (rest, Some(last)),
+                    FinishReason::Stop => (rest, None),
+                    _ => (ids, None),
+                }
+            }
+            _ => (ids, None),
+        };
+        let mut text = String::new();
+        if let Some(earlier) = std::mem::replace(&mut self.held_end, held)
+            && !(reason == FinishReason::Stop && ids.is_empty())
+        {
+            // It did not end the output.
+            text = self.detok.push(self.tokenizer.as_ref(), &[earlier]);
+        }
+        text.push_str(&self.detok.push(self.tokenizer.as_ref(), shown));
+        text
+    }
+
+    /// Whether `token` ends the output when drawn: one of the model's end tokens or the
+    /// request's stop tokens.
+    fn may_end(&self, token: u32) -> bool {
+        self.tokenizer.end_tokens().contains(&token)
+            || self
+                .migration
+                .sampling()
+                .logits
+                .as_ref()
+                .is_some_and(|r| r.stop_token_ids.contains(&token))
     }
 
     fn finish(

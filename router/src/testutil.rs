@@ -45,6 +45,9 @@ pub fn params(prompt: &str, max_tokens: u32) -> GenerateParams {
         trace: Default::default(),
         truncate_prompt_tokens: None,
         keep_call_markers: false,
+        bad_words: Vec::new(),
+        add_special_tokens: None,
+        keep_special_tokens: false,
     }
 }
 
@@ -53,6 +56,9 @@ pub fn params(prompt: &str, max_tokens: u32) -> GenerateParams {
 pub enum Behavior {
     /// Stream `text`'s tokens (cycled) one per message up to `max_tokens`, finish with Length.
     Text(String),
+    /// Stream these tokens one per message, then finish with Stop in a message of its own, as
+    /// the decode worker does.
+    Tokens(Vec<u32>),
     /// Fail the call with this code before any token.
     Fail(Code),
     /// Send one token, then wait until the router drops the stream.
@@ -287,6 +293,24 @@ impl DecodeWorker for Svc {
                         }
                         if tx.send(Ok(msg)).await.is_err() {
                             st.cancelled.fetch_add(1, Ordering::SeqCst);
+                            return;
+                        }
+                    }
+                });
+            }
+            Behavior::Tokens(ids) => {
+                tokio::spawn(async move {
+                    let end = v1::DecodeResponse {
+                        finish_reason: v1::FinishReason::Stop as i32,
+                        usage: Some(v1::Usage {
+                            prompt_tokens,
+                            completion_tokens: ids.len() as u32,
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    };
+                    for msg in ids.iter().map(|&id| token(id)).chain([end]) {
+                        if tx.send(Ok(msg)).await.is_err() {
                             return;
                         }
                     }

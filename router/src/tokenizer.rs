@@ -88,6 +88,11 @@ pub trait Tokenizer: Send + Sync + Debug {
     fn vocab_size(&self) -> u32;
     /// End-of-sequence token id, if the model has one.
     fn eos(&self) -> Option<u32>;
+    /// The tokens that end the model's output: its end of sequence and every control token
+    /// the engine treats as one (SmolLM2: `<|im_end|>` and `<|endoftext|>`).
+    fn end_tokens(&self) -> &[u32] {
+        &[]
+    }
     /// The id of the token written `text` (a control token such as Mistral's
     /// `[TOOL_CALLS]`), if the vocabulary has it.
     fn token_id(&self, _text: &str) -> Option<u32> {
@@ -96,6 +101,15 @@ pub trait Tokenizer: Send + Sync + Debug {
     /// The text of token `id`, special tokens included.
     fn token_text(&self, id: u32) -> String {
         self.decode(&[id])
+    }
+    /// Text of `ids` with special tokens written out (vLLM's `skip_special_tokens: false`).
+    fn decode_with_specials(&self, ids: &[u32]) -> String {
+        self.decode(ids)
+    }
+    /// The beginning-of-sequence token the model's tokenizer puts before a prompt
+    /// (`add_bos_token`), if it does: vLLM's `add_special_tokens` adds it.
+    fn bos_to_add(&self) -> Option<u32> {
+        None
     }
 }
 
@@ -251,6 +265,24 @@ impl Tokenizer for SimTokenizer {
     fn eos(&self) -> Option<u32> {
         Some(SIM_EOS)
     }
+
+    fn end_tokens(&self) -> &[u32] {
+        &[SIM_EOS]
+    }
+
+    fn decode_with_specials(&self, ids: &[u32]) -> String {
+        let mut out = String::new();
+        for run in ids.split_inclusive(|&id| id < PRINTABLE_BASE) {
+            match run.split_last() {
+                Some((&last, before)) if last < PRINTABLE_BASE => {
+                    out.push_str(&self.decode(before));
+                    out.push_str(["<pad>", "<s>", "</s>"][last as usize]);
+                }
+                _ => out.push_str(&self.decode(run)),
+            }
+        }
+        out
+    }
 }
 
 /// Turns a stream of token ids into text deltas without splitting multi-byte characters.
@@ -263,8 +295,20 @@ pub struct IncrementalDetokenizer {
     /// Start of the window whose text was already emitted up to `read_offset`.
     prefix_offset: usize,
     read_offset: usize,
-    /// Special tokens written out ([`decode_keeping`]).
-    keep: Vec<u32>,
+    /// Which special tokens are written out.
+    specials: Specials,
+}
+
+/// Which special tokens a text writes out.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Specials {
+    /// None (what clients get by default).
+    #[default]
+    Skip,
+    /// These (the control tokens a tool call parser reads, [`decode_keeping`]).
+    Keep(Vec<u32>),
+    /// Every one (vLLM's `skip_special_tokens: false`).
+    All,
 }
 
 impl IncrementalDetokenizer {
@@ -275,14 +319,24 @@ impl IncrementalDetokenizer {
 
     /// A detokenizer that writes out the special tokens `keep`.
     pub fn keeping(keep: Vec<u32>) -> Self {
+        Self::with(Specials::Keep(keep))
+    }
+
+    /// A detokenizer that writes out `specials`.
+    pub fn with(specials: Specials) -> Self {
         Self {
-            keep,
+            specials,
             ..Self::default()
         }
     }
 
     fn decode(&self, tokenizer: &dyn Tokenizer, from: usize, to: usize) -> String {
-        decode_keeping(tokenizer, &self.ids[from..to], &self.keep)
+        let ids = &self.ids[from..to];
+        match &self.specials {
+            Specials::Skip => tokenizer.decode(ids),
+            Specials::Keep(keep) => decode_keeping(tokenizer, ids, keep),
+            Specials::All => tokenizer.decode_with_specials(ids),
+        }
     }
 
     /// Adds `new_ids` and returns the text they complete (possibly empty).

@@ -106,7 +106,7 @@ fn penalized(banned: u32, stops: &[u32]) -> (Sampling, SamplingParams) {
             repetition_penalty: Some(1.3),
             presence_penalty: 0.4,
             frequency_penalty: 0.6,
-            min_p: None,
+            ..LogitRules::default()
         },
         ..Sampling::default()
     };
@@ -118,6 +118,36 @@ fn penalized(banned: u32, stops: &[u32]) -> (Sampling, SamplingParams) {
             repetition_penalty: 1.3,
             presence_penalty: 0.4,
             frequency_penalty: 0.6,
+            ..v1::LogitRules::default()
+        })),
+        ..SamplingParams::default()
+    };
+    (engine, wire)
+}
+
+/// vLLM's allowed tokens and bad words on the greedy output `greedy`: its first two tokens
+/// banned as a pair (the first is still drawn; the second cannot follow it), and only the
+/// tokens of `allowed` (with the stops) drawable. The engine's form, then the wire's.
+fn masked(greedy: &[u32], allowed: &[u32], stops: &[u32]) -> (Sampling, SamplingParams) {
+    let pair = greedy[..2].to_vec();
+    let mut ids: Vec<u32> = allowed.iter().chain(stops).copied().collect();
+    ids.sort_unstable();
+    ids.dedup();
+    let engine = Sampling {
+        max_tokens: MAX_TOKENS,
+        stop_token_ids: stops.to_vec(),
+        logits: LogitRules {
+            allowed: ids.clone(),
+            bad_words: vec![pair.clone()],
+            ..LogitRules::default()
+        },
+        ..Sampling::default()
+    };
+    let wire = SamplingParams {
+        max_tokens: MAX_TOKENS,
+        logits: Some(Box::new(v1::LogitRules {
+            allowed_token_ids: ids,
+            bad_words: vec![v1::TokenIds { ids: pair }],
             ..v1::LogitRules::default()
         })),
         ..SamplingParams::default()
@@ -235,6 +265,7 @@ async fn smollm2_remote_equals_local_equals_single_process_and_chat_answers() ->
     let mut expected = Vec::new();
     let chat_expected;
     let penalized_expected;
+    let masked_expected;
     let scored_expected;
     let prompt_expected;
     {
@@ -252,6 +283,9 @@ async fn smollm2_remote_equals_local_equals_single_process_and_chat_answers() ->
         // The code prompt with the logit rules, its greedy first token banned.
         let (sampling, _) = penalized(expected[1][0], &stops);
         penalized_expected = reference_with(&*engine, "rules", &prompts[1].1, sampling).await;
+        let allowed: Vec<u32> = expected.iter().flatten().copied().collect();
+        let (sampling, _) = masked(&expected[1], &allowed, &stops);
+        masked_expected = reference_with(&*engine, "masked", &prompts[1].1, sampling).await;
         let sampling = Sampling {
             max_tokens: 8,
             logprobs: Some(LOGPROBS),
@@ -274,6 +308,11 @@ async fn smollm2_remote_equals_local_equals_single_process_and_chat_answers() ->
         anyhow::ensure!(prompt_expected.len() + 1 == prompts[3].1.len());
     }
     assert_ne!(penalized_expected, expected[1], "the rules change nothing");
+    assert_eq!(
+        masked_expected[0], expected[1][0],
+        "the first token is free"
+    );
+    assert_ne!(masked_expected[1], expected[1][1], "the pair is banned");
 
     let cluster = start_cluster(&path).await?;
     let mut client = cluster.inference().await?;
@@ -330,6 +369,21 @@ async fn smollm2_remote_equals_local_equals_single_process_and_chat_answers() ->
         assert_eq!(
             out.tokens, penalized_expected,
             "{mode:?} prefill with the logit rules != reference"
+        );
+    }
+    // Allowed tokens and bad words likewise: the decode worker bans the pair's second token
+    // after the first, which the prefill worker drew on the remote path.
+    let allowed: Vec<u32> = expected.iter().flatten().copied().collect();
+    let (_, wire) = masked(&expected[1], &allowed, &stops);
+    for mode in [PrefillMode::Remote, PrefillMode::Local] {
+        let mut req = token_request(&prompts[1].1, mode);
+        req.sampling = Some(wire.clone());
+        let out = grpc::generate(&mut client, req).await.context("masked")?;
+        let routing = out.last_routing.clone().context("routing info")?;
+        assert!(!routing.fell_back, "fell back: {routing:?}");
+        assert_eq!(
+            out.tokens, masked_expected,
+            "{mode:?} prefill with allowed tokens and bad words != reference"
         );
     }
 

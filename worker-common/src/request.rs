@@ -85,6 +85,9 @@ fn logits_rules(params: &v1::LogitRules) -> LogitRules {
         .collect();
     // The wire's map has no order; a sorted list keeps every run the same.
     bias.sort_unstable_by_key(|&(t, _)| t);
+    let mut allowed = params.allowed_token_ids.clone();
+    allowed.sort_unstable();
+    allowed.dedup();
     LogitRules {
         bias,
         // 0 (unset on the wire) and 1 are no penalty.
@@ -92,6 +95,13 @@ fn logits_rules(params: &v1::LogitRules) -> LogitRules {
         presence_penalty: params.presence_penalty,
         frequency_penalty: params.frequency_penalty,
         min_p: Some(params.min_p).filter(|&p| p > 0.0),
+        allowed,
+        bad_words: params
+            .bad_words
+            .iter()
+            .filter(|w| !w.ids.is_empty())
+            .map(|w| w.ids.clone())
+            .collect(),
     }
 }
 
@@ -316,6 +326,11 @@ mod tests {
             min_tokens: 4,
             stop_token_ids: vec![9, 3, 9],
             logit_bias: [(9, 1.5), (2, -100.0), (5, 0.0)].into_iter().collect(),
+            allowed_token_ids: vec![7, 3, 7],
+            bad_words: vec![
+                v1::TokenIds { ids: vec![4, 5] },
+                v1::TokenIds { ids: vec![6] },
+            ],
         }));
         let s = seq_request("r".into(), vec![1], Some(p), &info())
             .expect("valid")
@@ -330,6 +345,8 @@ mod tests {
                 presence_penalty: -0.5,
                 frequency_penalty: 2.0,
                 min_p: Some(0.05),
+                allowed: vec![3, 7],
+                bad_words: vec![vec![4, 5], vec![6]],
             }
         );
         // 0 (unset on the wire) and 1 are no repetition penalty.

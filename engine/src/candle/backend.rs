@@ -136,7 +136,7 @@ impl CandleBackend {
 }
 
 /// A request's format that cannot be served, as the sequence's failure.
-fn invalid(e: GrammarError) -> BackendError {
+pub(crate) fn invalid(e: GrammarError) -> BackendError {
     BackendError::Invalid(e.to_string())
 }
 
@@ -266,7 +266,7 @@ impl Backend for CandleBackend {
             let token = match sampler.sample(row, e.position + e.len())? {
                 Ok(token) => token,
                 Err(why) => {
-                    self.failures.push((e.seq, invalid(why)));
+                    self.failures.push((e.seq, why));
                     continue;
                 }
             };

@@ -1,5 +1,5 @@
-//! Token sampling from logits: logit bias, the minimum output length, repetition, presence and
-//! frequency penalties, the output's format (structured output), then greedy or temperature
+//! Token sampling from logits: logit bias, the minimum output length, bad words, allowed
+//! tokens, repetition, presence and frequency penalties, the output's format (structured output), then greedy or temperature
 //! with top-k, min-p and top-p; seeded. Also the log probabilities a request asks for, of its
 //! tokens and of its prompt's, from the raw logits.
 //!
@@ -9,13 +9,14 @@
 //! token was sampled on a prefill worker, or by the other model of a group, or before the
 //! request moved here, continues exactly as it would have locally.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use dolphin_grammar::{Constrained, GrammarError};
 
+use super::backend::invalid;
 use crate::error::BackendError;
 use crate::types::{LogitRules, Sampling, TokenLogprobs, TokenStats};
 
@@ -39,6 +40,8 @@ pub(crate) struct Sampler {
     format: Option<Follow>,
     /// The text so far, kept only when a penalty reads it.
     history: Option<History>,
+    /// The output's last tokens, kept only when a bad word of several tokens reads them.
+    tail: Option<Tail>,
     /// (scaled logit, token) candidates, reused between draws.
     scratch: Vec<(f32, u32)>,
     /// The logits after the rules, reused between draws.
@@ -111,6 +114,35 @@ struct History {
     seen: u32,
 }
 
+/// The output's last tokens, as many as the longest bad word less one.
+#[derive(Debug)]
+struct Tail {
+    keep: usize,
+    tokens: VecDeque<u32>,
+    /// Output positions below this are kept.
+    seen: u32,
+}
+
+impl Tail {
+    fn push(&mut self, token: u32) {
+        if self.tokens.len() == self.keep {
+            self.tokens.pop_front();
+        }
+        self.tokens.push_back(token);
+    }
+
+    /// Whether the output ends with `tokens`.
+    fn ends_with(&self, tokens: &[u32]) -> bool {
+        tokens.len() <= self.tokens.len()
+            && self
+                .tokens
+                .iter()
+                .rev()
+                .zip(tokens.iter().rev())
+                .all(|(a, b)| a == b)
+    }
+}
+
 impl Sampler {
     /// A sampler for `s` with no text yet; `fallback_seed` is used when the request names no
     /// seed.
@@ -127,6 +159,14 @@ impl Sampler {
             output_in_prompt: s.output_in_prompt,
             format: None,
             history: s.logits.needs_history().then(History::default),
+            tail: match s.logits.bad_word_context() {
+                0 => None,
+                keep => Some(Tail {
+                    keep,
+                    tokens: VecDeque::with_capacity(keep),
+                    seen: 0,
+                }),
+            },
             scratch: Vec::new(),
             adjusted: Vec::new(),
             logprobs: s.logprobs,
@@ -247,6 +287,12 @@ impl Sampler {
                 *h.output.entry(t).or_default() += 1;
             }
         }
+        if let Some(tail) = &mut self.tail {
+            tail.seen = prompt_len.max(computed);
+            for &t in text().take(read_now) {
+                tail.push(t);
+            }
+        }
         if let Some(f) = &mut self.format {
             f.seen = prompt_len.max(computed);
             for &t in text().take(read_now) {
@@ -267,6 +313,14 @@ impl Sampler {
                 }
             }
         }
+        if let Some(tail) = &mut self.tail {
+            for (pos, &t) in (position..).zip(tokens) {
+                if pos >= tail.seen {
+                    tail.push(t);
+                    tail.seen = pos + 1;
+                }
+            }
+        }
         let Some(h) = &mut self.history else {
             return;
         };
@@ -284,19 +338,19 @@ impl Sampler {
         self.temperature.is_nan() || self.temperature <= 0.0 || self.top_k == Some(1)
     }
 
-    /// Picks the token at `position` from `logits`. `Ok(Err(_))`: the request's format cannot
-    /// go on (a token it refuses was fed, or its mask cannot be computed); that sequence alone
-    /// fails, where an `Err` fails the step.
+    /// Picks the token at `position` from `logits`. `Ok(Err(_))`: the request cannot go on (its
+    /// format refuses a token that was fed or cannot compute its mask, or its rules leave no
+    /// token to draw); that sequence alone fails, where an `Err` fails the step.
     pub fn sample(
         &mut self,
         logits: &[f32],
         position: u32,
-    ) -> Result<Result<u32, GrammarError>, BackendError> {
+    ) -> Result<Result<u32, BackendError>, BackendError> {
         if logits.is_empty() || logits.iter().any(|x| x.is_nan()) {
             return Err(BackendError::Compute("logits are empty or NaN".into()));
         }
         if let Some(e) = self.format.as_ref().and_then(|f| f.failed.clone()) {
-            return Ok(Err(e));
+            return Ok(Err(invalid(e)));
         }
         // A complete format leaves only the end of sequence, whatever `min_tokens` says.
         let complete = self
@@ -321,23 +375,47 @@ impl Sampler {
         {
             self.adjusted = adjusted;
             f.failed = Some(e.clone());
-            return Ok(Err(e));
+            return Ok(Err(invalid(e)));
+        }
+        if adjusted.iter().all(|l| *l == f32::NEG_INFINITY) {
+            self.adjusted = adjusted;
+            return Ok(Err(BackendError::Invalid(
+                "no token may be drawn: the request's allowed_token_ids, bad_words, min_tokens and format leave none".into(),
+            )));
         }
         let token = self.draw(&adjusted, position);
         self.adjusted = adjusted;
         token.map(Ok)
     }
 
-    /// The bias, the end tokens' mask, then the penalties, in place.
+    /// The bias, the end tokens' mask, the bad words, the allowed tokens, then the penalties,
+    /// in place.
     fn apply_rules(&self, logits: &mut [f32], mask_ends: bool) {
         for &(t, bias) in &self.rules.bias {
             if let Some(l) = logits.get_mut(t as usize) {
                 *l += bias;
             }
         }
+        let mut mask = |t: u32| {
+            if let Some(l) = logits.get_mut(t as usize) {
+                *l = f32::NEG_INFINITY;
+            }
+        };
         if mask_ends {
-            for &t in &self.end_tokens {
-                if let Some(l) = logits.get_mut(t as usize) {
+            self.end_tokens.iter().for_each(|&t| mask(t));
+        }
+        for word in &self.rules.bad_words {
+            if let Some((&last, before)) = word.split_last()
+                && (before.is_empty() || self.tail.as_ref().is_some_and(|t| t.ends_with(before)))
+            {
+                mask(last);
+            }
+        }
+        if !self.rules.allowed.is_empty() {
+            // Sorted: one walk beside the logits.
+            let mut allowed = self.rules.allowed.iter().peekable();
+            for (id, l) in logits.iter_mut().enumerate() {
+                if allowed.next_if_eq(&&(id as u32)).is_none() {
                     *l = f32::NEG_INFINITY;
                 }
             }
@@ -626,6 +704,65 @@ mod tests {
     }
 
     #[test]
+    fn bad_words_ban_their_last_token_after_the_rest() {
+        // Greedy over LOGITS takes 1, then 4 (tied), then 2.
+        let rules = with_rules(LogitRules {
+            bad_words: vec![vec![1], vec![5, 4], vec![0, 5, 2]],
+            ..LogitRules::default()
+        });
+        let prompt = [5, 0, 5];
+        // One token: never. After 5 (the prompt's last token, not output): 4 is still allowed.
+        let mut s = Sampler::new(&rules, 1).for_text(&prompt, &[], 0, None);
+        assert_eq!(s.pick(&LOGITS, 3).unwrap(), 4);
+        // The output so far ends with 5: 4 is banned; with 0 5, so is 2.
+        s.observe(3, &[5]);
+        assert_eq!(s.pick(&LOGITS, 4).unwrap(), 2);
+        s.observe(4, &[0, 5]);
+        assert_eq!(s.pick(&LOGITS, 6).unwrap(), 5);
+        // Output carried in the prompt (a migrated request) and computed output count too.
+        let carried = Sampling {
+            output_in_prompt: 2,
+            ..rules.clone()
+        };
+        let mut s = Sampler::new(&carried, 1).for_text(&[7, 0, 5], &[], 3, None);
+        assert_eq!(s.pick(&LOGITS, 3).unwrap(), 5);
+        let mut s = Sampler::new(&rules, 1).for_text(&prompt, &[0, 5], 5, None);
+        assert_eq!(s.pick(&LOGITS, 5).unwrap(), 5);
+    }
+
+    #[test]
+    fn only_allowed_tokens_are_drawn() {
+        let rules = LogitRules {
+            allowed: vec![0, 3, 5],
+            ..LogitRules::default()
+        };
+        let mut s = Sampler::new(&with_rules(rules.clone()), 1);
+        assert_eq!(s.pick(&LOGITS, 0).unwrap(), 5);
+        let mut hot = Sampler::new(
+            &Sampling {
+                temperature: 5.0,
+                seed: Some(9),
+                ..with_rules(rules.clone())
+            },
+            1,
+        );
+        for p in 0..200 {
+            let t = hot.pick(&LOGITS, p).unwrap();
+            assert!([0, 3, 5].contains(&t), "drew {t}");
+        }
+        // Rules that leave nothing fail the sequence, not the step.
+        let none = with_rules(LogitRules {
+            bad_words: vec![vec![0], vec![3], vec![5]],
+            ..rules
+        });
+        let mut s = Sampler::new(&none, 1);
+        match s.sample(&LOGITS, 0) {
+            Ok(Err(BackendError::Invalid(m))) => assert!(m.contains("allowed_token_ids"), "{m}"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
     fn end_tokens_wait_for_min_tokens() {
         // Token 1 is end of sequence, token 4 a stop token: both lead.
         let mut sampling = Sampling {
@@ -776,8 +913,7 @@ mod tests {
     impl Sampler {
         /// A draw of a sampler without a format.
         fn pick(&mut self, logits: &[f32], position: u32) -> Result<u32, BackendError> {
-            self.sample(logits, position)
-                .map(|t| t.expect("no format to refuse the draw"))
+            self.sample(logits, position).and_then(|t| t)
         }
 
         fn logprobs_for(&mut self, logits: &[f32], k: usize) -> TokenLogprobs {

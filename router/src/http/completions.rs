@@ -66,6 +66,24 @@ fn build(
         .other
         .take_logprobs(ep == Endpoint::Chat)
         .map_err(|(field, message)| ApiError::invalid(message, Some(field)))?;
+    // vLLM's: banned words, the prompt's BOS token, special tokens in the text.
+    let field_error =
+        |(field, message): (&'static str, String)| ApiError::invalid(message, Some(field));
+    let bad_words = f.other.take_bad_words().map_err(field_error)?;
+    let add_special_tokens = f
+        .other
+        .take_flag("add_special_tokens")
+        .map_err(field_error)?;
+    let keep_special_tokens = !f
+        .other
+        .take_flag("skip_special_tokens")
+        .map_err(field_error)?
+        .unwrap_or(true);
+    // Without effect on a fast tokenizer's text, as in vLLM (which reads it only with slow
+    // tokenizers): accepted either way.
+    f.other
+        .take_flag("spaces_between_special_tokens")
+        .map_err(field_error)?;
     let prompt_logprobs = f
         .other
         .take_prompt_logprobs()
@@ -203,6 +221,9 @@ fn build(
         format_field: format.map_or("structured", |(field, _)| field),
         truncate_prompt_tokens,
         keep_call_markers: false,
+        bad_words,
+        add_special_tokens,
+        keep_special_tokens,
     };
     Ok((params, choices))
 }

@@ -79,7 +79,7 @@ async fn counted(
     // Counting needs no answer length.
     body.entry("max_tokens").or_insert(json!(1));
     let (prepared, _) = prepare(st, headers, body)?;
-    let tokens = super::tokenize::tokenize_off_thread(st, prepared.into_prompt()).await?;
+    let tokens = super::tokenize::tokenize_off_thread(st, prepared.into_prompt(), None).await?;
     Ok(tokens.len())
 }
 

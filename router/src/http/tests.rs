@@ -1208,15 +1208,16 @@ async fn tokenize_and_detokenize() {
     assert!(fake.state.calls.lock().is_empty(), "no worker is called");
 }
 
-/// OpenAI's penalties and logit bias, and vLLM's repetition penalty, min-p, stop token ids and
-/// minimum length, reach the worker as asked.
+/// OpenAI's penalties and logit bias, and vLLM's repetition penalty, min-p, stop token ids,
+/// minimum length, allowed tokens and bad words (tokenized), reach the worker as asked.
 #[tokio::test]
 async fn logit_rules_reach_the_worker() {
     let (fake, _d, s) = with_worker(Behavior::Text("abc".into())).await;
     let req = json!({
         "prompt": "hello", "max_tokens": 6, "presence_penalty": 0.5, "frequency_penalty": -1.5,
         "logit_bias": {"42": -100, "7": 3.5}, "repetition_penalty": 1.3, "min_p": 0.1,
-        "stop_token_ids": [9, 11], "min_tokens": 2,
+        "stop_token_ids": [9, 11], "min_tokens": 2, "allowed_token_ids": [5, 3, 5],
+        "bad_words": ["ab", " c"],
     });
     let (status, _, body) = post(s.addr, "/v1/completions", req).await;
     assert_eq!(status, StatusCode::OK, "{body}");
@@ -1239,6 +1240,13 @@ async fn logit_rules_reach_the_worker() {
             min_tokens: 2,
             stop_token_ids: vec![9, 11],
             logit_bias: [(42, -100.0), (7, 3.5)].into_iter().collect(),
+            allowed_token_ids: vec![5, 3, 5],
+            // The sim tokenizer's bytes: a word after a space is already matched by its own
+            // tokens.
+            bad_words: [SimTokenizer.encode("ab"), SimTokenizer.encode("c")]
+                .into_iter()
+                .map(|ids| dolphin_proto::v1::TokenIds { ids })
+                .collect(),
         })
     );
     // None asked: none sent (the rules travel boxed, and only when asked for).
@@ -1486,6 +1494,63 @@ async fn completion_chunks(addr: SocketAddr, req: Value, stream: bool) -> (Vec<V
         vec![parse(&body)]
     };
     (chunks, body)
+}
+
+/// The token that ended the output (end of sequence, or a stop token) is not text unless the
+/// request keeps its stop; special tokens are left out unless `skip_special_tokens` is false;
+/// whole and streamed alike, as vLLM writes them.
+#[tokio::test]
+async fn special_and_ending_tokens_in_the_text() {
+    let ids = |s: &str| SimTokenizer.encode(s);
+    let (a, c) = (ids("a")[0], ids("c")[0]);
+    // a, BOS (special), b, end of sequence.
+    let (fake, _d, s) = with_worker(Behavior::Tokens(vec![a, 1, ids("b")[0], 2])).await;
+    let text = |extra: Value| {
+        let addr = s.addr;
+        async move {
+            let mut answer = String::new();
+            for stream in [false, true] {
+                let mut req = json!({"prompt": "hi", "max_tokens": 8, "stream": stream});
+                for (k, v) in extra.as_object().expect("object") {
+                    req[k] = v.clone();
+                }
+                let (chunks, body) = completion_chunks(addr, req, stream).await;
+                let text: String = chunks
+                    .iter()
+                    .filter_map(|c| c["choices"][0]["text"].as_str())
+                    .collect();
+                let last = chunks
+                    .iter()
+                    .rev()
+                    .find(|c| !c["choices"][0]["finish_reason"].is_null());
+                assert_eq!(
+                    last.expect("finished")["choices"][0]["finish_reason"],
+                    "stop",
+                    "{body}"
+                );
+                if stream {
+                    assert_eq!(text, answer, "streamed as whole");
+                }
+                answer = text;
+            }
+            answer
+        }
+    };
+    assert_eq!(text(json!({})).await, "ab");
+    assert_eq!(text(json!({"skip_special_tokens": false})).await, "a<s>b");
+    let keep_all = json!({"skip_special_tokens": false, "include_stop_str_in_output": true});
+    assert_eq!(text(keep_all).await, "a<s>b</s>");
+    // An ordinary token that stops (stop_token_ids) is not text either, unless kept.
+    *fake.state.behavior.lock() = Behavior::Tokens(ids("abc"));
+    assert_eq!(text(json!({})).await, "abc", "c ended nothing");
+    let stops = json!({"stop_token_ids": [c]});
+    assert_eq!(text(stops).await, "ab");
+    let kept = json!({"stop_token_ids": [c], "include_stop_str_in_output": true});
+    assert_eq!(text(kept).await, "abc");
+    // An end token the output went on after (ignore_eos) is text like any other.
+    *fake.state.behavior.lock() = Behavior::Tokens(vec![a, 2, c]);
+    let ignored = json!({"skip_special_tokens": false, "ignore_eos": true});
+    assert_eq!(text(ignored).await, "a</s>c");
 }
 
 /// Strict tools under `"auto"` reach the worker as their calls' grammar; a format of the
@@ -2089,6 +2154,94 @@ async fn bad_requests_get_openai_errors() {
             json!({"chat_template_kwargs": {"messages": []}}),
             "chat_template_kwargs",
         ),
+        // vLLM's sampling and output fields: served where their type and range hold, refused
+        // by name where they do not or where they ask for what is not served.
+        (
+            "/v1/chat/completions",
+            json!({"allowed_token_ids": []}),
+            "allowed_token_ids",
+        ),
+        (
+            "/v1/completions",
+            json!({"prompt": "hi", "allowed_token_ids": [3, 1000000]}),
+            "allowed_token_ids",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"allowed_token_ids": "3"}),
+            "allowed_token_ids",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"bad_words": "red"}),
+            "bad_words",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"bad_words": [" "]}),
+            "bad_words",
+        ),
+        (
+            "/v1/completions",
+            json!({"prompt": "hi", "bad_words": [1]}),
+            "bad_words",
+        ),
+        (
+            "/v1/completions",
+            json!({"prompt": "hi", "bad_words": ["x".repeat(5000)]}),
+            "bad_words",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"skip_special_tokens": "no"}),
+            "skip_special_tokens",
+        ),
+        (
+            "/v1/completions",
+            json!({"prompt": "hi", "add_special_tokens": 1}),
+            "add_special_tokens",
+        ),
+        (
+            "/v1/completions",
+            json!({"prompt": "hi", "detokenize": false}),
+            "detokenize",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"return_tokens_as_token_ids": true}),
+            "return_tokens_as_token_ids",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"return_token_ids": true}),
+            "return_token_ids",
+        ),
+        ("/v1/chat/completions", json!({"priority": -1}), "priority"),
+        (
+            "/v1/completions",
+            json!({"prompt": "hi", "cache_salt": "tenant-7"}),
+            "cache_salt",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"logits_processors": ["my.module:Processor"]}),
+            "logits_processors",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"vllm_xargs": {"a": 1}}),
+            "vllm_xargs",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"kv_transfer_params": {"do_remote_prefill": true}}),
+            "kv_transfer_params",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"guided_json": {"type": "object"}, "guided_whitespace_pattern": " "}),
+            "guided_whitespace_pattern",
+        ),
     ];
     let chat = |extra: &serde_json::Value| {
         let mut req = json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1});
@@ -2187,6 +2340,8 @@ async fn bad_requests_get_openai_errors() {
     for extra in [
         json!({"logprobs": false, "tools": [], "tool_choice": "none", "frequency_penalty": 0}),
         json!({"response_format": {"type": "text"}, "parallel_tool_calls": true, "user": "u1"}),
+        json!({"detokenize": true, "priority": 0, "cache_salt": "", "return_token_ids": false}),
+        json!({"spaces_between_special_tokens": false, "skip_special_tokens": true}),
     ] {
         let (status, _, body) = post(a, "/v1/chat/completions", chat(&extra)).await;
         assert_eq!(status, StatusCode::OK, "{extra}: {body}");

@@ -15,7 +15,8 @@ use crate::error::DispatchError;
 use crate::tokenizer::ChatExtras;
 
 /// `/tokenize`: a `prompt`, or chat `messages` (with `tools` and the fields that shape the
-/// rendering: `chat_template_kwargs`, `add_generation_prompt`, ...).
+/// rendering: `chat_template_kwargs`, `add_generation_prompt`, ...), and vLLM's
+/// `add_special_tokens`.
 #[derive(Debug, Deserialize)]
 struct TokenizeRequest {
     #[serde(default)]
@@ -68,6 +69,12 @@ fn answer(r: Result<serde_json::Value, ApiError>) -> Response {
 async fn tokenized(st: AppState, body: axum::body::Body) -> Result<serde_json::Value, ApiError> {
     let mut req: TokenizeRequest = parse(&super::public::read_body(body).await?)?;
     check_model(&st, req.model.take())?;
+    // vLLM's: the BOS token a text prompt gets by default (a conversation's template writes
+    // its own).
+    let add_special = req
+        .other
+        .take_flag("add_special_tokens")
+        .map_err(|(field, message)| ApiError::invalid(message, Some(field)))?;
     let prompt = match (req.prompt, req.messages) {
         (Some(text), None) => Prompt::Text(text),
         (None, Some(messages)) => {
@@ -95,7 +102,7 @@ async fn tokenized(st: AppState, body: axum::body::Body) -> Result<serde_json::V
             ));
         }
     };
-    let tokens = tokenize_off_thread(&st, prompt).await?;
+    let tokens = tokenize_off_thread(&st, prompt, add_special).await?;
     Ok(serde_json::json!({
         "count": tokens.len(),
         "max_model_len": st.dispatcher.context_length(),
@@ -108,9 +115,10 @@ async fn tokenized(st: AppState, body: axum::body::Body) -> Result<serde_json::V
 pub(crate) async fn tokenize_off_thread(
     st: &AppState,
     prompt: Prompt,
+    add_special: Option<bool>,
 ) -> Result<Vec<u32>, ApiError> {
     let d = st.dispatcher.clone();
-    tokio::task::spawn_blocking(move || d.tokenize(prompt, None))
+    tokio::task::spawn_blocking(move || d.tokenize(prompt, None, add_special))
         .await
         .map_err(|e| ApiError::from(DispatchError::Internal(format!("tokenizing failed: {e}"))))?
         .map_err(ApiError::from)

@@ -143,8 +143,9 @@ pub struct OtherFields(serde_json::Map<String, serde_json::Value>);
 /// A field's name and which values ask for something the server still serves.
 type UnsupportedField = (&'static str, fn(&serde_json::Value) -> bool);
 
-/// The fields of [`dolphin_proto::v1::LogitRules`], as clients name them.
-const LOGIT_RULES: [&str; 7] = [
+/// The fields of [`dolphin_proto::v1::LogitRules`], as clients name them (`bad_words` is
+/// text, tokenized by the dispatcher: [`OtherFields::take_bad_words`]).
+const LOGIT_RULES: [&str; 8] = [
     "presence_penalty",
     "frequency_penalty",
     "logit_bias",
@@ -152,6 +153,7 @@ const LOGIT_RULES: [&str; 7] = [
     "min_p",
     "stop_token_ids",
     "min_tokens",
+    "allowed_token_ids",
 ];
 
 impl OtherFields {
@@ -161,6 +163,32 @@ impl OtherFields {
             return None;
         }
         self.0.remove(name).filter(|v| !v.is_null())
+    }
+
+    /// Takes boolean field `name` (`None` when absent or null).
+    pub(crate) fn take_flag(
+        &mut self,
+        name: &'static str,
+    ) -> Result<Option<bool>, (&'static str, String)> {
+        match self.take(name) {
+            None => Ok(None),
+            Some(serde_json::Value::Bool(b)) => Ok(Some(b)),
+            Some(v) => Err((name, format!("{name} must be a boolean, got {v}"))),
+        }
+    }
+
+    /// Takes vLLM's `bad_words`, a list of strings (empty when absent).
+    pub(crate) fn take_bad_words(&mut self) -> Result<Vec<String>, (&'static str, String)> {
+        const NAME: &str = "bad_words";
+        let Some(v) = self.take(NAME) else {
+            return Ok(Vec::new());
+        };
+        let words = v.as_array().and_then(|a| {
+            a.iter()
+                .map(|w| w.as_str().map(str::to_owned))
+                .collect::<Option<Vec<_>>>()
+        });
+        words.ok_or_else(|| (NAME, format!("{NAME} must be a list of strings, got {v}")))
     }
 
     /// Takes `chat_template_kwargs`, the request's own variables for the chat template
@@ -241,7 +269,8 @@ impl OtherFields {
 
     /// Takes the logit rules out of the fields: OpenAI's `presence_penalty`,
     /// `frequency_penalty` and `logit_bias` (token ids as strings), vLLM's
-    /// `repetition_penalty`, `min_p`, `stop_token_ids` and `min_tokens`. `None` when the request
+    /// `repetition_penalty`, `min_p`, `stop_token_ids`, `min_tokens` and `allowed_token_ids`.
+    /// `None` when the request
     /// sends none of them (or only nulls). Read from the leftover fields rather than declared
     /// ones: most requests send none, and seven more fields made the request, moved often,
     /// larger. A value of the wrong type is refused with the field's name; ranges are
@@ -279,11 +308,20 @@ impl OtherFields {
                         )
                     })?;
                 }
-                "stop_token_ids" => {
-                    let ids = v.as_array().map(|a| a.iter().map(token).collect());
-                    rules.stop_token_ids = ids.flatten().ok_or_else(|| {
+                "stop_token_ids" | "allowed_token_ids" => {
+                    let ids: Option<Vec<u32>> =
+                        v.as_array().and_then(|a| a.iter().map(token).collect());
+                    let ids = ids.ok_or_else(|| {
                         (name, format!("{name} must be a list of token ids, got {v}"))
                     })?;
+                    if name == "stop_token_ids" {
+                        rules.stop_token_ids = ids;
+                    } else if ids.is_empty() {
+                        // As vLLM: an empty list would leave nothing to draw.
+                        return Err((name, format!("{name} must not be empty")));
+                    } else {
+                        rules.allowed_token_ids = ids;
+                    }
                 }
                 _ => {
                     let Some(map) = v.as_object() else {
@@ -439,7 +477,7 @@ impl OtherFields {
         let one = |v: &Value| v.as_f64() == Some(1.0);
         // `tools`, `tool_choice` and `parallel_tool_calls` are taken out before
         // (`tools::take`); OpenAI's deprecated functions are not served.
-        let fields: [UnsupportedField; 16] = [
+        let fields: [UnsupportedField; 26] = [
             ("functions", |_| false),
             ("function_call", |v| v == "none"),
             ("best_of", one),
@@ -462,12 +500,27 @@ impl OtherFields {
             ("length_penalty", one),
             // SGLang's EBNF grammars (`take_format` serves Lark ones).
             ("ebnf", |_| false),
+            // vLLM's: text is always detokenized; token ids instead of logprobs' token text;
+            // the ids beside the text; priority scheduling; a salt that keeps a tenant's prefix
+            // cache its own; request-side logits processors and their arguments; connector
+            // parameters; multimodal inputs; the format's whitespace.
+            ("detokenize", |v| v == true),
+            ("return_tokens_as_token_ids", |_| false),
+            ("return_token_ids", |_| false),
+            ("priority", |_| false),
+            ("cache_salt", |_| false),
+            ("logits_processors", |_| false),
+            ("vllm_xargs", |_| false),
+            ("kv_transfer_params", |_| false),
+            ("mm_processor_kwargs", |_| false),
+            ("guided_whitespace_pattern", |_| false),
         ];
         fields.into_iter().find_map(|(name, accepted)| {
             let v = self.0.get(name)?;
-            // An empty `web_search_options` still asks for a search.
+            // An empty `web_search_options` still asks for a search; `detokenize: false`
+            // asks for no text.
             let asks = match name {
-                "web_search_options" => !v.is_null(),
+                "web_search_options" | "detokenize" => !v.is_null(),
                 _ => !inert(v),
             };
             (asks && !accepted(v)).then_some(name)

@@ -86,12 +86,27 @@ impl Tokenizer for HfModelTokenizer {
         self.inner.eos()
     }
 
+    fn end_tokens(&self) -> &[u32] {
+        self.inner.stop_token_ids()
+    }
+
     fn token_id(&self, text: &str) -> Option<u32> {
         self.inner.token_to_id(text)
     }
 
     fn token_text(&self, id: u32) -> String {
         self.inner.decode_with(&[id], false)
+    }
+
+    fn decode_with_specials(&self, ids: &[u32]) -> String {
+        self.inner.decode_with(ids, false)
+    }
+
+    fn bos_to_add(&self) -> Option<u32> {
+        self.inner
+            .special_ids()
+            .bos
+            .filter(|_| self.inner.add_bos())
     }
 }
 
@@ -103,12 +118,17 @@ mod tests {
     /// A tiny GGUF holding only tokenizer metadata: bytes `a`, `b`, the merge `a b`, and two
     /// control tokens; `template` is its chat template.
     fn tiny_gguf(dir: &Path, template: &str) -> PathBuf {
+        tiny_gguf_with(dir, template, Vec::new())
+    }
+
+    /// [`tiny_gguf`] with more metadata.
+    fn tiny_gguf_with(dir: &Path, template: &str, more: Vec<(&str, Value)>) -> PathBuf {
         let tokens = ["a", "b", "ab", "<|im_start|>", "<|im_end|>", "\u{10a}"];
         let types = [1i32, 1, 1, 3, 3, 1];
         let strings = |items: &[&str]| {
             Value::Array(items.iter().map(|s| Value::String(s.to_string())).collect())
         };
-        let bytes = write_metadata(&[
+        let mut metadata = vec![
             ("general.architecture", Value::String("llama".into())),
             ("tokenizer.ggml.model", Value::String("gpt2".into())),
             ("tokenizer.ggml.pre", Value::String("smollm".into())),
@@ -120,8 +140,9 @@ mod tests {
             ("tokenizer.ggml.merges", strings(&["a b"])),
             ("tokenizer.ggml.eos_token_id", Value::U32(4)),
             ("tokenizer.chat_template", Value::String(template.into())),
-        ])
-        .expect("metadata");
+        ];
+        metadata.extend(more);
+        let bytes = write_metadata(&metadata).expect("metadata");
         let path = dir.join("tiny.gguf");
         std::fs::write(&path, bytes).expect("write gguf");
         path
@@ -152,6 +173,26 @@ mod tests {
             .map(|&id| detok.push(&t, &[id]))
             .collect();
         assert_eq!(streamed, "ab<|im_start|>aba");
+        // Every special token written out (`skip_special_tokens: false`).
+        assert_eq!(
+            t.decode_with_specials(&[3, 2, 0, 4]),
+            "<|im_start|>aba<|im_end|>"
+        );
+        let mut all = super::super::IncrementalDetokenizer::with(super::super::Specials::All);
+        let streamed: String = [2, 3, 4].iter().map(|&id| all.push(&t, &[id])).collect();
+        assert_eq!(streamed, "ab<|im_start|><|im_end|>");
+        // No `add_bos_token`: prompts get no BOS; with it, its BOS.
+        assert_eq!(t.bos_to_add(), None);
+        let bos = tiny_gguf_with(
+            dir.path(),
+            CHATML,
+            vec![
+                ("tokenizer.ggml.bos_token_id", Value::U32(3)),
+                ("tokenizer.ggml.add_bos_token", Value::Bool(true)),
+            ],
+        );
+        let with_bos = HfModelTokenizer::from_file(&bos).expect("loads");
+        assert_eq!(with_bos.bos_to_add(), Some(3));
         let text = t
             .render_chat(&[ChatMessage::new("user", "ab")], &ChatExtras::default())
             .expect("renders");
