@@ -113,6 +113,41 @@ pub trait Tokenizer: Send + Sync + Debug {
     }
 }
 
+/// Names tokens by their ids, `token_id:<id>` (vLLM's `return_tokens_as_token_ids`: log
+/// probabilities a client can map back to ids whatever the text); the rest is the model's.
+#[derive(Debug)]
+pub struct TokenIdNames(pub Arc<dyn Tokenizer>);
+
+impl Tokenizer for TokenIdNames {
+    fn encode(&self, text: &str) -> Result<Vec<u32>, EncodeError> {
+        self.0.encode(text)
+    }
+
+    fn decode(&self, ids: &[u32]) -> String {
+        ids.iter().map(|id| format!("token_id:{id}")).collect()
+    }
+
+    fn render_chat(
+        &self,
+        messages: &[ChatMessage],
+        extras: &ChatExtras,
+    ) -> Result<String, ChatTemplateError> {
+        self.0.render_chat(messages, extras)
+    }
+
+    fn vocab_size(&self) -> u32 {
+        self.0.vocab_size()
+    }
+
+    fn eos(&self) -> Option<u32> {
+        self.0.eos()
+    }
+
+    fn token_text(&self, id: u32) -> String {
+        self.decode(&[id])
+    }
+}
+
 /// The text of `ids` with the tokens in `keep` written out, though special (the control
 /// tokens that mark a model's tool calls, which the tool call parser reads).
 pub fn decode_keeping(tokenizer: &dyn Tokenizer, ids: &[u32], keep: &[u32]) -> String {

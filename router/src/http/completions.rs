@@ -244,6 +244,10 @@ pub(crate) struct Prepared {
     running_usage: bool,
     /// How a chat answer is read for tool calls.
     tools: Mode,
+    /// vLLM's `return_token_ids`: the prompt's and the output's token ids beside the text.
+    return_token_ids: bool,
+    /// vLLM's `return_tokens_as_token_ids`: log probabilities name tokens `token_id:<id>`.
+    tokens_as_ids: bool,
 }
 
 impl Prepared {
@@ -300,6 +304,7 @@ pub(crate) fn completions(
         req.sampling.stream,
         req.sampling.stream_options.unwrap_or_default(),
     );
+    let (return_token_ids, tokens_as_ids) = take_token_id_flags(&mut req.sampling)?;
     let (mut params, choices) = build(
         st,
         headers,
@@ -340,6 +345,8 @@ pub(crate) fn completions(
         include_usage: opts.include_usage,
         running_usage: opts.continuous_usage_stats,
         tools: Mode::Text,
+        return_token_ids,
+        tokens_as_ids,
     })
 }
 
@@ -373,6 +380,7 @@ pub(crate) fn chat(
         req.sampling.stream,
         req.sampling.stream_options.unwrap_or_default(),
     );
+    let (return_token_ids, tokens_as_ids) = take_token_id_flags(&mut req.sampling)?;
     let (mut params, choices) = build(
         st,
         headers,
@@ -404,7 +412,23 @@ pub(crate) fn chat(
         include_usage: opts.include_usage,
         running_usage: opts.continuous_usage_stats,
         tools: tool_request.mode,
+        return_token_ids,
+        tokens_as_ids,
     })
+}
+
+/// vLLM's `return_token_ids` and `return_tokens_as_token_ids` (false when absent).
+fn take_token_id_flags(f: &mut SamplingFields) -> Result<(bool, bool), ApiError> {
+    let mut flag = |name| {
+        f.other
+            .take_flag(name)
+            .map(|on| on.unwrap_or(false))
+            .map_err(|(field, message)| ApiError::invalid(message, Some(field)))
+    };
+    Ok((
+        flag("return_token_ids")?,
+        flag("return_tokens_as_token_ids")?,
+    ))
 }
 
 /// A request's conversation as the chat template reads it: text parts joined (other parts are
@@ -458,8 +482,11 @@ pub(crate) async fn run(st: &AppState, prepared: Prepared) -> Result<Response, A
         include_usage,
         running_usage,
         tools,
+        return_token_ids,
+        tokens_as_ids,
     } = prepared;
     let cfg = st.dispatcher.config();
+    let tokens = logprobs_tokenizer(st, &params, tokens_as_ids);
     let readers = Readers::of(cfg.reasoning_parser, cfg.tool_call_parser);
     // vLLM's `prompt_logprobs`, reported beside the output (with echo they are the echoed
     // text's, in `logprobs`).
@@ -474,11 +501,12 @@ pub(crate) async fn run(st: &AppState, prepared: Prepared) -> Result<Response, A
                 .with_answers(tools, readers)
                 .with_prompt_scores(prompt_scores)
                 .with_running_usage(running_usage)
+                .with_token_ids(return_token_ids)
+                .with_logprobs(tokens, Vec::new())
         };
         return run_choices(st, params, more_prompts, choices, ep, enc, stream).await;
     }
     let model = params.model.clone();
-    let tokens = logprobs_tokenizer(st, &params);
     let rs = st.dispatcher.generate(params).await?;
     let headers = routing_headers(&rs);
     let prompt = prompt_of(&rs).into_iter().collect();
@@ -488,11 +516,13 @@ pub(crate) async fn run(st: &AppState, prepared: Prepared) -> Result<Response, A
         .with_prompt_scores(prompt_scores)
         .with_logprobs(tokens, prompt)
         .with_running_usage(running_usage)
-        .with_prompt_lengths([&rs]);
+        .with_prompt_lengths([&rs])
+        .with_token_ids(return_token_ids)
+        .with_prompt_ids([&rs]);
     let mut resp = if stream {
         events(rs, enc)
     } else {
-        whole(enc, vec![collect(rs).await?])
+        whole(enc, vec![collect(rs, return_token_ids).await?])
     };
     resp.headers_mut().extend(headers);
     Ok(resp)
@@ -523,7 +553,7 @@ pub(crate) async fn start(st: &AppState, prepared: Prepared) -> Result<Started, 
     } = prepared;
     let cfg = st.dispatcher.config();
     let readers = Readers::of(cfg.reasoning_parser, cfg.tool_call_parser);
-    let logprobs = logprobs_tokenizer(st, &params);
+    let logprobs = logprobs_tokenizer(st, &params, false);
     let rs = st.dispatcher.generate(params).await?;
     let headers = routing_headers(&rs);
     Ok(Started {
@@ -536,12 +566,20 @@ pub(crate) async fn start(st: &AppState, prepared: Prepared) -> Result<Started, 
     })
 }
 
-/// The tokenizer that names the tokens of log probabilities, where the request asked for them.
-fn logprobs_tokenizer(st: &AppState, params: &GenerateParams) -> Option<Arc<dyn Tokenizer>> {
-    params
-        .sampling
-        .logprobs
-        .map(|_| st.dispatcher.tokenizer().clone())
+/// The tokenizer that names the tokens of log probabilities, where the request asked for them:
+/// the model's, or with `as_ids` one that names each `token_id:<id>`.
+fn logprobs_tokenizer(
+    st: &AppState,
+    params: &GenerateParams,
+    as_ids: bool,
+) -> Option<Arc<dyn Tokenizer>> {
+    params.sampling.logprobs?;
+    let tokenizer = st.dispatcher.tokenizer().clone();
+    Some(if as_ids {
+        Arc::new(crate::tokenizer::TokenIdNames(tokenizer))
+    } else {
+        tokenizer
+    })
 }
 
 /// The prompt's tokens, where its log probabilities come back (echo with logprobs).
@@ -579,7 +617,6 @@ async fn run_choices(
     stream: bool,
 ) -> Result<Response, ApiError> {
     let model = params.model.clone();
-    let tokens = logprobs_tokenizer(st, &params);
     // Choice `p * n + i` is prompt `p`'s `i`th generation, as vLLM numbers a batch's choices.
     let prompts: Vec<Prompt> = std::iter::once(params.prompt.clone())
         .chain(more_prompts)
@@ -602,8 +639,10 @@ async fn run_choices(
         .filter_map(prompt_of)
         .collect();
     let enc = enc(response_id(ep, &streams[0]), model)
-        .with_logprobs(tokens, prompt)
-        .with_prompt_lengths(&streams);
+        .with_scored_prompts(prompt)
+        .with_prompt_lengths(&streams)
+        .with_prompt_ids(streams.iter().step_by(choices as usize));
+    let ids = enc.token_ids;
     let mut resp = if stream {
         let tagged = streams.into_iter().zip(0..).map(|(rs, i)| {
             rs.map(move |d| {
@@ -617,7 +656,7 @@ async fn run_choices(
     } else {
         whole(
             enc,
-            futures::future::try_join_all(streams.into_iter().map(collect)).await?,
+            futures::future::try_join_all(streams.into_iter().map(|rs| collect(rs, ids))).await?,
         )
     };
     resp.headers_mut().extend(headers);
@@ -767,6 +806,11 @@ pub(crate) struct Encoder {
     /// Every chunk carries its choice's usage so far (vLLM's `continuous_usage_stats`): each
     /// choice's prompt tokens and tokens generated so far; `None`: chunks carry none.
     running: Option<Vec<(u32, u32)>>,
+    /// vLLM's `return_token_ids`: each prompt's ids go out (on each choice's first chunk in a
+    /// stream, the choices that sent them one bit each), and the output's with its text.
+    token_ids: bool,
+    prompt_ids: Vec<Vec<u32>>,
+    sent_prompt_ids: u32,
 }
 
 impl Encoder {
@@ -800,7 +844,52 @@ impl Encoder {
             readers: Vec::new(),
             prompt_scores: None,
             running: None,
+            token_ids: false,
+            prompt_ids: Vec::new(),
+            sent_prompt_ids: 0,
         }
+    }
+
+    /// The encoder of a request that asked for token ids beside the text (`on`).
+    pub(crate) fn with_token_ids(mut self, on: bool) -> Self {
+        self.token_ids = on;
+        self
+    }
+
+    /// Each prompt's tokens from its first choice's stream, where token ids go out.
+    fn with_prompt_ids<'a>(
+        mut self,
+        streams: impl IntoIterator<Item = &'a ResponseStream>,
+    ) -> Self {
+        if self.token_ids {
+            self.prompt_ids = streams
+                .into_iter()
+                .map(|rs| rs.prompt_tokens().to_vec())
+                .collect();
+        }
+        self
+    }
+
+    /// Choice `choice`'s prompt ids, where token ids go out.
+    fn prompt_ids_of(&self, choice: u32) -> Option<Vec<u32>> {
+        self.prompt_ids
+            .get((choice / self.per_prompt) as usize)
+            .cloned()
+    }
+
+    /// Choice `choice`'s prompt ids on its first chunk, where token ids go out.
+    fn first_prompt_ids(&mut self, choice: u32) -> Option<Vec<u32>> {
+        let bit = 1u32 << choice.min(31);
+        if !self.token_ids || self.sent_prompt_ids & bit != 0 {
+            return None;
+        }
+        self.sent_prompt_ids |= bit;
+        self.prompt_ids_of(choice)
+    }
+
+    /// A delta's token ids, where they go out.
+    fn ids_of(&self, d: &Delta) -> Option<Vec<u32>> {
+        self.token_ids.then(|| d.token_ids.clone())
     }
 
     /// The encoder of a request whose every chunk carries its choice's usage so far (`on`).
@@ -873,6 +962,12 @@ impl Encoder {
         prompt: Vec<Vec<u32>>,
     ) -> Self {
         self.logprobs = tokenizer;
+        self.prompt = prompt;
+        self
+    }
+
+    /// Each prompt's tokens, which come with their log probabilities (echo with logprobs).
+    fn with_scored_prompts(mut self, prompt: Vec<Vec<u32>>) -> Self {
         self.prompt = prompt;
         self
     }
@@ -983,7 +1078,7 @@ impl Encoder {
                 && calls.is_none()
                 && reasoning.is_none()
                 && finish.is_none()
-                && d.logprobs.is_empty()
+                && !self.carries_tokens(d)
                 && self.sent_role & role_bit != 0
             {
                 return;
@@ -1012,10 +1107,10 @@ impl Encoder {
             text = std::borrow::Cow::Owned(format!("{echo}{}", d.text));
             self.echoed |= role_bit;
         }
-        // Tokens whose text is held back still send their log probabilities.
+        // Tokens whose text is held back still send their log probabilities (and ids).
         if text.is_empty()
             && finish.is_none()
-            && d.logprobs.is_empty()
+            && !self.carries_tokens(d)
             && (self.sent_role & role_bit != 0 || self.ep == Endpoint::Completions)
         {
             return;
@@ -1025,6 +1120,7 @@ impl Encoder {
                 let echoed = text.len() - d.text.len();
                 let echoed = text[..echoed].chars().count();
                 let logprobs = self.completion_logprobs(d, echoed);
+                let prompt_token_ids = self.first_prompt_ids(d.choice);
                 serde_json::to_string(&self.completion(
                     vec![CompletionChoice {
                         index: d.choice,
@@ -1032,6 +1128,8 @@ impl Encoder {
                         logprobs,
                         finish_reason: finish,
                         prompt_logprobs: None,
+                        prompt_token_ids,
+                        token_ids: self.ids_of(d),
                     }],
                     self.running_usage(d.choice),
                 ))
@@ -1089,10 +1187,16 @@ impl Encoder {
         }
     }
 
-    /// The stream chunk of `d`'s choice with `delta` (and `d`'s log probabilities, where the
-    /// request asked for them).
+    /// Whether a delta that brings no text still goes out: for its tokens' log probabilities
+    /// or ids, where the request asked for them.
+    fn carries_tokens(&self, d: &Delta) -> bool {
+        !d.logprobs.is_empty() || (self.token_ids && !d.token_ids.is_empty())
+    }
+
+    /// The stream chunk of `d`'s choice with `delta` (and `d`'s log probabilities and ids,
+    /// where the request asked for them).
     fn chat_chunk_of(
-        &self,
+        &mut self,
         d: &Delta,
         delta: ChatDelta,
         finish: Option<&'static str>,
@@ -1101,15 +1205,18 @@ impl Encoder {
             .logprobs
             .as_deref()
             .map(|tok| logprobs::chat(tok, &d.token_ids, &d.logprobs));
-        self.chat_chunk(
+        let mut chunk = self.chat_chunk(
             vec![ChatChunkChoice {
                 index: d.choice,
                 delta,
                 logprobs,
                 finish_reason: finish,
+                token_ids: self.ids_of(d),
             }],
             self.running_usage(d.choice),
-        )
+        );
+        chunk.prompt_token_ids = self.first_prompt_ids(d.choice);
+        chunk
     }
 
     /// A `/v1/chat/completions` stream chunk of this request.
@@ -1121,6 +1228,7 @@ impl Encoder {
             model: self.model.clone(),
             choices,
             usage,
+            prompt_token_ids: None,
         }
     }
 
@@ -1200,6 +1308,8 @@ impl Encoder {
                             logprobs: completion_logprobs(&c, index),
                             finish_reason,
                             prompt_logprobs: prompt_logprobs(&c, index),
+                            prompt_token_ids: self.prompt_ids_of(index),
+                            token_ids: self.token_ids.then(|| c.token_ids.clone()),
                         })
                         .collect(),
                     Some(usage),
@@ -1227,11 +1337,14 @@ impl Encoder {
                                 logprobs: tok
                                     .map(|tok| logprobs::chat(tok, &c.token_ids, &c.logprobs)),
                                 finish_reason,
+                                token_ids: self.token_ids.then(|| c.token_ids.clone()),
                             }
                         })
                         .collect(),
                     usage,
                     prompt_logprobs: chat_prompt_logprobs,
+                    // Every choice read the same prompt.
+                    prompt_token_ids: self.prompt_ids_of(0),
                 },
                 size,
             ),
@@ -1320,7 +1433,7 @@ struct ChoiceOutput {
     text: String,
     reason: FinishReason,
     /// The tokens and their log probabilities, where the request asked for them (else both
-    /// empty).
+    /// empty; the tokens alone where it asked for their ids).
     token_ids: Vec<u32>,
     logprobs: Vec<v1::TokenLogprobs>,
     /// The prompt's log probabilities, where the request asked for them (echo with logprobs).
@@ -1335,17 +1448,18 @@ struct Output {
     path: crate::policy::PrefillPath,
 }
 
-/// Collects one generation's whole output.
-async fn collect(mut rs: ResponseStream) -> Result<Output, ApiError> {
+/// Collects one generation's whole output; its token ids where `ids` (or log probabilities)
+/// are asked for.
+async fn collect(mut rs: ResponseStream, ids: bool) -> Result<Output, ApiError> {
     let mut text = String::new();
     let (mut token_ids, mut logprobs, mut prompt_logprobs) = (Vec::new(), Vec::new(), Vec::new());
     while let Some(item) = rs.next().await {
         let d = item?;
         text.push_str(&d.text);
-        if !d.logprobs.is_empty() {
+        if ids || !d.logprobs.is_empty() {
             token_ids.extend_from_slice(&d.token_ids);
-            logprobs.extend(d.logprobs);
         }
+        logprobs.extend(d.logprobs);
         prompt_logprobs.extend(d.prompt_logprobs);
         if let Some(f) = d.finish {
             return Ok(Output {

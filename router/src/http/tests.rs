@@ -1432,6 +1432,102 @@ async fn several_choices_whole_and_streamed() {
     assert_eq!(usage[0]["usage"]["completion_tokens"], 4);
 }
 
+/// vLLM's `return_token_ids`: the prompt's ids and the output's beside the text, whole and
+/// streamed (the prompt's on each choice's first chunk, the output's chunk by chunk), on both
+/// endpoints, each batch prompt's with its own choices; nothing of it unless asked.
+#[tokio::test]
+async fn token_ids_come_beside_the_text_where_asked() {
+    let (_fake, _d, s) = with_worker(Behavior::Text("abc".into())).await;
+    let out = SimTokenizer.encode("abca");
+    let ids = |v: &Value| -> Vec<u32> {
+        v.as_array()
+            .unwrap_or_else(|| panic!("ids: {v}"))
+            .iter()
+            .map(|x| x.as_u64().expect("id") as u32)
+            .collect()
+    };
+    // Completions: a batch of two token prompts, whole and streamed.
+    let req = json!({"prompt": [[40, 41], [42]], "max_tokens": 4, "return_token_ids": true});
+    for stream in [false, true] {
+        let mut req = req.clone();
+        req["stream"] = json!(stream);
+        let (chunks, body) = completion_chunks(s.addr, req, stream).await;
+        for (index, prompt) in [(0, vec![40, 41]), (1, vec![42])] {
+            let mine: Vec<&Value> = chunks
+                .iter()
+                .flat_map(|c| c["choices"].as_array().expect("choices"))
+                .filter(|c| c["index"] == index)
+                .collect();
+            let with_prompt: Vec<&&Value> = mine
+                .iter()
+                .filter(|c| !c["prompt_token_ids"].is_null())
+                .collect();
+            assert_eq!(with_prompt.len(), 1, "once a choice: {body}");
+            assert_eq!(ids(&with_prompt[0]["prompt_token_ids"]), prompt, "{body}");
+            let got: Vec<u32> = mine.iter().flat_map(|c| ids(&c["token_ids"])).collect();
+            assert_eq!(got, out, "{body}");
+        }
+    }
+    // Chat: the prompt's ids once (a whole answer's beside the choices), the output's.
+    let req = json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4,
+                     "return_token_ids": true});
+    let prompt = SimTokenizer.encode(
+        &SimTokenizer
+            .render_chat(&[ChatMessage::new("user", "hi")], &Default::default())
+            .expect("renders"),
+    );
+    let (status, _, body) = post(s.addr, "/v1/chat/completions", req.clone()).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let v = parse(&body);
+    assert_eq!(ids(&v["prompt_token_ids"]), prompt, "{body}");
+    assert_eq!(ids(&v["choices"][0]["token_ids"]), out, "{body}");
+    let mut streamed = req;
+    streamed["stream"] = json!(true);
+    let (status, _, body) = post(s.addr, "/v1/chat/completions", streamed).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let data = sse_data(&body);
+    let chunks: Vec<Value> = data[..data.len() - 1].iter().map(|d| parse(d)).collect();
+    let prompts: Vec<&Value> = chunks
+        .iter()
+        .map(|c| &c["prompt_token_ids"])
+        .filter(|p| !p.is_null())
+        .collect();
+    assert_eq!(prompts.len(), 1, "{body}");
+    assert_eq!(ids(prompts[0]), prompt, "{body}");
+    let got: Vec<u32> = chunks
+        .iter()
+        .flat_map(|c| ids(&c["choices"][0]["token_ids"]))
+        .collect();
+    assert_eq!(got, out, "{body}");
+    // Not asked: not sent.
+    let (_, _, body) = post(
+        s.addr,
+        "/v1/completions",
+        json!({"prompt": "hi", "max_tokens": 2}),
+    )
+    .await;
+    assert!(!body.contains("token_ids"), "{body}");
+    // vLLM's `return_tokens_as_token_ids`: log probabilities name their tokens by id.
+    let a = out[0];
+    let req = json!({"prompt": "hi", "max_tokens": 1, "logprobs": 1,
+                     "return_tokens_as_token_ids": true});
+    let (_, _, body) = post(s.addr, "/v1/completions", req).await;
+    let lp = &parse(&body)["choices"][0]["logprobs"];
+    assert_eq!(lp["tokens"][0], format!("token_id:{a}"), "{body}");
+    assert!(
+        lp["top_logprobs"][0].get(format!("token_id:{a}")).is_some(),
+        "{body}"
+    );
+    let req = json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1,
+                     "logprobs": true, "top_logprobs": 1, "return_tokens_as_token_ids": true});
+    let (_, _, body) = post(s.addr, "/v1/chat/completions", req).await;
+    let entry = &parse(&body)["choices"][0]["logprobs"]["content"][0];
+    let name = format!("token_id:{a}");
+    assert_eq!(entry["token"], name.as_str(), "{body}");
+    assert_eq!(entry["bytes"], json!(name.as_bytes()), "{body}");
+    assert_eq!(entry["top_logprobs"][0]["token"], name.as_str(), "{body}");
+}
+
 /// vLLM's `continuous_usage_stats`: every chunk carries its choice's usage so far (the
 /// prompt's tokens, the choice's generated ones), on both endpoints; `include_usage` still
 /// adds the request's usage after the last chunk.
@@ -2208,12 +2304,12 @@ async fn bad_requests_get_openai_errors() {
         ),
         (
             "/v1/chat/completions",
-            json!({"return_tokens_as_token_ids": true}),
+            json!({"return_tokens_as_token_ids": "yes"}),
             "return_tokens_as_token_ids",
         ),
         (
             "/v1/chat/completions",
-            json!({"return_token_ids": true}),
+            json!({"return_token_ids": 1}),
             "return_token_ids",
         ),
         ("/v1/chat/completions", json!({"priority": -1}), "priority"),

@@ -477,7 +477,7 @@ impl OtherFields {
         let one = |v: &Value| v.as_f64() == Some(1.0);
         // `tools`, `tool_choice` and `parallel_tool_calls` are taken out before
         // (`tools::take`); OpenAI's deprecated functions are not served.
-        let fields: [UnsupportedField; 26] = [
+        let fields: [UnsupportedField; 24] = [
             ("functions", |_| false),
             ("function_call", |v| v == "none"),
             ("best_of", one),
@@ -500,13 +500,11 @@ impl OtherFields {
             ("length_penalty", one),
             // SGLang's EBNF grammars (`take_format` serves Lark ones).
             ("ebnf", |_| false),
-            // vLLM's: text is always detokenized; token ids instead of logprobs' token text;
-            // the ids beside the text; priority scheduling; a salt that keeps a tenant's prefix
+            // vLLM's: text is always detokenized; priority scheduling; a salt that keeps a
+            // tenant's prefix
             // cache its own; request-side logits processors and their arguments; connector
             // parameters; multimodal inputs; the format's whitespace.
             ("detokenize", |v| v == true),
-            ("return_tokens_as_token_ids", |_| false),
-            ("return_token_ids", |_| false),
             ("priority", |_| false),
             ("cache_salt", |_| false),
             ("logits_processors", |_| false),
@@ -813,6 +811,13 @@ pub struct CompletionChoice {
     /// prompt's token and its alternatives.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub prompt_logprobs: Option<Vec<serde_json::Value>>,
+    /// The prompt's token ids (vLLM's `return_token_ids`; in a stream, on the choice's first
+    /// chunk).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prompt_token_ids: Option<Vec<u32>>,
+    /// The generated tokens' ids (vLLM's `return_token_ids`; in a stream, this chunk's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub token_ids: Option<Vec<u32>>,
 }
 
 /// `/v1/completions` response (and stream chunk).
@@ -885,6 +890,9 @@ pub struct ChatChoice {
     pub logprobs: Option<ChatLogprobs>,
     /// "stop" or "length".
     pub finish_reason: Option<&'static str>,
+    /// The generated tokens' ids (vLLM's `return_token_ids`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub token_ids: Option<Vec<u32>>,
 }
 
 /// `/v1/chat/completions` response.
@@ -905,6 +913,9 @@ pub struct ChatResponse {
     /// The prompt's log probabilities, as completions' choices carry them (vLLM's).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub prompt_logprobs: Option<Vec<serde_json::Value>>,
+    /// The prompt's token ids (vLLM's `return_token_ids`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prompt_token_ids: Option<Vec<u32>>,
 }
 
 /// The delta of a chat stream chunk.
@@ -935,6 +946,9 @@ pub struct ChatChunkChoice {
     pub logprobs: Option<ChatLogprobs>,
     /// Set on the last chunk.
     pub finish_reason: Option<&'static str>,
+    /// This chunk's tokens' ids (vLLM's `return_token_ids`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub token_ids: Option<Vec<u32>>,
 }
 
 /// A chat stream chunk.
@@ -953,6 +967,9 @@ pub struct ChatChunk {
     /// Token counts (usage-only chunk).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub usage: Option<UsageOut>,
+    /// The prompt's token ids (vLLM's `return_token_ids`), on a choice's first chunk.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prompt_token_ids: Option<Vec<u32>>,
 }
 
 /// A completions choice's `logprobs` (OpenAI's legacy shape), one entry per token in each list.
