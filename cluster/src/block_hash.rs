@@ -19,13 +19,32 @@ use crate::BlockHash;
 /// in a cluster, so it is part of the wire contract.
 pub const ROOT_SEED: u64 = 0x646f_6c70_6869_6e31;
 
+/// Most bytes a cache salt may have (vLLM's `cache_salt`; [`salted_root`]).
+pub const MAX_CACHE_SALT_BYTES: usize = 256;
+
+/// The seed of a salted request's first block (vLLM's `cache_salt`): the salt's xxh3 under
+/// [`ROOT_SEED`]. Its blocks' names differ from every unsalted prompt's and every other salt's,
+/// so requests share cached KV (and learn from its timing) only with the same salt. An empty
+/// salt is no salt.
+pub fn salted_root(salt: &str) -> u64 {
+    if salt.is_empty() {
+        return ROOT_SEED;
+    }
+    xxh3_64_with_seed(salt.as_bytes(), ROOT_SEED)
+}
+
 /// Tokens assembled per one-shot hash; larger blocks are fed to the streaming hasher in pieces of
 /// this size (same result: xxh3's streaming and one-shot forms agree).
 const STACK_TOKENS: usize = 64;
 
 /// Hash of one block given the hash of the block before it (`None` for the first block).
 pub fn chain_hash(parent: Option<BlockHash>, block_tokens: &[u32]) -> BlockHash {
-    let seed = parent.unwrap_or(ROOT_SEED);
+    chain_hash_from(ROOT_SEED, parent, block_tokens)
+}
+
+/// [`chain_hash`] where the first block is seeded by `root` ([`salted_root`]).
+pub fn chain_hash_from(root: u64, parent: Option<BlockHash>, block_tokens: &[u32]) -> BlockHash {
+    let seed = parent.unwrap_or(root);
     // Where the machine is little-endian the bytes are the tokens' own: hashed in place. (Copied
     // 4 bytes at a time into a buffer that xxh3 then read 8 bytes at a time, each load waited
     // for two stores it could not forward from.)
@@ -61,13 +80,18 @@ pub fn block_hashes(tokens: &[u32], block_size: usize) -> Vec<BlockHash> {
 /// Like [`block_hashes`], but replaces the contents of `out`, so a caller that reuses one vector
 /// hashes without allocating once it has grown to the longest prompt.
 pub fn block_hashes_into(tokens: &[u32], block_size: usize, out: &mut Vec<BlockHash>) {
+    block_hashes_from(ROOT_SEED, tokens, block_size, out);
+}
+
+/// [`block_hashes_into`] where the first block is seeded by `root` ([`salted_root`]).
+pub fn block_hashes_from(root: u64, tokens: &[u32], block_size: usize, out: &mut Vec<BlockHash>) {
     out.clear();
     if block_size == 0 {
         return;
     }
     let mut parent = None;
     for block in tokens.chunks_exact(block_size) {
-        let hash = chain_hash(parent, block);
+        let hash = chain_hash_from(root, parent, block);
         out.push(hash);
         parent = Some(hash);
     }
@@ -122,6 +146,31 @@ mod tests {
         assert_eq!(hashes[0], chain_hash(None, &tokens[..16]));
         assert_eq!(hashes[1], chain_hash(Some(hashes[0]), &tokens[16..]));
         assert_eq!(hashes, reference(&tokens, 16));
+    }
+
+    #[test]
+    fn a_salt_renames_every_block() {
+        let tokens: Vec<u32> = (100..148).collect();
+        let plain = block_hashes(&tokens, 16);
+        let mut salted = Vec::new();
+        block_hashes_from(salted_root("tenant-a"), &tokens, 16, &mut salted);
+        assert!(
+            plain.iter().all(|h| !salted.contains(h)),
+            "{plain:?} {salted:?}"
+        );
+        let mut other = Vec::new();
+        block_hashes_from(salted_root("tenant-b"), &tokens, 16, &mut other);
+        assert!(salted.iter().all(|h| !other.contains(h)));
+        // The chain is the same chain from another first seed.
+        assert_eq!(salted[1], chain_hash(Some(salted[0]), &tokens[16..32]));
+        assert_eq!(
+            salted[0],
+            chain_hash_from(salted_root("tenant-a"), None, &tokens[..16])
+        );
+        // No salt is the unsalted root.
+        let mut empty = Vec::new();
+        block_hashes_from(salted_root(""), &tokens, 16, &mut empty);
+        assert_eq!(empty, plain);
     }
 
     #[test]

@@ -63,6 +63,10 @@ pub struct Sampling {
     /// request): the penalties, `min_tokens` and the format count them as output. Less than
     /// the prompt's length.
     pub output_in_prompt: u32,
+    /// The seed of the sequence's first block hash where the request has a cache salt
+    /// ([`dolphin_cluster::salted_root`]): its blocks are shared only with requests of the same
+    /// salt. `None`: [`dolphin_cluster::ROOT_SEED`], shared with every unsalted request.
+    pub cache_root: Option<u64>,
 }
 
 /// Most alternatives a request may ask log probabilities for (vLLM's default `max_logprobs`
@@ -146,6 +150,7 @@ impl Default for Sampling {
             format: None,
             format_after: Vec::new(),
             output_in_prompt: 0,
+            cache_root: None,
         }
     }
 }

@@ -385,6 +385,16 @@ impl Dispatcher {
         if s.output_in_prompt > 0 {
             return bad("output_in_prompt is set by the router when it migrates a request".into());
         }
+        if s.cache_salt.len() > dolphin_cluster::MAX_CACHE_SALT_BYTES {
+            return bad_field(
+                "cache_salt",
+                format!(
+                    "cache_salt has {} bytes, more than the limit of {}",
+                    s.cache_salt.len(),
+                    dolphin_cluster::MAX_CACHE_SALT_BYTES
+                ),
+            );
+        }
         if s.prompt_logprobs.is_some() && p.force == Some(Decision::Remote) {
             return bad(
                 "prompt_logprobs needs a local prefill (the decode worker computes them)".into(),
@@ -497,13 +507,32 @@ impl Dispatcher {
         force: Option<Decision>,
         exclude: &[WorkerId],
     ) -> Result<RouteDecision, DispatchError> {
+        self.route_from(
+            dolphin_cluster::ROOT_SEED,
+            tokens,
+            max_tokens,
+            force,
+            exclude,
+        )
+    }
+
+    /// [`route`](Self::route) for a prompt whose blocks are named from `root` (a cache salt's,
+    /// [`dolphin_cluster::salted_root`]): only blocks cached under the same salt count.
+    pub fn route_from(
+        &self,
+        root: u64,
+        tokens: &[u32],
+        max_tokens: u32,
+        force: Option<Decision>,
+        exclude: &[WorkerId],
+    ) -> Result<RouteDecision, DispatchError> {
         let bs = self.cfg.block_size;
         let w = self.cfg.overlap_weight;
         let admission = Admission::new(tokens, max_tokens);
         let predicted = self.dolphin.classify(&admission);
         SCRATCH.with(|s| {
             let (hashes, counts) = &mut *s.borrow_mut();
-            dolphin_cluster::block_hashes_into(tokens, bs as usize, hashes);
+            dolphin_cluster::block_hashes_from(root, tokens, bs as usize, hashes);
             let decode = self
                 .registry
                 .route(Role::Decode, hashes, w, exclude, counts)
@@ -758,8 +787,10 @@ impl Dispatcher {
         deadline: Option<tokio::time::Instant>,
     ) -> Result<Attempt, DispatchError> {
         let started = Instant::now();
-        let route = tracing::trace_span!(target: otel::TARGET, "router.route")
-            .in_scope(|| self.route(tokens, sampling.max_tokens, force, exclude))?;
+        let route = tracing::trace_span!(target: otel::TARGET, "router.route").in_scope(|| {
+            let root = dolphin_cluster::salted_root(&sampling.cache_salt);
+            self.route_from(root, tokens, sampling.max_tokens, force, exclude)
+        })?;
         hot::histogram(m::ROUTE_SECONDS, []).record(started.elapsed().as_secs_f64());
         // Count the request against the worker from now on, so a burst spreads out.
         let guard = route.decode.worker.begin_request(tokens.len() as u32);

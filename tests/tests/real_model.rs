@@ -355,6 +355,34 @@ async fn smollm2_remote_equals_local_equals_single_process_and_chat_answers() ->
         }
     }
 
+    // A cache salt (vLLM's `cache_salt`): the workers hold `long`'s blocks by now, but not
+    // under this salt; a second salted request finds the first's, on both paths; the tokens
+    // are the reference's throughout.
+    let salted = |mode| {
+        let mut req = token_request(&prompts[2].1, mode);
+        if let Some(s) = req.sampling.as_mut() {
+            s.cache_salt = "tenant-a".into();
+        }
+        req
+    };
+    for (mode, reused) in [(PrefillMode::Remote, false), (PrefillMode::Local, true)] {
+        let out = grpc::generate(&mut client, salted(mode))
+            .await
+            .context("salted")?;
+        let routing = out.last_routing.clone().context("routing info")?;
+        assert!(!routing.fell_back, "fell back: {routing:?}");
+        assert_eq!(out.tokens, expected[2], "{mode:?} salted != reference");
+        let cached = out.usage.clone().context("usage")?.cached_tokens;
+        if reused {
+            assert!(
+                cached >= 400,
+                "{mode:?}: the salt's own blocks: {cached} cached"
+            );
+        } else {
+            assert_eq!(cached, 0, "{mode:?}: no salted blocks yet");
+        }
+    }
+
     // The logit rules give the same tokens on both paths: the prefill worker draws the first
     // token (bias, repetition penalty over the prompt), the decode worker the rest (penalties
     // over the output, including the token it received).

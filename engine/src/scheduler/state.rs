@@ -5,7 +5,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
-use dolphin_cluster::{BlockHash, block_hashes_into, chain_hash};
+use dolphin_cluster::{BlockHash, ROOT_SEED, block_hashes_from, chain_hash_from};
 use tokio::sync::{broadcast, mpsc};
 use tokio::time::Instant;
 
@@ -174,7 +174,14 @@ impl<B: Backend> Core<B> {
         let id = self.next_id;
         self.next_id += 1;
         let mut hashes = Vec::with_capacity(req.prompt.len() / self.info.block_size as usize + 1);
-        block_hashes_into(&req.prompt, self.info.block_size as usize, &mut hashes);
+        // A salted request's blocks have names of their own (`Sampling::cache_root`).
+        let root = req.sampling.cache_root.unwrap_or(ROOT_SEED);
+        block_hashes_from(
+            root,
+            &req.prompt,
+            self.info.block_size as usize,
+            &mut hashes,
+        );
         let seq = Seq {
             id,
             prompt_len: req.prompt.len() as u32,
@@ -338,11 +345,12 @@ pub(super) fn commit_blocks_through(pool: &mut KvPool, seq: &mut Seq, bs: u32, t
         return;
     }
     let bs = bs as usize;
+    let root = seq.sampling.cache_root.unwrap_or(ROOT_SEED);
     while seq.hashes.len() < full {
         let i = seq.hashes.len();
         let parent = i.checked_sub(1).map(|p| seq.hashes[p]);
         let block = &seq.tokens[i * bs..(i + 1) * bs];
-        seq.hashes.push(chain_hash(parent, block));
+        seq.hashes.push(chain_hash_from(root, parent, block));
     }
     let parent: Option<BlockHash> = from.checked_sub(1).map(|p| seq.hashes[p]);
     pool.commit_many(

@@ -293,6 +293,57 @@ async fn shared_prefix_hits_the_cache() {
     );
 }
 
+/// A cache salt names its blocks apart: a salted request shares cached blocks only with
+/// requests of the same salt, and its events carry the salted names the router looks up.
+#[tokio::test]
+async fn a_cache_salt_shares_blocks_only_within_the_salt() {
+    let e = engine();
+    let (_, mut events) = e.subscribe();
+    let base = prompt(7, 64);
+    let salted = |id: &str, salt: &str| {
+        let mut r = request(id, base.clone(), 4);
+        r.sampling.cache_root = Some(dolphin_cluster::salted_root(salt));
+        r
+    };
+    let cached = |r| {
+        let e = &e;
+        async move {
+            collect(e.generate(r).await.expect("ok"))
+                .await
+                .2
+                .cached_tokens
+        }
+    };
+    assert_eq!(cached(request("plain", base.clone(), 4)).await, 0);
+    assert_eq!(
+        cached(salted("a1", "tenant-a")).await,
+        0,
+        "not the unsalted blocks"
+    );
+    assert_eq!(
+        cached(salted("b1", "tenant-b")).await,
+        0,
+        "nor another salt's"
+    );
+    assert_eq!(cached(salted("a2", "tenant-a")).await, 48, "its own salt's");
+    assert_eq!(cached(request("plain2", base.clone(), 4)).await, 48);
+    let mut names = Vec::new();
+    dolphin_cluster::block_hashes_from(
+        dolphin_cluster::salted_root("tenant-a"),
+        &base,
+        16,
+        &mut names,
+    );
+    let stored: Vec<KvEvent> = std::iter::from_fn(|| events.try_recv().ok()).collect();
+    assert!(
+        stored.contains(&KvEvent::Stored {
+            parent: None,
+            hashes: names[..4].to_vec()
+        }),
+        "{stored:?}"
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn step_time_follows_the_profile() {
     let mut cfg = config("dynamo-mocker");

@@ -263,6 +263,13 @@ async fn stale_workers_are_estimated_from_what_was_routed_to_them() {
         "estimated from the first routing"
     );
     assert_eq!(again.features.eff_isl_decode, 0);
+    // A cache salt names the same prompt's blocks apart: none cached under it yet, then its
+    // own.
+    let root = dolphin_cluster::salted_root("tenant-a");
+    let salted = d.route_from(root, &prompt, 4, None, &[]).expect("route");
+    assert_eq!(salted.decode.cached_blocks, 0, "not the unsalted blocks");
+    let salted = d.route_from(root, &prompt, 4, None, &[]).expect("route");
+    assert_eq!(salted.decode.cached_blocks, 10);
 }
 
 #[tokio::test]

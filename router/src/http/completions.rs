@@ -79,6 +79,17 @@ fn build(
         .take_flag("skip_special_tokens")
         .map_err(field_error)?
         .unwrap_or(true);
+    // vLLM's: requests share cached KV only with requests of the same salt.
+    let cache_salt = match f.other.take("cache_salt") {
+        None => String::new(),
+        Some(serde_json::Value::String(s)) => s,
+        Some(v) => {
+            return Err(ApiError::invalid(
+                format!("cache_salt must be a string, got {v}"),
+                Some("cache_salt"),
+            ));
+        }
+    };
     // Without effect on a fast tokenizer's text, as in vLLM (which reads it only with slow
     // tokenizers): accepted either way.
     f.other
@@ -204,6 +215,7 @@ fn build(
         structured: format.as_ref().map(|(_, f)| Box::new(f.to_wire())),
         output_in_prompt: 0,
         include_stop_str_in_output: f.include_stop_str_in_output,
+        cache_salt,
     };
     let params = GenerateParams {
         request_id,
