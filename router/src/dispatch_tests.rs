@@ -509,14 +509,21 @@ async fn a_worker_that_was_unreachable_is_passed_over() {
     assert!(listed.iter().any(|w| w.worker_id == "d1"), "still listed");
 }
 
-/// The SimTokenizer, noting the thread of every `encode`.
+/// The SimTokenizer, noting the thread of every `encode`, of a model whose tokenizer puts
+/// `bos` before prompts.
 #[derive(Debug, Default)]
-struct ThreadNoting(parking_lot::Mutex<Vec<std::thread::ThreadId>>);
+struct ThreadNoting {
+    threads: parking_lot::Mutex<Vec<std::thread::ThreadId>>,
+    bos: Option<u32>,
+}
 
 impl crate::tokenizer::Tokenizer for ThreadNoting {
     fn encode(&self, text: &str) -> Result<Vec<u32>, crate::tokenizer::EncodeError> {
-        self.0.lock().push(std::thread::current().id());
+        self.threads.lock().push(std::thread::current().id());
         Ok(SimTokenizer.encode(text))
+    }
+    fn bos_to_add(&self) -> Option<u32> {
+        self.bos
     }
     fn decode(&self, ids: &[u32]) -> String {
         SimTokenizer.decode(ids)
@@ -551,7 +558,7 @@ async fn long_prompts_are_tokenized_off_the_runtime_thread() {
     // Longer than the test router's prompt limit: refused, but only after tokenizing.
     let err = d.generate(params(&long, 1)).await.expect_err("too long");
     assert!(matches!(err, DispatchError::PromptTooLong { .. }), "{err}");
-    let threads = noting.0.lock().clone();
+    let threads = noting.threads.lock().clone();
     assert_eq!(threads.len(), 2);
     assert_eq!(threads[0], here, "a short prompt is tokenized inline");
     assert_ne!(
@@ -717,39 +724,14 @@ fn token_ids_become_the_tokens_without_a_copy() {
     assert_eq!(tokens.as_ptr(), at, "the request's ids are the tokens");
 }
 
-/// The sim tokenizer of a model whose tokenizer puts its BOS token (1) before prompts.
-#[derive(Debug)]
-struct BosFirst;
-
-impl crate::tokenizer::Tokenizer for BosFirst {
-    fn encode(&self, text: &str) -> Result<Vec<u32>, crate::tokenizer::EncodeError> {
-        crate::tokenizer::Tokenizer::encode(&SimTokenizer, text)
-    }
-    fn decode(&self, ids: &[u32]) -> String {
-        crate::tokenizer::Tokenizer::decode(&SimTokenizer, ids)
-    }
-    fn render_chat(
-        &self,
-        messages: &[crate::tokenizer::ChatMessage],
-        extras: &crate::tokenizer::ChatExtras,
-    ) -> Result<String, crate::tokenizer::ChatTemplateError> {
-        SimTokenizer.render_chat(messages, extras)
-    }
-    fn vocab_size(&self) -> u32 {
-        SimTokenizer.vocab_size()
-    }
-    fn eos(&self) -> Option<u32> {
-        Some(2)
-    }
-    fn bos_to_add(&self) -> Option<u32> {
-        Some(1)
-    }
-}
-
 #[test]
 fn text_prompts_start_with_the_models_bos_token_as_vllm_adds_it() {
+    let bos_first = ThreadNoting {
+        bos: Some(1),
+        ..Default::default()
+    };
     let d =
-        crate::testutil::dispatcher_with(Arc::new(BosFirst), threshold(), RequestLog::disabled());
+        crate::testutil::dispatcher_with(Arc::new(bos_first), threshold(), RequestLog::disabled());
     let text = || Prompt::Text("hi".into());
     let chat = || Prompt::Chat {
         messages: vec![crate::tokenizer::ChatMessage::new("user", "hi")],
