@@ -246,6 +246,8 @@ pub struct Dispatcher {
     /// The ids of the control tokens the router's tool call parser reads, which the answers
     /// of `"auto"` requests write out.
     call_markers: Vec<u32>,
+    /// Mistral's control tokens in the model's vocabulary (strict tools' grammar).
+    mistral_tokens: crate::tools::MistralTokens,
 }
 
 impl Dispatcher {
@@ -265,8 +267,10 @@ impl Dispatcher {
             .iter()
             .filter_map(|t| tokenizer.token_id(t))
             .collect();
+        let mistral_tokens = crate::tools::MistralTokens::find(|t| tokenizer.token_id(t));
         Self {
             call_markers,
+            mistral_tokens,
             online,
             online_rx: parking_lot::Mutex::new(Some(online_rx)),
             registry,
@@ -320,6 +324,15 @@ impl Dispatcher {
     /// The tokenizer.
     pub fn tokenizer(&self) -> &Arc<dyn Tokenizer> {
         &self.tokenizer
+    }
+
+    /// The format strict tools under `"auto"` draw `request`'s answer under, if any
+    /// ([`crate::tools::ToolRequest::strict_format`], with this model's Mistral tokens).
+    pub fn strict_tools(
+        &self,
+        request: &crate::tools::ToolRequest,
+    ) -> Option<dolphin_grammar::Format> {
+        request.strict_format(self.mistral_tokens)
     }
 
     /// The dispatcher's limits.

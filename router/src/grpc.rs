@@ -18,7 +18,7 @@ use tower::Layer;
 use crate::admission::InflightLimit;
 use crate::answer::{AnswerReader, Readers};
 use crate::auth::{self, KeySet};
-use crate::dispatch::{DispatchConfig, Dispatcher, GenerateParams, Prompt};
+use crate::dispatch::{Dispatcher, GenerateParams, Prompt};
 use crate::dolphin::admin;
 use crate::policy::{Decision, Policy};
 use crate::shard::ShardListener;
@@ -44,8 +44,9 @@ impl InferenceService {
 /// whose answer is never read).
 pub(crate) fn params(
     r: v1::GenerateRequest,
-    cfg: &DispatchConfig,
+    d: &Dispatcher,
 ) -> Result<(GenerateParams, Option<Mode>), Status> {
+    let cfg = d.config();
     let mut sampling = r.sampling.unwrap_or_default();
     let mut format_field = "structured";
     let mut mode = None;
@@ -62,7 +63,7 @@ pub(crate) fn params(
                 }
                 sampling.structured = Some(Box::new(format.to_wire()));
                 format_field = "chat.tools";
-            } else if crate::tools::draw_strict(request.strict_format(), &mut sampling) {
+            } else if crate::tools::draw_strict(d.strict_tools(&request), &mut sampling) {
                 // Strict tools under "auto", as over HTTP.
                 format_field = "chat.tools";
             }
@@ -278,7 +279,7 @@ impl Inference for InferenceService {
         // The request's spans go under the call's (`ServerSpanLayer`), which continues the
         // client's `traceparent`: no trace headers for the dispatcher to read.
         let cfg = self.dispatcher.config();
-        let (mut p, tools) = params(req.into_inner(), cfg)?;
+        let (mut p, tools) = params(req.into_inner(), &self.dispatcher)?;
         // Thinking is split from chat answers only, as over HTTP.
         let readers = Readers::of(
             tools.as_ref().and(cfg.reasoning_parser),

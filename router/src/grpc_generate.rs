@@ -182,7 +182,7 @@ impl Shared {
             .and_then(dolphin_proto::deadline::parse);
         let request = read_request(req.into_body()).await?;
         let cfg = self.dispatcher.config();
-        let (mut p, tools) = params(request, cfg)?;
+        let (mut p, tools) = params(request, &self.dispatcher)?;
         // Thinking is split from chat answers only, as over HTTP.
         let readers = crate::answer::Readers::of(
             tools.as_ref().and(cfg.reasoning_parser),

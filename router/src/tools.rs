@@ -102,6 +102,29 @@ impl CallIds {
     }
 }
 
+/// The ids of Mistral's control tokens in the model's vocabulary, where it has them: a strict
+/// grammar in Mistral's format names them as tokens (`<[id]>`), which no text can write.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MistralTokens {
+    /// `[TOOL_CALLS]`, before the calls.
+    pub tool_calls: Option<u32>,
+    /// `[ARGS]`, before a call's arguments (the v11 format's vocabularies).
+    pub args: Option<u32>,
+    /// `[CALL_ID]`, before a call's id.
+    pub call_id: Option<u32>,
+}
+
+impl MistralTokens {
+    /// The tokens `token_id` finds (a tokenizer's lookup of a token's text).
+    pub fn find(token_id: impl Fn(&str) -> Option<u32>) -> MistralTokens {
+        MistralTokens {
+            tool_calls: token_id(TOOL_CALLS),
+            args: token_id(ARGS),
+            call_id: token_id(CALL_ID),
+        }
+    }
+}
+
 /// Hermes' tags around one call.
 const CALL_OPEN: &str = "<tool_call>";
 const CALL_CLOSE: &str = "</tool_call>";
@@ -292,13 +315,14 @@ fn function_names(tools: &Value) -> Result<Vec<String>, FieldError> {
 
 impl ToolRequest {
     /// Under `"auto"`, where a tool asks for `strict` (OpenAI's SDK sets it for pydantic
-    /// tools) and the parser's call format has a grammar here (Hermes, Llama 3 JSON): the
-    /// format the answer is drawn under, free text or calls in that format whose JSON follows
-    /// the tools (a strict tool's arguments its parameters' schema, the others' any object),
-    /// as vLLM's structural tags constrain them. The model still chooses whether to call; text
-    /// that would open a call must be one. `None` elsewhere: calls are read, not drawn under a
-    /// schema (Mistral's and the pythonic formats).
-    pub fn strict_format(&self) -> Option<Format> {
+    /// tools) and the parser's call format has a grammar here (Hermes, Llama 3 JSON, Mistral's
+    /// formats, whose control tokens `mistral` names): the format the answer is drawn under,
+    /// free text or calls in that format whose JSON follows the tools (a strict tool's
+    /// arguments its parameters' schema, the others' any object), as vLLM's structural tags
+    /// constrain them. The model still chooses whether to call; text that would open a call
+    /// must be one. `None` elsewhere: calls are read, not drawn under a schema (the pythonic
+    /// format).
+    pub fn strict_format(&self, mistral: MistralTokens) -> Option<Format> {
         let Mode::Auto { parser, parallel } = self.mode else {
             return None;
         };
@@ -306,15 +330,21 @@ impl ToolRequest {
         if !tools.iter().any(|t| t["function"]["strict"] == true) {
             return None;
         }
-        let key = match parser {
-            ToolCallParser::Hermes => "arguments",
-            ToolCallParser::Llama3Json => "parameters",
-            ToolCallParser::Mistral | ToolCallParser::Pythonic => return None,
-        };
-        let calls = call_schemas(tools, key, |f| match &f["parameters"] {
+        let arguments = |f: &Value| match &f["parameters"] {
             p if f["strict"] == true && p.is_object() => p.clone(),
             _ => json!({"type": "object"}),
-        });
+        };
+        let key = match parser {
+            ToolCallParser::Hermes | ToolCallParser::Mistral => "arguments",
+            ToolCallParser::Llama3Json => "parameters",
+            ToolCallParser::Pythonic => return None,
+        };
+        if parser == ToolCallParser::Mistral {
+            return Some(Format::Lark(mistral_grammar(
+                tools, &arguments, parallel, mistral,
+            )));
+        }
+        let calls = call_schemas(tools, key, arguments);
         let call = format!(
             "call: /[ \\t\\n]*/ %json {} /[ \\t\\n]*/",
             json!({"anyOf": calls})
@@ -375,6 +405,72 @@ impl ToolRequest {
             }
         }
     }
+}
+
+/// The grammar of a Mistral answer under strict tools: text (which cannot start as calls in
+/// any form the parser reads: a JSON array, or a function's name and `{`), then, where the
+/// vocabulary has `[TOOL_CALLS]`, calls after it; or an answer that is a JSON array of calls.
+/// The calls after the token are the v11 format's, `name[ARGS]{...}` each after its own
+/// `[TOOL_CALLS]` (optionally `[CALL_ID]` and an id before `[ARGS]`), where the vocabulary
+/// has `[ARGS]`; else the earlier one's JSON array.
+fn mistral_grammar(
+    tools: &[Value],
+    arguments: &dyn Fn(&Value) -> Value,
+    parallel: bool,
+    mistral: MistralTokens,
+) -> String {
+    let token = |id: u32| format!("<[{id}]>");
+    let names: Vec<&str> = tools
+        .iter()
+        .filter_map(|t| t["function"]["name"].as_str())
+        .collect();
+    let calls = call_schemas(tools, "arguments", arguments);
+    let ws = r"/[ \t\n]*/";
+    // Calls after text are found by the token before them: only where it exists.
+    let after = if mistral.tool_calls.is_some() {
+        " after?"
+    } else {
+        ""
+    };
+    let rest = if parallel {
+        format!(r#"({ws} "," {ws} call)*"#)
+    } else {
+        String::new()
+    };
+    let mut g = format!(
+        "start: TEXT{after} | array\n\
+         array: {ws} \"[\" {ws} call {rest} {ws} \"]\" {ws}\n\
+         call: %json {}\n\
+         TEXT: /(.|\\n)*/ & ~/[ \\t\\n]*(\\[|({})[ \\t\\n]*\\{{)(.|\\n)*/\n",
+        json!({"anyOf": calls}),
+        names.join("|"),
+    );
+    match (mistral.tool_calls, mistral.args) {
+        (None, _) => {}
+        (Some(tc), None) => g.push_str(&format!("after: {} array\n", token(tc))),
+        (Some(tc), Some(args)) => {
+            let id = mistral
+                .call_id
+                .map(|c| format!("({} /[a-zA-Z0-9]{{1,64}}/)? ", token(c)))
+                .unwrap_or_default();
+            let named: Vec<String> = tools
+                .iter()
+                .map(|t| {
+                    let f = &t["function"];
+                    let name = json!(f["name"]);
+                    format!("{name} {id}{} %json {}", token(args), arguments(f))
+                })
+                .collect();
+            let one = format!("{} named", token(tc));
+            let calls = if parallel {
+                format!("{one} ({one})*")
+            } else {
+                one
+            };
+            g.push_str(&format!("after: {calls}\nnamed: {}\n", named.join(" | ")));
+        }
+    }
+    g
 }
 
 /// Draws an answer under `strict` ([`ToolRequest::strict_format`]) unless the request's own

@@ -623,21 +623,142 @@ fn required_and_named_answers_become_calls() {
 
 /// Whether `format` lets a model whose tokens are single bytes write `text` and end there.
 fn drawable(format: &Format, text: &str) -> bool {
+    drawable_tokens(format, &text.bytes().map(u32::from).collect::<Vec<_>>())
+}
+
+/// The test token space's Mistral control tokens (after the bytes and `<end>`).
+const MISTRAL: MistralTokens = MistralTokens {
+    tool_calls: Some(257),
+    args: Some(258),
+    call_id: Some(259),
+};
+
+/// `text` in the test token space: bytes, with Mistral's control tokens written out as theirs.
+fn mistral_ids(text: &str) -> Vec<u32> {
+    let mut ids = Vec::new();
+    let mut rest = text;
+    while !rest.is_empty() {
+        let special = [("[TOOL_CALLS]", 257), ("[ARGS]", 258), ("[CALL_ID]", 259)]
+            .into_iter()
+            .find(|(t, _)| rest.starts_with(t));
+        match special {
+            Some((t, id)) => {
+                ids.push(id);
+                rest = &rest[t.len()..];
+            }
+            None => {
+                ids.push(u32::from(rest.as_bytes()[0]));
+                rest = &rest[1..];
+            }
+        }
+    }
+    ids
+}
+
+/// Whether `ids` (bytes 0-255, 256 the end, 257-259 Mistral's control tokens) may be drawn
+/// whole under `format`, and the end after them.
+fn drawable_tokens(format: &Format, ids: &[u32]) -> bool {
     use dolphin_grammar::{TokenSpace, TokenText};
     let mut tokens: Vec<TokenText> = (0u8..=255).map(|b| TokenText::Bytes(vec![b])).collect();
-    tokens.push(TokenText::Special("<end>".into()));
-    let space = TokenSpace::new(tokens, 257, &[256]).expect("space");
+    for special in ["<end>", "[TOOL_CALLS]", "[ARGS]", "[CALL_ID]"] {
+        tokens.push(TokenText::Special(special.into()));
+    }
+    let n = tokens.len();
+    let space = TokenSpace::new(tokens, n as u32, &[256]).expect("space");
     let mut c = space.constrain(format).expect("compiles");
-    for b in text.bytes() {
-        let mut logits = vec![0.0f32; 257];
+    for &id in ids {
+        let mut logits = vec![0.0f32; n];
         c.mask(&mut logits).expect("mask");
-        if logits[b as usize] != 0.0 || c.consume(u32::from(b)).is_err() {
+        if logits[id as usize] != 0.0 || c.consume(id).is_err() {
             return false;
         }
     }
-    let mut logits = vec![0.0f32; 257];
+    let mut logits = vec![0.0f32; n];
     c.mask(&mut logits).expect("mask");
     logits[256] == 0.0
+}
+
+/// Strict tools in Mistral's formats: each vocabulary's (v11 with `[ARGS]`, the earlier JSON
+/// array after `[TOOL_CALLS]`, a bare array without control tokens) draws free text or calls
+/// whose arguments follow the strict tool's schema; text cannot start as calls.
+#[test]
+fn strict_tools_in_mistrals_formats() {
+    let tools = json!([
+        {"type": "function", "function": {"name": "weather", "strict": true,
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                "required": ["city"], "additionalProperties": false}}},
+        {"type": "function", "function": {"name": "time"}},
+    ]);
+    let grammar = |vocab: MistralTokens, parallel: bool| {
+        let r = take(
+            &mut fields(json!({"tools": tools, "parallel_tool_calls": parallel})),
+            Some(ToolCallParser::Mistral),
+        )
+        .expect("take");
+        let g = r.strict_format(vocab).expect("a grammar");
+        assert!(Format::check(&g).is_ok(), "{g:?}");
+        g
+    };
+    let ok = |g: &Format, text: &str| drawable_tokens(g, &mistral_ids(text));
+    let text_cases = [
+        ("Sunny, I think.", true),
+        ("", true),
+        ("[1] is a footnote", false),
+        ("weather{\"city\": \"Rome\"}", false),
+        ("weather report: sunny", true),
+    ];
+    // v11: `[TOOL_CALLS]name[ARGS]{...}`, after text too, an id optional.
+    let v11 = grammar(MISTRAL, true);
+    for (text, want) in text_cases.into_iter().chain([
+        (r#"[TOOL_CALLS]weather[ARGS]{"city": "Rome"}"#, true),
+        (
+            r#"Let me see.[TOOL_CALLS]weather[ARGS]{"city": "Rome"}"#,
+            true,
+        ),
+        (
+            r#"[TOOL_CALLS]weather[ARGS]{"city": "Rome"}[TOOL_CALLS]time[ARGS]{}"#,
+            true,
+        ),
+        (
+            r#"[TOOL_CALLS]weather[CALL_ID]a1B2c3D4e[ARGS]{"city": "Rome"}"#,
+            true,
+        ),
+        (r#"[TOOL_CALLS]weather[ARGS]{"town": "Rome"}"#, false),
+        (r#"[TOOL_CALLS]clock[ARGS]{}"#, false),
+    ]) {
+        assert_eq!(ok(&v11, text), want, "v11: {text}");
+    }
+    let single = grammar(MISTRAL, false);
+    assert!(!ok(
+        &single,
+        r#"[TOOL_CALLS]weather[ARGS]{"city": "Rome"}[TOOL_CALLS]time[ARGS]{}"#
+    ));
+    // The earlier vocabularies: a JSON array after `[TOOL_CALLS]`, or the whole answer.
+    let v3 = grammar(
+        MistralTokens {
+            args: None,
+            call_id: None,
+            ..MISTRAL
+        },
+        true,
+    );
+    let array = r#"[{"name": "weather", "arguments": {"city": "Rome"}}, {"name": "time", "arguments": {}}]"#;
+    for (text, want) in text_cases.into_iter().chain([
+        (format!("[TOOL_CALLS] {array}").as_str(), true),
+        (array, true),
+        (
+            r#"[TOOL_CALLS] [{"name": "weather", "arguments": {"town": "Rome"}}]"#,
+            false,
+        ),
+    ]) {
+        assert_eq!(ok(&v3, text), want, "v3: {text}");
+    }
+    let bare = grammar(MistralTokens::default(), true);
+    assert!(ok(&bare, array));
+    assert!(ok(&bare, "Sunny."));
+    // Without the token, calls after text are not read as calls: that is text, free.
+    assert!(ok(&bare, &format!("Sure. {array}")));
+    assert!(!ok(&bare, r#"[{"name": "weather", "arguments": {}}]"#));
 }
 
 /// Strict tools under `"auto"`: the model may answer in text or call, and a call it makes
@@ -660,7 +781,7 @@ fn strict_tools_under_auto_constrain_the_calls_not_the_choice() {
         .expect("take")
     };
     let hermes = request(ToolCallParser::Hermes, true)
-        .strict_format()
+        .strict_format(MistralTokens::default())
         .expect("a grammar");
     assert!(Format::check(&hermes).is_ok(), "{hermes:?}");
     let call = |args: &str| {
@@ -693,7 +814,7 @@ fn strict_tools_under_auto_constrain_the_calls_not_the_choice() {
         assert_eq!(drawable(&hermes, &text), ok, "hermes: {text}");
     }
     let single = request(ToolCallParser::Hermes, false)
-        .strict_format()
+        .strict_format(MistralTokens::default())
         .expect("a grammar");
     let two = format!(
         "{}{}",
@@ -707,7 +828,7 @@ fn strict_tools_under_auto_constrain_the_calls_not_the_choice() {
     );
 
     let llama = request(ToolCallParser::Llama3Json, true)
-        .strict_format()
+        .strict_format(MistralTokens::default())
         .expect("a grammar");
     assert!(Format::check(&llama).is_ok(), "{llama:?}");
     for (text, ok) in [
@@ -735,10 +856,10 @@ fn strict_tools_under_auto_constrain_the_calls_not_the_choice() {
         Some(ToolCallParser::Hermes),
     )
     .expect("take");
-    assert!(lax.strict_format().is_none());
+    assert!(lax.strict_format(MistralTokens::default()).is_none());
     assert!(
-        request(ToolCallParser::Mistral, true)
-            .strict_format()
+        request(ToolCallParser::Pythonic, true)
+            .strict_format(MistralTokens::default())
             .is_none()
     );
     let forced = take(
@@ -746,5 +867,5 @@ fn strict_tools_under_auto_constrain_the_calls_not_the_choice() {
         Some(ToolCallParser::Hermes),
     )
     .expect("take");
-    assert!(forced.strict_format().is_none() && forced.format().is_some());
+    assert!(forced.strict_format(MistralTokens::default()).is_none() && forced.format().is_some());
 }

@@ -385,7 +385,7 @@ pub(crate) fn chat(
         };
         (field, f)
     });
-    let strict = tool_request.strict_format();
+    let strict = st.dispatcher.strict_tools(&tool_request);
     let messages = chat_messages(req.messages)?;
     let max_tokens = req.max_completion_tokens.or(req.max_tokens);
     let (stream_mode, opts) = (
