@@ -247,7 +247,7 @@ pub struct Dispatcher {
     /// of `"auto"` requests write out.
     call_markers: Vec<u32>,
     /// Mistral's control tokens in the model's vocabulary (strict tools' grammar).
-    mistral_tokens: crate::tools::MistralTokens,
+    call_tokens: crate::tools::CallTokens,
 }
 
 impl Dispatcher {
@@ -267,10 +267,10 @@ impl Dispatcher {
             .iter()
             .filter_map(|t| tokenizer.token_id(t))
             .collect();
-        let mistral_tokens = crate::tools::MistralTokens::find(|t| tokenizer.token_id(t));
+        let call_tokens = crate::tools::CallTokens::find(|t| tokenizer.token_id(t));
         Self {
             call_markers,
-            mistral_tokens,
+            call_tokens,
             online,
             online_rx: parking_lot::Mutex::new(Some(online_rx)),
             registry,
@@ -332,7 +332,7 @@ impl Dispatcher {
         &self,
         request: &crate::tools::ToolRequest,
     ) -> Option<dolphin_grammar::Format> {
-        request.strict_format(self.mistral_tokens)
+        request.strict_format(self.call_tokens)
     }
 
     /// The dispatcher's limits.

@@ -26,6 +26,7 @@ mod migration;
 pub mod policy;
 pub mod prefix_index;
 mod pythonic;
+mod pythonic_grammar;
 pub mod reasoning;
 pub mod request_log;
 mod required_calls;

@@ -102,25 +102,34 @@ impl CallIds {
     }
 }
 
-/// The ids of Mistral's control tokens in the model's vocabulary, where it has them: a strict
-/// grammar in Mistral's format names them as tokens (`<[id]>`), which no text can write.
+/// The ids of the control tokens around calls in the model's vocabulary, where it has them: a
+/// strict grammar names them as tokens (`<[id]>`), which no text can write.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct MistralTokens {
-    /// `[TOOL_CALLS]`, before the calls.
+pub struct CallTokens {
+    /// Mistral's `[TOOL_CALLS]`, before the calls.
     pub tool_calls: Option<u32>,
-    /// `[ARGS]`, before a call's arguments (the v11 format's vocabularies).
+    /// Mistral's `[ARGS]`, before a call's arguments (the v11 format's vocabularies).
     pub args: Option<u32>,
-    /// `[CALL_ID]`, before a call's id.
+    /// Mistral's `[CALL_ID]`, before a call's id.
     pub call_id: Option<u32>,
+    /// Llama 4's `<|python_start|>` and `<|python_end|>` around a pythonic list of calls.
+    pub python_start: Option<u32>,
+    pub python_end: Option<u32>,
 }
 
-impl MistralTokens {
+/// Llama 4's control tokens around its pythonic calls.
+const PYTHON_START: &str = "<|python_start|>";
+const PYTHON_END: &str = "<|python_end|>";
+
+impl CallTokens {
     /// The tokens `token_id` finds (a tokenizer's lookup of a token's text).
-    pub fn find(token_id: impl Fn(&str) -> Option<u32>) -> MistralTokens {
-        MistralTokens {
+    pub fn find(token_id: impl Fn(&str) -> Option<u32>) -> CallTokens {
+        CallTokens {
             tool_calls: token_id(TOOL_CALLS),
             args: token_id(ARGS),
             call_id: token_id(CALL_ID),
+            python_start: token_id(PYTHON_START),
+            python_end: token_id(PYTHON_END),
         }
     }
 }
@@ -315,14 +324,12 @@ fn function_names(tools: &Value) -> Result<Vec<String>, FieldError> {
 
 impl ToolRequest {
     /// Under `"auto"`, where a tool asks for `strict` (OpenAI's SDK sets it for pydantic
-    /// tools) and the parser's call format has a grammar here (Hermes, Llama 3 JSON, Mistral's
-    /// formats, whose control tokens `mistral` names): the format the answer is drawn under,
-    /// free text or calls in that format whose JSON follows the tools (a strict tool's
-    /// arguments its parameters' schema, the others' any object), as vLLM's structural tags
-    /// constrain them. The model still chooses whether to call; text that would open a call
-    /// must be one. `None` elsewhere: calls are read, not drawn under a schema (the pythonic
-    /// format).
-    pub fn strict_format(&self, mistral: MistralTokens) -> Option<Format> {
+    /// tools): the format the answer is drawn under, free text or calls in the parser's format
+    /// (Hermes, Llama 3 JSON, Mistral's and the pythonic, whose control tokens `tokens` names)
+    /// whose arguments follow the tools (a strict tool's its parameters' schema, the others'
+    /// any object), as vLLM's structural tags constrain them. The model still chooses whether
+    /// to call; text that would open a call must be one.
+    pub fn strict_format(&self, tokens: CallTokens) -> Option<Format> {
         let Mode::Auto { parser, parallel } = self.mode else {
             return None;
         };
@@ -337,11 +344,15 @@ impl ToolRequest {
         let key = match parser {
             ToolCallParser::Hermes | ToolCallParser::Mistral => "arguments",
             ToolCallParser::Llama3Json => "parameters",
-            ToolCallParser::Pythonic => return None,
+            ToolCallParser::Pythonic => {
+                return Some(Format::Lark(crate::pythonic_grammar::grammar(
+                    tools, &arguments, parallel, tokens,
+                )));
+            }
         };
         if parser == ToolCallParser::Mistral {
             return Some(Format::Lark(mistral_grammar(
-                tools, &arguments, parallel, mistral,
+                tools, &arguments, parallel, tokens,
             )));
         }
         let calls = call_schemas(tools, key, arguments);
@@ -417,7 +428,7 @@ fn mistral_grammar(
     tools: &[Value],
     arguments: &dyn Fn(&Value) -> Value,
     parallel: bool,
-    mistral: MistralTokens,
+    mistral: CallTokens,
 ) -> String {
     let token = |id: u32| format!("<[{id}]>");
     let names: Vec<&str> = tools

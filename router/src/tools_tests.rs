@@ -627,10 +627,12 @@ fn drawable(format: &Format, text: &str) -> bool {
 }
 
 /// The test token space's Mistral control tokens (after the bytes and `<end>`).
-const MISTRAL: MistralTokens = MistralTokens {
+const MISTRAL: CallTokens = CallTokens {
     tool_calls: Some(257),
     args: Some(258),
     call_id: Some(259),
+    python_start: None,
+    python_end: None,
 };
 
 /// `text` in the test token space: bytes, with Mistral's control tokens written out as theirs.
@@ -678,6 +680,90 @@ fn drawable_tokens(format: &Format, ids: &[u32]) -> bool {
     logits[256] == 0.0
 }
 
+/// Strict tools in the pythonic format: free text, or a list of calls whose keyword arguments
+/// follow a strict tool's schema (its order, required ones present, literals of their types,
+/// an enum's values), any keywords for the others; Llama 4's control tokens around the list
+/// where the vocabulary has them. What the grammar lets through, the reader reads as calls.
+#[test]
+fn strict_tools_in_the_pythonic_format() {
+    let tools = json!([
+        {"type": "function", "function": {"name": "weather", "strict": true,
+            "parameters": {"type": "object",
+                "properties": {
+                    "city": {"type": "string"},
+                    "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+                    "days": {"type": ["integer", "null"]},
+                    "tags": {"type": "array", "items": {"type": "string"}},
+                    "exact": {"type": "boolean"}},
+                "required": ["city", "unit"], "additionalProperties": false}}},
+        {"type": "function", "function": {"name": "time"}},
+        {"type": "function", "function": {"name": "not-python"}},
+    ]);
+    let grammar = |tokens: CallTokens, parallel: bool| {
+        let r = take(
+            &mut fields(json!({"tools": tools, "parallel_tool_calls": parallel})),
+            Some(ToolCallParser::Pythonic),
+        )
+        .expect("take");
+        let g = r.strict_format(tokens).expect("a grammar");
+        assert!(Format::check(&g).is_ok(), "{g:?}");
+        g
+    };
+    let g = grammar(CallTokens::default(), true);
+    for (text, want) in [
+        ("It is sunny.", true),
+        ("", true),
+        ("[1] a footnote", false),
+        (r#"[weather(city="Rome", unit="celsius")]"#, true),
+        (
+            r#"[weather(city='Rome', unit='fahrenheit', days=3, tags=["a", 'b'], exact=True,)]"#,
+            true,
+        ),
+        (
+            r#"[weather(city="Rome", unit="celsius", days=None), time(zone="UTC", n=[1, {"a": (2,)}])]"#,
+            true,
+        ),
+        (
+            r#"[weather(city="Rome", unit="celsius", exact=False)]"#,
+            true,
+        ),
+        (r#"[weather(city="Rome")]"#, false),
+        (r#"[weather(city="Rome", unit="kelvin")]"#, false),
+        (r#"[weather(unit="celsius", city="Rome")]"#, false),
+        (r#"[weather(city="Rome", unit="celsius", days="3")]"#, false),
+        (r#"[weather(city="Rome", unit="celsius", town="x")]"#, false),
+        (r#"[clock()]"#, false),
+    ] {
+        assert_eq!(drawable(&g, text), want, "pythonic: {text}");
+        if want && text.starts_with('[') {
+            assert!(
+                crate::pythonic::calls(text).is_some(),
+                "read as calls: {text}"
+            );
+        }
+    }
+    let single = grammar(CallTokens::default(), false);
+    assert!(drawable(&single, "[time()]"));
+    assert!(
+        !drawable(&single, "[time(), time()]"),
+        "one call without parallel_tool_calls"
+    );
+    // Llama 4: the list between its control tokens, which text cannot write.
+    let llama4 = grammar(
+        CallTokens {
+            python_start: Some(257),
+            python_end: Some(258),
+            ..CallTokens::default()
+        },
+        true,
+    );
+    let mut ids = vec![257];
+    ids.extend(r#"[weather(city="Rome", unit="celsius")]"#.bytes().map(u32::from));
+    ids.push(258);
+    assert!(drawable_tokens(&llama4, &ids));
+    assert!(drawable(&llama4, "[time()]"), "the tokens are optional");
+}
+
 /// Strict tools in Mistral's formats: each vocabulary's (v11 with `[ARGS]`, the earlier JSON
 /// array after `[TOOL_CALLS]`, a bare array without control tokens) draws free text or calls
 /// whose arguments follow the strict tool's schema; text cannot start as calls.
@@ -689,7 +775,7 @@ fn strict_tools_in_mistrals_formats() {
                 "required": ["city"], "additionalProperties": false}}},
         {"type": "function", "function": {"name": "time"}},
     ]);
-    let grammar = |vocab: MistralTokens, parallel: bool| {
+    let grammar = |vocab: CallTokens, parallel: bool| {
         let r = take(
             &mut fields(json!({"tools": tools, "parallel_tool_calls": parallel})),
             Some(ToolCallParser::Mistral),
@@ -735,7 +821,7 @@ fn strict_tools_in_mistrals_formats() {
     ));
     // The earlier vocabularies: a JSON array after `[TOOL_CALLS]`, or the whole answer.
     let v3 = grammar(
-        MistralTokens {
+        CallTokens {
             args: None,
             call_id: None,
             ..MISTRAL
@@ -753,7 +839,7 @@ fn strict_tools_in_mistrals_formats() {
     ]) {
         assert_eq!(ok(&v3, text), want, "v3: {text}");
     }
-    let bare = grammar(MistralTokens::default(), true);
+    let bare = grammar(CallTokens::default(), true);
     assert!(ok(&bare, array));
     assert!(ok(&bare, "Sunny."));
     // Without the token, calls after text are not read as calls: that is text, free.
@@ -763,8 +849,7 @@ fn strict_tools_in_mistrals_formats() {
 
 /// Strict tools under `"auto"`: the model may answer in text or call, and a call it makes
 /// follows the strict tool's schema (any object for the others), in Hermes' and Llama 3's
-/// formats; without a strict tool, or in formats without a grammar here, nothing is drawn
-/// under a format.
+/// formats; without a strict tool, or with a forced choice, no such grammar is drawn under.
 #[test]
 fn strict_tools_under_auto_constrain_the_calls_not_the_choice() {
     let tools = json!([
@@ -781,7 +866,7 @@ fn strict_tools_under_auto_constrain_the_calls_not_the_choice() {
         .expect("take")
     };
     let hermes = request(ToolCallParser::Hermes, true)
-        .strict_format(MistralTokens::default())
+        .strict_format(CallTokens::default())
         .expect("a grammar");
     assert!(Format::check(&hermes).is_ok(), "{hermes:?}");
     let call = |args: &str| {
@@ -814,7 +899,7 @@ fn strict_tools_under_auto_constrain_the_calls_not_the_choice() {
         assert_eq!(drawable(&hermes, &text), ok, "hermes: {text}");
     }
     let single = request(ToolCallParser::Hermes, false)
-        .strict_format(MistralTokens::default())
+        .strict_format(CallTokens::default())
         .expect("a grammar");
     let two = format!(
         "{}{}",
@@ -828,7 +913,7 @@ fn strict_tools_under_auto_constrain_the_calls_not_the_choice() {
     );
 
     let llama = request(ToolCallParser::Llama3Json, true)
-        .strict_format(MistralTokens::default())
+        .strict_format(CallTokens::default())
         .expect("a grammar");
     assert!(Format::check(&llama).is_ok(), "{llama:?}");
     for (text, ok) in [
@@ -850,22 +935,17 @@ fn strict_tools_under_auto_constrain_the_calls_not_the_choice() {
         assert_eq!(drawable(&llama, text), ok, "llama3_json: {text}");
     }
 
-    // No strict tool, another format, or a forced choice: no such grammar.
+    // No strict tool, or a forced choice: no such grammar.
     let lax = take(
         &mut fields(json!({"tools": weather()})),
         Some(ToolCallParser::Hermes),
     )
     .expect("take");
-    assert!(lax.strict_format(MistralTokens::default()).is_none());
-    assert!(
-        request(ToolCallParser::Pythonic, true)
-            .strict_format(MistralTokens::default())
-            .is_none()
-    );
+    assert!(lax.strict_format(CallTokens::default()).is_none());
     let forced = take(
         &mut fields(json!({"tools": tools, "tool_choice": "required"})),
         Some(ToolCallParser::Hermes),
     )
     .expect("take");
-    assert!(forced.strict_format(MistralTokens::default()).is_none() && forced.format().is_some());
+    assert!(forced.strict_format(CallTokens::default()).is_none() && forced.format().is_some());
 }
