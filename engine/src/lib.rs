@@ -28,7 +28,9 @@ pub use engine::Engine;
 pub use error::{BackendError, BoxError, EngineError};
 pub use kv_pool::KvPool;
 pub use scheduler::policy;
-pub use scheduler::{BatchWait, LinkModel, Lockstep, Scheduler, SchedulerConfig, StepProfile};
+pub use scheduler::{
+    BatchWait, LinkModel, Lockstep, Scheduler, SchedulerConfig, SchedulingPolicy, StepProfile,
+};
 pub use sim::{SimConfig, SimProfile, sim_backend, sim_engine};
 pub use types::{
     BlockId, EngineInfo, FinishReason, Format, Generated, HandoffChoice, KvEvent, LoadSnapshot,

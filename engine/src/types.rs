@@ -67,6 +67,10 @@ pub struct Sampling {
     /// ([`dolphin_cluster::salted_root`]): its blocks are shared only with requests of the same
     /// salt. `None`: [`dolphin_cluster::ROOT_SEED`], shared with every unsalted request.
     pub cache_root: Option<u64>,
+    /// Where the request queues among others (vLLM's `priority`): lower first, under a
+    /// scheduler with [`SchedulingPolicy::Priority`](crate::SchedulingPolicy); 0
+    /// under the default, which refuses any other value.
+    pub priority: i32,
 }
 
 /// Most alternatives a request may ask log probabilities for (vLLM's default `max_logprobs`
@@ -151,6 +155,7 @@ impl Default for Sampling {
             format_after: Vec::new(),
             output_in_prompt: 0,
             cache_root: None,
+            priority: 0,
         }
     }
 }

@@ -154,6 +154,13 @@ async fn http_rejects_bad_requests_with_openai_errors_and_keeps_serving() -> any
             json!({"model": MODEL, "messages": [], "max_tokens": 8}).to_string(),
             400,
         ),
+        // The workers serve in arrival order: they refuse a priority, the router passes that on.
+        (
+            "a priority on workers in arrival order",
+            "/v1/completions",
+            json!({"model": MODEL, "prompt": "hi", "max_tokens": 8, "priority": 2}).to_string(),
+            400,
+        ),
     ];
     for (name, path, body, status) in cases {
         let resp = http::post_json(cluster.http_addr(), path, &body).await?;
@@ -245,5 +252,31 @@ async fn the_workers_context_bounds_requests_at_the_router() -> anyhow::Result<(
     assert_eq!(v["usage"]["completion_tokens"], 4, "{v}");
     assert_eq!(v["choices"][0]["finish_reason"], "length", "{v}");
     cluster.passed();
+    Ok(())
+}
+
+/// Workers started with `--scheduling-policy priority` take a request's `priority` (vLLM's),
+/// on both prefill paths, over HTTP and gRPC.
+#[tokio::test]
+async fn a_priority_is_served_by_workers_that_schedule_by_it() -> anyhow::Result<()> {
+    let cluster = TestCluster::start(ClusterConfig {
+        worker_args: vec!["--scheduling-policy".to_owned(), "priority".to_owned()],
+        ..ClusterConfig::default()
+    })
+    .await?;
+    for mode in ["local", "remote"] {
+        let body = json!({"model": MODEL, "prompt": "hi there", "max_tokens": 4,
+                          "priority": -3, "prefill_mode": mode});
+        let resp =
+            http::post_json(cluster.http_addr(), "/v1/completions", &body.to_string()).await?;
+        assert_eq!(resp.status, 200, "{mode}: {}", resp.text());
+    }
+    let mut client = cluster.inference().await?;
+    let mut req = grpc::text_request("hi there", 4, PrefillMode::Remote);
+    if let Some(s) = req.sampling.as_mut() {
+        s.priority = 7;
+    }
+    let out = grpc::generate(&mut client, req).await?;
+    assert_eq!(out.tokens.len(), 4);
     Ok(())
 }

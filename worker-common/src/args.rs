@@ -76,6 +76,10 @@ pub struct EngineArgs {
     /// Most requests queued for admission; more are refused (RESOURCE_EXHAUSTED).
     #[arg(long, env = "DOLPHIN_MAX_WAITING", default_value_t = 256)]
     pub max_waiting: u32,
+    /// The order requests are admitted and prefilled in: fcfs (arrival; a request naming a
+    /// priority is refused) or priority (each request's `priority`, lower first, as vLLM's).
+    #[arg(long, env = "DOLPHIN_SCHEDULING_POLICY", default_value = "fcfs")]
+    pub scheduling_policy: dolphin_engine::SchedulingPolicy,
     /// Name of the model served. Default: `sim-model` for the sim engine, the model file's
     /// name without extension for candle.
     #[arg(long, env = "DOLPHIN_MODEL")]

@@ -106,6 +106,7 @@ pub fn candle_config(args: &EngineArgs) -> Result<CandleConfig, ConfigError> {
         cfg.mixed_prefill_tokens = n;
     }
     cfg.max_waiting = args.max_waiting;
+    cfg.policy = args.scheduling_policy;
     cfg.threads = args.threads;
     cfg.max_context = args.max_context;
     Ok(cfg)
@@ -135,6 +136,7 @@ pub fn sim_config(args: &EngineArgs) -> Result<SimConfig, ConfigError> {
         cfg.mixed_prefill_tokens = n;
     }
     cfg.max_waiting = args.max_waiting;
+    cfg.policy = args.scheduling_policy;
     if let Some(n) = args.max_context {
         cfg.context_length = n;
     }

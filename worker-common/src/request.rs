@@ -179,6 +179,7 @@ pub fn sampling_from(params: &v1::SamplingParams) -> Result<Sampling, BadRequest
             .map(|s| s.after_tokens.clone())
             .unwrap_or_default(),
         output_in_prompt: params.output_in_prompt,
+        priority: params.priority,
         cache_root: (!params.cache_salt.is_empty())
             .then(|| dolphin_cluster::salted_root(&params.cache_salt)),
     })

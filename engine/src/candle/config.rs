@@ -162,6 +162,8 @@ pub struct CandleConfig {
     pub mixed_prefill_tokens: u32,
     /// Requests that may wait for admission.
     pub max_waiting: u32,
+    /// The order requests are admitted and prefilled in.
+    pub policy: crate::SchedulingPolicy,
     /// Compute threads; `None`: `DOLPHIN_THREADS`, else 1 (see [`super::configure_threads`]).
     pub threads: Option<usize>,
     /// Caps the context length below the model's (`None`: the model's).
@@ -245,6 +247,7 @@ impl CandleConfig {
             prefill_chunk_tokens: 0,
             mixed_prefill_tokens: 0,
             max_waiting: 256,
+            policy: crate::SchedulingPolicy::Fcfs,
             threads: None,
             max_context: None,
             layers: None,

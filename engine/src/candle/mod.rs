@@ -73,6 +73,7 @@ pub fn candle_scheduler(cfg: CandleConfig) -> Result<Arc<Scheduler<CandleBackend
         prefill_chunk_tokens: cfg.prefill_chunk_tokens,
         mixed_prefill_tokens: cfg.mixed_prefill_tokens,
         max_waiting: cfg.max_waiting,
+        policy: cfg.policy,
         ..SchedulerConfig::default()
     };
     // Scheduler::spawn uses the current Tokio runtime when there is one; called from a fresh

@@ -101,7 +101,7 @@ impl<B: Backend> Core<B> {
             .then(|| seq.stop_reason(first_token, eos))
             .flatten();
         self.start_reserved(id, Kind::Driven { driver, paused });
-        self.running.push(id);
+        self.start_running(id);
         if let Some(reason) = stop {
             self.finish(id, reason);
         }

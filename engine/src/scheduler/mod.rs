@@ -73,6 +73,33 @@ pub struct SchedulerConfig {
     /// A modeled link that imported KV crosses before its sequence decodes (the simulated
     /// engine's); `None`: only the real transfer's time counts.
     pub link: Option<LinkModel>,
+    /// The order requests are admitted and prefilled in.
+    pub policy: SchedulingPolicy,
+}
+
+/// The order a scheduler admits requests in, and prefills the admitted ones in (vLLM's
+/// `--scheduling-policy`). Nothing admitted is preempted either way: its KV is reserved.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SchedulingPolicy {
+    /// Arrival order; a request that names a priority other than 0 is refused.
+    #[default]
+    Fcfs,
+    /// By each request's priority, lower first (vLLM's), arrival order among equals.
+    Priority,
+}
+
+impl std::str::FromStr for SchedulingPolicy {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "fcfs" => Ok(SchedulingPolicy::Fcfs),
+            "priority" => Ok(SchedulingPolicy::Priority),
+            other => Err(format!(
+                "scheduling policy must be fcfs or priority, got {other:?}"
+            )),
+        }
+    }
 }
 
 /// The link a simulated engine charges imported KV for, whatever bytes really moved: the
@@ -106,6 +133,7 @@ impl Default for SchedulerConfig {
             batch_wait: BatchWait::OFF,
             lockstep: None,
             link: None,
+            policy: SchedulingPolicy::Fcfs,
         }
     }
 }

@@ -91,7 +91,7 @@ impl<B: Backend> Core<B> {
         }
         match seq.stop_reason(first_token, eos) {
             Some(reason) => self.finish(id, reason),
-            None => self.running.push(id),
+            None => self.start_running(id),
         }
         Ok(rx)
     }
@@ -138,7 +138,7 @@ impl<B: Backend> Core<B> {
         }
         seq.computed = seq.cached_tokens;
         self.start_reserved(id, kind);
-        self.running.push(id);
+        self.start_running(id);
         Ok(())
     }
 

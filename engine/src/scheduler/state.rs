@@ -9,8 +9,8 @@ use dolphin_cluster::{BlockHash, ROOT_SEED, block_hashes_from, chain_hash_from};
 use tokio::sync::{broadcast, mpsc};
 use tokio::time::Instant;
 
-use super::SchedulerConfig;
 use super::seq::{Kind, Phase, Seq};
+use super::{SchedulerConfig, SchedulingPolicy};
 use crate::backend::Backend;
 use crate::error::{BackendError, EngineError};
 use crate::kv_pool::KvPool;
@@ -31,9 +31,10 @@ pub(crate) struct Core<B: Backend> {
     pub(super) cfg: SchedulerConfig,
     pub(super) seqs: HashMap<SeqId, Seq>,
     pub(super) by_request: HashMap<String, SeqId>,
-    /// Arrival order (FCFS admission).
+    /// Arrival order (FCFS admission), or by priority under the priority policy.
     pub(super) waiting: VecDeque<SeqId>,
-    /// Admitted and computing, in admission order (may hold ids released since: see `tidy`).
+    /// Admitted and computing, in admission order, or by priority under the priority policy
+    /// (may hold ids released since: see `tidy`).
     pub(super) running: Vec<SeqId>,
     /// Sequences to `start` on the backend before their first step, in order.
     pub(super) to_start: Vec<SeqId>,
@@ -109,6 +110,12 @@ impl<B: Backend> Core<B> {
         }
         if req.sampling.max_tokens == 0 {
             return invalid("max_tokens must be at least 1".into());
+        }
+        if req.sampling.priority != 0 && self.cfg.policy == SchedulingPolicy::Fcfs {
+            return invalid(format!(
+                "priority {} needs a worker started with --scheduling-policy priority (this one serves in arrival order)",
+                req.sampling.priority
+            ));
         }
         if let Some(&t) = req.prompt.iter().find(|&&t| t >= self.info.vocab_size) {
             return invalid(format!(
@@ -204,8 +211,9 @@ impl<B: Backend> Core<B> {
             in_step: false,
         };
         self.by_request.insert(seq.request_id.clone(), id);
+        let at = self.queue_position(self.waiting.iter(), seq.sampling.priority);
         self.seqs.insert(id, seq);
-        self.waiting.push_back(id);
+        self.waiting.insert(at, id);
         self.admit_waiting();
         if self
             .seqs
@@ -213,8 +221,8 @@ impl<B: Backend> Core<B> {
             .is_some_and(|s| s.phase == Phase::Waiting)
             && self.waiting.len() > self.cfg.max_waiting as usize
         {
-            // Still queued behind others and over the bound: it is the last in line.
-            self.waiting.pop_back();
+            // Still queued and over the bound: refused, whatever its place in line.
+            self.waiting.retain(|&w| w != id);
             if let Some(seq) = self.seqs.remove(&id) {
                 self.by_request.remove(&seq.request_id);
             }
@@ -223,7 +231,36 @@ impl<B: Backend> Core<B> {
         Ok((id, stream))
     }
 
-    /// Admits waiting requests in arrival order while the pool can hold them (prompt plus
+    /// Where a request of `priority` goes in `queue` (the waiting queue or the running list):
+    /// at the end in arrival order; under the priority policy after every request of its
+    /// priority or a lower value, so lower values go first and equals keep arrival order.
+    /// Ids already released count as first in line.
+    fn queue_position<'a>(
+        &self,
+        queue: impl ExactSizeIterator<Item = &'a SeqId>,
+        priority: i32,
+    ) -> usize {
+        if self.cfg.policy == SchedulingPolicy::Fcfs {
+            return queue.len();
+        }
+        queue
+            .take_while(|id| {
+                self.seqs
+                    .get(id)
+                    .is_none_or(|s| s.sampling.priority <= priority)
+            })
+            .count()
+    }
+
+    /// Adds admitted sequence `id` to the running list, where its priority puts it (the order
+    /// steps prefill in; [`queue_position`](Self::queue_position)).
+    pub(super) fn start_running(&mut self, id: SeqId) {
+        let priority = self.seqs.get(&id).map_or(0, |s| s.sampling.priority);
+        let at = self.queue_position(self.running.iter(), priority);
+        self.running.insert(at, id);
+    }
+
+    /// Admits waiting requests in queue order while the pool can hold them (prompt plus
     /// `max_tokens`, reserved now so no admitted request is ever preempted). Requests whose
     /// caller is gone are dropped.
     pub(super) fn admit_waiting(&mut self) {
@@ -268,8 +305,8 @@ impl<B: Backend> Core<B> {
             Kind::Generate | Kind::Prefill { .. } | Kind::Driven { .. } => {
                 // The backend learns of it before its first step (the loop owns the backend).
                 seq.phase = Phase::Running;
-                self.running.push(id);
                 self.to_start.push(id);
+                self.start_running(id);
                 Ok(true)
             }
         };

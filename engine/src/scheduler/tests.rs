@@ -96,6 +96,7 @@ struct Setup {
     max_waiting: u32,
     eos_at: Option<u32>,
     fail_first: bool,
+    policy: SchedulingPolicy,
 }
 
 impl Default for Setup {
@@ -106,6 +107,7 @@ impl Default for Setup {
             max_waiting: 8,
             eos_at: None,
             fail_first: false,
+            policy: SchedulingPolicy::Fcfs,
         }
     }
 }
@@ -136,6 +138,7 @@ fn engine(s: Setup) -> (Arc<Scheduler<Recorder>>, Arc<Mutex<Vec<StepLog>>>) {
         max_batched_tokens: s.max_batched_tokens,
         max_waiting: s.max_waiting,
         event_capacity: 64,
+        policy: s.policy,
         ..SchedulerConfig::default()
     };
     (Scheduler::spawn(backend, cfg).expect("valid config"), log)
@@ -321,6 +324,48 @@ async fn admission_waits_while_kv_is_full_then_proceeds() {
         .expect("b ran");
     assert!(first_b > last_a, "b started only after a freed its blocks");
     assert_eq!(engine.load().free_blocks, 4);
+}
+
+/// Under the priority policy waiting requests are admitted lower value first, arrival order
+/// among equals; in arrival order a priority is refused.
+#[tokio::test(start_paused = true)]
+async fn priority_orders_admission_where_the_policy_says_so() {
+    let (engine, log) = engine(Setup {
+        total_blocks: 4,
+        policy: SchedulingPolicy::Priority,
+        ..Setup::default()
+    });
+    let with = |id: &str, priority: i32| {
+        let mut r = req(id, 8, 8);
+        r.sampling.priority = priority;
+        r
+    };
+    // Each needs the whole pool: one runs at a time, the others wait in line.
+    let a = engine.generate(with("a", 0)).await.expect("admitted");
+    let b = engine.generate(with("b", 5)).await.expect("queued");
+    let c = engine.generate(with("c", -1)).await.expect("queued");
+    let d = engine.generate(with("d", -1)).await.expect("queued");
+    for s in [a, b, c, d] {
+        collect(s).await;
+    }
+    let first_step = |seq: u64| {
+        log.lock()
+            .iter()
+            .position(|s| s.iter().any(|e| e.0 == seq))
+            .expect("ran")
+    };
+    let order: Vec<usize> = (1..=4).map(first_step).collect();
+    assert!(
+        order[0] < order[2] && order[2] < order[3] && order[3] < order[1],
+        "{order:?}"
+    );
+
+    drop(engine);
+    let (fcfs, _) = self::engine(Setup::default());
+    match fcfs.generate(with("e", 1)).await {
+        Err(EngineError::InvalidRequest(m)) => assert!(m.contains("--scheduling-policy"), "{m}"),
+        other => panic!("{:?}", other.map(|_| ())),
+    }
 }
 
 #[tokio::test(start_paused = true)]

@@ -41,6 +41,8 @@ pub struct SimConfig {
     pub mixed_prefill_tokens: u32,
     /// Requests that may wait for admission.
     pub max_waiting: u32,
+    /// The order requests are admitted and prefilled in.
+    pub policy: crate::SchedulingPolicy,
     /// Token ids are below this (at least 4: ids 0..=2 are special, 3.. printable).
     pub vocab_size: u32,
     /// Longest prompt plus output.
@@ -63,6 +65,7 @@ impl SimConfig {
             block_size: dolphin_cluster::DEFAULT_BLOCK_SIZE as u32,
             max_batched_tokens: 2048,
             max_waiting: 256,
+            policy: crate::SchedulingPolicy::Fcfs,
             vocab_size: 355,
             context_length: 32768,
         }
@@ -112,6 +115,7 @@ pub fn sim_scheduler(cfg: SimConfig) -> Result<Arc<Scheduler<SimBackend>>, Engin
         prefill_chunk_tokens: cfg.prefill_chunk_tokens,
         mixed_prefill_tokens: cfg.mixed_prefill_tokens,
         max_waiting: cfg.max_waiting,
+        policy: cfg.policy,
         link,
         ..SchedulerConfig::default()
     };

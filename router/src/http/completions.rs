@@ -79,6 +79,19 @@ fn build(
         .take_flag("skip_special_tokens")
         .map_err(field_error)?
         .unwrap_or(true);
+    // vLLM's: the request's place in the workers' queues (lower first).
+    let priority = match f.other.take("priority") {
+        None => 0,
+        Some(v) => v
+            .as_i64()
+            .and_then(|p| i32::try_from(p).ok())
+            .ok_or_else(|| {
+                ApiError::invalid(
+                    format!("priority must be an integer, got {v}"),
+                    Some("priority"),
+                )
+            })?,
+    };
     // vLLM's: requests share cached KV only with requests of the same salt.
     let cache_salt = match f.other.take("cache_salt") {
         None => String::new(),
@@ -216,6 +229,7 @@ fn build(
         output_in_prompt: 0,
         include_stop_str_in_output: f.include_stop_str_in_output,
         cache_salt,
+        priority,
     };
     let params = GenerateParams {
         request_id,

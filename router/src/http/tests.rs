@@ -1217,7 +1217,7 @@ async fn logit_rules_reach_the_worker() {
         "prompt": "hello", "max_tokens": 6, "presence_penalty": 0.5, "frequency_penalty": -1.5,
         "logit_bias": {"42": -100, "7": 3.5}, "repetition_penalty": 1.3, "min_p": 0.1,
         "stop_token_ids": [9, 11], "min_tokens": 2, "allowed_token_ids": [5, 3, 5],
-        "bad_words": ["ab", " c"], "cache_salt": "tenant-7",
+        "bad_words": ["ab", " c"], "cache_salt": "tenant-7", "priority": -2,
     });
     let (status, _, body) = post(s.addr, "/v1/completions", req).await;
     assert_eq!(status, StatusCode::OK, "{body}");
@@ -1249,7 +1249,10 @@ async fn logit_rules_reach_the_worker() {
                 .collect(),
         })
     );
-    assert_eq!(asked.cache_salt, "tenant-7");
+    assert_eq!(
+        (asked.cache_salt.as_str(), asked.priority),
+        ("tenant-7", -2)
+    );
     // None asked: none sent (the rules travel boxed, and only when asked for).
     assert_eq!(calls[1].sampling.as_ref().expect("sampling").logits, None);
     assert_eq!(calls[1].sampling.as_ref().expect("sampling").cache_salt, "");
@@ -2314,7 +2317,7 @@ async fn bad_requests_get_openai_errors() {
             json!({"return_token_ids": 1}),
             "return_token_ids",
         ),
-        ("/v1/chat/completions", json!({"priority": -1}), "priority"),
+        ("/v1/chat/completions", json!({"priority": 1.5}), "priority"),
         (
             "/v1/completions",
             json!({"prompt": "hi", "cache_salt": 7}),

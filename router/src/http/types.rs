@@ -477,7 +477,7 @@ impl OtherFields {
         let one = |v: &Value| v.as_f64() == Some(1.0);
         // `tools`, `tool_choice` and `parallel_tool_calls` are taken out before
         // (`tools::take`); OpenAI's deprecated functions are not served.
-        let fields: [UnsupportedField; 23] = [
+        let fields: [UnsupportedField; 22] = [
             ("functions", |_| false),
             ("function_call", |v| v == "none"),
             ("best_of", one),
@@ -500,11 +500,9 @@ impl OtherFields {
             ("length_penalty", one),
             // SGLang's EBNF grammars (`take_format` serves Lark ones).
             ("ebnf", |_| false),
-            // vLLM's: text is always detokenized; priority scheduling; request-side logits
-            // processors and their arguments; connector parameters; multimodal inputs; the
+            // vLLM's: text is always detokenized; request-side logits processors and their arguments; connector parameters; multimodal inputs; the
             // format's whitespace.
             ("detokenize", |v| v == true),
-            ("priority", |_| false),
             ("logits_processors", |_| false),
             ("vllm_xargs", |_| false),
             ("kv_transfer_params", |_| false),
