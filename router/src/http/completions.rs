@@ -79,6 +79,10 @@ fn build(
         .take_flag("skip_special_tokens")
         .map_err(field_error)?
         .unwrap_or(true);
+    // SGLang's: keep the stop string in the text (vLLM's `include_stop_str_in_output`).
+    if f.other.take_flag("no_stop_trim").map_err(field_error)? == Some(true) {
+        f.include_stop_str_in_output = true;
+    }
     // vLLM's: the request's place in the workers' queues (lower first).
     let priority = match f.other.take("priority") {
         None => 0,
@@ -197,11 +201,25 @@ fn build(
             ));
         }
     };
+    // The client's id for the request (its logs and traces; never the engine's key): the
+    // `x-request-id` header, else SGLang's `rid`.
+    let rid = match f.other.take("rid") {
+        None => None,
+        Some(serde_json::Value::String(s)) => Some(s),
+        Some(v) => {
+            return Err(ApiError::invalid(
+                format!("rid must be a string, got {v}"),
+                Some("rid"),
+            ));
+        }
+    };
+    let fits = |v: &String| !v.is_empty() && v.len() <= 128;
     let request_id = headers
         .get("x-request-id")
         .and_then(|v| v.to_str().ok())
-        .filter(|v| !v.is_empty() && v.len() <= 128)
         .map(str::to_owned)
+        .filter(fits)
+        .or(rid.filter(fits))
         .unwrap_or_default();
     let model = if model.is_empty() {
         st.dispatcher.config().model.clone()
@@ -274,6 +292,9 @@ pub(crate) struct Prepared {
     return_token_ids: bool,
     /// vLLM's `return_tokens_as_token_ids`: log probabilities name tokens `token_id:<id>`.
     tokens_as_ids: bool,
+    /// A reasoning model's thinking goes into `reasoning_content` (SGLang's
+    /// `separate_reasoning`, true by default; false leaves it in the answer's text).
+    separate_reasoning: bool,
 }
 
 impl Prepared {
@@ -373,6 +394,7 @@ pub(crate) fn completions(
         tools: Mode::Text,
         return_token_ids,
         tokens_as_ids,
+        separate_reasoning: true,
     })
 }
 
@@ -407,6 +429,12 @@ pub(crate) fn chat(
         req.sampling.stream_options.unwrap_or_default(),
     );
     let (return_token_ids, tokens_as_ids) = take_token_id_flags(&mut req.sampling)?;
+    let separate_reasoning = req
+        .sampling
+        .other
+        .take_flag("separate_reasoning")
+        .map_err(|(field, message)| ApiError::invalid(message, Some(field)))?
+        .unwrap_or(true);
     let (mut params, choices) = build(
         st,
         headers,
@@ -440,6 +468,7 @@ pub(crate) fn chat(
         tools: tool_request.mode,
         return_token_ids,
         tokens_as_ids,
+        separate_reasoning,
     })
 }
 
@@ -510,10 +539,12 @@ pub(crate) async fn run(st: &AppState, prepared: Prepared) -> Result<Response, A
         tools,
         return_token_ids,
         tokens_as_ids,
+        separate_reasoning,
     } = prepared;
     let cfg = st.dispatcher.config();
     let tokens = logprobs_tokenizer(st, &params, tokens_as_ids);
-    let readers = Readers::of(cfg.reasoning_parser, cfg.tool_call_parser);
+    let reasoning = cfg.reasoning_parser.filter(|_| separate_reasoning);
+    let readers = Readers::of(reasoning, cfg.tool_call_parser);
     // vLLM's `prompt_logprobs`, reported beside the output (with echo they are the echoed
     // text's, in `logprobs`).
     let prompt_scores = (params.sampling.prompt_logprobs.is_some() && echo.is_none())

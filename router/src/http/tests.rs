@@ -678,6 +678,13 @@ async fn thinking_is_split_from_the_answer() {
     let joined = |key: &str| -> String { deltas.iter().filter_map(|d| d[key].as_str()).collect() };
     assert_eq!(joined("reasoning_content"), "Hm, 2 + 2.", "{body}");
     assert_eq!(joined("content"), "It is 4.");
+    // SGLang's `separate_reasoning: false`: the thinking stays in the text.
+    let mut together = req.clone();
+    together["separate_reasoning"] = json!(false);
+    let (_, _, body) = post(s.addr, "/v1/chat/completions", together).await;
+    let message = &parse(&body)["choices"][0]["message"];
+    assert_eq!(message["content"], answer, "{body}");
+    assert!(message["reasoning_content"].is_null(), "{body}");
 
     // A call after the thinking.
     let call = "<think>Need data.</think><tool_call>{\"name\": \"wx\"}</tool_call>";
@@ -780,10 +787,16 @@ async fn the_request_shapes_its_prompt_and_its_stop() {
         continued.ends_with("assistant\nThe colour is"),
         "{continued:?}"
     );
-    // The stop string kept, or not.
-    for (include, text) in [(true, "abcEND"), (false, "abc")] {
-        let req = json!({"prompt": "hi", "max_tokens": 9, "stop": ["END"],
-            "include_stop_str_in_output": include});
+    // The stop string kept, or not (vLLM's field, or SGLang's `no_stop_trim`).
+    for (keep, text) in [
+        (json!({"include_stop_str_in_output": true}), "abcEND"),
+        (json!({"no_stop_trim": true}), "abcEND"),
+        (json!({"include_stop_str_in_output": false}), "abc"),
+    ] {
+        let mut req = json!({"prompt": "hi", "max_tokens": 9, "stop": ["END"]});
+        for (k, v) in keep.as_object().expect("object") {
+            req[k] = v.clone();
+        }
         let (status, _, body) = post(s.addr, "/v1/completions", req).await;
         assert_eq!(status, StatusCode::OK, "{body}");
         let choice = &parse(&body)["choices"][0];
@@ -2348,6 +2361,43 @@ async fn bad_requests_get_openai_errors() {
             json!({"guided_json": {"type": "object"}, "guided_whitespace_pattern": " "}),
             "guided_whitespace_pattern",
         ),
+        // SGLang's.
+        (
+            "/v1/chat/completions",
+            json!({"stream_reasoning": false}),
+            "stream_reasoning",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"lora_path": "a"}),
+            "lora_path",
+        ),
+        (
+            "/v1/completions",
+            json!({"prompt": "hi", "return_hidden_states": true}),
+            "return_hidden_states",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"custom_logit_processor": "x"}),
+            "custom_logit_processor",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"session_params": {"id": "s"}}),
+            "session_params",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"no_stop_trim": "yes"}),
+            "no_stop_trim",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"separate_reasoning": 1}),
+            "separate_reasoning",
+        ),
+        ("/v1/completions", json!({"prompt": "hi", "rid": 5}), "rid"),
     ];
     let chat = |extra: &serde_json::Value| {
         let mut req = json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1});
@@ -2448,6 +2498,7 @@ async fn bad_requests_get_openai_errors() {
         json!({"response_format": {"type": "text"}, "parallel_tool_calls": true, "user": "u1"}),
         json!({"detokenize": true, "priority": 0, "cache_salt": "", "return_token_ids": false}),
         json!({"spaces_between_special_tokens": false, "skip_special_tokens": true}),
+        json!({"stream_reasoning": true, "separate_reasoning": true, "rid": "r-1"}),
     ] {
         let (status, _, body) = post(a, "/v1/chat/completions", chat(&extra)).await;
         assert_eq!(status, StatusCode::OK, "{extra}: {body}");

@@ -477,7 +477,7 @@ impl OtherFields {
         let one = |v: &Value| v.as_f64() == Some(1.0);
         // `tools`, `tool_choice` and `parallel_tool_calls` are taken out before
         // (`tools::take`); OpenAI's deprecated functions are not served.
-        let fields: [UnsupportedField; 22] = [
+        let fields: [UnsupportedField; 27] = [
             ("functions", |_| false),
             ("function_call", |v| v == "none"),
             ("best_of", one),
@@ -508,13 +508,20 @@ impl OtherFields {
             ("kv_transfer_params", |_| false),
             ("mm_processor_kwargs", |_| false),
             ("guided_whitespace_pattern", |_| false),
+            // SGLang's: reasoning held back to the end; adapters; hidden states; request-side
+            // logits processors; sessions.
+            ("stream_reasoning", |v| v == true),
+            ("lora_path", |_| false),
+            ("return_hidden_states", |_| false),
+            ("custom_logit_processor", |_| false),
+            ("session_params", |_| false),
         ];
         fields.into_iter().find_map(|(name, accepted)| {
             let v = self.0.get(name)?;
             // An empty `web_search_options` still asks for a search; `detokenize: false`
             // asks for no text.
             let asks = match name {
-                "web_search_options" | "detokenize" => !v.is_null(),
+                "web_search_options" | "detokenize" | "stream_reasoning" => !v.is_null(),
                 _ => !inert(v),
             };
             (asks && !accepted(v)).then_some(name)
