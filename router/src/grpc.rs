@@ -172,6 +172,8 @@ fn chat_message(m: v1::ChatMessage) -> ChatMessage {
             .map(|c| ToolCall::from_text(c.id, c.name, c.arguments))
             .collect(),
         tool_call_id: (!m.tool_call_id.is_empty()).then_some(m.tool_call_id),
+        name: (!m.name.is_empty()).then_some(m.name),
+        reasoning_content: (!m.reasoning_content.is_empty()).then_some(m.reasoning_content),
     }
 }
 

@@ -29,6 +29,11 @@ pub struct ChatMessage {
     pub tool_calls: Vec<ToolCall>,
     /// The call a `tool` message answers.
     pub tool_call_id: Option<String>,
+    /// The author's name (OpenAI's `name`), which some templates write.
+    pub name: Option<String>,
+    /// An assistant message's thinking (vLLM's `reasoning_content`), which reasoning models'
+    /// templates (Qwen3's) write back for the turns they keep it in.
+    pub reasoning_content: Option<String>,
 }
 
 impl ChatMessage {
@@ -43,7 +48,7 @@ impl ChatMessage {
 
     /// The message as templates read it: `role` and `content`, and where set `tool_calls`
     /// (each `{id, type: "function", function: {name, arguments}}`, as `transformers` passes
-    /// them) and `tool_call_id`.
+    /// them), `tool_call_id`, `name` and `reasoning_content`.
     fn to_value(&self) -> Value {
         let mut fields = vec![
             ("role", Value::from(self.role.as_str())),
@@ -53,8 +58,14 @@ impl ChatMessage {
             let calls: Vec<Value> = self.tool_calls.iter().map(ToolCall::to_value).collect();
             fields.push(("tool_calls", Value::from(calls)));
         }
-        if let Some(id) = &self.tool_call_id {
-            fields.push(("tool_call_id", Value::from(id.as_str())));
+        for (key, value) in [
+            ("tool_call_id", &self.tool_call_id),
+            ("name", &self.name),
+            ("reasoning_content", &self.reasoning_content),
+        ] {
+            if let Some(v) = value {
+                fields.push((key, Value::from(v.as_str())));
+            }
         }
         Value::from_pairs(fields)
     }
@@ -524,6 +535,36 @@ mod tests {
         let t = ChatTemplate::new(TOOLS, "", "").unwrap();
         // No tools: `tools` is none, as transformers renders it.
         assert_eq!(t.render(&msgs[..1], false).unwrap(), "user: Paris?\n");
+    }
+
+    /// A message's `name` and an assistant message's `reasoning_content` reach the template
+    /// (Qwen3's writes the thinking back as `<think>` for the turns it keeps it in); unset,
+    /// they are undefined there, as in `transformers`.
+    #[test]
+    fn names_and_earlier_thinking_reach_the_template() {
+        let t = ChatTemplate::new(
+            "{% for m in messages %}{{ m.role }}{% if m.name %}({{ m.name }}){% endif %}: \
+             {% if m.reasoning_content is defined %}<think>{{ m.reasoning_content }}</think>{% endif %}\
+             {{ m.content }}\n{% endfor %}",
+            "",
+            "",
+        )
+        .unwrap();
+        let msgs = [
+            ChatMessage {
+                name: Some("ada".into()),
+                ..ChatMessage::new("user", "2+2?")
+            },
+            ChatMessage {
+                reasoning_content: Some("Add them.".into()),
+                ..ChatMessage::new("assistant", "4")
+            },
+            ChatMessage::new("user", "And 3+3?"),
+        ];
+        assert_eq!(
+            t.render(&msgs, false).unwrap(),
+            "user(ada): 2+2?\nassistant: <think>Add them.</think>4\nuser: And 3+3?\n"
+        );
     }
 
     /// What Qwen3's template does with a conversation: a namespace set in a reversed loop,

@@ -520,6 +520,8 @@ pub(crate) fn chat_messages(input: Vec<ChatMessageIn>) -> Result<Vec<ChatMessage
             content,
             tool_calls,
             tool_call_id: m.tool_call_id,
+            name: m.name,
+            reasoning_content: m.reasoning_content,
         });
     }
     Ok(messages)

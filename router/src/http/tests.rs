@@ -1610,6 +1610,33 @@ async fn completion_chunks(addr: SocketAddr, req: Value, stream: bool) -> (Vec<V
     (chunks, body)
 }
 
+/// A message's `name` and an earlier answer's `reasoning_content` (or `reasoning`) reach the
+/// conversation the template renders.
+#[test]
+fn names_and_earlier_thinking_reach_the_conversation() {
+    let input: Vec<super::types::ChatMessageIn> = serde_json::from_value(json!([
+        {"role": "user", "content": "2+2?", "name": "ada"},
+        {"role": "assistant", "content": "4", "reasoning_content": "Add them."},
+        {"role": "assistant", "content": "5", "reasoning": "Count."},
+        {"role": "user", "content": "And 3+3?", "name": null},
+    ]))
+    .expect("messages");
+    let out = super::completions::chat_messages(input).expect("read");
+    let got: Vec<(Option<&str>, Option<&str>)> = out
+        .iter()
+        .map(|m| (m.name.as_deref(), m.reasoning_content.as_deref()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (Some("ada"), None),
+            (None, Some("Add them.")),
+            (None, Some("Count.")),
+            (None, None)
+        ]
+    );
+}
+
 /// The token that ended the output (end of sequence, or a stop token) is not text unless the
 /// request keeps its stop; special tokens are left out unless `skip_special_tokens` is false;
 /// whole and streamed alike, as vLLM writes them.

@@ -702,6 +702,13 @@ pub struct ChatMessageIn {
     /// The call a `tool` message answers.
     #[serde(default)]
     pub tool_call_id: Option<String>,
+    /// The author's name, which some templates write.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// An earlier assistant answer's thinking (vLLM's `reasoning_content`, or `reasoning`),
+    /// which reasoning models' templates write back where they keep it.
+    #[serde(default, alias = "reasoning")]
+    pub reasoning_content: Option<String>,
 }
 
 /// A tool call of an assistant message in the conversation.
