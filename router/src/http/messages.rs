@@ -296,8 +296,9 @@ fn text_of(field: &'static str, v: &Value) -> Result<String, ApiError> {
 }
 
 /// Message `i` of the conversation as chat messages: a user turn's tool results become `tool`
-/// messages (before its text), an assistant turn's `tool_use` blocks its calls; thinking blocks
-/// are left out, as chat templates drop earlier thinking.
+/// messages (before its text), an assistant turn's `tool_use` blocks its calls and its
+/// `thinking` blocks its `reasoning_content` (which reasoning models' templates write back
+/// where they keep it; a `redacted_thinking` block's data is Anthropic's, not text).
 fn message(i: usize, m: Value, out: &mut Vec<Value>) -> Result<(), ApiError> {
     const NAME: &str = "messages";
     let role = m["role"].as_str().unwrap_or_default().to_owned();
@@ -323,7 +324,7 @@ fn message(i: usize, m: Value, out: &mut Vec<Value>) -> Result<(), ApiError> {
             ));
         }
     };
-    let (mut text, mut calls) = (String::new(), Vec::new());
+    let (mut text, mut calls, mut thought) = (String::new(), Vec::new(), String::new());
     for (j, b) in blocks.iter().enumerate() {
         let kind = b["type"].as_str().unwrap_or_default();
         match (role.as_str(), kind) {
@@ -348,7 +349,13 @@ fn message(i: usize, m: Value, out: &mut Vec<Value>) -> Result<(), ApiError> {
                 calls.push(json!({"id": id, "type": "function",
                     "function": {"name": name, "arguments": input.to_string()}}));
             }
-            ("assistant", "thinking" | "redacted_thinking") => {}
+            ("assistant", "thinking") => {
+                if !thought.is_empty() {
+                    thought.push('\n');
+                }
+                thought.push_str(b["thinking"].as_str().unwrap_or_default());
+            }
+            ("assistant", "redacted_thinking") => {}
             ("user", "tool_result") => {
                 let Some(id) = b["tool_use_id"].as_str() else {
                     return Err(invalid(
@@ -374,6 +381,9 @@ fn message(i: usize, m: Value, out: &mut Vec<Value>) -> Result<(), ApiError> {
     }
     if role == "assistant" {
         let mut turn = json!({"role": "assistant", "content": text});
+        if !thought.is_empty() {
+            turn["reasoning_content"] = Value::String(thought);
+        }
         if !calls.is_empty() {
             turn["tool_calls"] = Value::Array(calls);
             if text.is_empty() {
@@ -488,7 +498,8 @@ mod tests {
             json!([
                 {"role": "system", "content": "Be brief."},
                 {"role": "user", "content": "Weather in Paris?"},
-                {"role": "assistant", "content": "Checking.", "tool_calls": [
+                {"role": "assistant", "content": "Checking.", "reasoning_content": "Use the tool.",
+                 "tool_calls": [
                     {"id": "toolu_1", "type": "function", "function": {"name": "wx", "arguments": "{\"c\":\"Paris\"}"}},
                 ]},
                 {"role": "tool", "tool_call_id": "toolu_1", "content": "sunny"},

@@ -347,10 +347,14 @@ fn take_string(body: &mut Fields, field: &'static str) -> Result<Option<String>,
 
 /// `input`'s items as chat messages: messages (a `developer` one as `system`), the calls an
 /// earlier answer made (joined into one assistant message) and their outputs (`tool`
-/// messages); an earlier answer's reasoning is left out, as chat templates drop it too.
+/// messages); an earlier answer's reasoning becomes the `reasoning_content` of the assistant
+/// turn after it (which reasoning models' templates write back where they keep it).
 fn input_items(items: Vec<Value>, messages: &mut Vec<Value>) -> Result<(), ApiError> {
+    // Reasoning waiting for the assistant turn it led to.
+    let mut thought: Option<String> = None;
     for item in items {
         let kind = item.get("type").and_then(Value::as_str);
+        let thought_before = thought.take();
         match kind {
             None | Some("message") => {
                 let role = match item.get("role").and_then(Value::as_str) {
@@ -366,7 +370,11 @@ fn input_items(items: Vec<Value>, messages: &mut Vec<Value>) -> Result<(), ApiEr
                     }
                 };
                 let content = content_text(item.get("content"))?;
-                messages.push(json!({"role": role, "content": content}));
+                let mut message = json!({"role": role, "content": content});
+                if let Some(t) = thought_before.filter(|_| role == "assistant") {
+                    message["reasoning_content"] = Value::String(t);
+                }
+                messages.push(message);
             }
             Some("function_call") => {
                 let field = |name: &str| item.get(name).and_then(Value::as_str);
@@ -388,8 +396,14 @@ fn input_items(items: Vec<Value>, messages: &mut Vec<Value>) -> Result<(), ApiEr
                             calls.push(call);
                         }
                     }
-                    _ => messages
-                        .push(json!({"role": "assistant", "content": null, "tool_calls": [call]})),
+                    _ => {
+                        let mut turn =
+                            json!({"role": "assistant", "content": null, "tool_calls": [call]});
+                        if let Some(t) = thought_before {
+                            turn["reasoning_content"] = Value::String(t);
+                        }
+                        messages.push(turn);
+                    }
                 }
             }
             Some("function_call_output") => {
@@ -405,7 +419,28 @@ fn input_items(items: Vec<Value>, messages: &mut Vec<Value>) -> Result<(), ApiEr
                 };
                 messages.push(json!({"role": "tool", "tool_call_id": call_id, "content": output}));
             }
-            Some("reasoning") => {}
+            Some("reasoning") => {
+                // Its text (open models' `reasoning_text` content), else its summary.
+                let texts = |key: &str| -> Vec<String> {
+                    item.get(key)
+                        .and_then(Value::as_array)
+                        .map(|parts| {
+                            parts
+                                .iter()
+                                .filter_map(|p| p.get("text").and_then(Value::as_str))
+                                .map(str::to_owned)
+                                .collect()
+                        })
+                        .unwrap_or_default()
+                };
+                let mut parts = texts("content");
+                if parts.is_empty() {
+                    parts = texts("summary");
+                }
+                let mut all: Vec<String> = thought_before.into_iter().collect();
+                all.extend(parts);
+                thought = (!all.is_empty()).then(|| all.join("\n"));
+            }
             Some(other) => {
                 return Err(invalid(
                     "input",
@@ -530,7 +565,8 @@ mod tests {
             "input": [
                 {"role": "developer", "content": "Use tools."},
                 {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Weather in "}, {"type": "input_text", "text": "Paris?"}]},
-                {"type": "reasoning", "id": "rs_1", "summary": []},
+                {"type": "reasoning", "id": "rs_1", "summary": [],
+                 "content": [{"type": "reasoning_text", "text": "Look it up."}]},
                 {"type": "function_call", "call_id": "call_1", "name": "wx", "arguments": "{\"c\":\"Paris\"}"},
                 {"type": "function_call", "call_id": "call_2", "name": "time", "arguments": "{}"},
                 {"type": "function_call_output", "call_id": "call_1", "output": "sunny"},
@@ -551,7 +587,8 @@ mod tests {
                 {"role": "system", "content": "Be brief."},
                 {"role": "system", "content": "Use tools."},
                 {"role": "user", "content": "Weather in Paris?"},
-                {"role": "assistant", "content": null, "tool_calls": [
+                {"role": "assistant", "content": null, "reasoning_content": "Look it up.",
+                 "tool_calls": [
                     {"id": "call_1", "type": "function", "function": {"name": "wx", "arguments": "{\"c\":\"Paris\"}"}},
                     {"id": "call_2", "type": "function", "function": {"name": "time", "arguments": "{}"}},
                 ]},
