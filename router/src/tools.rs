@@ -341,44 +341,13 @@ impl ToolRequest {
             p if f["strict"] == true && p.is_object() => p.clone(),
             _ => json!({"type": "object"}),
         };
-        let key = match parser {
-            ToolCallParser::Hermes | ToolCallParser::Mistral => "arguments",
-            ToolCallParser::Llama3Json => "parameters",
-            ToolCallParser::Pythonic => {
-                return Some(Format::Lark(crate::pythonic_grammar::grammar(
-                    tools, &arguments, parallel, tokens,
-                )));
-            }
-        };
-        if parser == ToolCallParser::Mistral {
-            return Some(Format::Lark(mistral_grammar(
-                tools, &arguments, parallel, tokens,
-            )));
-        }
-        let calls = call_schemas(tools, key, arguments);
-        let call = format!(
-            "call: /[ \\t\\n]*/ %json {} /[ \\t\\n]*/",
-            json!({"anyOf": calls})
-        );
         let grammar = match parser {
-            // Text up to each call's opening tag (lazily: the first tag ends it), the call,
-            // and text that opens none after the last.
-            ToolCallParser::Hermes => format!(
-                "start: (pre call_block){} POST\n\
-                 pre[lazy]: /(.|\\n)*{CALL_OPEN}/\n\
-                 call_block: call \"{CALL_CLOSE}\"\n\
-                 {call}\n\
-                 POST: /(.|\\n)*/ & ~/(.|\\n)*{CALL_OPEN}(.|\\n)*/\n",
-                if parallel { "*" } else { "?" },
-            ),
-            // Text that does not start with `{`, or calls separated by `;`.
-            _ => format!(
-                "start: TEXT | calls\n\
-                 calls: call{}\n\
-                 {call}\n\
-                 TEXT: /(.|\\n)*/ & ~/[ \\t\\n]*\\{{(.|\\n)*/\n",
-                if parallel { " (\";\" call)*" } else { "" },
-            ),
+            ToolCallParser::Hermes => hermes_grammar(tools, &arguments, parallel),
+            ToolCallParser::Llama3Json => llama3_grammar(tools, &arguments, parallel),
+            ToolCallParser::Mistral => mistral_grammar(tools, &arguments, parallel, tokens),
+            ToolCallParser::Pythonic => {
+                crate::pythonic_grammar::grammar(tools, &arguments, parallel, tokens)
+            }
         };
         Some(Format::Lark(grammar))
     }
@@ -416,6 +385,42 @@ impl ToolRequest {
             }
         }
     }
+}
+
+/// A call's JSON between optional whitespace: `{"name", key: arguments}`, one of the tools.
+fn json_call_rule(tools: &[Value], key: &str, arguments: &dyn Fn(&Value) -> Value) -> String {
+    let calls = call_schemas(tools, key, arguments);
+    format!(
+        "call: /[ \\t\\n]*/ %json {} /[ \\t\\n]*/",
+        json!({"anyOf": calls})
+    )
+}
+
+/// The grammar of a Hermes answer under strict tools: text up to each call's opening tag
+/// (lazily: the first tag ends it), the call, and text that opens none after the last.
+fn hermes_grammar(tools: &[Value], arguments: &dyn Fn(&Value) -> Value, parallel: bool) -> String {
+    format!(
+        "start: (pre call_block){} POST\n\
+         pre[lazy]: /(.|\\n)*{CALL_OPEN}/\n\
+         call_block: call \"{CALL_CLOSE}\"\n\
+         {}\n\
+         POST: /(.|\\n)*/ & ~/(.|\\n)*{CALL_OPEN}(.|\\n)*/\n",
+        if parallel { "*" } else { "?" },
+        json_call_rule(tools, "arguments", arguments),
+    )
+}
+
+/// The grammar of a Llama 3 JSON answer under strict tools: text that does not start with
+/// `{`, or calls separated by `;`.
+fn llama3_grammar(tools: &[Value], arguments: &dyn Fn(&Value) -> Value, parallel: bool) -> String {
+    format!(
+        "start: TEXT | calls\n\
+         calls: call{}\n\
+         {}\n\
+         TEXT: /(.|\\n)*/ & ~/[ \\t\\n]*\\{{(.|\\n)*/\n",
+        if parallel { " (\";\" call)*" } else { "" },
+        json_call_rule(tools, "parameters", arguments),
+    )
 }
 
 /// The grammar of a Mistral answer under strict tools: text (which cannot start as calls in

@@ -1,6 +1,6 @@
 //! Token sampling from logits: logit bias, the minimum output length, bad words, allowed
-//! tokens, repetition, presence and frequency penalties, the output's format (structured output), then greedy or temperature
-//! with top-k, min-p and top-p; seeded. Also the log probabilities a request asks for, of its
+//! tokens, repetition, presence and frequency penalties, the output's format (structured
+//! output), then greedy or temperature with top-k, min-p and top-p; seeded. Also the log probabilities a request asks for, of its
 //! tokens and of its prompt's, from the raw logits.
 //!
 //! The randomness of each draw is a function of the request's seed and the position of the
