@@ -12,6 +12,12 @@
 
 use std::time::{Duration, Instant};
 
+// The router's allocator (`router/src/main.rs`): the indexes it times then sit on the memory
+// they sit on in the router, huge pages included (mimalloc advises them; the kernel's mode
+// here is `madvise`).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use anyhow::{Context, ensure};
 use clap::Parser;
 use dolphin_bench::fake_worker::FakeRouter;
@@ -118,6 +124,10 @@ struct Report {
     cpu_flags: Vec<&'static str>,
     /// `/proc/loadavg` when the run started (the machine may be shared: see the p99s).
     loadavg_at_start: String,
+    /// The global allocator (the router's), and the kernel's transparent huge page mode it
+    /// advises its memory under.
+    allocator: &'static str,
+    transparent_hugepage: String,
     workload: WorkloadConfig,
     index_blocks: IndexSize,
     iterations: usize,
@@ -223,6 +233,12 @@ fn main() -> anyhow::Result<()> {
         cpu: dolphin_bench::machine::cpu_name(),
         cpu_flags: dolphin_bench::machine::cpu_flags(),
         loadavg_at_start: loadavg,
+        allocator: "mimalloc",
+        transparent_hugepage: std::fs::read_to_string(
+            "/sys/kernel/mm/transparent_hugepage/enabled",
+        )
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_default(),
         index_blocks: IndexSize {
             prefill_distinct: mirror_prefill.index.distinct_blocks(),
             decode_distinct: mirror_decode.index.distinct_blocks(),
