@@ -66,52 +66,8 @@ fn build(
         .other
         .take_logprobs(ep == Endpoint::Chat)
         .map_err(|(field, message)| ApiError::invalid(message, Some(field)))?;
-    // vLLM's: banned words, the prompt's BOS token, special tokens in the text.
-    let field_error =
-        |(field, message): (&'static str, String)| ApiError::invalid(message, Some(field));
-    let bad_words = f.other.take_bad_words().map_err(field_error)?;
-    let add_special_tokens = f
-        .other
-        .take_flag("add_special_tokens")
-        .map_err(field_error)?;
-    let keep_special_tokens = !f
-        .other
-        .take_flag("skip_special_tokens")
-        .map_err(field_error)?
-        .unwrap_or(true);
-    // SGLang's: keep the stop string in the text (vLLM's `include_stop_str_in_output`).
-    if f.other.take_flag("no_stop_trim").map_err(field_error)? == Some(true) {
-        f.include_stop_str_in_output = true;
-    }
-    // vLLM's: the request's place in the workers' queues (lower first).
-    let priority = match f.other.take("priority") {
-        None => 0,
-        Some(v) => v
-            .as_i64()
-            .and_then(|p| i32::try_from(p).ok())
-            .ok_or_else(|| {
-                ApiError::invalid(
-                    format!("priority must be an integer, got {v}"),
-                    Some("priority"),
-                )
-            })?,
-    };
-    // vLLM's: requests share cached KV only with requests of the same salt.
-    let cache_salt = match f.other.take("cache_salt") {
-        None => String::new(),
-        Some(serde_json::Value::String(s)) => s,
-        Some(v) => {
-            return Err(ApiError::invalid(
-                format!("cache_salt must be a string, got {v}"),
-                Some("cache_salt"),
-            ));
-        }
-    };
-    // Without effect on a fast tokenizer's text, as in vLLM (which reads it only with slow
-    // tokenizers): accepted either way.
-    f.other
-        .take_flag("spaces_between_special_tokens")
-        .map_err(field_error)?;
+    // vLLM's and SGLang's extras: banned words, special tokens, priority, cache salt, ...
+    let extras = super::extras::Extras::take(&mut f)?;
     let prompt_logprobs = f
         .other
         .take_prompt_logprobs()
@@ -203,23 +159,13 @@ fn build(
     };
     // The client's id for the request (its logs and traces; never the engine's key): the
     // `x-request-id` header, else SGLang's `rid`.
-    let rid = match f.other.take("rid") {
-        None => None,
-        Some(serde_json::Value::String(s)) => Some(s),
-        Some(v) => {
-            return Err(ApiError::invalid(
-                format!("rid must be a string, got {v}"),
-                Some("rid"),
-            ));
-        }
-    };
     let fits = |v: &String| !v.is_empty() && v.len() <= 128;
     let request_id = headers
         .get("x-request-id")
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned)
         .filter(fits)
-        .or(rid.filter(fits))
+        .or(extras.rid.filter(fits))
         .unwrap_or_default();
     let model = if model.is_empty() {
         st.dispatcher.config().model.clone()
@@ -246,8 +192,8 @@ fn build(
         structured: format.as_ref().map(|(_, f)| Box::new(f.to_wire())),
         output_in_prompt: 0,
         include_stop_str_in_output: f.include_stop_str_in_output,
-        cache_salt,
-        priority,
+        cache_salt: extras.cache_salt,
+        priority: extras.priority,
     };
     let params = GenerateParams {
         request_id,
@@ -265,9 +211,9 @@ fn build(
         format_field: format.map_or("structured", |(field, _)| field),
         truncate_prompt_tokens,
         keep_call_markers: false,
-        bad_words,
-        add_special_tokens,
-        keep_special_tokens,
+        bad_words: extras.bad_words,
+        add_special_tokens: extras.add_special_tokens,
+        keep_special_tokens: extras.keep_special_tokens,
     };
     Ok((params, choices))
 }

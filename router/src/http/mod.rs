@@ -4,6 +4,7 @@
 mod completions;
 pub mod cors;
 pub mod error;
+mod extras;
 mod logprobs;
 mod message_events;
 mod messages;
