@@ -352,11 +352,6 @@ impl IncrementalDetokenizer {
         Self::default()
     }
 
-    /// A detokenizer that writes out the special tokens `keep`.
-    pub fn keeping(keep: Vec<u32>) -> Self {
-        Self::with(Specials::Keep(keep))
-    }
-
     /// A detokenizer that writes out `specials`.
     pub fn with(specials: Specials) -> Self {
         Self {

@@ -1,12 +1,10 @@
 //! vLLM's and SGLang's request fields beside OpenAI's sampling ones, which their clients send
 //! in `extra_body`: what the answer's text writes out, the prompt's BOS token, banned words,
 //! the request's place in the workers' queues, its cache salt, its id. Read from the request's
-//! leftover fields ([`OtherFields`]), each checked with its name in the error.
-
-use serde_json::Value;
+//! leftover fields ([`super::types::OtherFields`]), each checked with its name in the error.
 
 use super::error::ApiError;
-use super::types::{OtherFields, SamplingFields};
+use super::types::SamplingFields;
 
 /// The fields read, as the dispatcher takes them.
 #[derive(Debug, Default)]
@@ -55,20 +53,11 @@ impl Extras {
                         named(("priority", format!("priority must be an integer, got {v}")))
                     })?,
             },
-            cache_salt: string(o, "cache_salt")?.unwrap_or_default(),
-            rid: string(o, "rid")?,
+            cache_salt: o
+                .take_string("cache_salt")
+                .map_err(named)?
+                .unwrap_or_default(),
+            rid: o.take_string("rid").map_err(named)?,
         })
-    }
-}
-
-/// Takes string field `name` (`None` when absent or null).
-fn string(o: &mut OtherFields, name: &'static str) -> Result<Option<String>, ApiError> {
-    match o.take(name) {
-        None => Ok(None),
-        Some(Value::String(s)) => Ok(Some(s)),
-        Some(v) => Err(ApiError::invalid(
-            format!("{name} must be a string, got {v}"),
-            Some(name),
-        )),
     }
 }

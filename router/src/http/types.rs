@@ -165,6 +165,14 @@ impl OtherFields {
         self.0.remove(name).filter(|v| !v.is_null())
     }
 
+    /// Takes string field `name` (`None` when absent or null).
+    pub(crate) fn take_string(
+        &mut self,
+        name: &'static str,
+    ) -> Result<Option<String>, (&'static str, String)> {
+        self.take(name).map(|v| text(name, &v)).transpose()
+    }
+
     /// Takes boolean field `name` (`None` when absent or null).
     pub(crate) fn take_flag(
         &mut self,

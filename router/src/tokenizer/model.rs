@@ -167,7 +167,8 @@ mod tests {
             super::super::decode_keeping(&t, &[2, 3, 2, 0, 4], &[3]),
             "ab<|im_start|>aba"
         );
-        let mut detok = super::super::IncrementalDetokenizer::keeping(vec![3]);
+        let mut detok =
+            super::super::IncrementalDetokenizer::with(super::super::Specials::Keep(vec![3]));
         let streamed: String = [2, 3, 2, 0, 4]
             .iter()
             .map(|&id| detok.push(&t, &[id]))
