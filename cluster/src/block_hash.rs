@@ -19,9 +19,6 @@ use crate::BlockHash;
 /// in a cluster, so it is part of the wire contract.
 pub const ROOT_SEED: u64 = 0x646f_6c70_6869_6e31;
 
-/// Most bytes a cache salt may have (vLLM's `cache_salt`; [`salted_root`]).
-pub const MAX_CACHE_SALT_BYTES: usize = 256;
-
 /// The seed of a salted request's first block (vLLM's `cache_salt`): the salt's xxh3 under
 /// [`ROOT_SEED`]. Its blocks' names differ from every unsalted prompt's and every other salt's,
 /// so requests share cached KV (and learn from its timing) only with the same salt. An empty

@@ -1,6 +1,7 @@
 //! Range checks of [`v1::LogitRules`] (penalties, min-p, logit bias, stop tokens, minimum
-//! length, allowed tokens, bad words), shared by the router, which refuses a bad request before routing it, and the
-//! workers, which never trust the wire.
+//! length, allowed tokens, bad words) and of the sampling parameters' log-probability counts
+//! and cache salt, shared by the router, which refuses a bad request before routing it, and
+//! the workers, which never trust the wire.
 
 use crate::v1;
 
@@ -35,10 +36,23 @@ impl std::fmt::Display for RuleError {
 
 impl std::error::Error for RuleError {}
 
+/// Most bytes a cache salt may have (`SamplingParams.cache_salt`).
+pub const MAX_CACHE_SALT_BYTES: usize = 256;
+
 /// Checks the logit rules of `params` (none: nothing to check) for a model of `vocab_size`
-/// tokens, and the number of log-probability alternatives it asks for.
+/// tokens, the number of log-probability alternatives it asks for, and its cache salt's
+/// length.
 pub fn check_logit_rules(params: &v1::SamplingParams, vocab_size: u32) -> Result<(), RuleError> {
     let err = |field: &'static str, message: String| Err(RuleError { field, message });
+    if params.cache_salt.len() > MAX_CACHE_SALT_BYTES {
+        return err(
+            "cache_salt",
+            format!(
+                "cache_salt has {} bytes, more than the limit of {MAX_CACHE_SALT_BYTES}",
+                params.cache_salt.len()
+            ),
+        );
+    }
     for (field, asked) in [
         ("logprobs", params.logprobs),
         ("prompt_logprobs", params.prompt_logprobs),
@@ -215,6 +229,14 @@ mod tests {
             field(|s| s.allowed_token_ids = vec![3, 10]),
             "allowed_token_ids"
         );
+        let salted = |len: usize| v1::SamplingParams {
+            max_tokens: 4,
+            cache_salt: "s".repeat(len),
+            ..Default::default()
+        };
+        assert_eq!(check_logit_rules(&salted(MAX_CACHE_SALT_BYTES), 10), Ok(()));
+        let e = check_logit_rules(&salted(MAX_CACHE_SALT_BYTES + 1), 10).expect_err("refused");
+        assert_eq!(e.field, "cache_salt");
         assert_eq!(
             field(|s| s.bad_words = vec![v1::TokenIds { ids: vec![3, 10] }]),
             "bad_words"

@@ -398,16 +398,6 @@ impl Dispatcher {
         if s.output_in_prompt > 0 {
             return bad("output_in_prompt is set by the router when it migrates a request".into());
         }
-        if s.cache_salt.len() > dolphin_cluster::MAX_CACHE_SALT_BYTES {
-            return bad_field(
-                "cache_salt",
-                format!(
-                    "cache_salt has {} bytes, more than the limit of {}",
-                    s.cache_salt.len(),
-                    dolphin_cluster::MAX_CACHE_SALT_BYTES
-                ),
-            );
-        }
         if s.prompt_logprobs.is_some() && p.force == Some(Decision::Remote) {
             return bad(
                 "prompt_logprobs needs a local prefill (the decode worker computes them)".into(),

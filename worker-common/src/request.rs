@@ -143,13 +143,6 @@ pub fn sampling_from(params: &v1::SamplingParams) -> Result<Sampling, BadRequest
             "sampling.ignore_eos cannot be set with sampling.structured".into(),
         ));
     }
-    if params.cache_salt.len() > dolphin_cluster::MAX_CACHE_SALT_BYTES {
-        return Err(BadRequest(format!(
-            "sampling.cache_salt has {} bytes, more than {}",
-            params.cache_salt.len(),
-            dolphin_cluster::MAX_CACHE_SALT_BYTES
-        )));
-    }
     let rules = params.logits.as_deref();
     let mut stop_token_ids = rules.map(|r| r.stop_token_ids.clone()).unwrap_or_default();
     stop_token_ids.sort_unstable();
