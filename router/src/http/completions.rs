@@ -344,6 +344,18 @@ pub(crate) fn completions(
     })
 }
 
+/// A chat request written by another API's reader (the Responses and Messages APIs), as
+/// `/v1/chat/completions` takes it; a body that does not read as one is a 400.
+pub(crate) fn chat_from(
+    st: &AppState,
+    headers: &HeaderMap,
+    chat: serde_json::Map<String, serde_json::Value>,
+) -> Result<Prepared, ApiError> {
+    let req = serde_json::from_value(serde_json::Value::Object(chat))
+        .map_err(|e| ApiError::invalid(format!("invalid request: {e}"), None))?;
+    self::chat(st, headers, req)
+}
+
 /// `POST /v1/chat/completions`, up to the dispatch.
 pub(crate) fn chat(
     st: &AppState,

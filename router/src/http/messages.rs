@@ -30,9 +30,7 @@ pub(crate) fn prepare(
         Some(m) if !m.is_empty() => m.to_owned(),
         _ => st.dispatcher.config().model.clone(),
     };
-    let req = serde_json::from_value(Value::Object(chat))
-        .map_err(|e| ApiError::invalid(format!("invalid request: {e}"), None))?;
-    Ok((completions::chat(st, headers, req)?, model))
+    Ok((completions::chat_from(st, headers, chat)?, model))
 }
 
 /// Dispatches a prepared Messages request and answers it, whole or as events.

@@ -66,15 +66,7 @@ async fn messages_answer_in_content_blocks() {
     // stop reason and usage, message_stop; `event:` names each one's type.
     let (status, _, body) = post(s.addr, "/v1/messages", request(true)).await;
     assert_eq!(status, StatusCode::OK, "{body}");
-    let names: Vec<&str> = body
-        .lines()
-        .filter_map(|l| l.strip_prefix("event: "))
-        .collect();
-    let events: Vec<Value> = sse_data(&body).iter().map(|d| parse(d)).collect();
-    assert_eq!(names.len(), events.len(), "{body}");
-    for (name, e) in names.iter().zip(&events) {
-        assert_eq!(e["type"], *name);
-    }
+    let (names, events): (Vec<&str>, Vec<Value>) = typed_events(&body).into_iter().unzip();
     let kinds: Vec<&str> = names
         .iter()
         .copied()

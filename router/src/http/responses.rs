@@ -63,9 +63,7 @@ pub(crate) async fn prepare(
             .map_or_else(Vec::new, |m| m[skip..].to_vec());
         echo.store = Some(st.responses.clone());
     }
-    let req = serde_json::from_value(Value::Object(chat))
-        .map_err(|e| ApiError::invalid(format!("invalid request: {e}"), None))?;
-    Ok((completions::chat(st, headers, req)?, echo))
+    Ok((completions::chat_from(st, headers, chat)?, echo))
 }
 
 /// Dispatches a prepared Responses request and answers it, whole or as events.

@@ -221,6 +221,21 @@ fn sse_data(body: &str) -> Vec<String> {
         .collect()
 }
 
+/// The typed events of an SSE body (the Responses and Messages APIs'): each `event:` name with
+/// its `data:` payload, whose `type` must be that name.
+fn typed_events(body: &str) -> Vec<(&str, Value)> {
+    let names: Vec<&str> = body
+        .lines()
+        .filter_map(|l| l.strip_prefix("event: "))
+        .collect();
+    let events: Vec<Value> = sse_data(body).iter().map(|d| parse(d)).collect();
+    assert_eq!(names.len(), events.len(), "{body}");
+    for (name, e) in names.iter().zip(&events) {
+        assert_eq!(e["type"], *name, "{body}");
+    }
+    names.into_iter().zip(events).collect()
+}
+
 fn assert_error(status: StatusCode, body: &str, want: StatusCode) -> Value {
     assert_eq!(status, want, "{body}");
     let v = parse(body);
@@ -1008,14 +1023,8 @@ async fn responses_answer_in_output_items() {
     streamed["stream"] = json!(true);
     let (status, _, body) = post(s.addr, "/v1/responses", streamed).await;
     assert_eq!(status, StatusCode::OK, "{body}");
-    let names: Vec<&str> = body
-        .lines()
-        .filter_map(|l| l.strip_prefix("event: "))
-        .collect();
-    let events: Vec<Value> = sse_data(&body).iter().map(|d| parse(d)).collect();
-    assert_eq!(names.len(), events.len());
-    for (i, (name, e)) in names.iter().zip(&events).enumerate() {
-        assert_eq!(e["type"], *name);
+    let (names, events): (Vec<&str>, Vec<Value>) = typed_events(&body).into_iter().unzip();
+    for (i, e) in events.iter().enumerate() {
         assert_eq!(e["sequence_number"], i as u64);
     }
     let kinds: Vec<&str> = names
