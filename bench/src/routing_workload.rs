@@ -122,6 +122,9 @@ impl WorkerContents {
 pub struct Workload {
     /// The prompts, as token ids.
     pub prompts: Vec<Vec<u32>>,
+    /// As many prompts of the same length that no worker holds any block of (not even the
+    /// shared prefix): a new conversation.
+    pub unseen: Vec<Vec<u32>>,
     /// Per prefill worker, in pool order.
     pub prefill: Vec<WorkerContents>,
     /// Per decode worker, in pool order.
@@ -184,8 +187,12 @@ pub fn build(cfg: &WorkloadConfig) -> Workload {
     };
     let prefill = pool(&mut rng);
     let decode = pool(&mut rng);
+    let unseen = (0..cfg.prompts)
+        .map(|_| random_tokens(&mut rng, cfg.prompt_tokens))
+        .collect();
     Workload {
         prompts,
+        unseen,
         prefill,
         decode,
     }

@@ -83,16 +83,48 @@ pub fn block_hashes_into(tokens: &[u32], block_size: usize, out: &mut Vec<BlockH
 /// [`block_hashes_into`] where the first block is seeded by `root` ([`salted_root`]).
 pub fn block_hashes_from(root: u64, tokens: &[u32], block_size: usize, out: &mut Vec<BlockHash>) {
     out.clear();
-    if block_size == 0 {
-        return;
-    }
-    let mut parent = None;
-    for block in tokens.chunks_exact(block_size) {
-        let hash = chain_hash_from(root, parent, block);
-        out.push(hash);
-        parent = Some(hash);
+    out.extend(BlockHashes::new(root, tokens, block_size));
+}
+
+/// The chained hashes of a prompt's full blocks, one at a time: a walk that stops where no
+/// worker holds the prompt any further hashes no further (the router's lookup,
+/// `PrefixIndex::lookup_pair`), and can resume later where it needs every hash.
+#[derive(Clone, Debug)]
+pub struct BlockHashes<'a> {
+    root: u64,
+    parent: Option<BlockHash>,
+    blocks: std::slice::ChunksExact<'a, u32>,
+}
+
+impl<'a> BlockHashes<'a> {
+    /// The hashes of `tokens`' full blocks of `block_size` tokens, the first seeded by `root`
+    /// ([`ROOT_SEED`] or a [`salted_root`]). `block_size` 0 has no blocks.
+    pub fn new(root: u64, tokens: &'a [u32], block_size: usize) -> Self {
+        let tokens = if block_size == 0 { &[][..] } else { tokens };
+        Self {
+            root,
+            parent: None,
+            blocks: tokens.chunks_exact(block_size.max(1)),
+        }
     }
 }
+
+impl Iterator for BlockHashes<'_> {
+    type Item = BlockHash;
+
+    #[inline]
+    fn next(&mut self) -> Option<BlockHash> {
+        let hash = chain_hash_from(self.root, self.parent, self.blocks.next()?);
+        self.parent = Some(hash);
+        Some(hash)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        self.blocks.size_hint()
+    }
+}
+
+impl ExactSizeIterator for BlockHashes<'_> {}
 
 /// Writes `tokens` as little-endian bytes at the start of `buf`; returns the byte count.
 /// `tokens` must fit (`tokens.len() <= STACK_TOKENS`).

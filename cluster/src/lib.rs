@@ -45,8 +45,8 @@ pub const DEFAULT_BLOCK_SIZE: usize = 16;
 
 pub use advertise::{Advertise, AdvertiseError, advertised};
 pub use block_hash::{
-    ROOT_SEED, block_hashes, block_hashes_from, block_hashes_into, chain_hash, chain_hash_from,
-    salted_root,
+    BlockHashes, ROOT_SEED, block_hashes, block_hashes_from, block_hashes_into, chain_hash,
+    chain_hash_from, salted_root,
 };
 pub use block_map::BlockMap;
 pub use discovery::{DiscoveryError, MembershipEvent};

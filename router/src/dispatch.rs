@@ -27,11 +27,12 @@ use crate::grpc_call::GrpcStream;
 use crate::metrics as m;
 use crate::migration::{Migration, RequestScope};
 use crate::policy::{DecidedBy, Decision, Features, Policy};
+use crate::prompt_blocks::PromptBlocks;
 use crate::request_log::RequestLog;
 use crate::route::{PrefillChoice, Route, RouteError, RouteInput, route};
 use crate::stream::{Api, RequestMeta, ResponseStream};
 use crate::tokenizer::{ChatMessage, Specials, Tokenizer};
-use crate::workers::{InflightGuard, Routed, WorkerRegistry};
+use crate::workers::{InflightGuard, RouteScratch, Routed, WorkerRegistry};
 use dolphin_cluster::hot_metrics as hot;
 
 /// Limits and weights of the dispatcher.
@@ -226,7 +227,7 @@ pub struct RouteDecision {
 
 thread_local! {
     /// Block hashes and per-slot match counts, reused by every request on this thread.
-    static SCRATCH: RefCell<(Vec<u64>, Vec<u32>)> = const { RefCell::new((Vec::new(), Vec::new())) };
+    static SCRATCH: RefCell<(Vec<u64>, RouteScratch)> = RefCell::new(Default::default());
 }
 
 /// Routes and runs requests.
@@ -534,15 +535,12 @@ impl Dispatcher {
         let admission = Admission::new(tokens, max_tokens);
         let predicted = self.dolphin.classify(&admission);
         SCRATCH.with(|s| {
-            let (hashes, counts) = &mut *s.borrow_mut();
-            dolphin_cluster::block_hashes_from(root, tokens, bs as usize, hashes);
-            let decode = self
+            let (hashes, scratch) = &mut *s.borrow_mut();
+            let mut blocks = PromptBlocks::new(root, tokens, bs as usize, hashes);
+            let (decode, prefill) = self
                 .registry
-                .route(Role::Decode, hashes, w, exclude, counts)
+                .route_pair(&mut blocks, w, exclude, scratch)
                 .ok_or(DispatchError::NoDecodeWorkers)?;
-            let prefill = self
-                .registry
-                .route_prefill_for(&decode.worker, hashes, w, counts);
             let input = RouteInput {
                 isl: tokens.len() as u32,
                 block_size: bs,
@@ -592,9 +590,10 @@ impl Dispatcher {
             ) = decided.map_err(|RouteError::NoPrefillWorker| DispatchError::NoPrefillWorkers)?;
             // Workers whose event stream is down remember what they were sent (approximate
             // index); a no-op for live ones.
-            self.registry.note_routed(Role::Decode, &decode, hashes);
+            self.registry
+                .note_routed(Role::Decode, &decode, &mut blocks);
             if let (Decision::Remote, Some(p)) = (decision, &prefill) {
-                self.registry.note_routed(Role::Prefill, p, hashes);
+                self.registry.note_routed(Role::Prefill, p, &mut blocks);
             }
             Ok(RouteDecision {
                 decode,

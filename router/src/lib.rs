@@ -25,6 +25,7 @@ pub mod metrics;
 mod migration;
 pub mod policy;
 pub mod prefix_index;
+pub mod prompt_blocks;
 mod pythonic;
 mod pythonic_grammar;
 pub mod reasoning;

@@ -285,6 +285,34 @@ impl PrefixIndex {
         out.resize(self.held.len(), 0);
         with_map!(&self.blocks, map => lookup_in(map, &self.registered, hashes, out));
     }
+
+    /// [`lookup`](Self::lookup) in two pools at once (`first` into `out_first`, `second` into
+    /// `out_second`) while the prompt is hashed: `blocks` yields its chained block hashes, which
+    /// are appended to `hashes` (cleared first) as they are computed. Hashing a block costs
+    /// about as long as a probe waits for memory, so computing the hashes a few blocks ahead of
+    /// the probes, which then find their lines already on the way, overlaps the two instead of
+    /// paying one pass after the other; and where neither pool holds the prompt any further,
+    /// nothing further is hashed: `hashes` then stops short of the prompt's blocks, a few
+    /// ([`TOUCH_AHEAD`]) past the last one either pool holds. Callers that need every hash
+    /// extend `hashes` from the same `blocks`.
+    pub fn lookup_pair(
+        first: &PrefixIndex,
+        second: &PrefixIndex,
+        blocks: &mut impl Iterator<Item = BlockHash>,
+        hashes: &mut Vec<BlockHash>,
+        out_first: &mut Vec<u32>,
+        out_second: &mut Vec<u32>,
+    ) {
+        for (index, out) in [(first, &mut *out_first), (second, &mut *out_second)] {
+            out.clear();
+            out.resize(index.held.len(), 0);
+        }
+        hashes.clear();
+        let a = (&first.registered, out_first.as_mut_slice());
+        let b = (&second.registered, out_second.as_mut_slice());
+        with_map!(&first.blocks, ma => with_map!(&second.blocks, mb =>
+            lookup_pair_in(ma, mb, a, b, blocks, hashes)))
+    }
 }
 
 fn stored_in<B: Bits>(map: &mut BlockMap<B>, slot: usize, hashes: &[BlockHash], held: &mut usize) {
@@ -355,6 +383,87 @@ fn lookup_in<B: Bits>(
         }
     }
     live.each(|slot| out[slot] = hashes.len() as u32);
+}
+
+/// One pool's side of [`lookup_pair_in`]: the slots still matching and where the rest dropped out.
+struct Walk<'a, B: Bits> {
+    map: &'a BlockMap<B>,
+    live: B,
+    out: &'a mut [u32],
+}
+
+impl<B: Bits> Walk<'_, B> {
+    /// Narrows the live slots by block `i`, whose hash is `h`; false once none is left.
+    #[inline(always)]
+    fn step(&mut self, i: usize, h: BlockHash) -> bool {
+        if self.live.none() {
+            return false;
+        }
+        let next = match self.map.get(h) {
+            Some(set) => self.live.both(&set),
+            None => B::default(),
+        };
+        if next != self.live {
+            self.live
+                .only_self(&next)
+                .each(|slot| self.out[slot] = i as u32);
+            self.live = next;
+        }
+        !self.live.none()
+    }
+}
+
+fn lookup_pair_in<A: Bits, B: Bits>(
+    ma: &BlockMap<A>,
+    mb: &BlockMap<B>,
+    (ra, oa): (&SlotSet, &mut [u32]),
+    (rb, ob): (&SlotSet, &mut [u32]),
+    blocks: &mut impl Iterator<Item = BlockHash>,
+    hashes: &mut Vec<BlockHash>,
+) {
+    let mut a = Walk {
+        map: ma,
+        live: A::from_slots(ra),
+        out: oa,
+    };
+    let mut b = Walk {
+        map: mb,
+        live: B::from_slots(rb),
+        out: ob,
+    };
+    // Hashes run TOUCH_AHEAD blocks ahead of the probes, each touched in both maps as it is
+    // computed.
+    #[inline(always)]
+    fn pull<A: Bits, B: Bits>(
+        ma: &BlockMap<A>,
+        mb: &BlockMap<B>,
+        blocks: &mut impl Iterator<Item = BlockHash>,
+        hashes: &mut Vec<BlockHash>,
+    ) {
+        if let Some(h) = blocks.next() {
+            ma.touch_home(h);
+            mb.touch_home(h);
+            hashes.push(h);
+        }
+    }
+    if a.live.none() && b.live.none() {
+        return;
+    }
+    for _ in 0..TOUCH_AHEAD {
+        pull(ma, mb, blocks, hashes);
+    }
+    let mut i = 0;
+    while let Some(&h) = hashes.get(i) {
+        let more_a = a.step(i, h);
+        let more_b = b.step(i, h);
+        if !more_a && !more_b {
+            return;
+        }
+        pull(ma, mb, blocks, hashes);
+        i += 1;
+    }
+    a.live.each(|slot| a.out[slot] = i as u32);
+    b.live.each(|slot| b.out[slot] = i as u32);
 }
 
 #[cfg(test)]
@@ -521,6 +630,52 @@ mod tests {
                     prop_assert_eq!(idx.held_blocks(slot), m.as_ref().map_or(0, |s| s.len()));
                 }
             }
+        }
+
+        #[test]
+        fn a_pair_lookup_equals_two_lookups_and_hashes_no_further_than_needed(
+            first in proptest::collection::vec(op(), 0..60),
+            second in proptest::collection::vec(op(), 0..60),
+            wide in any::<bool>(),
+            // Longer than TOUCH_AHEAD, so the walk may stop hashing before the end.
+            query in proptest::collection::vec(0u64..24, 0..80),
+            shared in proptest::collection::vec(0u64..24, 0..40),
+        ) {
+            let build = |ops: &[Op], base: usize| {
+                let mut idx = PrefixIndex::new();
+                for _ in 0..base + 6 {
+                    idx.allocate_slot();
+                }
+                for op in ops {
+                    match op {
+                        Op::Store(s, h) => idx.stored(base + *s, h),
+                        Op::Remove(s, h) => idx.removed(base + *s, h),
+                        Op::Clear(s) => idx.clear_slot(base + *s),
+                        Op::Release(s) => idx.release_slot(base + *s),
+                    }
+                }
+                idx
+            };
+            let mut a = build(&first, 0);
+            let b = build(&second, if wide { 60 } else { 0 });
+            // One worker holding a long run of the query, so some walks go far.
+            a.stored(0, &query[..shared.len().min(query.len())]);
+            let (mut one, mut two) = (Vec::new(), Vec::new());
+            a.lookup(&query, &mut one);
+            b.lookup(&query, &mut two);
+            let (mut hashes, mut pa, mut pb) = (vec![99], vec![7], Vec::new());
+            let mut blocks = query.iter().copied();
+            PrefixIndex::lookup_pair(&a, &b, &mut blocks, &mut hashes, &mut pa, &mut pb);
+            prop_assert_eq!(&pa, &one);
+            prop_assert_eq!(&pb, &two);
+            prop_assert_eq!(&hashes[..], &query[..hashes.len()]);
+            if hashes.len() < query.len() {
+                let furthest = one.iter().chain(&two).copied().max().unwrap_or(0) as usize;
+                prop_assert!(hashes.len() <= furthest + TOUCH_AHEAD, "hashed {} for {}", hashes.len(), furthest);
+            }
+            // What was not hashed is still there to hash.
+            hashes.extend(blocks);
+            prop_assert_eq!(hashes, query);
         }
     }
 }

@@ -104,7 +104,23 @@ impl WorkerHandle {
 
     /// Whether a recent call found the worker unreachable (routing passes it over).
     pub fn unreachable(&self) -> bool {
-        self.unreachable_until_ms.load(Ordering::Relaxed) > clock_ms()
+        // Never marked (0) needs no clock: routing asks this of every worker of a pool per
+        // request, and a clock read costs more than the rest of a candidate's figures.
+        let until = self.unreachable_until_ms.load(Ordering::Relaxed);
+        if until == 0 {
+            return false;
+        }
+        if until > clock_ms() {
+            return true;
+        }
+        // Expired: forgotten, so later checks need no clock either (unless marked again since).
+        let _ = self.unreachable_until_ms.compare_exchange(
+            until,
+            0,
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        );
+        false
     }
 
     /// Passes the worker over for [`UNREACHABLE_BACKOFF_MS`] or until its event stream
@@ -262,5 +278,48 @@ impl WorkerHandle {
             return Ok(());
         }
         self.compat.check(&decode.compat)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use dolphin_cluster::{Role, WorkerId, WorkerRecord};
+    use dolphin_tls::GrpcConnector;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn an_unreachable_mark_holds_until_it_expires_and_is_then_forgotten() {
+        let rec = WorkerRecord {
+            id: WorkerId::from("d1"),
+            role: Role::Decode,
+            grpc_addr: "127.0.0.1:9".into(),
+            kv_addr: None,
+            model: "sim-model".into(),
+            block_size: 16,
+            version: dolphin_cluster::BUILD_VERSION.into(),
+            kv_layout: String::new(),
+            context_length: 0,
+        };
+        let connector = GrpcConnector::plain(Duration::from_millis(200));
+        let channel = WorkerChannel::new(&rec.grpc_addr, &connector).expect("channel");
+        let w = WorkerHandle::new(&rec, 0, channel, 0);
+        assert!(!w.unreachable());
+        w.mark_unreachable();
+        assert!(w.unreachable());
+        // A mark whose time has passed (as if set long ago).
+        w.unreachable_until_ms.store(1, Ordering::Relaxed);
+        assert!(!w.unreachable());
+        assert_eq!(
+            w.unreachable_until_ms.load(Ordering::Relaxed),
+            0,
+            "forgotten"
+        );
+        // The event stream connecting clears a mark at once.
+        w.mark_unreachable();
+        w.set_events_live(true);
+        assert!(!w.unreachable());
     }
 }

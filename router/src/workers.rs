@@ -10,9 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Instant;
 
-use dolphin_cluster::{
-    BlockHash, KvCompat, KvMismatch, MembershipEvent, Role, WorkerId, WorkerRecord,
-};
+use dolphin_cluster::{KvCompat, KvMismatch, MembershipEvent, Role, WorkerId, WorkerRecord};
 use dolphin_proto::v1;
 use parking_lot::{Mutex, RwLock};
 use tokio::sync::mpsc;
@@ -22,6 +20,7 @@ use crate::dolphin::approx::ApproxIndex;
 use crate::dolphin::split::Split;
 use crate::metrics as m;
 use crate::prefix_index::PrefixIndex;
+use crate::prompt_blocks::PromptBlocks;
 use crate::selection::{self, Candidate};
 use crate::worker_channel::WorkerChannel;
 pub use crate::worker_handle::{InflightGuard, WorkerHandle};
@@ -47,6 +46,104 @@ pub(crate) struct Pool {
     /// Estimates for workers whose event stream is down.
     pub(crate) approx: ApproxIndex,
     slots: Vec<Option<Arc<WorkerHandle>>>,
+}
+
+impl Pool {
+    /// The best worker of the pool for a prompt whose lookup gave `counts` (leading blocks
+    /// held, per slot), among those `keep` accepts.
+    fn choose(
+        &self,
+        role: Role,
+        counts: &[u32],
+        blocks: &mut PromptBlocks<'_, '_>,
+        overlap_weight: f64,
+        skip_unreachable: bool,
+        mut keep: impl FnMut(&WorkerHandle) -> bool,
+    ) -> Option<Routed> {
+        let total = blocks.total() as u32;
+        let candidates = self.slots.iter().enumerate().filter_map(|(slot, w)| {
+            let w = w.as_ref()?;
+            if !keep(w) {
+                return None;
+            }
+            let exact = counts.get(slot).copied().unwrap_or(0);
+            // A worker whose event stream is down: its last known state, or what was routed to
+            // it since, whichever covers more of the prompt (which needs every block's hash).
+            let cached_blocks = if w.events_live() {
+                exact
+            } else {
+                let approx = self
+                    .approx
+                    .count(role, slot, &w.id, blocks.all(), Instant::now());
+                exact.max(approx)
+            };
+            Some(Candidate {
+                slot,
+                cached_blocks,
+                load: w.load_cost(),
+                // Passed over like a draining worker: it may be dead but still listed.
+                draining: w.draining() || (skip_unreachable && w.unreachable()),
+            })
+        });
+        let choice =
+            selection::with_rng(|rng| selection::select(candidates, total, overlap_weight, rng))?;
+        let worker = self.slots.get(choice.slot)?.clone()?;
+        Some(Routed {
+            worker,
+            cached_blocks: choice.cached_blocks,
+        })
+    }
+}
+
+/// The best prefill worker of `pool` whose KV may go to `decode` (same build, model, block size
+/// and KV layout). Every compatible-looking candidate refused for a mismatch is counted in a
+/// metric and named in one log line, so a rolling upgrade that leaves a decode worker without
+/// partners is visible.
+fn prefill_partner(
+    pool: &Pool,
+    decode: &WorkerHandle,
+    counts: &[u32],
+    blocks: &mut PromptBlocks<'_, '_>,
+    overlap_weight: f64,
+) -> Option<Routed> {
+    let mut refused: Option<(WorkerId, KvMismatch)> = None;
+    let mut refusals = 0u32;
+    let routed = pool.choose(
+        Role::Prefill,
+        counts,
+        blocks,
+        overlap_weight,
+        false,
+        |p| match p.pairs_with(decode) {
+            Ok(()) => true,
+            Err(mismatch) => {
+                metrics::counter!(m::PAIRS_REFUSED_TOTAL, "reason" => mismatch.as_str())
+                    .increment(1);
+                refusals += 1;
+                refused.get_or_insert_with(|| (p.id.clone(), mismatch));
+                false
+            }
+        },
+    );
+    if let Some((prefill, mismatch)) = refused {
+        tracing::warn!(
+            decode = %decode.id,
+            %prefill,
+            %mismatch,
+            refused = refusals,
+            chosen = routed.as_ref().map(|r| r.worker.id.as_str()),
+            "prefill workers refused as partners of this decode worker: KV is never shipped \
+             between incompatible builds or layouts"
+        );
+    }
+    routed
+}
+
+/// Per-slot match counts of both pools, reused across requests (a thread keeps one).
+#[derive(Debug, Default)]
+pub struct RouteScratch {
+    decode: Vec<u32>,
+    prefill: Vec<u32>,
 }
 
 /// A pool shared between the request path (readers) and subscriber tasks (writers).
@@ -287,118 +384,55 @@ impl WorkerRegistry {
         });
     }
 
-    /// Picks the best worker of `role` for a prompt with block hashes `hashes`, skipping
-    /// `exclude`. `counts` is a reusable buffer for the index lookup.
-    pub fn route(
+    /// Routes a prompt: the best decode worker (skipping `exclude`) and the best prefill
+    /// worker whose KV may go to it, from one walk over the prompt's blocks in both pools'
+    /// indexes (hashed as the walk goes). `None` when no decode worker is left.
+    ///
+    /// Lock order: the decode pool, then the prefill pool, both shared; nothing takes them the
+    /// other way round, and writers take one pool at a time.
+    pub fn route_pair(
         &self,
-        role: Role,
-        hashes: &[BlockHash],
+        blocks: &mut PromptBlocks<'_, '_>,
         overlap_weight: f64,
         exclude: &[WorkerId],
-        counts: &mut Vec<u32>,
-    ) -> Option<Routed> {
+        scratch: &mut RouteScratch,
+    ) -> Option<(Routed, Option<Routed>)> {
+        let decode = self.decode.read();
+        let prefill = self.prefill.read();
+        let (rest, hashes) = blocks.parts();
+        PrefixIndex::lookup_pair(
+            &decode.index,
+            &prefill.index,
+            rest,
+            hashes,
+            &mut scratch.decode,
+            &mut scratch.prefill,
+        );
         // Workers a call recently found unreachable are passed over, unless nothing else is
         // left: then they are tried anyway (a burst of failures must not become "no workers").
         let keep = |w: &WorkerHandle| !exclude.contains(&w.id);
-        self.route_among(role, hashes, overlap_weight, counts, true, keep)
-            .or_else(|| self.route_among(role, hashes, overlap_weight, counts, false, keep))
+        let d = &scratch.decode;
+        let routed = decode
+            .choose(Role::Decode, d, blocks, overlap_weight, true, keep)
+            .or_else(|| decode.choose(Role::Decode, d, blocks, overlap_weight, false, keep))?;
+        let partner = prefill_partner(
+            &prefill,
+            &routed.worker,
+            &scratch.prefill,
+            blocks,
+            overlap_weight,
+        );
+        Some((routed, partner))
     }
 
-    /// Picks the best prefill worker whose KV may go to `decode` (same build, model, block size
-    /// and KV layout). Every compatible-looking candidate refused for a mismatch is counted in
-    /// a metric and named in one log line, so a rolling upgrade that leaves a decode worker
-    /// without partners is visible.
-    pub fn route_prefill_for(
-        &self,
-        decode: &WorkerHandle,
-        hashes: &[BlockHash],
-        overlap_weight: f64,
-        counts: &mut Vec<u32>,
-    ) -> Option<Routed> {
-        let mut refused: Option<(WorkerId, KvMismatch)> = None;
-        let mut refusals = 0u32;
-        let routed =
-            self.route_among(
-                Role::Prefill,
-                hashes,
-                overlap_weight,
-                counts,
-                false,
-                |p| match p.pairs_with(decode) {
-                    Ok(()) => true,
-                    Err(mismatch) => {
-                        metrics::counter!(m::PAIRS_REFUSED_TOTAL, "reason" => mismatch.as_str())
-                            .increment(1);
-                        refusals += 1;
-                        refused.get_or_insert_with(|| (p.id.clone(), mismatch));
-                        false
-                    }
-                },
-            );
-        if let Some((prefill, mismatch)) = refused {
-            tracing::warn!(
-                decode = %decode.id,
-                %prefill,
-                %mismatch,
-                refused = refusals,
-                chosen = routed.as_ref().map(|r| r.worker.id.as_str()),
-                "prefill workers refused as partners of this decode worker: KV is never shipped \
-                 between incompatible builds or layouts"
-            );
-        }
-        routed
-    }
-
-    fn route_among(
-        &self,
-        role: Role,
-        hashes: &[BlockHash],
-        overlap_weight: f64,
-        counts: &mut Vec<u32>,
-        skip_unreachable: bool,
-        mut keep: impl FnMut(&WorkerHandle) -> bool,
-    ) -> Option<Routed> {
-        let pool = self.pool(role).read();
-        pool.index.lookup(hashes, counts);
-        let candidates = pool.slots.iter().enumerate().filter_map(|(slot, w)| {
-            let w = w.as_ref()?;
-            if !keep(w) {
-                return None;
-            }
-            let exact = counts.get(slot).copied().unwrap_or(0);
-            // A worker whose event stream is down: its last known state, or what was routed to
-            // it since, whichever covers more of the prompt.
-            let cached_blocks = if w.events_live() {
-                exact
-            } else {
-                exact.max(pool.approx.count(role, slot, &w.id, hashes, Instant::now()))
-            };
-            Some(Candidate {
-                slot,
-                cached_blocks,
-                load: w.load_cost(),
-                // Passed over like a draining worker: it may be dead but still listed.
-                draining: w.draining() || (skip_unreachable && w.unreachable()),
-            })
-        });
-        let choice = selection::with_rng(|rng| {
-            selection::select(candidates, hashes.len() as u32, overlap_weight, rng)
-        })?;
-        let worker = pool.slots.get(choice.slot)?.clone()?;
-        Some(Routed {
-            worker,
-            cached_blocks: choice.cached_blocks,
-        })
-    }
-
-    /// Notes that a prompt with block hashes `hashes` was sent to `routed`: a worker whose event
-    /// stream is down will likely cache it, which its approximate index remembers.
-    pub fn note_routed(&self, role: Role, routed: &Routed, hashes: &[BlockHash]) {
+    /// Notes that a prompt was sent to `routed`: a worker whose event stream is down will
+    /// likely cache it, which its approximate index remembers.
+    pub fn note_routed(&self, role: Role, routed: &Routed, blocks: &mut PromptBlocks<'_, '_>) {
         if !routed.worker.events_live() {
             self.pool(role)
                 .read()
                 .approx
-                .record(routed.worker.slot, hashes, Instant::now());
+                .record(routed.worker.slot, blocks.all(), Instant::now());
         }
     }
 
@@ -439,6 +473,8 @@ impl WorkerRegistry {
 
 #[cfg(test)]
 mod tests {
+    use dolphin_cluster::BlockHash;
+
     use super::*;
 
     fn cfg() -> RegistryConfig {
@@ -448,6 +484,26 @@ mod tests {
             load_interval_ms: 50,
             connector: dolphin_tls::GrpcConnector::plain(std::time::Duration::from_millis(200)),
         }
+    }
+
+    /// A prompt of `blocks` full blocks (the registry's block size, 16).
+    fn tokens(blocks: u32) -> Vec<u32> {
+        (0..blocks * 16).collect()
+    }
+
+    fn hashes_of(tokens: &[u32]) -> Vec<BlockHash> {
+        dolphin_cluster::block_hashes(tokens, 16)
+    }
+
+    /// Routes `tokens` as the dispatcher does.
+    fn route(
+        reg: &WorkerRegistry,
+        tokens: &[u32],
+        exclude: &[WorkerId],
+    ) -> Option<(Routed, Option<Routed>)> {
+        let mut hashes = Vec::new();
+        let mut blocks = PromptBlocks::new(dolphin_cluster::ROOT_SEED, tokens, 16, &mut hashes);
+        reg.route_pair(&mut blocks, 1.0, exclude, &mut RouteScratch::default())
     }
 
     pub(crate) fn record(id: &str, role: Role, addr: &str) -> WorkerRecord {
@@ -522,31 +578,29 @@ mod tests {
         assert_eq!(reg.counts(), (1, 2));
         assert_eq!(reg.split(), Split::new(1, 2));
         let d2 = reg.get(&WorkerId::from("d2")).expect("d2");
+        let prompt = tokens(4);
         reg.pool(Role::Decode)
             .write()
             .index
-            .stored(d2.slot, &[10, 11, 12]);
-        let mut buf = Vec::new();
-        let r = reg
-            .route(Role::Decode, &[10, 11, 12, 13], 1.0, &[], &mut buf)
-            .expect("routed");
+            .stored(d2.slot, &hashes_of(&prompt)[..3]);
+        let (r, p) = route(&reg, &prompt, &[]).expect("routed");
         assert_eq!((r.worker.id.as_str(), r.cached_blocks), ("d2", 3));
+        let p = p.expect("a prefill partner");
+        assert_eq!((p.worker.id.as_str(), p.cached_blocks), ("p1", 0));
+        // Its event stream is not up (never connected): the approximate index remembers the
+        // whole prompt as routed to it (every block hashed for it).
+        assert!(!r.worker.events_live());
+        let mut hashes = Vec::new();
+        let mut blocks = PromptBlocks::new(dolphin_cluster::ROOT_SEED, &prompt, 16, &mut hashes);
+        reg.note_routed(Role::Decode, &r, &mut blocks);
+        let (r, _) = route(&reg, &prompt, &[]).expect("routed");
+        assert_eq!((r.worker.id.as_str(), r.cached_blocks), ("d2", 4));
         // Excluding d2 leaves d1.
-        let r = reg
-            .route(
-                Role::Decode,
-                &[10, 11],
-                1.0,
-                &[WorkerId::from("d2")],
-                &mut buf,
-            )
-            .expect("routed");
+        let (r, _) = route(&reg, &prompt[..32], &[WorkerId::from("d2")]).expect("routed");
         assert_eq!(r.worker.id.as_str(), "d1");
         // Heavy in-flight load on d2 outweighs its cache.
         let _guard = d2.begin_request(16 * 100);
-        let r = reg
-            .route(Role::Decode, &[10, 11, 12, 13], 1.0, &[], &mut buf)
-            .expect("routed");
+        let (r, _) = route(&reg, &prompt, &[]).expect("routed");
         assert_eq!(r.worker.id.as_str(), "d1");
         drop(_guard);
         // Draining d1 and removing d2 leaves nobody.
@@ -557,7 +611,7 @@ mod tests {
                 ..Default::default()
             });
         reg.remove(&WorkerId::from("d2"));
-        assert!(reg.route(Role::Decode, &[10], 1.0, &[], &mut buf).is_none());
+        assert!(route(&reg, &prompt[..16], &[]).is_none());
         assert_eq!(reg.pool(Role::Decode).read().index.distinct_blocks(), 0);
         assert_eq!(reg.counts(), (1, 1));
         let listed = reg.list();
@@ -581,36 +635,38 @@ mod tests {
         other_layout.kv_layout = "candle/f16".into();
         reg.add(other_layout).expect("add");
         let d1 = reg.get(&WorkerId::from("d1")).expect("d1");
-        let mut buf = Vec::new();
+        let prompt = tokens(2);
         // Neither is a partner, however much of the prompt it caches.
         for p in ["p-new", "p-f16"] {
             let slot = reg.get(&WorkerId::from(p)).expect(p).slot;
             reg.pool(Role::Prefill)
                 .write()
                 .index
-                .stored(slot, &[10, 11]);
+                .stored(slot, &hashes_of(&prompt));
         }
-        assert!(
-            reg.route_prefill_for(&d1, &[10, 11], 1.0, &mut buf)
-                .is_none()
-        );
-        // A compatible one is chosen, even with nothing cached.
+        let (r, p) = route(&reg, &prompt, &[]).expect("routed");
+        assert_eq!(r.worker.id.as_str(), "d1");
+        assert!(p.is_none());
+        // A compatible one is chosen, even with nothing cached; and what it caches counts.
         reg.add(record("p-same", Role::Prefill, "127.0.0.1:9"))
             .expect("add");
-        let r = reg
-            .route_prefill_for(&d1, &[10, 11], 1.0, &mut buf)
+        let p = route(&reg, &prompt, &[])
+            .and_then(|(_, p)| p)
             .expect("routed");
-        assert_eq!((r.worker.id.as_str(), r.cached_blocks), ("p-same", 0));
+        assert_eq!((p.worker.id.as_str(), p.cached_blocks), ("p-same", 0));
+        reg.pool(Role::Prefill)
+            .write()
+            .index
+            .stored(p.worker.slot, &hashes_of(&prompt)[..1]);
+        let p = route(&reg, &prompt, &[])
+            .and_then(|(_, p)| p)
+            .expect("routed");
+        assert_eq!((p.worker.id.as_str(), p.cached_blocks), ("p-same", 1));
         let p_new = reg.get(&WorkerId::from("p-new")).expect("p-new");
         assert_eq!(
             p_new.pairs_with(&d1).map_err(|m| m.as_str()),
             Err("version")
         );
-        // The plain route (no decode worker to pair with) still sees every prefill worker.
-        let r = reg
-            .route(Role::Prefill, &[10, 11], 1.0, &[], &mut buf)
-            .expect("routed");
-        assert_ne!(r.worker.id.as_str(), "p-same");
     }
 
     #[tokio::test]

@@ -1,11 +1,12 @@
 //! Time of one routing decision for a long prompt over two 16-worker pools, with the router's
-//! own code: block hashing, prefix-index lookups in both pools, worker selection, and the
-//! prefill policy (Dynamo 1.6 threshold, and always-remote).
+//! own code: block hashing and prefix-index lookups in both pools (one walk, as the router runs
+//! them; also timed apart), worker selection, and the prefill policy (Dynamo 1.6 threshold, and
+//! always-remote).
 //!
 //! The router's registry is filled through its real subscriber path from fake workers (see
 //! `dolphin_bench::fake_worker`); "whole" times `Dispatcher::route` on it. The per-stage
-//! breakdown runs the same public functions (`block_hashes_into`, `PrefixIndex::lookup`,
-//! `selection::select`, `Policy::decide`) on a mirror index holding the same blocks in the same
+//! breakdown runs the same public functions (`PrefixIndex::lookup_pair`, and apart
+//! `block_hashes_into` and `PrefixIndex::lookup`; `selection::select`, `Policy::decide`) on a mirror index holding the same blocks in the same
 //! slots (checked before timing), since the registry does not expose its stages separately.
 //!
 //! `cargo run --release -p dolphin-bench --bin routing_decision [-- --iterations 100000]`
@@ -23,7 +24,7 @@ use clap::Parser;
 use dolphin_bench::fake_worker::FakeRouter;
 use dolphin_bench::routing_workload::{self, DecisionArgs, WorkerContents, WorkloadConfig};
 use dolphin_bench::stats::{self, Summary};
-use dolphin_cluster::block_hashes_into;
+use dolphin_cluster::{BlockHashes, ROOT_SEED, block_hashes_into};
 use dolphin_router::dispatch::Dispatcher;
 use dolphin_router::policy::{Decision, Features, Policy, PoolState, ThresholdConfig};
 use dolphin_router::prefix_index::PrefixIndex;
@@ -100,7 +101,11 @@ struct PolicyResult {
     params: String,
     hashing: Summary,
     lookup_both_pools: Summary,
+    /// Hashing and both pools' lookups in one walk (`PrefixIndex::lookup_pair`), as the router
+    /// runs them: the two stages above overlapped, hashing stopped where no worker matches.
+    hashing_and_lookup_fused: Summary,
     selection_and_policy: Summary,
+    /// The fused walk plus selection and policy.
     stages_sum: Summary,
     whole: Summary,
     /// Per prompt, its fastest whole decision over all iterations (what an undisturbed core
@@ -109,6 +114,13 @@ struct PolicyResult {
     whole_remote_decisions: u64,
     whole_local_decisions: u64,
     whole_p99_target_us: f64,
+    /// The whole decision for prompts no worker holds any block of: hashed only as far as the
+    /// walk reads (a few blocks past the last match), not all 512.
+    whole_unseen_prompts: Summary,
+    /// Prompts no worker holds: every block hashed, then both lookups.
+    unseen_hash_all_then_lookup: Summary,
+    /// Prompts no worker holds: the fused walk.
+    unseen_fused: Summary,
     whole_p99_within_target: bool,
     /// The host's own tail in the same run: a fixed amount of register-only work sized to take
     /// the whole decision's median, timed the same way the same number of times. Its spread is
@@ -202,14 +214,26 @@ fn main() -> anyhow::Result<()> {
             bs,
             &mut r,
         );
-        whole(&args, &workload.prompts, dispatcher, &mut r)?;
+        whole(&args, &workload, dispatcher, &mut r)?;
+        (r.unseen_hash_all_then_lookup, r.unseen_fused) =
+            unseen_stages(&args, &workload.unseen, &mirror_decode, &mirror_prefill, bs);
         r.host_floor = host_floor(&args, r.whole.p50_us);
         println!("policy {} {}", r.policy, r.params);
         println!("  hashing             {}", r.hashing.line());
         println!("  lookup (both pools) {}", r.lookup_both_pools.line());
+        println!(
+            "  hash+lookup fused   {}",
+            r.hashing_and_lookup_fused.line()
+        );
         println!("  selection + policy  {}", r.selection_and_policy.line());
-        println!("  sum of stages       {}", r.stages_sum.line());
+        println!("  fused + selection   {}", r.stages_sum.line());
         println!("  whole (route)       {}", r.whole.line());
+        println!(
+            "  unseen: hash, look  {}",
+            r.unseen_hash_all_then_lookup.line()
+        );
+        println!("  unseen: fused       {}", r.unseen_fused.line());
+        println!("  unseen: whole       {}", r.whole_unseen_prompts.line());
         println!("  host floor          {}", r.host_floor.line());
         println!(
             "  whole, best run of each prompt: median {:.2} us, worst prompt {:.2} us",
@@ -292,7 +316,8 @@ fn breakdown(
     r: &mut PolicyResult,
 ) {
     let n = args.run.iterations;
-    let (mut hash_ns, mut lookup_ns, mut select_ns, mut sum_ns) = (
+    let (mut hash_ns, mut lookup_ns, mut fused_ns, mut select_ns, mut sum_ns) = (
+        Vec::with_capacity(n),
         Vec::with_capacity(n),
         Vec::with_capacity(n),
         Vec::with_capacity(n),
@@ -301,13 +326,29 @@ fn breakdown(
     let (mut hashes, mut dcounts, mut pcounts) = (Vec::new(), Vec::new(), Vec::new());
     for i in 0..args.run.warmup + n {
         let tokens = &prompts[i % prompts.len()];
+        // The two stages the router fuses, timed apart for reference, on another prompt (the
+        // walk below must not find this one's lines in cache).
+        let other = &prompts[(i + prompts.len() / 2) % prompts.len()];
         let t0 = Instant::now();
-        block_hashes_into(tokens, bs as usize, &mut hashes);
+        block_hashes_into(other, bs as usize, &mut hashes);
         let t1 = Instant::now();
         decode.index.lookup(&hashes, &mut dcounts);
         prefill.index.lookup(&hashes, &mut pcounts);
         let t2 = Instant::now();
-        let blocks = hashes.len() as u32;
+        std::hint::black_box((&dcounts, &pcounts));
+        // The router's way: one walk that hashes as it looks up, then selection and policy.
+        let mut rest = BlockHashes::new(ROOT_SEED, tokens, bs as usize);
+        let blocks = rest.len() as u32;
+        let t3 = Instant::now();
+        PrefixIndex::lookup_pair(
+            &decode.index,
+            &prefill.index,
+            &mut rest,
+            &mut hashes,
+            &mut dcounts,
+            &mut pcounts,
+        );
+        let t4 = Instant::now();
         let d = decode.select(&dcounts, blocks);
         let p = prefill.select(&pcounts, blocks);
         let isl = tokens.len() as u32;
@@ -324,19 +365,64 @@ fn breakdown(
             ..PoolState::IDLE
         };
         let decision = policy.decide(&features, state);
-        let t3 = Instant::now();
+        let t5 = Instant::now();
         std::hint::black_box((d, decision));
         if i >= args.run.warmup {
             hash_ns.push(stats::ns(t1 - t0));
             lookup_ns.push(stats::ns(t2 - t1));
-            select_ns.push(stats::ns(t3 - t2));
-            sum_ns.push(stats::ns(t3 - t0));
+            fused_ns.push(stats::ns(t4 - t3));
+            select_ns.push(stats::ns(t5 - t4));
+            sum_ns.push(stats::ns(t5 - t3));
         }
     }
     r.hashing = Summary::from_nanos(&mut hash_ns);
     r.lookup_both_pools = Summary::from_nanos(&mut lookup_ns);
+    r.hashing_and_lookup_fused = Summary::from_nanos(&mut fused_ns);
     r.selection_and_policy = Summary::from_nanos(&mut select_ns);
     r.stages_sum = Summary::from_nanos(&mut sum_ns);
+}
+
+/// On prompts no worker holds: hashing every block then looking them up (the router before
+/// the fused walk), against the fused walk (which stops hashing where nothing matches).
+fn unseen_stages(
+    args: &Args,
+    unseen: &[Vec<u32>],
+    decode: &MirrorPool,
+    prefill: &MirrorPool,
+    bs: u32,
+) -> (Summary, Summary) {
+    let n = args.run.iterations;
+    let (mut apart_ns, mut fused_ns) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    let (mut hashes, mut dcounts, mut pcounts) = (Vec::new(), Vec::new(), Vec::new());
+    for i in 0..args.run.warmup + n {
+        let tokens = &unseen[i % unseen.len()];
+        let t0 = Instant::now();
+        block_hashes_into(tokens, bs as usize, &mut hashes);
+        decode.index.lookup(&hashes, &mut dcounts);
+        prefill.index.lookup(&hashes, &mut pcounts);
+        let t1 = Instant::now();
+        std::hint::black_box((&dcounts, &pcounts));
+        let mut rest = BlockHashes::new(ROOT_SEED, tokens, bs as usize);
+        let t2 = Instant::now();
+        PrefixIndex::lookup_pair(
+            &decode.index,
+            &prefill.index,
+            &mut rest,
+            &mut hashes,
+            &mut dcounts,
+            &mut pcounts,
+        );
+        let t3 = Instant::now();
+        std::hint::black_box((&dcounts, &pcounts));
+        if i >= args.run.warmup {
+            apart_ns.push(stats::ns(t1 - t0));
+            fused_ns.push(stats::ns(t3 - t2));
+        }
+    }
+    (
+        Summary::from_nanos(&mut apart_ns),
+        Summary::from_nanos(&mut fused_ns),
+    )
 }
 
 /// Fixed work: `rounds` dependent multiply-xorshift steps, registers only.
@@ -378,15 +464,40 @@ fn host_floor(args: &Args, p50_us: f64) -> Summary {
     Summary::from_nanos(&mut samples)
 }
 
-/// Times `Dispatcher::route`, the router's whole decision.
+/// Times `Dispatcher::route`, the router's whole decision: on the workload's prompts, and on
+/// prompts no worker holds.
 fn whole(
     args: &Args,
-    prompts: &[Vec<u32>],
+    workload: &routing_workload::Workload,
     d: &Dispatcher,
     r: &mut PolicyResult,
 ) -> anyhow::Result<()> {
+    let mut best = vec![u64::MAX; workload.prompts.len()];
+    let (mut remote, mut local) = (0, 0);
+    r.whole = time_routes(args, &workload.prompts, d, |i, elapsed, decision| {
+        best[i] = best[i].min(elapsed);
+        match decision {
+            Decision::Remote => remote += 1,
+            Decision::Local => local += 1,
+        }
+    })?;
+    (r.whole_remote_decisions, r.whole_local_decisions) = (remote, local);
+    best.retain(|&b| b != u64::MAX);
+    r.whole_best_per_prompt = Summary::from_nanos(&mut best);
+    r.whole_p99_within_target = r.whole.p99_us <= TARGET_P99_US;
+    r.whole_unseen_prompts = time_routes(args, &workload.unseen, d, |_, _, _| {})?;
+    Ok(())
+}
+
+/// Times `Dispatcher::route` over `prompts` in turn; `each` sees every timed decision (the
+/// prompt's index, nanoseconds, the decision).
+fn time_routes(
+    args: &Args,
+    prompts: &[Vec<u32>],
+    d: &Dispatcher,
+    mut each: impl FnMut(usize, u64, Decision),
+) -> anyhow::Result<Summary> {
     let mut samples = Vec::with_capacity(args.run.iterations);
-    let mut best = vec![u64::MAX; prompts.len()];
     for i in 0..args.run.warmup + args.run.iterations {
         let tokens = &prompts[i % prompts.len()];
         let t = Instant::now();
@@ -395,18 +506,10 @@ fn whole(
         let route = route?;
         if i >= args.run.warmup {
             samples.push(stats::ns(elapsed));
-            best[i % prompts.len()] = best[i % prompts.len()].min(stats::ns(elapsed));
-            match route.decision {
-                Decision::Remote => r.whole_remote_decisions += 1,
-                Decision::Local => r.whole_local_decisions += 1,
-            }
+            each(i % prompts.len(), stats::ns(elapsed), route.decision);
         }
         // Dropped outside the timed span, like the request path which keeps it for the stream.
         drop(route);
     }
-    r.whole = Summary::from_nanos(&mut samples);
-    best.retain(|&b| b != u64::MAX);
-    r.whole_best_per_prompt = Summary::from_nanos(&mut best);
-    r.whole_p99_within_target = r.whole.p99_us <= TARGET_P99_US;
-    Ok(())
+    Ok(Summary::from_nanos(&mut samples))
 }
