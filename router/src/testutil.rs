@@ -26,6 +26,21 @@ use crate::stream::Api;
 use crate::tokenizer::{SimTokenizer, Tokenizer};
 use crate::workers::{RegistryConfig, WorkerRegistry};
 
+/// The record of a worker serving the fakes' model (`sim-model`) in blocks of 16 tokens.
+pub fn worker_record(id: &str, role: Role, addr: &str) -> WorkerRecord {
+    WorkerRecord {
+        id: WorkerId::from(id),
+        role,
+        grpc_addr: addr.into(),
+        kv_addr: None,
+        model: "sim-model".into(),
+        block_size: 16,
+        version: dolphin_cluster::BUILD_VERSION.into(),
+        kv_layout: String::new(),
+        context_length: 0,
+    }
+}
+
 /// A gRPC request for `prompt` (text) with `max_tokens` and nothing else set.
 pub fn params(prompt: &str, max_tokens: u32) -> GenerateParams {
     GenerateParams {

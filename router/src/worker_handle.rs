@@ -285,24 +285,14 @@ impl WorkerHandle {
 mod tests {
     use std::time::Duration;
 
-    use dolphin_cluster::{Role, WorkerId, WorkerRecord};
+    use dolphin_cluster::Role;
     use dolphin_tls::GrpcConnector;
 
     use super::*;
 
     #[tokio::test]
     async fn an_unreachable_mark_holds_until_it_expires_and_is_then_forgotten() {
-        let rec = WorkerRecord {
-            id: WorkerId::from("d1"),
-            role: Role::Decode,
-            grpc_addr: "127.0.0.1:9".into(),
-            kv_addr: None,
-            model: "sim-model".into(),
-            block_size: 16,
-            version: dolphin_cluster::BUILD_VERSION.into(),
-            kv_layout: String::new(),
-            context_length: 0,
-        };
+        let rec = crate::testutil::worker_record("d1", Role::Decode, "127.0.0.1:9");
         let connector = GrpcConnector::plain(Duration::from_millis(200));
         let channel = WorkerChannel::new(&rec.grpc_addr, &connector).expect("channel");
         let w = WorkerHandle::new(&rec, 0, channel, 0);

@@ -476,6 +476,7 @@ mod tests {
     use dolphin_cluster::BlockHash;
 
     use super::*;
+    use crate::testutil::worker_record as record;
 
     fn cfg() -> RegistryConfig {
         RegistryConfig {
@@ -504,20 +505,6 @@ mod tests {
         let mut hashes = Vec::new();
         let mut blocks = PromptBlocks::new(dolphin_cluster::ROOT_SEED, tokens, 16, &mut hashes);
         reg.route_pair(&mut blocks, 1.0, exclude, &mut RouteScratch::default())
-    }
-
-    pub(crate) fn record(id: &str, role: Role, addr: &str) -> WorkerRecord {
-        WorkerRecord {
-            id: WorkerId::from(id),
-            role,
-            grpc_addr: addr.into(),
-            kv_addr: None,
-            model: "sim-model".into(),
-            block_size: 16,
-            version: dolphin_cluster::BUILD_VERSION.into(),
-            kv_layout: String::new(),
-            context_length: 0,
-        }
     }
 
     #[tokio::test]

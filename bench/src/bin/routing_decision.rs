@@ -278,6 +278,39 @@ fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A prompt's hashes and both mirror pools' counts, made either way the breakdown times.
+#[derive(Debug, Default)]
+struct Lookups {
+    hashes: Vec<u64>,
+    decode: Vec<u32>,
+    prefill: Vec<u32>,
+}
+
+impl Lookups {
+    /// Every block of `tokens` hashed (the router before the walk, first half).
+    fn hash(&mut self, tokens: &[u32], bs: u32) {
+        block_hashes_into(tokens, bs as usize, &mut self.hashes);
+    }
+
+    /// Both pools looked up over the hashes (second half).
+    fn look_up(&mut self, decode: &MirrorPool, prefill: &MirrorPool) {
+        decode.index.lookup(&self.hashes, &mut self.decode);
+        prefill.index.lookup(&self.hashes, &mut self.prefill);
+    }
+
+    /// The router's walk: hashed as it looks up, stopped where nothing matches.
+    fn walk(&mut self, tokens: &[u32], bs: u32, decode: &MirrorPool, prefill: &MirrorPool) {
+        PrefixIndex::lookup_pair(
+            &decode.index,
+            &prefill.index,
+            &mut BlockHashes::new(ROOT_SEED, tokens, bs as usize),
+            &mut self.hashes,
+            &mut self.decode,
+            &mut self.prefill,
+        );
+    }
+}
+
 /// Before timing: the registry's decisions must see the same cached prefixes as the mirror.
 fn check_mirror(
     d: &Dispatcher,
@@ -323,34 +356,25 @@ fn breakdown(
         Vec::with_capacity(n),
         Vec::with_capacity(n),
     );
-    let (mut hashes, mut dcounts, mut pcounts) = (Vec::new(), Vec::new(), Vec::new());
+    let mut l = Lookups::default();
     for i in 0..args.run.warmup + n {
         let tokens = &prompts[i % prompts.len()];
         // The two stages the router fuses, timed apart for reference, on another prompt (the
         // walk below must not find this one's lines in cache).
         let other = &prompts[(i + prompts.len() / 2) % prompts.len()];
         let t0 = Instant::now();
-        block_hashes_into(other, bs as usize, &mut hashes);
+        l.hash(other, bs);
         let t1 = Instant::now();
-        decode.index.lookup(&hashes, &mut dcounts);
-        prefill.index.lookup(&hashes, &mut pcounts);
+        l.look_up(decode, prefill);
         let t2 = Instant::now();
-        std::hint::black_box((&dcounts, &pcounts));
+        std::hint::black_box(&l);
         // The router's way: one walk that hashes as it looks up, then selection and policy.
-        let mut rest = BlockHashes::new(ROOT_SEED, tokens, bs as usize);
-        let blocks = rest.len() as u32;
+        let blocks = (tokens.len() / bs as usize) as u32;
         let t3 = Instant::now();
-        PrefixIndex::lookup_pair(
-            &decode.index,
-            &prefill.index,
-            &mut rest,
-            &mut hashes,
-            &mut dcounts,
-            &mut pcounts,
-        );
+        l.walk(tokens, bs, decode, prefill);
         let t4 = Instant::now();
-        let d = decode.select(&dcounts, blocks);
-        let p = prefill.select(&pcounts, blocks);
+        let d = decode.select(&l.decode, blocks);
+        let p = prefill.select(&l.prefill, blocks);
         let isl = tokens.len() as u32;
         let uncached = |c: &Choice| isl.saturating_sub(c.cached_blocks.saturating_mul(bs));
         let features = Features {
@@ -393,27 +417,18 @@ fn unseen_stages(
 ) -> (Summary, Summary) {
     let n = args.run.iterations;
     let (mut apart_ns, mut fused_ns) = (Vec::with_capacity(n), Vec::with_capacity(n));
-    let (mut hashes, mut dcounts, mut pcounts) = (Vec::new(), Vec::new(), Vec::new());
+    let mut l = Lookups::default();
     for i in 0..args.run.warmup + n {
         let tokens = &unseen[i % unseen.len()];
         let t0 = Instant::now();
-        block_hashes_into(tokens, bs as usize, &mut hashes);
-        decode.index.lookup(&hashes, &mut dcounts);
-        prefill.index.lookup(&hashes, &mut pcounts);
+        l.hash(tokens, bs);
+        l.look_up(decode, prefill);
         let t1 = Instant::now();
-        std::hint::black_box((&dcounts, &pcounts));
-        let mut rest = BlockHashes::new(ROOT_SEED, tokens, bs as usize);
+        std::hint::black_box(&l);
         let t2 = Instant::now();
-        PrefixIndex::lookup_pair(
-            &decode.index,
-            &prefill.index,
-            &mut rest,
-            &mut hashes,
-            &mut dcounts,
-            &mut pcounts,
-        );
+        l.walk(tokens, bs, decode, prefill);
         let t3 = Instant::now();
-        std::hint::black_box((&dcounts, &pcounts));
+        std::hint::black_box(&l);
         if i >= args.run.warmup {
             apart_ns.push(stats::ns(t1 - t0));
             fused_ns.push(stats::ns(t3 - t2));
