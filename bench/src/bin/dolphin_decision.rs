@@ -15,6 +15,11 @@
 
 use std::time::{Duration, Instant};
 
+// The router's allocator, as in `routing_decision`: the indexes and tables it times sit on the
+// memory they sit on in the router.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use anyhow::{bail, ensure};
 use clap::Parser;
 use dolphin_bench::fake_worker::FakeRouter;
@@ -68,6 +73,12 @@ struct PolicyResult {
 #[derive(Debug, Serialize)]
 struct Report {
     bench: &'static str,
+    cpu: String,
+    cpu_flags: Vec<&'static str>,
+    /// `/proc/loadavg` when the run started (the machine may be shared: see the p99s).
+    loadavg_at_start: String,
+    /// The global allocator (the router's).
+    allocator: &'static str,
     workload: WorkloadConfig,
     split: String,
     k: usize,
@@ -84,6 +95,7 @@ struct Report {
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    let loadavg = dolphin_bench::machine::load_average();
     let cfg = args.run.workload();
     ensure!(args.run.iterations > 0, "need iterations");
     let bs = cfg.block_size as u32;
@@ -189,6 +201,10 @@ fn main() -> anyhow::Result<()> {
     println!("stage table (gmm)     {}", stage_tables[1].line());
     let report = Report {
         bench: "dolphin_decision",
+        cpu: dolphin_bench::machine::cpu_name(),
+        cpu_flags: dolphin_bench::machine::cpu_flags(),
+        loadavg_at_start: loadavg,
+        allocator: "mimalloc",
         workload: cfg,
         split: split.to_string(),
         k: K,
