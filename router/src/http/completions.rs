@@ -521,7 +521,18 @@ pub(crate) async fn run(st: &AppState, prepared: Prepared) -> Result<Response, A
                 .with_token_ids(return_token_ids)
                 .with_logprobs(tokens, Vec::new())
         };
-        return run_choices(st, params, more_prompts, choices, ep, enc, stream).await;
+        // Boxed: only `n` > 1 and batched prompts take it, and inline its state would grow
+        // every completion's future.
+        return Box::pin(run_choices(
+            st,
+            params,
+            more_prompts,
+            choices,
+            ep,
+            enc,
+            stream,
+        ))
+        .await;
     }
     let model = params.model.clone();
     let rs = st.dispatcher.generate(params).await?;

@@ -170,9 +170,16 @@ impl Inner {
                         Err(e) => Err(e),
                     }
                 }
+                // The Responses and Messages APIs' futures are boxed: inline, the largest of
+                // them (Responses: 10 KB to prepare, 15 KB to run) set the size of every
+                // request's future, and each request copied all of it into its box (17 KB,
+                // against 3.7 KB for a completion's).
                 Route::Responses => match parse(&bytes) {
-                    Ok(r) => match super::responses::prepare(st, &parts.headers, r).await {
-                        Ok((prepared, echo)) => super::responses::run(st, prepared, echo).await,
+                    Ok(r) => match Box::pin(super::responses::prepare(st, &parts.headers, r)).await
+                    {
+                        Ok((prepared, echo)) => {
+                            Box::pin(super::responses::run(st, prepared, echo)).await
+                        }
                         Err(e) => Err(e),
                     },
                     Err(e) => Err(e),
@@ -181,7 +188,9 @@ impl Inner {
                     match parse(&bytes)
                         .and_then(|r| super::messages::prepare(st, &parts.headers, r))
                     {
-                        Ok((prepared, model)) => super::messages::run(st, prepared, model).await,
+                        Ok((prepared, model)) => {
+                            Box::pin(super::messages::run(st, prepared, model)).await
+                        }
                         Err(e) => Err(e),
                     }
                 }
