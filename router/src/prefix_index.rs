@@ -288,13 +288,13 @@ impl PrefixIndex {
 
     /// [`lookup`](Self::lookup) in two pools at once (`first` into `out_first`, `second` into
     /// `out_second`) while the prompt is hashed: `blocks` yields its chained block hashes, which
-    /// are appended to `hashes` (cleared first) as they are computed. Hashing a block costs
-    /// about as long as a probe waits for memory, so computing the hashes a few blocks ahead of
-    /// the probes, which then find their lines already on the way, overlaps the two instead of
-    /// paying one pass after the other; and where neither pool holds the prompt any further,
-    /// nothing further is hashed: `hashes` then stops short of the prompt's blocks, a few
-    /// ([`TOUCH_AHEAD`]) past the last one either pool holds. Callers that need every hash
-    /// extend `hashes` from the same `blocks`.
+    /// are appended to `hashes` (cleared first) as they are computed, [`TOUCH_AHEAD`] blocks
+    /// ahead of the probes and prefetched in both maps. Where neither pool holds the prompt any
+    /// further, nothing further is hashed: `hashes` then stops short of the prompt's blocks, at
+    /// most [`TOUCH_AHEAD`] past the last one either pool holds (a prompt no worker holds costs
+    /// 32 hashes, not all of them). Callers that need every hash extend `hashes` from the same
+    /// `blocks`. (Where the pools hold the whole prompt, the walk takes as long as hashing and
+    /// then looking up: `routing_decision` times both.)
     pub fn lookup_pair(
         first: &PrefixIndex,
         second: &PrefixIndex,
@@ -504,6 +504,30 @@ mod tests {
     }
 
     #[test]
+    fn a_prompt_no_worker_holds_is_hashed_only_as_far_as_the_look_ahead() {
+        let (mut a, mut b) = (PrefixIndex::new(), PrefixIndex::new());
+        let (sa, _) = (a.allocate_slot().expect("slot"), b.allocate_slot());
+        a.stored(sa, &[1, 2, 3]);
+        let prompt: Vec<BlockHash> = (100..612).collect();
+        let (mut hashes, mut oa, mut ob) = (Vec::new(), Vec::new(), Vec::new());
+        let mut blocks = prompt.iter().copied();
+        PrefixIndex::lookup_pair(&a, &b, &mut blocks, &mut hashes, &mut oa, &mut ob);
+        assert_eq!((oa, ob), (vec![0], vec![0]));
+        assert_eq!(hashes, prompt[..TOUCH_AHEAD]);
+        // Pools without workers hash nothing.
+        let (empty, none) = (PrefixIndex::new(), PrefixIndex::new());
+        PrefixIndex::lookup_pair(
+            &empty,
+            &none,
+            &mut prompt.iter().copied(),
+            &mut hashes,
+            &mut Vec::new(),
+            &mut Vec::new(),
+        );
+        assert!(hashes.is_empty());
+    }
+
+    #[test]
     fn a_gap_ends_the_prefix() {
         let mut idx = PrefixIndex::new();
         let a = idx.allocate_slot().expect("slot");
@@ -639,7 +663,7 @@ mod tests {
             wide in any::<bool>(),
             // Longer than TOUCH_AHEAD, so the walk may stop hashing before the end.
             query in proptest::collection::vec(0u64..24, 0..80),
-            shared in proptest::collection::vec(0u64..24, 0..40),
+            held_run in 0usize..40,
         ) {
             let build = |ops: &[Op], base: usize| {
                 let mut idx = PrefixIndex::new();
@@ -659,7 +683,7 @@ mod tests {
             let mut a = build(&first, 0);
             let b = build(&second, if wide { 60 } else { 0 });
             // One worker holding a long run of the query, so some walks go far.
-            a.stored(0, &query[..shared.len().min(query.len())]);
+            a.stored(0, &query[..held_run.min(query.len())]);
             let (mut one, mut two) = (Vec::new(), Vec::new());
             a.lookup(&query, &mut one);
             b.lookup(&query, &mut two);
