@@ -680,6 +680,24 @@ fn drawable_tokens(format: &Format, ids: &[u32]) -> bool {
     logits[256] == 0.0
 }
 
+/// The grammar `tools` (with `strict` ones) are drawn under by `parser`'s call format in a
+/// vocabulary with `tokens`; checked to compile.
+fn strict_grammar(
+    tools: &Value,
+    parser: ToolCallParser,
+    tokens: CallTokens,
+    parallel: bool,
+) -> Format {
+    let r = take(
+        &mut fields(json!({"tools": tools, "parallel_tool_calls": parallel})),
+        Some(parser),
+    )
+    .expect("take");
+    let g = r.strict_format(tokens).expect("a grammar");
+    assert!(Format::check(&g).is_ok(), "{g:?}");
+    g
+}
+
 /// Strict tools in the pythonic format: free text, or a list of calls whose keyword arguments
 /// follow a strict tool's schema (its order, required ones present, literals of their types,
 /// an enum's values), any keywords for the others; Llama 4's control tokens around the list
@@ -700,14 +718,7 @@ fn strict_tools_in_the_pythonic_format() {
         {"type": "function", "function": {"name": "not-python"}},
     ]);
     let grammar = |tokens: CallTokens, parallel: bool| {
-        let r = take(
-            &mut fields(json!({"tools": tools, "parallel_tool_calls": parallel})),
-            Some(ToolCallParser::Pythonic),
-        )
-        .expect("take");
-        let g = r.strict_format(tokens).expect("a grammar");
-        assert!(Format::check(&g).is_ok(), "{g:?}");
-        g
+        strict_grammar(&tools, ToolCallParser::Pythonic, tokens, parallel)
     };
     let g = grammar(CallTokens::default(), true);
     for (text, want) in [
@@ -776,14 +787,7 @@ fn strict_tools_in_mistrals_formats() {
         {"type": "function", "function": {"name": "time"}},
     ]);
     let grammar = |vocab: CallTokens, parallel: bool| {
-        let r = take(
-            &mut fields(json!({"tools": tools, "parallel_tool_calls": parallel})),
-            Some(ToolCallParser::Mistral),
-        )
-        .expect("take");
-        let g = r.strict_format(vocab).expect("a grammar");
-        assert!(Format::check(&g).is_ok(), "{g:?}");
-        g
+        strict_grammar(&tools, ToolCallParser::Mistral, vocab, parallel)
     };
     let ok = |g: &Format, text: &str| drawable_tokens(g, &mistral_ids(text));
     let text_cases = [
