@@ -2,7 +2,7 @@
 # Installs the system packages Dolphin's build and tests need, when missing (Debian/Ubuntu,
 # apt): protoc and its well-known types (the build), etcd and etcdctl (the end-to-end tests),
 # setpriv (dolphinctl's parent-death signal), iproute2 (the multi-host tests' network
-# namespaces) and pip (scripts/fetch-model.sh). Idempotent and quiet when all is there; uses
+# namespaces), pip (scripts/fetch-model.sh) and venv (scripts/install-sdks.sh). Idempotent and quiet when all is there; uses
 # sudo -n when not root. The quick start, scripts/test.sh, .ci/run and the container build call
 # it, so they install the same things.
 #   scripts/install-deps.sh           # everything
@@ -31,6 +31,10 @@ if ! $build_only; then
         need+=(python3 python3-pip)
     elif ! python3 -m pip --version >/dev/null 2>&1; then
         need+=(python3-pip)
+    fi
+    # scripts/install-sdks.sh makes a venv (Debian splits ensurepip out of python3).
+    if ! command -v python3 >/dev/null 2>&1 || ! python3 -c 'import ensurepip' >/dev/null 2>&1; then
+        need+=(python3-venv)
     fi
 fi
 if ((${#need[@]} == 0)); then

@@ -162,4 +162,44 @@ mod tests {
         c.consume(11).unwrap();
         assert_eq!(allowed(&mut c), vec![16]);
     }
+
+    #[test]
+    fn json_whitespace_is_bounded_but_pretty_printing_passes() {
+        let texts = ["{", "}", "\"", ":", "a", "1", " ", "\n", "    "];
+        let mut tokens: Vec<TokenText> = texts
+            .iter()
+            .map(|t| TokenText::Bytes(t.as_bytes().to_vec()))
+            .collect();
+        tokens.push(TokenText::Special("<end>".into()));
+        let space = TokenSpace::new(tokens, 10, &[9]).unwrap();
+        let id = |t: &str| texts.iter().position(|x| *x == t).unwrap() as u32;
+        let feed = |format: Format, text: &[&str]| {
+            let mut c = space.constrain(&format).unwrap();
+            text.iter().try_for_each(|t| c.consume(id(t)))
+        };
+        // {\n    "a": 1\n}
+        let pretty = ["{", "\n", "    ", "\"", "a", "\"", ":", " ", "1", "\n", "}"];
+        let schema = r#"{"type":"object","properties":{"a":{"type":"integer"}}}"#;
+        for format in [Format::JsonObject, Format::JsonSchema(schema.into())] {
+            assert_eq!(feed(format.clone(), &pretty), Ok(()), "{format:?}");
+            assert!(
+                feed(format.clone(), &["{", "\n", "\n"]).is_err(),
+                "a blank line: {format:?}"
+            );
+            let mut spaces = vec!["{"];
+            spaces.extend([" "; 24]);
+            assert_eq!(feed(format.clone(), &spaces), Ok(()), "{format:?}");
+            spaces.push(" ");
+            assert!(
+                feed(format.clone(), &spaces).is_err(),
+                "25 spaces: {format:?}"
+            );
+        }
+        // A schema that sets llguidance's options itself keeps them.
+        let own = r#"{"type":"object","x-guidance":{"whitespace_flexible":true}}"#;
+        assert_eq!(
+            feed(Format::JsonSchema(own.into()), &["{", "\n", "\n", "\n"]),
+            Ok(())
+        );
+    }
 }

@@ -8,6 +8,29 @@ use toktrie::ApproximateTokEnv;
 
 use crate::error::GrammarError;
 
+/// The whitespace JSON drawn under a format may have between two tokens: a run of up to 24
+/// spaces or tabs, or one line break with up to 24 after it (an indentation of 6 levels of 4).
+/// llguidance's default allows any run, and a small model can then spend its whole budget
+/// on blank lines inside the JSON (SmolLM2-135M did so for a required tool call: 40 tokens of
+/// newlines and spaces, then a cut-off array). vLLM's xgrammar backend offers the same kind of
+/// bound (`disable-any-whitespace`); outlines allows a single space.
+pub const JSON_WHITESPACE: &str = r"[\x20\x09]{1,24}|[\x20\x09]{0,2}\r?\n[\x20\x09]{0,24}";
+
+/// The same bound as a Lark terminal's regular expression, optional whitespace around or
+/// inside a grammar's own JSON-like text.
+pub const LARK_WHITESPACE: &str = r"/[ \t\n]{0,24}/";
+
+/// `schema` with [`JSON_WHITESPACE`] as llguidance's whitespace between its tokens, where the
+/// schema is an object that does not set llguidance's JSON options itself (`x-guidance`).
+pub fn bounded_whitespace(mut schema: serde_json::Value) -> serde_json::Value {
+    if let Some(object) = schema.as_object_mut() {
+        object
+            .entry("x-guidance")
+            .or_insert_with(|| serde_json::json!({"whitespace_pattern": JSON_WHITESPACE}));
+    }
+    schema
+}
+
 /// What a request's output must match, whole.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Format {
@@ -51,11 +74,11 @@ impl Format {
                         "a JSON Schema is an object or a boolean, got {schema}"
                     )));
                 }
-                TopLevelGrammar::from_json_schema(schema)
+                TopLevelGrammar::from_json_schema(bounded_whitespace(schema))
             }
-            Format::JsonObject => {
-                TopLevelGrammar::from_json_schema(serde_json::json!({"type": "object"}))
-            }
+            Format::JsonObject => TopLevelGrammar::from_json_schema(bounded_whitespace(
+                serde_json::json!({"type": "object"}),
+            )),
             Format::Regex(rx) => TopLevelGrammar::from_regex(rx),
             Format::Choice(options) => {
                 if options.is_empty() {

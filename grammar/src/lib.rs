@@ -22,5 +22,5 @@ mod wire;
 
 pub use constrained::Constrained;
 pub use error::GrammarError;
-pub use format::Format;
+pub use format::{Format, JSON_WHITESPACE, LARK_WHITESPACE, bounded_whitespace};
 pub use space::{TokenSpace, TokenText};

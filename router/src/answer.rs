@@ -92,6 +92,11 @@ impl AnswerReader {
         self.calls.ends_in_calls()
     }
 
+    /// Whether the answer made any call, a named (forced) one included.
+    pub(crate) fn made_calls(&self) -> bool {
+        self.calls.made_calls()
+    }
+
     /// The finish reason OpenAI gives (`"tool_calls"`, or the text's).
     pub(crate) fn finish_reason(&self, text_reason: &'static str) -> &'static str {
         self.calls.finish_reason(text_reason)

@@ -4,7 +4,7 @@
 //! JSON array of calls for `required`); and [`CallReader`], which reads the calls out of the
 //! model's text, whole or as it streams.
 
-use dolphin_grammar::Format;
+use dolphin_grammar::{Format, LARK_WHITESPACE, bounded_whitespace};
 use serde_json::{Value, json};
 
 use crate::http::types::OtherFields;
@@ -391,8 +391,8 @@ impl ToolRequest {
 fn json_call_rule(tools: &[Value], key: &str, arguments: &dyn Fn(&Value) -> Value) -> String {
     let calls = call_schemas(tools, key, arguments);
     format!(
-        "call: /[ \\t\\n]*/ %json {} /[ \\t\\n]*/",
-        json!({"anyOf": calls})
+        "call: {LARK_WHITESPACE} %json {} {LARK_WHITESPACE}",
+        bounded_whitespace(json!({"anyOf": calls}))
     )
 }
 
@@ -441,7 +441,7 @@ fn mistral_grammar(
         .filter_map(|t| t["function"]["name"].as_str())
         .collect();
     let calls = call_schemas(tools, "arguments", arguments);
-    let ws = r"/[ \t\n]*/";
+    let ws = LARK_WHITESPACE;
     // Calls after text are found by the token before them: only where it exists.
     let after = if mistral.tool_calls.is_some() {
         " after?"
@@ -458,7 +458,7 @@ fn mistral_grammar(
          array: {ws} \"[\" {ws} call {rest} {ws} \"]\" {ws}\n\
          call: %json {}\n\
          TEXT: /(.|\\n)*/ & ~/[ \\t\\n]*(\\[|({})[ \\t\\n]*\\{{)(.|\\n)*/\n",
-        json!({"anyOf": calls}),
+        bounded_whitespace(json!({"anyOf": calls})),
         names.join("|"),
     );
     match (mistral.tool_calls, mistral.args) {
@@ -474,7 +474,11 @@ fn mistral_grammar(
                 .map(|t| {
                     let f = &t["function"];
                     let name = json!(f["name"]);
-                    format!("{name} {id}{} %json {}", token(args), arguments(f))
+                    format!(
+                        "{name} {id}{} %json {}",
+                        token(args),
+                        bounded_whitespace(arguments(f))
+                    )
                 })
                 .collect();
             let one = format!("{} named", token(tc));
@@ -607,6 +611,11 @@ impl CallReader {
     /// named call ends as the text would have, as OpenAI answers it.
     pub(crate) fn ends_in_calls(&self) -> bool {
         matches!(self.mode, Mode::Auto { .. } | Mode::Required { .. }) && self.calls > 0
+    }
+
+    /// Whether the answer made any call, named ones included.
+    pub(crate) fn made_calls(&self) -> bool {
+        self.calls > 0
     }
 
     /// The finish reason OpenAI gives: `"tool_calls"` where the answer

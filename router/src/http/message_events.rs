@@ -281,9 +281,12 @@ impl Blocks {
             .reader
             .as_ref()
             .is_some_and(AnswerReader::ends_in_calls);
+        let forced_call = self.reader.as_ref().is_some_and(AnswerReader::made_calls);
         match f.reason {
             _ if calls => ("tool_use", None),
             FinishReason::Length => ("max_tokens", None),
+            // Unlike OpenAI's finish reason, Anthropic's says `tool_use` for a forced call too.
+            _ if forced_call => ("tool_use", None),
             FinishReason::Stop if f.stop_sequence.is_some() => {
                 ("stop_sequence", f.stop_sequence.clone())
             }

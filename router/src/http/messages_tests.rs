@@ -120,6 +120,22 @@ async fn messages_answer_in_content_blocks() {
     assert_eq!(v["stop_sequence"], "cd", "{v}");
     assert_eq!(v["content"][0]["text"], "ab", "{v}");
 
+    // A forced call (`tool_choice` of type `tool`) ends in `tool_use` too, as Anthropic's own
+    // API answers it (OpenAI's finish reason for a named call is `stop`); cut short, it is
+    // still `max_tokens`.
+    *fake.state.behavior.lock() = Behavior::Tokens(SimTokenizer.encode("{\"c\": 2}"));
+    let mut forced = request(false);
+    forced["tool_choice"] = json!({"type": "tool", "name": "wx"});
+    forced["max_tokens"] = json!(64);
+    let v = parse(&post(s.addr, "/v1/messages", forced.clone()).await.2);
+    assert_eq!(v["content"][0]["type"], "tool_use", "{v}");
+    assert_eq!(v["content"][0]["input"], json!({"c": 2}), "{v}");
+    assert_eq!(v["stop_reason"], "tool_use", "{v}");
+    *fake.state.behavior.lock() = Behavior::Text("{\"c\": 2}".into());
+    forced["max_tokens"] = json!(3);
+    let v = parse(&post(s.addr, "/v1/messages", forced).await.2);
+    assert_eq!(v["stop_reason"], "max_tokens", "{v}");
+
     // Counting: the prompt's tokens, as the request would send them.
     let mut count = request(false);
     count.as_object_mut().expect("object").remove("max_tokens");
