@@ -11,8 +11,8 @@ use crate::tools::CallTokens;
 const MAX_DEPTH: u32 = 4;
 
 /// The rules every grammar shares: whitespace (bounded as `dolphin_grammar::LARK_WHITESPACE`
-/// bounds it, so a small model cannot spend its budget on blank lines), Python literals of each kind, any literal, and
-/// any keyword arguments (a tool that is not strict).
+/// bounds it, so a small model cannot spend its budget on blank lines), Python literals of
+/// each kind, any literal, and any keyword arguments (a tool that is not strict).
 const COMMON: &str = r#"WS: /[ \t\n]{0,24}/
 PYSTR: /"([^"\\\n]|\\.)*"|'([^'\\\n]|\\.)*'/
 PYINT: /-?[0-9]+/

@@ -84,6 +84,27 @@ impl Default for ClusterConfig {
     }
 }
 
+impl ClusterConfig {
+    /// The workers' flags for the candle engine on the model at `model_path`: one compute
+    /// thread (two shared cores), `kv_bytes` of KV memory, then `extra`.
+    pub fn candle_engine(model_path: &str, kv_bytes: &str, extra: &[&str]) -> Vec<String> {
+        [
+            "--engine",
+            "candle",
+            "--model-path",
+            model_path,
+            "--threads",
+            "1",
+            "--kv-bytes",
+            kv_bytes,
+        ]
+        .iter()
+        .chain(extra)
+        .map(|s| (*s).to_owned())
+        .collect()
+    }
+}
+
 /// One started process and what it announced.
 #[derive(Debug)]
 pub struct Node {

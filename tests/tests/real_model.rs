@@ -223,22 +223,11 @@ async fn post_ok(
 async fn start_cluster(path: &Path) -> anyhow::Result<TestCluster> {
     let path = path.display().to_string();
     TestCluster::start(ClusterConfig {
-        engine_args: Some(
-            [
-                "--engine",
-                "candle",
-                "--model-path",
-                &path,
-                "--threads",
-                "1",
-                "--kv-bytes",
-                KV_BYTES,
-                "--max-batched-tokens",
-                STEP_TOKENS,
-            ]
-            .map(str::to_owned)
-            .to_vec(),
-        ),
+        engine_args: Some(ClusterConfig::candle_engine(
+            &path,
+            KV_BYTES,
+            &["--max-batched-tokens", STEP_TOKENS],
+        )),
         model: MODEL.to_owned(),
         // Remote prefills must not fall back because a debug build is slow: the test checks
         // that the remote path itself is lossless.

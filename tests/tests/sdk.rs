@@ -54,20 +54,7 @@ async fn the_openai_and_anthropic_sdks_parse_every_answer() -> anyhow::Result<()
     };
     let path = model.display().to_string();
     let cluster = TestCluster::start(ClusterConfig {
-        engine_args: Some(
-            [
-                "--engine",
-                "candle",
-                "--model-path",
-                &path,
-                "--threads",
-                "1",
-                "--kv-bytes",
-                "128MiB",
-            ]
-            .map(str::to_owned)
-            .to_vec(),
-        ),
+        engine_args: Some(ClusterConfig::candle_engine(&path, "128MiB", &[])),
         router_args: [
             "--tokenizer",
             "gguf",
