@@ -452,9 +452,9 @@ fn lookup_pair_in<A: Bits, B: Bits>(
     // In chunks that double from TOUCH_AHEAD up to MAX_CHUNK blocks: each chunk hashed in one
     // tight loop, then walked in one pool and then the other, each walk touching ahead in its
     // own map. Interleaving the three per block measured 9-11% slower than hashing everything
-    // first on an AVX2-only EPYC (a probe's mispredicted branch also discards the hash chain's
-    // work in flight, and both maps' prefetches compete for the miss buffers); chunks keep
-    // each loop apart and still stop hashing soon after the last match.
+    // first on an AVX2-only EPYC (probably a probe's mispredicted branch discarding the hash
+    // chain's work in flight, and both maps' prefetches competing for the miss buffers); chunks
+    // keep each loop apart and still stop hashing soon after the last match.
     let mut start = 0;
     loop {
         let len = start.clamp(TOUCH_AHEAD, MAX_CHUNK);
