@@ -361,33 +361,18 @@ fn lookup_in<B: Bits>(
     hashes: &[BlockHash],
     out: &mut [u32],
 ) {
-    touch_first(hashes, |h| map.touch_home(h));
-    let mut live = B::from_slots(registered);
-    // Touch a few hashes ahead of the one compared: the probes are independent, so the cache
-    // misses of a large index overlap instead of being paid one after another. At most
-    // TOUCH_AHEAD probes are wasted past the point where no worker matches.
-    for (i, &h) in hashes.iter().enumerate() {
-        if let Some(&ahead) = hashes.get(i + TOUCH_AHEAD) {
-            map.touch_home(ahead);
-        }
-        let next = match map.get(h) {
-            Some(set) => live.both(&set),
-            None => B::default(),
-        };
-        if next == live {
-            continue;
-        }
-        // Each slot drops out once, so this inner loop runs at most once per worker.
-        live.only_self(&next).each(|slot| out[slot] = i as u32);
-        live = next;
-        if live.none() {
-            return;
-        }
+    let mut walk = Walk {
+        map,
+        live: B::from_slots(registered),
+        out,
+    };
+    if walk.walk(0, hashes) {
+        walk.finish(hashes.len());
     }
-    live.each(|slot| out[slot] = hashes.len() as u32);
 }
 
-/// One pool's side of [`lookup_pair_in`]: the slots still matching and where the rest dropped out.
+/// One pool's walk ([`lookup_in`], and each side of [`lookup_pair_in`]): the slots still
+/// matching and where the rest dropped out.
 struct Walk<'a, B: Bits> {
     map: &'a BlockMap<B>,
     live: B,
@@ -395,8 +380,13 @@ struct Walk<'a, B: Bits> {
 }
 
 impl<B: Bits> Walk<'_, B> {
-    /// Narrows the live slots by `chunk`, the hashes of blocks `start..`, probing
-    /// [`TOUCH_AHEAD`] ahead as [`lookup_in`] does; false once none is left.
+    /// Narrows the live slots by `chunk`, the hashes of blocks `start..`; false once none is
+    /// left. Touches [`TOUCH_AHEAD`] hashes ahead of the one compared: the probes are
+    /// independent, so the cache misses of a large index overlap instead of being paid one
+    /// after another; at most that many probes are wasted past the point where no worker
+    /// matches. Inlined into both callers: left to the compiler, both walks measured 2-4%
+    /// slower in `routing_decision` than with each caller's own loop.
+    #[inline(always)]
     fn walk(&mut self, start: usize, chunk: &[BlockHash]) -> bool {
         if self.live.none() {
             return false;
@@ -413,6 +403,7 @@ impl<B: Bits> Walk<'_, B> {
             if next == self.live {
                 continue;
             }
+            // Each slot drops out once, so this inner loop runs at most once per worker.
             self.live
                 .only_self(&next)
                 .each(|slot| self.out[slot] = (start + j) as u32);
@@ -422,6 +413,11 @@ impl<B: Bits> Walk<'_, B> {
             }
         }
         true
+    }
+
+    /// The slots still matching after `len` blocks hold all of them.
+    fn finish(self, len: usize) {
+        self.live.each(|slot| self.out[slot] = len as u32);
     }
 }
 
@@ -470,8 +466,8 @@ fn lookup_pair_in<A: Bits, B: Bits>(
         }
         start = hashes.len();
     }
-    a.live.each(|slot| a.out[slot] = start as u32);
-    b.live.each(|slot| b.out[slot] = start as u32);
+    a.finish(start);
+    b.finish(start);
 }
 
 #[cfg(test)]
