@@ -250,40 +250,37 @@ def _():
     return (c, r.choices[0].message.content)
 
 
+def raises(error, call):
+    """The error `call` raises, which must be an `error`."""
+    try:
+        call()
+    except error as e:
+        return e
+    raise AssertionError(f"no {error.__name__}")
+
+
 @check("error: unknown model -> 404")
 def _():
-    try:
-        oc.chat.completions.create(model="no-such-model", messages=MSG, max_tokens=4)
-    except openai.NotFoundError as e:
-        return e.body
-    raise AssertionError("no error")
+    return raises(openai.NotFoundError, lambda: oc.chat.completions.create(
+        model="no-such-model", messages=MSG, max_tokens=4)).body
 
 
 @check("error: negative temperature -> 400")
 def _():
-    try:
-        oc.chat.completions.create(model=model, messages=MSG, max_tokens=4, temperature=-1)
-    except openai.BadRequestError as e:
-        return e.body
-    raise AssertionError("no error")
+    return raises(openai.BadRequestError, lambda: oc.chat.completions.create(
+        model=model, messages=MSG, max_tokens=4, temperature=-1)).body
 
 
 @check("error: empty messages -> 400")
 def _():
-    try:
-        oc.chat.completions.create(model=model, messages=[], max_tokens=4)
-    except openai.BadRequestError as e:
-        return e.body
-    raise AssertionError("no error")
+    return raises(openai.BadRequestError, lambda: oc.chat.completions.create(
+        model=model, messages=[], max_tokens=4)).body
 
 
 @check("error: embeddings -> clear error")
 def _():
-    try:
-        oc.embeddings.create(model=model, input="hi")
-    except openai.APIStatusError as e:
-        return (e.status_code, e.body)
-    raise AssertionError("no error")
+    e = raises(openai.APIStatusError, lambda: oc.embeddings.create(model=model, input="hi"))
+    return (e.status_code, e.body)
 
 
 @check("responses create + retrieve + previous_response_id")
@@ -363,11 +360,8 @@ def _():
 
 @check("anthropic error shape")
 def _():
-    try:
-        ac.messages.create(model=model, max_tokens=0, messages=[{"role": "user", "content": "x"}])
-    except anthropic.BadRequestError as e:
-        return e.body
-    raise AssertionError("no error")
+    return raises(anthropic.BadRequestError, lambda: ac.messages.create(
+        model=model, max_tokens=0, messages=[{"role": "user", "content": "x"}])).body
 
 
 for name, st, out in results:
