@@ -97,6 +97,11 @@ fn body() -> impl Strategy<Value = Vec<u8>> {
         Just("prompt_logprobs"),
         Just("documents"),
         Just("include_stop_str_in_output"),
+        Just("input_ids"),
+        Just("sampling_params"),
+        Just("return_logprob"),
+        Just("logprob_start_len"),
+        Just("rid"),
     ];
     let base = prop_oneof![
         Just(serde_json::json!({"prompt": "hello", "max_tokens": 2})),
@@ -108,6 +113,11 @@ fn body() -> impl Strategy<Value = Vec<u8>> {
             {"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"},
             {"type": "function_call_output", "call_id": "c", "output": "x"}],
             "max_output_tokens": 2, "stream": true})
+        ),
+        Just(serde_json::json!({"text": ["hi", "yo"], "sampling_params": {"max_new_tokens": 2}})),
+        Just(
+            serde_json::json!({"input_ids": [1, 2], "stream": true, "return_logprob": true,
+            "sampling_params": {"max_new_tokens": 2, "n": 2}})
         ),
     ];
     let object = (base, proptest::collection::vec((field, json_value()), 0..3)).prop_map(
@@ -244,7 +254,8 @@ fn arbitrary_http_bodies_get_an_answer() {
     let paths = prop_oneof![
         Just("/v1/completions"),
         Just("/v1/chat/completions"),
-        Just("/v1/responses")
+        Just("/v1/responses"),
+        Just("/generate")
     ];
     let statuses = std::cell::RefCell::new(std::collections::BTreeMap::<u16, u32>::new());
     runner
@@ -260,9 +271,9 @@ fn arbitrary_http_bodies_get_an_answer() {
                 let body = resp.into_body().collect().await.expect("body").to_bytes();
                 let text = String::from_utf8_lossy(&body);
                 if status == StatusCode::OK {
-                    // A whole JSON answer or an SSE stream that ends.
+                    // A whole JSON answer (a list: SGLang's batch) or an SSE stream.
                     assert!(
-                        text.starts_with('{') || text.contains("data: "),
+                        text.starts_with('{') || text.starts_with('[') || text.contains("data: "),
                         "{path} {}: {text}",
                         String::from_utf8_lossy(&bytes)
                     );

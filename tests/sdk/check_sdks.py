@@ -11,13 +11,18 @@ API's documented shape: completions, chat (streamed, with usage, n and seed, sto
 probabilities, JSON and pydantic structured output, forced and required tool calls and the
 turn after them), the error shapes, the Responses API (whole, streamed, stored where the router
 keeps responses, tool calls) and Anthropic's Messages API (whole, streamed, token counting,
-forced tools, errors). Prints one line per check; exits 1 if any failed. Run by
+forced tools, errors), and SGLang's native `/generate`, read as sglang.bench_serving reads it
+(whole, streamed, a batch of token ids with n and log probabilities, errors). Prints one line
+per check; exits 1 if any failed. Run by
 tests/tests/sdk.rs against SmolLM2 (outputs are short and greedy: the checks read shapes, not
 quality), and by hand against any running router: scripts/check-sdks.sh.
 """
 import json
 import sys
 import traceback
+
+import urllib.error
+import urllib.request
 
 import anthropic
 import openai
@@ -362,6 +367,111 @@ def _():
 def _():
     return raises(anthropic.BadRequestError, lambda: ac.messages.create(
         model=model, max_tokens=0, messages=[{"role": "user", "content": "x"}])).body
+
+
+# SGLang's native API, read the way sglang.bench_serving's default backend and SGLang's docs
+# read it (plain HTTP: SGLang has no SDK for it).
+SG_PROMPT = "The capital of France is"
+
+
+class Answer:
+    def __init__(self, status, body):
+        self.status_code, self.text = status, body
+
+    def json(self):
+        return json.loads(self.text)
+
+
+class Plain:
+    """Plain HTTP with the standard library: JSON in, the status and body out."""
+
+    def open(self, method, path, body=None):
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(base + path, data=data, method=method,
+                                     headers={"Content-Type": "application/json"})
+        try:
+            return urllib.request.urlopen(req, timeout=120)
+        except urllib.error.HTTPError as e:
+            return e
+
+    def post(self, path, json=None):
+        with self.open("POST", path, json) as r:
+            return Answer(r.status, r.read().decode())
+
+    def get(self, path):
+        with self.open("GET", path) as r:
+            return Answer(r.status, r.read().decode())
+
+    def lines(self, path, body):
+        """The status and the body's lines as they arrive."""
+        r = self.open("POST", path, body)
+        return r.status, (line.decode() for line in r)
+
+
+sg = Plain()
+
+
+@check("sglang /generate")
+def _():
+    r = sg.post("/generate", json={"text": SG_PROMPT, "sampling_params": {"temperature": 0, "max_new_tokens": 8}})
+    assert r.status_code == 200, r.text
+    out = r.json()
+    meta = out["meta_info"]
+    assert meta["finish_reason"]["type"] in ("length", "stop"), out
+    assert meta["completion_tokens"] == len(out["output_ids"]) > 0, out
+    assert meta["prompt_tokens"] > 0 and meta["id"], out
+    return repr(out["text"])
+
+
+@check("sglang /generate stream (bench_serving's reader)")
+def _():
+    whole = sg.post("/generate", json={"text": SG_PROMPT, "sampling_params": {"temperature": 0, "max_new_tokens": 8}}).json()
+    payload = {"text": SG_PROMPT, "sampling_params": {"temperature": 0.0, "max_new_tokens": 8, "ignore_eos": False},
+               "stream": True, "lora_path": None, "return_logprob": False, "logprob_start_len": -1}
+    text, output_len, last_len, events = "", 0, 0, 0
+    status, lines = sg.lines("/generate", payload)
+    assert status == 200, "".join(lines)
+    for line in lines:
+        line = line.strip()
+        if not line:
+            continue
+        chunk = line.removeprefix("data: ")
+        if chunk == "[DONE]":
+            continue
+        data = json.loads(chunk)
+        if data.get("text"):
+            assert data["text"].startswith(text), (text, data)
+            text = data["text"]
+            output_len = data["meta_info"]["completion_tokens"]
+            assert output_len >= last_len, data
+            last_len = output_len
+            events += 1
+    assert text == whole["text"] and output_len == whole["meta_info"]["completion_tokens"], (text, whole)
+    return (repr(text), events)
+
+
+@check("sglang /generate batch, n, logprobs")
+def _():
+    ids = sg.post("/tokenize", json={"prompt": SG_PROMPT}).json()["tokens"]
+    r = sg.post("/generate", json={"input_ids": [ids, ids[:3]], "return_logprob": True, "top_logprobs_num": 2,
+                                    "sampling_params": {"max_new_tokens": 4, "n": 2, "sampling_seed": 7}})
+    assert r.status_code == 200, r.text
+    outs = r.json()
+    assert len(outs) == 4, outs
+    for o in outs:
+        lps = o["meta_info"]["output_token_logprobs"]
+        assert [t[1] for t in lps] == o["output_ids"], o
+        assert all(len(top) == 2 for top in o["meta_info"]["output_top_logprobs"]), o
+    return [o["text"] for o in outs]
+
+
+@check("sglang /get_model_info and errors")
+def _():
+    info = sg.get("/get_model_info").json()
+    assert info["is_generation"] is True and info["model_path"], info
+    r = sg.post("/generate", json={"text": SG_PROMPT, "sampling_params": {"max_new_token": 4}})
+    assert r.status_code == 400 and "max_new_token" in r.json()["error"]["message"], r.text
+    return info["model_path"]
 
 
 for name, st, out in results:

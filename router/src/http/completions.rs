@@ -556,6 +556,51 @@ pub(crate) async fn run(st: &AppState, prepared: Prepared) -> Result<Response, A
     Ok(resp)
 }
 
+/// Dispatches every generation of a request: prompt `p`'s `i`th is stream `p * n + i` (as
+/// vLLM numbers a batch's choices), seeded with the request's seed + `i`.
+async fn generations(
+    st: &AppState,
+    params: GenerateParams,
+    more_prompts: Vec<Prompt>,
+    choices: u32,
+) -> Result<Vec<ResponseStream>, ApiError> {
+    let prompts: Vec<Prompt> = std::iter::once(params.prompt.clone())
+        .chain(more_prompts)
+        .collect();
+    let starts = prompts.iter().flat_map(|prompt| {
+        let params = &params;
+        (0..choices).map(move |i| {
+            let mut p = params.clone();
+            p.prompt = prompt.clone();
+            p.sampling.seed = p.sampling.seed.map(|s| s.wrapping_add(u64::from(i)));
+            st.dispatcher.generate(p)
+        })
+    });
+    Ok(futures::future::try_join_all(starts).await?)
+}
+
+/// A prepared completions request's generations, dispatched for an answer in another API's
+/// shape (SGLang's `/generate`).
+pub(crate) struct Dispatched {
+    /// Prompt `p`'s `i`th generation is `streams[p * n + i]`.
+    pub(crate) streams: Vec<ResponseStream>,
+    /// Where the first generation went ([`routing_headers`]).
+    pub(crate) headers: HeaderMap,
+}
+
+/// Dispatches every generation of `prepared` (see [`generations`]).
+pub(crate) async fn dispatch(st: &AppState, prepared: Prepared) -> Result<Dispatched, ApiError> {
+    let Prepared {
+        params,
+        choices,
+        more_prompts,
+        ..
+    } = prepared;
+    let streams = generations(st, params, more_prompts, choices).await?;
+    let headers = routing_headers(&streams[0]);
+    Ok(Dispatched { streams, headers })
+}
+
 /// A prepared chat request dispatched for an answer in another shape (the Responses API).
 pub(crate) struct Started {
     /// Its output.
@@ -645,20 +690,7 @@ async fn run_choices(
     stream: bool,
 ) -> Result<Response, ApiError> {
     let model = params.model.clone();
-    // Choice `p * n + i` is prompt `p`'s `i`th generation, as vLLM numbers a batch's choices.
-    let prompts: Vec<Prompt> = std::iter::once(params.prompt.clone())
-        .chain(more_prompts)
-        .collect();
-    let starts = prompts.iter().flat_map(|prompt| {
-        let params = &params;
-        (0..choices).map(move |i| {
-            let mut p = params.clone();
-            p.prompt = prompt.clone();
-            p.sampling.seed = p.sampling.seed.map(|s| s.wrapping_add(u64::from(i)));
-            st.dispatcher.generate(p)
-        })
-    });
-    let streams = futures::future::try_join_all(starts).await?;
+    let streams = generations(st, params, more_prompts, choices).await?;
     let headers = routing_headers(&streams[0]);
     // Each prompt's tokens, from its first choice's stream.
     let prompt = streams

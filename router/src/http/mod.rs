@@ -5,6 +5,7 @@ mod completions;
 pub mod cors;
 pub mod error;
 mod extras;
+mod generate;
 mod logprobs;
 mod message_events;
 mod messages;
@@ -71,6 +72,9 @@ pub fn router(state: AppState) -> PublicApi {
         .route("/v1/chat/completions", any(public::post_only))
         .route("/v1/responses", any(public::post_only))
         .route("/v1/messages", any(public::post_only))
+        // SGLang's native API.
+        .route("/generate", any(public::post_only))
+        .route("/get_model_info", get(generate::model_info))
         // Anthropic's token counting.
         .route(
             "/v1/messages/count_tokens",

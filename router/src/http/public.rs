@@ -85,6 +85,8 @@ enum Route {
     Responses,
     /// Anthropic's Messages API (`messages.rs`), which answers errors in its own shape.
     Messages,
+    /// SGLang's native `/generate` (`generate.rs`).
+    Generate,
 }
 
 /// The inference route a request is for, if it is a POST to one.
@@ -97,6 +99,7 @@ fn inference_route(req: &Request) -> Option<Route> {
         "/v1/chat/completions" => Some(Route::OpenAi(Endpoint::Chat)),
         "/v1/responses" => Some(Route::Responses),
         "/v1/messages" => Some(Route::Messages),
+        "/generate" => Some(Route::Generate),
         _ => None,
     }
 }
@@ -184,6 +187,7 @@ impl Inner {
                     },
                     Err(e) => Err(e),
                 },
+                Route::Generate => Box::pin(super::generate::run(st, &parts.headers, &bytes)).await,
                 Route::Messages => {
                     match parse(&bytes)
                         .and_then(|r| super::messages::prepare(st, &parts.headers, r))

@@ -88,6 +88,9 @@ mod responses_etcd;
 #[path = "messages_tests.rs"]
 mod messages;
 
+#[path = "generate_tests.rs"]
+mod generate;
+
 /// One worker answering "abc..." and a server in front of it.
 async fn with_worker(behavior: Behavior) -> (FakeWorker, Arc<Dispatcher>, Server) {
     let fake = FakeWorker::start("d1", Role::Decode, behavior).await;

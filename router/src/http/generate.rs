@@ -1,0 +1,639 @@
+//! SGLang's native API, `POST /generate`, for the clients written against SGLang's server or
+//! its gateway (`sglang.bench_serving`'s default backend, SGLang's frontend language, RL
+//! rollout loops that send token ids and read token ids back), and `GET /get_model_info`.
+//!
+//! A request is one prompt or a batch (`text` or `input_ids`), with `sampling_params` for all
+//! of them or one object each. Each prompt becomes the `/v1/completions` request it means
+//! (SGLang's sampling fields under their OpenAI and vLLM names), checked and dispatched by the
+//! completions path; the answers are written in SGLang's shape: `{"text", "output_ids",
+//! "meta_info"}` for one generation, a list of them for a batch or `n` > 1, and when streamed
+//! one `data:` event per step holding the text and ids *so far* (SGLang's default; a batch's
+//! events carry their `index`), then `data: [DONE]`. `meta_info.finish_reason` is
+//! `{"type": "length", "length": N}`, `{"type": "stop", "matched": TOKEN_ID | "stop string"}`
+//! or `{"type": "abort", "message"}`. Log probabilities (`return_logprob`,
+//! `top_logprobs_num`, `logprob_start_len`, `return_text_in_logprobs`) come as SGLang's
+//! `[logprob, token_id, text]` triples. Unknown sampling fields are refused, as SGLang's
+//! `SamplingParams` refuses them; top-level fields this server does not serve (LoRA, images,
+//! hidden states, sessions) are refused when they ask for something.
+
+use std::time::Instant;
+
+use axum::body::Body;
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
+use dolphin_proto::v1::{self, FinishReason};
+use futures::StreamExt;
+use serde_json::{Map, Value, json};
+
+use super::AppState;
+use super::completions::{self, Dispatched};
+use super::error::ApiError;
+use super::types::CompletionRequest;
+use crate::stream::{Delta, Finish, ResponseStream};
+use crate::tokenizer::Tokenizer;
+
+type Fields = Map<String, Value>;
+
+/// SGLang's default `max_new_tokens` (at most the server's limit).
+const DEFAULT_MAX_NEW_TOKENS: u32 = 128;
+
+/// `sampling_params` fields and the completions field each becomes (`None`: served by SGLang
+/// as a hint this server needs not follow, dropped).
+const SAMPLING_FIELDS: &[(&str, Option<&str>)] = &[
+    ("max_new_tokens", Some("max_tokens")),
+    ("min_new_tokens", Some("min_tokens")),
+    ("temperature", Some("temperature")),
+    ("top_p", Some("top_p")),
+    ("top_k", Some("top_k")),
+    ("min_p", Some("min_p")),
+    ("frequency_penalty", Some("frequency_penalty")),
+    ("presence_penalty", Some("presence_penalty")),
+    ("repetition_penalty", Some("repetition_penalty")),
+    ("logit_bias", Some("logit_bias")),
+    ("stop", Some("stop")),
+    ("stop_token_ids", Some("stop_token_ids")),
+    ("ignore_eos", Some("ignore_eos")),
+    ("skip_special_tokens", Some("skip_special_tokens")),
+    (
+        "spaces_between_special_tokens",
+        Some("spaces_between_special_tokens"),
+    ),
+    ("no_stop_trim", Some("no_stop_trim")),
+    ("n", Some("n")),
+    ("regex", Some("regex")),
+    ("json_schema", Some("json_schema")),
+    ("ebnf", Some("ebnf")),
+    ("structural_tag", Some("structural_tag")),
+    ("sampling_seed", Some("seed")),
+    ("custom_params", Some("custom_params")),
+    // How often SGLang's server flushes a stream: every step here.
+    ("stream_interval", None),
+];
+
+/// Top-level fields that ask for what this server does not serve, refused unless they ask
+/// for nothing (`null`, `false`, empty).
+const UNSERVED: &[&str] = &[
+    "lora_path",
+    "lora_id",
+    "image_data",
+    "video_data",
+    "audio_data",
+    "input_embeds",
+    "custom_logit_processor",
+    "return_hidden_states",
+    "session_params",
+    "token_ids_logprob",
+    "bootstrap_host",
+    "bootstrap_port",
+    "bootstrap_room",
+    "data_parallel_rank",
+];
+
+/// Top-level fields read here.
+const KNOWN: &[&str] = &[
+    "text",
+    "input_ids",
+    "sampling_params",
+    "stream",
+    "rid",
+    "return_logprob",
+    "logprob_start_len",
+    "top_logprobs_num",
+    "return_text_in_logprobs",
+    "model",
+    // Whether SGLang logs the request's metrics: nothing to change here.
+    "log_metrics",
+];
+
+/// What the answers report besides text and ids.
+#[derive(Clone, Copy, Debug, Default)]
+struct LogprobAsk {
+    /// `return_logprob`.
+    on: bool,
+    /// `top_logprobs_num`.
+    top: u32,
+    /// First prompt position whose log probability is reported (`logprob_start_len`; -1: the
+    /// last prompt token's only).
+    start: i64,
+    /// `return_text_in_logprobs`.
+    text: bool,
+}
+
+/// `POST /generate`, after the body is read.
+pub(crate) async fn run(
+    st: &AppState,
+    headers: &HeaderMap,
+    bytes: &[u8],
+) -> Result<Response, ApiError> {
+    let started = Instant::now();
+    let Value::Object(body) = serde_json::from_slice::<Value>(bytes)
+        .map_err(|e| ApiError::invalid(format!("invalid JSON body: {e}"), None))?
+    else {
+        return Err(ApiError::invalid("the body must be a JSON object", None));
+    };
+    let default_max = DEFAULT_MAX_NEW_TOKENS.min(st.dispatcher.config().max_output_tokens);
+    let (parts, ask, stream, batch) = read(body, default_max)?;
+    let generations_asked: u64 = parts
+        .iter()
+        .map(|p| p.get("n").and_then(Value::as_u64).unwrap_or(1))
+        .sum();
+    if generations_asked > u64::from(super::types::MAX_CHOICES) {
+        return Err(ApiError::invalid(
+            format!(
+                "a request makes at most {} generations (prompts times n), got {generations_asked}",
+                super::types::MAX_CHOICES
+            ),
+            Some("text"),
+        ));
+    }
+    // Each prompt checked first, so a bad one dispatches nothing.
+    let mut prepared = Vec::with_capacity(parts.len());
+    for part in parts {
+        let req: CompletionRequest = serde_json::from_value(Value::Object(part))
+            .map_err(|e| ApiError::invalid(format!("invalid sampling_params: {e}"), None))?;
+        prepared.push(completions::completions(st, headers, req)?);
+    }
+    let dispatched =
+        futures::future::try_join_all(prepared.into_iter().map(|p| completions::dispatch(st, p)))
+            .await?;
+    let mut headers = HeaderMap::new();
+    let mut streams = Vec::new();
+    for Dispatched {
+        streams: s,
+        headers: h,
+        ..
+    } in dispatched
+    {
+        if headers.is_empty() {
+            headers = h;
+        }
+        streams.extend(s);
+    }
+    let tokenizer = st.dispatcher.tokenizer().clone();
+    let list = batch || streams.len() > 1;
+    let mut resp = if stream {
+        streamed(streams, ask, tokenizer, list, started)
+    } else {
+        let outs = futures::future::try_join_all(
+            streams
+                .into_iter()
+                .map(|rs| whole(rs, ask, tokenizer.clone(), started)),
+        )
+        .await?;
+        let body = if list {
+            Value::Array(outs)
+        } else {
+            outs.into_iter().next().unwrap_or(Value::Null)
+        };
+        completions::json_response(&body, 512)
+    };
+    resp.headers_mut().extend(headers);
+    Ok(resp)
+}
+
+/// The request read into one completions body a prompt (`max_tokens` `default_max` where
+/// the prompt's sampling fields do not say), what to report, whether it streams and whether it
+/// is a batch (answered as a list even of one).
+fn read(
+    mut body: Fields,
+    default_max: u32,
+) -> Result<(Vec<Fields>, LogprobAsk, bool, bool), ApiError> {
+    for (key, value) in &body {
+        if UNSERVED.contains(&key.as_str()) {
+            if asks_for_something(value) {
+                return Err(ApiError::invalid(
+                    format!("{key} is not supported by this server"),
+                    None,
+                ));
+            }
+        } else if !KNOWN.contains(&key.as_str()) && !value.is_null() {
+            return Err(ApiError::invalid(format!("unknown field {key}"), None));
+        }
+    }
+    let (prompts, batch) = prompts(&mut body)?;
+    let flag = |body: &Fields, key: &'static str| -> Result<bool, ApiError> {
+        match body.get(key) {
+            None | Some(Value::Null) => Ok(false),
+            Some(Value::Bool(b)) => Ok(*b),
+            Some(_) => Err(ApiError::invalid(
+                format!("{key} must be a boolean"),
+                Some(key),
+            )),
+        }
+    };
+    let stream = flag(&body, "stream")?;
+    let ask = LogprobAsk {
+        on: flag(&body, "return_logprob")?,
+        top: match body.get("top_logprobs_num") {
+            None | Some(Value::Null) => 0,
+            Some(v) => v
+                .as_u64()
+                .and_then(|n| u32::try_from(n).ok())
+                .ok_or_else(|| {
+                    ApiError::invalid(
+                        "top_logprobs_num must be a non-negative integer",
+                        Some("top_logprobs_num"),
+                    )
+                })?,
+        },
+        start: match body.get("logprob_start_len") {
+            None | Some(Value::Null) => -1,
+            Some(v) => v.as_i64().filter(|&s| s >= -1).ok_or_else(|| {
+                ApiError::invalid(
+                    "logprob_start_len must be an integer of at least -1",
+                    Some("logprob_start_len"),
+                )
+            })?,
+        },
+        text: flag(&body, "return_text_in_logprobs")?,
+    };
+    let n = prompts.len();
+    let sampling = per_prompt(body.remove("sampling_params"), n, "sampling_params")?;
+    let rids = per_prompt(body.remove("rid"), n, "rid")?;
+    let model = body.remove("model").filter(|m| !m.is_null());
+    let mut parts = Vec::with_capacity(n);
+    for ((prompt, sampling), rid) in prompts.into_iter().zip(sampling).zip(rids) {
+        let mut out = completion_fields(sampling, default_max)?;
+        out.insert("prompt".into(), prompt);
+        out.insert("stream".into(), Value::Bool(stream));
+        if let Some(rid) = rid {
+            if !rid.is_string() {
+                return Err(ApiError::invalid("rid must be a string", Some("rid")));
+            }
+            out.insert("rid".into(), rid);
+        }
+        if let Some(m) = &model {
+            out.insert("model".into(), m.clone());
+        }
+        if ask.on {
+            out.insert("logprobs".into(), json!(ask.top));
+            out.insert("prompt_logprobs".into(), json!(ask.top));
+        }
+        parts.push(out);
+    }
+    Ok((parts, ask, stream, batch))
+}
+
+/// Whether a refused field's value asks for anything.
+fn asks_for_something(v: &Value) -> bool {
+    match v {
+        Value::Null | Value::Bool(false) => false,
+        Value::String(s) => !s.is_empty(),
+        Value::Array(a) => a.iter().any(asks_for_something),
+        Value::Object(o) => !o.is_empty(),
+        _ => true,
+    }
+}
+
+/// The prompts (`text` or `input_ids`, one or a batch) as completions prompts, and whether
+/// they came as a batch.
+fn prompts(body: &mut Fields) -> Result<(Vec<Value>, bool), ApiError> {
+    let text = body.remove("text").filter(|v| !v.is_null());
+    let ids = body.remove("input_ids").filter(|v| !v.is_null());
+    let (prompts, batch) = match (text, ids) {
+        (Some(_), Some(_)) => {
+            return Err(ApiError::invalid(
+                "give either text or input_ids, not both",
+                Some("input_ids"),
+            ));
+        }
+        (None, None) => {
+            return Err(ApiError::invalid(
+                "text or input_ids is required",
+                Some("text"),
+            ));
+        }
+        (Some(Value::String(s)), None) => (vec![Value::String(s)], false),
+        (Some(Value::Array(texts)), None) => {
+            if !texts.iter().all(Value::is_string) {
+                return Err(ApiError::invalid(
+                    "text must be a string or a list of strings",
+                    Some("text"),
+                ));
+            }
+            (texts, true)
+        }
+        (Some(_), None) => {
+            return Err(ApiError::invalid(
+                "text must be a string or a list of strings",
+                Some("text"),
+            ));
+        }
+        (None, Some(Value::Array(ids))) => {
+            if ids.iter().all(Value::is_array) {
+                (ids, true)
+            } else {
+                (vec![Value::Array(ids)], false)
+            }
+        }
+        (None, Some(_)) => {
+            return Err(ApiError::invalid(
+                "input_ids must be a list of token ids or a list of such lists",
+                Some("input_ids"),
+            ));
+        }
+    };
+    if prompts.is_empty() {
+        return Err(ApiError::invalid("the batch is empty", Some("text")));
+    }
+    for p in &prompts {
+        let empty = match p {
+            Value::String(s) => s.is_empty(),
+            Value::Array(ids) => ids.is_empty(),
+            _ => true,
+        };
+        if empty {
+            return Err(ApiError::invalid(
+                "a prompt must not be empty",
+                Some(if p.is_string() { "text" } else { "input_ids" }),
+            ));
+        }
+    }
+    Ok((prompts, batch))
+}
+
+/// A per-prompt field: absent, one value for every prompt, or a list of one each.
+fn per_prompt(
+    value: Option<Value>,
+    n: usize,
+    key: &'static str,
+) -> Result<Vec<Option<Value>>, ApiError> {
+    match value {
+        None | Some(Value::Null) => Ok(vec![None; n]),
+        Some(Value::Array(each)) => {
+            if each.len() != n {
+                return Err(ApiError::invalid(
+                    format!("{key} has {} entries for {n} prompts", each.len()),
+                    Some(key),
+                ));
+            }
+            Ok(each.into_iter().map(Some).collect())
+        }
+        Some(one) => Ok(vec![Some(one); n]),
+    }
+}
+
+/// A prompt's `sampling_params` as completions fields.
+fn completion_fields(sampling: Option<Value>, default_max: u32) -> Result<Fields, ApiError> {
+    let sampling = match sampling {
+        None | Some(Value::Null) => Fields::new(),
+        Some(Value::Object(o)) => o,
+        Some(_) => {
+            return Err(ApiError::invalid(
+                "sampling_params must be an object (or a list of one a prompt)",
+                Some("sampling_params"),
+            ));
+        }
+    };
+    let mut out = Fields::new();
+    for (key, value) in sampling {
+        let Some((_, to)) = SAMPLING_FIELDS.iter().find(|(k, _)| *k == key) else {
+            return Err(ApiError::invalid(
+                format!("unknown sampling parameter {key}"),
+                Some("sampling_params"),
+            ));
+        };
+        if let Some(to) = to
+            && !value.is_null()
+        {
+            out.insert((*to).into(), value);
+        }
+    }
+    // SGLang's default answer length, not OpenAI's 16.
+    out.entry("max_tokens").or_insert(json!(default_max));
+    // SGLang takes a JSON schema as a string.
+    if let Some(Value::String(schema)) = out.get("json_schema") {
+        let parsed: Value = serde_json::from_str(schema).map_err(|e| {
+            ApiError::invalid(
+                format!("json_schema is not JSON: {e}"),
+                Some("sampling_params"),
+            )
+        })?;
+        out.insert("json_schema".into(), parsed);
+    }
+    Ok(out)
+}
+
+/// One generation's answer as it grows.
+struct Answer {
+    text: String,
+    ids: Vec<u32>,
+    logprobs: Vec<v1::TokenLogprobs>,
+    prompt_logprobs: Vec<v1::TokenLogprobs>,
+}
+
+impl Answer {
+    fn new() -> Self {
+        Self {
+            text: String::new(),
+            ids: Vec::new(),
+            logprobs: Vec::new(),
+            prompt_logprobs: Vec::new(),
+        }
+    }
+
+    fn absorb(&mut self, d: &Delta) {
+        self.text.push_str(&d.text);
+        self.ids.extend_from_slice(&d.token_ids);
+        self.logprobs.extend(d.logprobs.iter().cloned());
+        self.prompt_logprobs
+            .extend(d.prompt_logprobs.iter().cloned());
+    }
+
+    /// SGLang's output object: text and ids so far, and `meta_info`.
+    fn object(
+        &self,
+        rs: &ResponseStream,
+        finish: Option<&Finish>,
+        ask: LogprobAsk,
+        tokenizer: &dyn Tokenizer,
+        started: Instant,
+    ) -> Value {
+        let prompt = rs.prompt_tokens();
+        let mut meta = Fields::new();
+        meta.insert("id".into(), json!(rs.request_id()));
+        meta.insert(
+            "finish_reason".into(),
+            finish.map_or(Value::Null, |f| finish_reason(f, &self.ids)),
+        );
+        meta.insert("prompt_tokens".into(), json!(prompt.len()));
+        meta.insert(
+            "completion_tokens".into(),
+            json!(finish.map_or(self.ids.len() as u32, |f| f.usage.completion_tokens)),
+        );
+        meta.insert(
+            "cached_tokens".into(),
+            json!(finish.map_or(0, |f| f.usage.cached_tokens)),
+        );
+        meta.insert("e2e_latency".into(), json!(started.elapsed().as_secs_f64()));
+        if ask.on {
+            self.logprob_fields(prompt, ask, tokenizer, &mut meta);
+        }
+        json!({"text": self.text, "output_ids": self.ids, "meta_info": meta})
+    }
+
+    /// SGLang's log-probability fields: the output's, and the prompt's from
+    /// `logprob_start_len` (-1: its last token), the first prompt token's being `null`.
+    fn logprob_fields(
+        &self,
+        prompt: &[u32],
+        ask: LogprobAsk,
+        tokenizer: &dyn Tokenizer,
+        meta: &mut Fields,
+    ) {
+        let name = |id: u32| {
+            if ask.text {
+                json!(tokenizer.decode(&[id]))
+            } else {
+                Value::Null
+            }
+        };
+        let triple = |lp: Option<f32>, id: u32| json!([lp, id, name(id)]);
+        let tops = |lp: Option<&v1::TokenLogprobs>| match lp {
+            None => Value::Null,
+            Some(lp) => Value::Array(
+                lp.top_ids
+                    .iter()
+                    .zip(&lp.top_logprobs)
+                    .map(|(&id, &p)| triple(Some(p), id))
+                    .collect(),
+            ),
+        };
+        let start = if ask.start < 0 {
+            prompt.len().saturating_sub(1)
+        } else {
+            (ask.start as usize).min(prompt.len())
+        };
+        // `prompt_logprobs[i]` is prompt token `i + 1`'s.
+        let at = |pos: usize| pos.checked_sub(1).and_then(|i| self.prompt_logprobs.get(i));
+        let input: Vec<Value> = (start..prompt.len())
+            .map(|pos| triple(at(pos).map(|lp| lp.logprob), prompt[pos]))
+            .collect();
+        let output: Vec<Value> = self
+            .ids
+            .iter()
+            .zip(&self.logprobs)
+            .map(|(&id, lp)| triple(Some(lp.logprob), id))
+            .collect();
+        meta.insert("input_token_logprobs".into(), Value::Array(input));
+        meta.insert("output_token_logprobs".into(), Value::Array(output));
+        if ask.top > 0 {
+            let input_top: Vec<Value> = (start..prompt.len()).map(|pos| tops(at(pos))).collect();
+            let output_top: Vec<Value> = self.logprobs.iter().map(|lp| tops(Some(lp))).collect();
+            meta.insert("input_top_logprobs".into(), Value::Array(input_top));
+            meta.insert("output_top_logprobs".into(), Value::Array(output_top));
+        }
+    }
+}
+
+/// SGLang's `finish_reason` object.
+fn finish_reason(f: &Finish, ids: &[u32]) -> Value {
+    match f.reason {
+        FinishReason::Length => json!({"type": "length", "length": f.usage.completion_tokens}),
+        FinishReason::Stop | FinishReason::ToolCalls => match &f.stop_sequence {
+            Some(s) => json!({"type": "stop", "matched": s}),
+            None => json!({"type": "stop", "matched": ids.last()}),
+        },
+        FinishReason::Cancelled => json!({"type": "abort", "message": "cancelled"}),
+        FinishReason::Error | FinishReason::Unspecified => {
+            json!({"type": "abort", "message": "the generation failed"})
+        }
+    }
+}
+
+/// One generation's whole answer.
+async fn whole(
+    mut rs: ResponseStream,
+    ask: LogprobAsk,
+    tokenizer: std::sync::Arc<dyn Tokenizer>,
+    started: Instant,
+) -> Result<Value, ApiError> {
+    let mut answer = Answer::new();
+    while let Some(item) = rs.next().await {
+        let d = item?;
+        answer.absorb(&d);
+        if let Some(f) = &d.finish {
+            return Ok(answer.object(&rs, Some(f), ask, tokenizer.as_ref(), started));
+        }
+    }
+    Err(ApiError::from(crate::error::DispatchError::Truncated {
+        worker: rs.route().decode.worker.id.0.clone(),
+    }))
+}
+
+/// Every generation's answer streamed: an event per delta with that generation's text and
+/// ids so far (tagged with its `index` where there are several), an error event if one
+/// fails, then `[DONE]`; a comment after [`KEEP_ALIVE`](super::sse::KEEP_ALIVE) of silence, so
+/// proxies keep a stream open through a long prefill.
+fn streamed(
+    streams: Vec<ResponseStream>,
+    ask: LogprobAsk,
+    tokenizer: std::sync::Arc<dyn Tokenizer>,
+    list: bool,
+    started: Instant,
+) -> Response {
+    let each = streams.into_iter().enumerate().map(move |(index, rs)| {
+        let tokenizer = tokenizer.clone();
+        futures::stream::unfold((Some(rs), Answer::new()), move |(rs, mut answer)| {
+            let tokenizer = tokenizer.clone();
+            async move {
+                let mut rs = rs?;
+                let Ok(next) = tokio::time::timeout(super::sse::KEEP_ALIVE, rs.next()).await else {
+                    let comment = axum::body::Bytes::from_static(b":\n\n");
+                    return Some((comment, (Some(rs), answer)));
+                };
+                let event = match next {
+                    Some(Ok(d)) => {
+                        answer.absorb(&d);
+                        let finish = d.finish.as_ref();
+                        let mut out = answer.object(&rs, finish, ask, tokenizer.as_ref(), started);
+                        if list {
+                            out["index"] = json!(index);
+                        }
+                        let rest = finish.is_none().then_some(rs);
+                        return Some((event(&out), (rest, answer)));
+                    }
+                    Some(Err(e)) => error_event(ApiError::from(e)),
+                    None => error_event(ApiError::from(crate::error::DispatchError::Truncated {
+                        worker: rs.route().decode.worker.id.0.clone(),
+                    })),
+                };
+                Some((event, (None, answer)))
+            }
+        })
+        .boxed()
+    });
+    let events = futures::stream::select_all(each)
+        .chain(futures::stream::once(async {
+            axum::body::Bytes::from_static(b"data: [DONE]\n\n")
+        }))
+        .map(Ok::<_, std::convert::Infallible>);
+    super::sse::event_stream(Body::from_stream(events))
+}
+
+/// One `data:` event.
+fn event(value: &Value) -> axum::body::Bytes {
+    let mut out = b"data: ".to_vec();
+    // A Value always serializes.
+    serde_json::to_writer(&mut out, value).unwrap_or_default();
+    out.extend_from_slice(b"\n\n");
+    out.into()
+}
+
+/// An error inside a stream, as SGLang's server writes it.
+fn error_event(e: ApiError) -> axum::body::Bytes {
+    event(&json!({"error": {"message": e.message}}))
+}
+
+/// `GET /get_model_info`: what SGLang's clients read to learn the model.
+pub(crate) async fn model_info(
+    axum::extract::State(st): axum::extract::State<AppState>,
+) -> Response {
+    let model = st.dispatcher.config().model.clone();
+    axum::Json(json!({
+        "model_path": model,
+        "tokenizer_path": model,
+        "is_generation": true,
+    }))
+    .into_response()
+}
