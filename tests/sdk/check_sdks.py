@@ -465,10 +465,19 @@ def _():
     return [o["text"] for o in outs]
 
 
-@check("sglang /get_model_info and errors")
+@check("sglang /get_model_info, scoring, errors")
 def _():
     info = sg.get("/get_model_info").json()
     assert info["is_generation"] is True and info["model_path"], info
+    # Scoring a text as SGLang's frontend does: prefill only, the prompt's log probabilities.
+    r = sg.post("/generate", json={"text": SG_PROMPT, "return_logprob": True, "logprob_start_len": 0,
+                                    "sampling_params": {"max_new_tokens": 0}})
+    assert r.status_code == 200, r.text
+    scored = r.json()
+    assert scored["text"] == "" and scored["meta_info"]["completion_tokens"] == 0, scored
+    lps = scored["meta_info"]["input_token_logprobs"]
+    assert len(lps) == scored["meta_info"]["prompt_tokens"] and lps[0][0] is None, scored
+    assert all(lp[0] <= 0 for lp in lps[1:]), scored
     r = sg.post("/generate", json={"text": SG_PROMPT, "sampling_params": {"max_new_token": 4}})
     assert r.status_code == 400 and "max_new_token" in r.json()["error"]["message"], r.text
     return info["model_path"]

@@ -12,7 +12,9 @@
 //! `{"type": "length", "length": N}`, `{"type": "stop", "matched": TOKEN_ID | "stop string"}`
 //! or `{"type": "abort", "message"}`. Log probabilities (`return_logprob`,
 //! `top_logprobs_num`, `logprob_start_len`, `return_text_in_logprobs`) come as SGLang's
-//! `[logprob, token_id, text]` triples. Unknown sampling fields are refused, as SGLang's
+//! `[logprob, token_id, text]` triples. `max_new_tokens: 0` prefills only (SGLang's frontend
+//! caches a prefix and scores choices so): the worker draws one token, which is not reported.
+//! Unknown sampling fields are refused, as SGLang's
 //! `SamplingParams` refuses them; top-level fields this server does not serve (LoRA, images,
 //! hidden states, sessions) are refused when they ask for something.
 
@@ -119,6 +121,24 @@ struct LogprobAsk {
     text: bool,
 }
 
+/// One prompt of a request.
+struct Part {
+    /// Its `/v1/completions` request.
+    body: Fields,
+    /// `max_new_tokens: 0`.
+    prefill_only: bool,
+}
+
+/// A request, read.
+struct Read {
+    parts: Vec<Part>,
+    ask: LogprobAsk,
+    /// The client streams.
+    stream: bool,
+    /// The prompts came as a list (answered as a list, even of one).
+    batch: bool,
+}
+
 /// `POST /generate`, after the body is read.
 pub(crate) async fn run(
     st: &AppState,
@@ -132,10 +152,15 @@ pub(crate) async fn run(
         return Err(ApiError::invalid("the body must be a JSON object", None));
     };
     let default_max = DEFAULT_MAX_NEW_TOKENS.min(st.dispatcher.config().max_output_tokens);
-    let (parts, ask, stream, batch) = read(body, default_max)?;
+    let Read {
+        parts,
+        ask,
+        stream,
+        batch,
+    } = read(body, default_max)?;
     let generations_asked: u64 = parts
         .iter()
-        .map(|p| p.get("n").and_then(Value::as_u64).unwrap_or(1))
+        .map(|p| p.body.get("n").and_then(Value::as_u64).unwrap_or(1))
         .sum();
     if generations_asked > u64::from(super::types::MAX_CHOICES) {
         return Err(ApiError::invalid(
@@ -148,26 +173,34 @@ pub(crate) async fn run(
     }
     // Each prompt checked first, so a bad one dispatches nothing.
     let mut prepared = Vec::with_capacity(parts.len());
-    for part in parts {
-        let req: CompletionRequest = serde_json::from_value(Value::Object(part))
+    let mut prefill_only = Vec::with_capacity(parts.len());
+    for Part {
+        body,
+        prefill_only: only,
+    } in parts
+    {
+        let req: CompletionRequest = serde_json::from_value(Value::Object(body))
             .map_err(|e| ApiError::invalid(format!("invalid sampling_params: {e}"), None))?;
         prepared.push(completions::completions(st, headers, req)?);
+        prefill_only.push(only);
     }
     let dispatched =
         futures::future::try_join_all(prepared.into_iter().map(|p| completions::dispatch(st, p)))
             .await?;
     let mut headers = HeaderMap::new();
     let mut streams = Vec::new();
-    for Dispatched {
-        streams: s,
-        headers: h,
-        ..
-    } in dispatched
+    for (
+        Dispatched {
+            streams: s,
+            headers: h,
+        },
+        only,
+    ) in dispatched.into_iter().zip(prefill_only)
     {
         if headers.is_empty() {
             headers = h;
         }
-        streams.extend(s);
+        streams.extend(s.into_iter().map(|rs| (rs, only)));
     }
     let tokenizer = st.dispatcher.tokenizer().clone();
     let list = batch || streams.len() > 1;
@@ -177,7 +210,7 @@ pub(crate) async fn run(
         let outs = futures::future::try_join_all(
             streams
                 .into_iter()
-                .map(|rs| whole(rs, ask, tokenizer.clone(), started)),
+                .map(|(rs, only)| whole(rs, only, ask, tokenizer.clone(), started)),
         )
         .await?;
         let body = if list {
@@ -192,12 +225,9 @@ pub(crate) async fn run(
 }
 
 /// The request read into one completions body a prompt (`max_tokens` `default_max` where
-/// the prompt's sampling fields do not say), what to report, whether it streams and whether it
-/// is a batch (answered as a list even of one).
-fn read(
-    mut body: Fields,
-    default_max: u32,
-) -> Result<(Vec<Fields>, LogprobAsk, bool, bool), ApiError> {
+/// the prompt's sampling fields do not say) with whether it only prefills, what to report,
+/// whether it streams and whether it is a batch (answered as a list even of one).
+fn read(mut body: Fields, default_max: u32) -> Result<Read, ApiError> {
     for (key, value) in &body {
         if UNSERVED.contains(&key.as_str()) {
             if asks_for_something(value) {
@@ -255,7 +285,8 @@ fn read(
     for ((prompt, sampling), rid) in prompts.into_iter().zip(sampling).zip(rids) {
         let mut out = completion_fields(sampling, default_max)?;
         out.insert("prompt".into(), prompt);
-        out.insert("stream".into(), Value::Bool(stream));
+        // No `stream`: the completions path only dispatches here, and the answer streams
+        // (or not) in SGLang's shape whatever it holds.
         if let Some(rid) = rid {
             if !rid.is_string() {
                 return Err(ApiError::invalid("rid must be a string", Some("rid")));
@@ -269,9 +300,22 @@ fn read(
             out.insert("logprobs".into(), json!(ask.top));
             out.insert("prompt_logprobs".into(), json!(ask.top));
         }
-        parts.push(out);
+        // Prefill only: one token drawn, none reported.
+        let only = out.get("max_tokens").and_then(Value::as_u64) == Some(0);
+        if only {
+            out.insert("max_tokens".into(), json!(1));
+        }
+        parts.push(Part {
+            body: out,
+            prefill_only: only,
+        });
     }
-    Ok((parts, ask, stream, batch))
+    Ok(Read {
+        parts,
+        ask,
+        stream,
+        batch,
+    })
 }
 
 /// Whether a refused field's value asks for anything.
@@ -420,24 +464,30 @@ struct Answer {
     ids: Vec<u32>,
     logprobs: Vec<v1::TokenLogprobs>,
     prompt_logprobs: Vec<v1::TokenLogprobs>,
+    /// `max_new_tokens: 0`: the output is not reported.
+    prefill_only: bool,
 }
 
 impl Answer {
-    fn new() -> Self {
+    fn new(prefill_only: bool) -> Self {
         Self {
             text: String::new(),
             ids: Vec::new(),
             logprobs: Vec::new(),
             prompt_logprobs: Vec::new(),
+            prefill_only,
         }
     }
 
     fn absorb(&mut self, d: &Delta) {
+        self.prompt_logprobs
+            .extend(d.prompt_logprobs.iter().cloned());
+        if self.prefill_only {
+            return;
+        }
         self.text.push_str(&d.text);
         self.ids.extend_from_slice(&d.token_ids);
         self.logprobs.extend(d.logprobs.iter().cloned());
-        self.prompt_logprobs
-            .extend(d.prompt_logprobs.iter().cloned());
     }
 
     /// SGLang's output object: text and ids so far, and `meta_info`.
@@ -452,15 +502,18 @@ impl Answer {
         let prompt = rs.prompt_tokens();
         let mut meta = Fields::new();
         meta.insert("id".into(), json!(rs.request_id()));
-        meta.insert(
-            "finish_reason".into(),
-            finish.map_or(Value::Null, |f| finish_reason(f, &self.ids)),
-        );
+        let reason = match finish {
+            None => Value::Null,
+            Some(_) if self.prefill_only => json!({"type": "length", "length": 0}),
+            Some(f) => finish_reason(f, &self.ids),
+        };
+        meta.insert("finish_reason".into(), reason);
         meta.insert("prompt_tokens".into(), json!(prompt.len()));
-        meta.insert(
-            "completion_tokens".into(),
-            json!(finish.map_or(self.ids.len() as u32, |f| f.usage.completion_tokens)),
-        );
+        let generated = match finish {
+            Some(f) if !self.prefill_only => f.usage.completion_tokens,
+            _ => self.ids.len() as u32,
+        };
+        meta.insert("completion_tokens".into(), json!(generated));
         meta.insert(
             "cached_tokens".into(),
             json!(finish.map_or(0, |f| f.usage.cached_tokens)),
@@ -544,11 +597,12 @@ fn finish_reason(f: &Finish, ids: &[u32]) -> Value {
 /// One generation's whole answer.
 async fn whole(
     mut rs: ResponseStream,
+    prefill_only: bool,
     ask: LogprobAsk,
     tokenizer: std::sync::Arc<dyn Tokenizer>,
     started: Instant,
 ) -> Result<Value, ApiError> {
-    let mut answer = Answer::new();
+    let mut answer = Answer::new(prefill_only);
     while let Some(item) = rs.next().await {
         let d = item?;
         answer.absorb(&d);
@@ -566,43 +620,50 @@ async fn whole(
 /// fails, then `[DONE]`; a comment after [`KEEP_ALIVE`](super::sse::KEEP_ALIVE) of silence, so
 /// proxies keep a stream open through a long prefill.
 fn streamed(
-    streams: Vec<ResponseStream>,
+    streams: Vec<(ResponseStream, bool)>,
     ask: LogprobAsk,
     tokenizer: std::sync::Arc<dyn Tokenizer>,
     list: bool,
     started: Instant,
 ) -> Response {
-    let each = streams.into_iter().enumerate().map(move |(index, rs)| {
-        let tokenizer = tokenizer.clone();
-        futures::stream::unfold((Some(rs), Answer::new()), move |(rs, mut answer)| {
+    let each = streams
+        .into_iter()
+        .enumerate()
+        .map(move |(index, (rs, only))| {
             let tokenizer = tokenizer.clone();
-            async move {
-                let mut rs = rs?;
-                let Ok(next) = tokio::time::timeout(super::sse::KEEP_ALIVE, rs.next()).await else {
-                    let comment = axum::body::Bytes::from_static(b":\n\n");
-                    return Some((comment, (Some(rs), answer)));
-                };
-                let event = match next {
-                    Some(Ok(d)) => {
-                        answer.absorb(&d);
-                        let finish = d.finish.as_ref();
-                        let mut out = answer.object(&rs, finish, ask, tokenizer.as_ref(), started);
-                        if list {
-                            out["index"] = json!(index);
+            futures::stream::unfold((Some(rs), Answer::new(only)), move |(rs, mut answer)| {
+                let tokenizer = tokenizer.clone();
+                async move {
+                    let mut rs = rs?;
+                    let Ok(next) = tokio::time::timeout(super::sse::KEEP_ALIVE, rs.next()).await
+                    else {
+                        let comment = axum::body::Bytes::from_static(b":\n\n");
+                        return Some((comment, (Some(rs), answer)));
+                    };
+                    let event = match next {
+                        Some(Ok(d)) => {
+                            answer.absorb(&d);
+                            let finish = d.finish.as_ref();
+                            let mut out =
+                                answer.object(&rs, finish, ask, tokenizer.as_ref(), started);
+                            if list {
+                                out["index"] = json!(index);
+                            }
+                            let rest = finish.is_none().then_some(rs);
+                            return Some((event(&out), (rest, answer)));
                         }
-                        let rest = finish.is_none().then_some(rs);
-                        return Some((event(&out), (rest, answer)));
-                    }
-                    Some(Err(e)) => error_event(ApiError::from(e)),
-                    None => error_event(ApiError::from(crate::error::DispatchError::Truncated {
-                        worker: rs.route().decode.worker.id.0.clone(),
-                    })),
-                };
-                Some((event, (None, answer)))
-            }
-        })
-        .boxed()
-    });
+                        Some(Err(e)) => error_event(ApiError::from(e)),
+                        None => {
+                            error_event(ApiError::from(crate::error::DispatchError::Truncated {
+                                worker: rs.route().decode.worker.id.0.clone(),
+                            }))
+                        }
+                    };
+                    Some((event, (None, answer)))
+                }
+            })
+            .boxed()
+        });
     let events = futures::stream::select_all(each)
         .chain(futures::stream::once(async {
             axum::body::Bytes::from_static(b"data: [DONE]\n\n")

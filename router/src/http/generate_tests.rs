@@ -219,6 +219,35 @@ async fn logprobs_come_as_triples() {
     assert_eq!(input.len(), 3, "{v}");
     assert_eq!(input[0], json!([null, prompt[0], null]), "{v}");
     assert!(v["meta_info"].get("input_top_logprobs").is_none(), "{v}");
+
+    // `max_new_tokens: 0` prefills only (how SGLang's frontend scores choices and caches a
+    // prefix): the prompt's log probabilities, no output, whole or streamed.
+    let score = json!({"text": "hey", "return_logprob": true, "logprob_start_len": 1,
+        "sampling_params": {"max_new_tokens": 0}});
+    let (status, body) = generate(s.addr, score.clone()).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let v = parse(&body);
+    let meta = &v["meta_info"];
+    assert_eq!(v["text"], "", "{v}");
+    assert_eq!(v["output_ids"], json!([]), "{v}");
+    assert_eq!(meta["completion_tokens"], 0, "{v}");
+    assert_eq!(
+        meta["finish_reason"],
+        json!({"type": "length", "length": 0})
+    );
+    assert_eq!(meta["output_token_logprobs"], json!([]), "{v}");
+    assert_eq!(
+        meta["input_token_logprobs"].as_array().map(Vec::len),
+        Some(2)
+    );
+    let mut streamed = score;
+    streamed["stream"] = json!(true);
+    let (status, body) = generate(s.addr, streamed).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let data = sse_data(&body);
+    let last = parse(&data[data.len() - 2]);
+    assert_eq!(last["text"], "", "{body}");
+    assert_eq!(last["meta_info"]["finish_reason"]["length"], 0, "{body}");
 }
 
 #[tokio::test]
