@@ -6,6 +6,7 @@ pub mod cors;
 pub mod error;
 mod extras;
 mod generate;
+mod generate_answers;
 mod logprobs;
 mod message_events;
 mod messages;
