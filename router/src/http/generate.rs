@@ -110,8 +110,8 @@ pub(super) struct LogprobAsk {
     pub(super) on: bool,
     /// `top_logprobs_num`.
     pub(super) top: u32,
-    /// First prompt position whose log probability is reported (`logprob_start_len`; -1: the
-    /// last prompt token's only).
+    /// First prompt position reported (`logprob_start_len`; -1: the last token alone), with
+    /// no log probability of its own, as SGLang reports it.
     pub(super) start: i64,
     /// `return_text_in_logprobs`.
     pub(super) text: bool,
@@ -294,7 +294,11 @@ fn read(mut body: Fields, default_max: u32) -> Result<Read, ApiError> {
         }
         if ask.on {
             out.insert("logprobs".into(), json!(ask.top));
-            out.insert("prompt_logprobs".into(), json!(ask.top));
+            // The first position reported has no log probability: from the last token alone
+            // (the default), the prompt's are not needed.
+            if ask.start >= 0 {
+                out.insert("prompt_logprobs".into(), json!(ask.top));
+            }
         }
         // Prefill only: one token drawn, none reported.
         let only = out.get("max_tokens").and_then(Value::as_u64) == Some(0);

@@ -111,13 +111,16 @@ impl Answer {
                     .collect(),
             ),
         };
-        let start = if ask.start < 0 {
-            prompt.len().saturating_sub(1)
-        } else {
-            (ask.start as usize).min(prompt.len())
+        // -1 (or past the end): the prompt's last token alone.
+        let last = prompt.len().saturating_sub(1);
+        let start = usize::try_from(ask.start).map_or(last, |s| s.min(last));
+        // `prompt_logprobs[i]` is prompt token `i + 1`'s; the first reported position's is
+        // unknown (`null`) whatever it is, as SGLang reports it.
+        let at = |pos: usize| {
+            pos.checked_sub(1)
+                .filter(|_| pos > start)
+                .and_then(|i| self.prompt_logprobs.get(i))
         };
-        // `prompt_logprobs[i]` is prompt token `i + 1`'s.
-        let at = |pos: usize| pos.checked_sub(1).and_then(|i| self.prompt_logprobs.get(i));
         let input: Vec<Value> = (start..prompt.len())
             .map(|pos| triple(at(pos).map(|lp| lp.logprob), prompt[pos]))
             .collect();

@@ -178,7 +178,7 @@ async fn stops_name_what_matched() {
 #[tokio::test]
 async fn logprobs_come_as_triples() {
     let ids = SimTokenizer.encode("ok");
-    let (_fake, _d, s) = with_worker(Behavior::Text("ok".into())).await;
+    let (fake, _d, s) = with_worker(Behavior::Text("ok".into())).await;
     let (status, body) = generate(
         s.addr,
         json!({"text": "hey", "sampling_params": {"max_new_tokens": 2},
@@ -195,16 +195,18 @@ async fn logprobs_come_as_triples() {
     let top = &meta["output_top_logprobs"][1];
     assert_eq!(top.as_array().map(Vec::len), Some(2), "{v}");
     assert_eq!(top[0][1], lp(ids[1]).top_ids[0]);
-    // By default the prompt's last token only.
+    // By default the prompt's last token only, whose log probability SGLang does not report
+    // (the first position reported never has one): the worker is not asked for the prompt's.
     let prompt = SimTokenizer.encode("hey");
     let input = meta["input_token_logprobs"].as_array().expect("input");
-    assert_eq!(input.len(), 1, "{v}");
-    assert_eq!(input[0][1], prompt[2]);
-    let near = |v: &Value, want: f32| {
-        v.as_f64()
-            .is_some_and(|x| (x - f64::from(want)).abs() < 1e-6)
-    };
-    assert!(near(&input[0][0], lp(prompt[2]).logprob), "{v}");
+    assert_eq!(input, &[json!([null, prompt[2], "y"])], "{v}");
+    assert_eq!(
+        fake.state.calls.lock()[0]
+            .sampling
+            .as_ref()
+            .and_then(|s| s.prompt_logprobs),
+        None
+    );
 
     // From the first token: its log probability is unknown (null), as SGLang writes it.
     let (_, body) = generate(
@@ -236,10 +238,15 @@ async fn logprobs_come_as_triples() {
         json!({"type": "length", "length": 0})
     );
     assert_eq!(meta["output_token_logprobs"], json!([]), "{v}");
-    assert_eq!(
-        meta["input_token_logprobs"].as_array().map(Vec::len),
-        Some(2)
-    );
+    // From position 1: its log probability unknown, position 2's the model's.
+    let input = meta["input_token_logprobs"].as_array().expect("input");
+    assert_eq!(input.len(), 2, "{v}");
+    assert_eq!(input[0], json!([null, prompt[1], null]), "{v}");
+    let near = |v: &Value, want: f32| {
+        v.as_f64()
+            .is_some_and(|x| (x - f64::from(want)).abs() < 1e-6)
+    };
+    assert!(near(&input[1][0], lp(prompt[2]).logprob), "{v}");
     let mut streamed = score;
     streamed["stream"] = json!(true);
     let (status, body) = generate(s.addr, streamed).await;
