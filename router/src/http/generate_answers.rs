@@ -85,7 +85,7 @@ impl Answer {
     }
 
     /// SGLang's log-probability fields: the output's, and the prompt's from
-    /// `logprob_start_len` (-1: its last token), the first prompt token's being `null`.
+    /// `logprob_start_len` (-1: its last token), the first position's being `null`.
     fn logprob_fields(
         &self,
         prompt: &[u32],
