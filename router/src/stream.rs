@@ -185,6 +185,14 @@ impl ResponseStream {
         self.0.routing()
     }
 
+    /// The error for a stream that ended before its last delta: its decode worker's answer
+    /// was cut short.
+    pub fn truncated(&self) -> DispatchError {
+        DispatchError::Truncated {
+            worker: self.0.route.decode.worker.id.0.clone(),
+        }
+    }
+
     /// The next delta; `None` after the last one. Errors end the stream.
     pub async fn next(&mut self) -> Option<Result<Delta, DispatchError>> {
         std::future::poll_fn(|cx| self.0.poll_delta(cx)).await

@@ -1535,7 +1535,5 @@ async fn collect(mut rs: ResponseStream, ids: bool) -> Result<Output, ApiError> 
             });
         }
     }
-    Err(ApiError::from(crate::error::DispatchError::Truncated {
-        worker: rs.route().decode.worker.id.0.clone(),
-    }))
+    Err(ApiError::from(rs.truncated()))
 }

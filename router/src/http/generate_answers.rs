@@ -172,9 +172,7 @@ pub(super) async fn whole(
             return Ok(answer.object(&rs, Some(f), ask, tokenizer.as_ref(), started));
         }
     }
-    Err(ApiError::from(crate::error::DispatchError::Truncated {
-        worker: rs.route().decode.worker.id.0.clone(),
-    }))
+    Err(ApiError::from(rs.truncated()))
 }
 
 /// Every generation's answer streamed: an event per delta with that generation's text and
@@ -215,11 +213,7 @@ pub(super) fn streamed(
                             return Some((event(&out), (rest, answer)));
                         }
                         Some(Err(e)) => error_event(ApiError::from(e)),
-                        None => {
-                            error_event(ApiError::from(crate::error::DispatchError::Truncated {
-                                worker: rs.route().decode.worker.id.0.clone(),
-                            }))
-                        }
+                        None => error_event(ApiError::from(rs.truncated())),
                     };
                     Some((event, (None, answer)))
                 }

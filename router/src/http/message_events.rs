@@ -67,9 +67,7 @@ impl Blocks {
                 return Ok(super::completions::json_response(&body, 2048));
             }
         }
-        Err(ApiError::from(crate::error::DispatchError::Truncated {
-            worker: rs.route().decode.worker.id.0.clone(),
-        }))
+        Err(ApiError::from(rs.truncated()))
     }
 
     /// The message as Anthropic's server-sent events.
@@ -102,9 +100,7 @@ impl Blocks {
                         return Some((Ok(frame), (b, None)));
                     }
                     None => {
-                        b.error(ApiError::from(crate::error::DispatchError::Truncated {
-                            worker: rs.route().decode.worker.id.0.clone(),
-                        }));
+                        b.error(ApiError::from(rs.truncated()));
                         let frame = b.frame()?;
                         return Some((Ok(frame), (b, None)));
                     }

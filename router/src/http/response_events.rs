@@ -129,9 +129,7 @@ impl Events {
                 return Ok(super::completions::json_response(&body, 2048));
             }
         }
-        Err(ApiError::from(crate::error::DispatchError::Truncated {
-            worker: rs.route().decode.worker.id.0.clone(),
-        }))
+        Err(ApiError::from(rs.truncated()))
     }
 
     /// The response as server-sent events.
