@@ -3,6 +3,7 @@
 //! calls, each a tool's name and keyword arguments whose values are Python literals of the
 //! types the tool's schema gives. llguidance's Lark syntax.
 
+use dolphin_grammar::LARK_WHITESPACE;
 use serde_json::Value;
 
 use crate::tools::CallTokens;
@@ -10,11 +11,9 @@ use crate::tools::CallTokens;
 /// Nesting of array schemas followed into their items; deeper values are any literal.
 const MAX_DEPTH: u32 = 4;
 
-/// The rules every grammar shares: whitespace (bounded as `dolphin_grammar::LARK_WHITESPACE`
-/// bounds it, so a small model cannot spend its budget on blank lines), Python literals of
-/// each kind, any literal, and any keyword arguments (a tool that is not strict).
-const COMMON: &str = r#"WS: /[ \t\n]{0,24}/
-PYSTR: /"([^"\\\n]|\\.)*"|'([^'\\\n]|\\.)*'/
+/// The rules every grammar shares besides whitespace (`WS`, see [`grammar`]): Python literals
+/// of each kind, any literal, and any keyword arguments (a tool that is not strict).
+const COMMON: &str = r#"PYSTR: /"([^"\\\n]|\\.)*"|'([^'\\\n]|\\.)*'/
 PYINT: /-?[0-9]+/
 PYNUM: /-?[0-9]+(\.[0-9]+)?([eE][+-]?[0-9]+)?/
 KEY: /[A-Za-z_][A-Za-z0-9_]*/
@@ -39,7 +38,9 @@ pub(crate) fn grammar(
     parallel: bool,
     tokens: CallTokens,
 ) -> String {
-    let mut rules = String::from(COMMON);
+    // Whitespace bounded as every format's JSON is, so a small model cannot spend its budget
+    // on blank lines.
+    let mut rules = format!("WS: {LARK_WHITESPACE}\n{COMMON}");
     let mut calls = Vec::new();
     for (i, f) in tools.iter().map(|t| &t["function"]).enumerate() {
         let Some(name) = f["name"].as_str().filter(|n| is_identifier(n)) else {
