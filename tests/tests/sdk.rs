@@ -2,8 +2,9 @@
 //! through the real processes (router, prefill and decode worker on the candle engine):
 //! `tests/sdk/check_sdks.py` runs its checks (completions, chat with streaming, usage, `n`,
 //! seeds, stops, log probabilities, structured output and tool calls; the error shapes; the
-//! Responses API stored and continued; Anthropic's Messages API) and fails on the first shape
-//! the SDKs do not parse as their API's.
+//! Responses API stored and continued; Anthropic's Messages API; SGLang's `/generate` read as
+//! its benchmark client reads it) and fails on the first shape the clients do not parse as
+//! their API's.
 //!
 //! Skipped with a notice when the model is absent or the SDKs are not installed
 //! (`scripts/install-sdks.sh`), unless `DOLPHIN_REQUIRE_MODEL` / `DOLPHIN_REQUIRE_SDK` is set
@@ -21,7 +22,8 @@ use dolphin_tokenizer::{SMOLLM2_FILE, model_or_skip};
 const REQUIRE_ENV: &str = "DOLPHIN_REQUIRE_SDK";
 /// Where scripts/install-sdks.sh puts them unless told otherwise.
 const VENV_ENV: &str = "DOLPHIN_SDK_VENV";
-/// The whole script: about 30 short requests, greedy, on two shared cores in a debug build.
+/// The whole script: about 40 short requests, mostly greedy, on two shared cores in a debug
+/// build.
 const SCRIPT_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// The venv's python, or `None` (skip) when it is absent and not required.
