@@ -571,7 +571,9 @@ impl StepBuilder<u32> for SimStep<'_> {
         if from >= max_hits {
             return;
         }
-        let extra_blocks = self.pool.extend_hit(&hashes[from..max_hits], &mut s.table);
+        let extra_blocks = self
+            .pool
+            .extend_hit(&hashes[..max_hits], from, &mut s.table);
         if extra_blocks == 0 {
             return;
         }
@@ -597,20 +599,9 @@ fn commit_blocks_through(pool: &mut KvPool, s: &mut Seq, r: &SimRequest, bs: u32
     let full = ((tokens / bs) as usize).min(r.hashes.len());
     let from = s.committed as usize;
     if from < full {
-        let parent = |i: usize| i.checked_sub(1).map(|p| r.hashes[p]);
         let split = (s.indexed as usize).clamp(from, full);
-        pool.commit_many(
-            &s.table[from..split],
-            parent(from),
-            &r.hashes[from..split],
-            from as u32,
-        );
-        pool.commit_many_unindexed(
-            &s.table[split..full],
-            parent(split),
-            &r.hashes[split..full],
-            split as u32,
-        );
+        pool.commit_many(&s.table[from..split], &r.hashes[..split], from);
+        pool.commit_many_unindexed(&s.table[split..full], &r.hashes[..full], split);
         s.committed = full as u32;
     }
 }

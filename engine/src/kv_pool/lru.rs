@@ -13,22 +13,20 @@
 
 use std::collections::VecDeque;
 
-use dolphin_cluster::BlockHash;
-
 use crate::types::BlockId;
 
 #[derive(Clone, Copy, Debug)]
 struct Entry {
-    /// The hash whose map slot the block's eviction will touch, kept here so a prefetch of that
+    /// The map tag whose slot the block's eviction will touch, kept here so a prefetch of that
     /// slot needs no read of the block's own line first; [`NO_SLOT`] for a block not in the map
-    /// (a prefetch hint only: a real hash equal to it merely goes unprefetched).
-    hash: BlockHash,
+    /// (a prefetch hint only: a real tag equal to it merely goes unprefetched).
+    tag: u32,
     block: BlockId,
     stamp: u32,
 }
 
-/// [`Entry::hash`] of a block whose eviction touches no map slot.
-const NO_SLOT: BlockHash = 0;
+/// [`Entry::tag`] of a block whose eviction touches no map slot.
+const NO_SLOT: u32 = u32::MAX;
 
 /// A block's place in the LRU order, kept in its metadata: whether it is in the order, and
 /// the stamp of its latest queue entry (older entries are stale).
@@ -58,22 +56,22 @@ impl Lru {
         self.len
     }
 
-    /// Appends `block` as the most recently used; `slot_hint` is the hash whose map slot its
+    /// Appends `block` as the most recently used; `slot_hint` is the map tag whose slot its
     /// eviction will touch (`None`: it is not in the map). It must not be in the order.
     pub(crate) fn push_back<M: Linked>(
         &mut self,
         blocks: &mut [M],
         block: BlockId,
-        slot_hint: Option<BlockHash>,
+        slot_hint: Option<u32>,
     ) {
-        let hash = slot_hint.unwrap_or(NO_SLOT);
+        let tag = slot_hint.unwrap_or(NO_SLOT);
         let meta = &mut blocks[block as usize];
         debug_assert!(!meta.linked(), "block {block} already in the LRU order");
         let stamp = meta.stamp().wrapping_add(1);
         meta.set_stamp(stamp);
         meta.set_linked(true);
         self.len += 1;
-        self.queue.push_back(Entry { hash, block, stamp });
+        self.queue.push_back(Entry { tag, block, stamp });
         self.compact_if_stale(blocks);
     }
 
@@ -99,12 +97,12 @@ impl Lru {
         None
     }
 
-    /// The block and map-slot hash (if any) `ahead` entries behind the queue's front (live or
+    /// The block and map tag (if any) `ahead` entries behind the queue's front (live or
     /// stale), to prefetch.
-    pub(crate) fn front_ahead(&self, ahead: usize) -> Option<(BlockId, Option<BlockHash>)> {
+    pub(crate) fn front_ahead(&self, ahead: usize) -> Option<(BlockId, Option<u32>)> {
         self.queue
             .get(ahead)
-            .map(|e| (e.block, (e.hash != NO_SLOT).then_some(e.hash)))
+            .map(|e| (e.block, (e.tag != NO_SLOT).then_some(e.tag)))
     }
 
     /// Drops stale entries once they outnumber the live ones.
@@ -158,7 +156,7 @@ mod tests {
         let mut links = vec![LruLink::default(); 8];
         let mut lru = Lru::default();
         for b in [3, 1, 4, 5] {
-            lru.push_back(&mut links, b, Some(u64::from(b)));
+            lru.push_back(&mut links, b, Some(b));
         }
         assert_eq!(lru.iter(&links).collect::<Vec<_>>(), vec![3, 1, 4, 5]);
         lru.unlink(&mut links[4]);

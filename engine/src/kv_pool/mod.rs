@@ -27,7 +27,7 @@ use dolphin_cluster::block_map::TOUCH_AHEAD;
 
 use crate::types::{BlockId, KvEvent};
 use lru::{Linked, Lru};
-use tag_map::TagMap;
+use tag_map::{TagMap, tag_at};
 
 /// Per-block bookkeeping: 32 bytes, aligned, so one cache line serves a block's every field on
 /// the evict / allocate / commit path (at 40 bytes, one block in two straddled two lines, and
@@ -40,14 +40,21 @@ struct BlockMeta {
     /// Hash of the block before it in its prompt (valid while cached and `HAS_PARENT`).
     parent: BlockHash,
     refs: u32,
-    /// Block index within its prompt (valid while cached); orders snapshots parents first.
-    depth: u32,
+    /// The block's tag in the map while cached and indexed (`tag_map::tag_at`: its chain's,
+    /// not its own hash's, so the eviction that removes it needs it here).
+    tag: u32,
     /// Stamp of the block's latest LRU queue entry (see `lru.rs`).
     lru_stamp: u32,
-    flags: u8,
+    /// The flags in the low 8 bits; above them the block's index within its prompt (valid
+    /// while cached), which orders snapshots parents first.
+    depth_flags: u32,
 }
 
 const _: () = assert!(std::mem::size_of::<BlockMeta>() == 32);
+
+/// The deepest depth `BlockMeta` keeps (24 bits: 268M tokens at 16 a block); deeper blocks
+/// keep this one, and a snapshot may then list them before their parents.
+const MAX_DEPTH: u32 = (1 << 24) - 1;
 
 /// `BlockMeta::flags`: the block is in the prefix cache.
 const CACHED: u8 = 1;
@@ -60,31 +67,43 @@ const IN_LRU: u8 = 4;
 const UNINDEXED: u8 = 8;
 
 impl BlockMeta {
+    fn flags(&self) -> u8 {
+        self.depth_flags as u8
+    }
+
+    fn depth(&self) -> u32 {
+        self.depth_flags >> 8
+    }
+
+    fn set_depth(&mut self, depth: u32) {
+        self.depth_flags = (depth.min(MAX_DEPTH) << 8) | u32::from(self.flags());
+    }
+
     fn cached(&self) -> bool {
-        self.flags & CACHED != 0
+        self.flags() & CACHED != 0
     }
 
     /// The hash a lookup finds it by: cached and in the map.
     fn hash(&self) -> Option<BlockHash> {
-        (self.flags & (CACHED | UNINDEXED) == CACHED).then_some(self.hash)
+        (self.flags() & (CACHED | UNINDEXED) == CACHED).then_some(self.hash)
     }
 
     fn parent(&self) -> Option<BlockHash> {
-        (self.flags & (CACHED | HAS_PARENT) == CACHED | HAS_PARENT).then_some(self.parent)
+        (self.flags() & (CACHED | HAS_PARENT) == CACHED | HAS_PARENT).then_some(self.parent)
     }
 
     fn set(&mut self, flag: u8, on: bool) {
         if on {
-            self.flags |= flag;
+            self.depth_flags |= u32::from(flag);
         } else {
-            self.flags &= !flag;
+            self.depth_flags &= !u32::from(flag);
         }
     }
 }
 
 impl Linked for BlockMeta {
     fn linked(&self) -> bool {
-        self.flags & IN_LRU != 0
+        self.flags() & IN_LRU != 0
     }
     fn set_linked(&mut self, linked: bool) {
         self.set(IN_LRU, linked);
@@ -94,6 +113,31 @@ impl Linked for BlockMeta {
     }
     fn set_stamp(&mut self, stamp: u32) {
         self.lru_stamp = stamp;
+    }
+}
+
+/// The cache line `x` starts in.
+fn line_of<T>(x: &T) -> usize {
+    std::ptr::from_ref(x) as usize / 64
+}
+
+/// The lines a walk fetched last (its metadata's and the map's), so that a run of blocks
+/// sharing them fetches them once.
+#[derive(Default)]
+struct Touched {
+    block: usize,
+    map: usize,
+}
+
+impl Touched {
+    /// Records `line` as the last metadata line; whether it is another than before.
+    fn swap_block(&mut self, line: usize) -> bool {
+        std::mem::replace(&mut self.block, line) != line
+    }
+
+    /// Records `line` as the last map line; whether it is another than before.
+    fn swap_map(&mut self, line: usize) -> bool {
+        std::mem::replace(&mut self.map, line) != line
     }
 }
 
@@ -184,51 +228,62 @@ impl KvPool {
         self.cached.len()
     }
 
-    /// Whether `hash` is cached.
-    pub fn contains(&self, hash: BlockHash) -> bool {
-        self.lookup(hash).is_some()
+    /// Whether the last block of `chain` (a prompt's block hashes from its first) is cached.
+    pub fn contains(&self, chain: &[BlockHash]) -> bool {
+        chain
+            .len()
+            .checked_sub(1)
+            .is_some_and(|d| self.lookup(chain, d).is_some())
     }
 
-    /// The block cached under `hash`.
+    /// The block cached under `chain[depth]` (`chain`: a prompt's block hashes from its first).
     #[inline]
-    fn lookup(&self, hash: BlockHash) -> Option<BlockId> {
-        self.cached.get(hash, holds(&self.blocks, hash))
+    fn lookup(&self, chain: &[BlockHash], depth: usize) -> Option<BlockId> {
+        let hash = chain[depth];
+        self.cached
+            .get(tag_at(chain, depth), holds(&self.blocks, hash))
     }
 
-    /// Prefetches the cache's home line for `hash`.
-    pub fn touch_cached(&self, hash: BlockHash) {
-        self.cached.touch_home(hash);
+    /// Prefetches the cache's home line for a prompt whose first block hash is `first`.
+    pub fn touch_cached(&self, first: BlockHash) {
+        self.cached.touch_home(tag_at(&[first], 0));
     }
 
     /// Number of leading `hashes` present in the cache.
     pub fn match_prefix(&self, hashes: &[BlockHash]) -> usize {
-        self.walk_cached(hashes, |_| {})
+        self.walk_cached(hashes, 0, |_| {})
     }
 
-    /// Walks the leading `hashes` present in the cache, handing each one's block to `hit`;
-    /// returns how many. The first probe alone decides most walks (a prompt nobody shares
-    /// misses at once), so the lines ahead are fetched only once it hits; a lookup rarely
-    /// leaves its key's home line (the map is at most a quarter full), so only that line is
-    /// fetched ahead.
-    fn walk_cached(&self, hashes: &[BlockHash], mut hit: impl FnMut(BlockId)) -> usize {
-        match hashes.first().map(|&h| self.lookup(h)) {
-            Some(Some(b)) => hit(b),
-            _ => return 0,
+    /// Walks the blocks of `chain` (a prompt's block hashes from its first) cached from depth
+    /// `from` on, handing each one's block to `hit`; returns how many. The first probe alone
+    /// decides most walks (a prompt nobody shares misses at once), so the lines ahead are
+    /// fetched only once it hits. A chain's run of 8 blocks shares a home line
+    /// (`tag_map::tag_at`), so that line and the next (where the run spills when other
+    /// entries took its slots) are fetched once per run, `TOUCH_AHEAD` blocks ahead.
+    fn walk_cached(&self, chain: &[BlockHash], from: usize, mut hit: impl FnMut(BlockId)) -> usize {
+        if from >= chain.len() {
+            return 0;
         }
-        let rest = &hashes[1..];
-        for &h in rest.iter().take(TOUCH_AHEAD) {
-            self.cached.touch_home(h);
-        }
-        for (i, &h) in rest.iter().enumerate() {
-            if let Some(&ahead) = rest.get(i + TOUCH_AHEAD) {
-                self.cached.touch_home(ahead);
+        let Some(b) = self.lookup(chain, from) else {
+            return 0;
+        };
+        hit(b);
+        let touch_run = |d: usize| {
+            if d < chain.len() && (d.is_multiple_of(tag_map::RUN) || d == from + 1) {
+                self.cached.touch(tag_at(chain, d));
             }
-            let Some(b) = self.lookup(h) else {
-                return 1 + i;
+        };
+        for d in from + 1..(from + 1 + TOUCH_AHEAD).min(chain.len()) {
+            touch_run(d);
+        }
+        for d in from + 1..chain.len() {
+            touch_run(d + TOUCH_AHEAD);
+            let Some(b) = self.lookup(chain, d) else {
+                return d - from;
             };
             hit(b);
         }
-        hashes.len()
+        chain.len() - from
     }
 
     /// The blocks that hold the longest cached prefix of `hashes`, into `out` (cleared first);
@@ -264,7 +319,7 @@ impl KvPool {
             out.push(b);
         }
         let checked = out.len();
-        checked + self.walk_cached(&hashes[checked..], |b| out.push(b))
+        checked + self.walk_cached(hashes, checked, |b| out.push(b))
     }
 
     /// Admits a sequence if the pool can hold it: takes a reference on the cached blocks named by
@@ -272,7 +327,7 @@ impl KvPool {
     /// `new_blocks` more. Returns false, changing nothing, if that does not fit.
     pub fn admit(&mut self, hits: &[BlockHash], new_blocks: u32, table: &mut Vec<BlockId>) -> bool {
         let start = table.len();
-        if self.walk_cached(hits, |b| table.push(b)) < hits.len() {
+        if self.walk_cached(hits, 0, |b| table.push(b)) < hits.len() {
             table.truncate(start);
             return false;
         }
@@ -327,18 +382,25 @@ impl KvPool {
     }
 
     /// Extends an admitted sequence's prefix hit, before it holds a block of its own: takes a
-    /// reference on the leading `hashes` now cached (they continue the hits already in
-    /// `table`), appends them to `table` and returns that many blocks of its reservation.
-    /// Returns how many blocks it took; 0, changing nothing, when none is cached or reviving
-    /// the evictable ones does not fit.
-    pub fn extend_hit(&mut self, hashes: &[BlockHash], table: &mut Vec<BlockId>) -> u32 {
-        let found = self.match_prefix(hashes);
+    /// reference on the blocks of `chain` (the prompt's block hashes from its first) now cached
+    /// from depth `from` on (they continue the hits already in `table`, which hold
+    /// `chain[..from]`), appends them to `table` and returns that many blocks of its
+    /// reservation. Returns how many blocks it took; 0, changing nothing, when none is cached
+    /// or reviving the evictable ones does not fit.
+    pub fn extend_hit(
+        &mut self,
+        chain: &[BlockHash],
+        from: usize,
+        table: &mut Vec<BlockId>,
+    ) -> u32 {
+        let start = table.len();
+        let found = self.walk_cached(chain, from, |b| table.push(b));
         if found == 0 {
             return 0;
         }
         let n = found as u32;
         self.unreserve(n);
-        if !self.admit(&hashes[..found], 0, table) {
+        if !self.admit_held(start, 0, table) {
             let restored = self.admit(&[], n, table);
             debug_assert!(restored, "a reservation just given back fits again");
             return 0;
@@ -374,14 +436,15 @@ impl KvPool {
         // slot): the first ones now, then one TOUCH_AHEAD places ahead per block taken, also
         // past `n` (the queue's front is the next eviction, whoever asks next).
         let evicting = self.free.len() < n as usize;
+        let mut last = Touched::default();
         if evicting {
             for ahead in 0..(n as usize).min(TOUCH_AHEAD) {
-                self.touch_eviction(ahead);
+                self.touch_eviction(ahead, &mut last);
             }
         }
         for taken in 0..n {
             if evicting {
-                self.touch_eviction(TOUCH_AHEAD);
+                self.touch_eviction(TOUCH_AHEAD, &mut last);
             }
             let Some(b) = self.allocate() else {
                 return taken;
@@ -423,7 +486,7 @@ impl KvPool {
             if meta.refs == 0 {
                 if meta.cached() {
                     // The map slot its eviction will touch: none for an unindexed block.
-                    let slot_hint = meta.hash();
+                    let slot_hint = meta.hash().map(|_| meta.tag);
                     self.lru.push_back(&mut self.blocks, b, slot_hint);
                 } else {
                     self.free.push(b);
@@ -432,46 +495,45 @@ impl KvPool {
         }
     }
 
-    /// Puts a full, referenced block into the prefix cache under `hash` (the `depth`-th block of
-    /// its prompt, after `parent`). Returns false if the block is already cached or another block
-    /// already holds `hash` (computed concurrently): this block then stays private and is freed
-    /// normally.
-    pub fn commit(
-        &mut self,
-        block: BlockId,
-        parent: Option<BlockHash>,
-        hash: BlockHash,
-        depth: u32,
-    ) -> bool {
+    /// Puts a full, referenced block into the prefix cache under the last hash of `chain` (the
+    /// prompt's block hashes from its first through this block's). Returns false if the block
+    /// is already cached or another block already holds that hash (computed concurrently):
+    /// this block then stays private and is freed normally.
+    pub fn commit(&mut self, block: BlockId, chain: &[BlockHash]) -> bool {
+        let Some(depth) = chain.len().checked_sub(1) else {
+            return false;
+        };
+        self.commit_at(block, chain, depth)
+    }
+
+    /// [`commit`](Self::commit) of `block` under `chain[depth]`.
+    fn commit_at(&mut self, block: BlockId, chain: &[BlockHash], depth: usize) -> bool {
         let meta = &self.blocks[block as usize];
         debug_assert!(meta.refs > 0, "committing unreferenced block {block}");
         if meta.cached() {
             return false;
         }
+        let (hash, tag) = (chain[depth], tag_at(chain, depth));
         if !self
             .cached
-            .insert_if_absent(hash, block, holds(&self.blocks, hash))
+            .insert_if_absent(tag, block, holds(&self.blocks, hash))
         {
             return false;
         }
-        self.name(block, parent, hash, depth, CACHED);
+        self.blocks[block as usize].tag = tag;
+        self.name(block, chain, depth, CACHED);
         true
     }
 
-    /// Names `block` `hash` in its metadata (`flags`: `CACHED`, and `UNINDEXED` when the map
-    /// does not hold it) and queues its `Stored` event.
-    fn name(
-        &mut self,
-        block: BlockId,
-        parent: Option<BlockHash>,
-        hash: BlockHash,
-        depth: u32,
-        flags: u8,
-    ) {
+    /// Names `block` `chain[depth]` in its metadata (`flags`: `CACHED`, and `UNINDEXED` when
+    /// the map does not hold it) and queues its `Stored` event.
+    fn name(&mut self, block: BlockId, chain: &[BlockHash], depth: usize, flags: u8) {
+        let hash = chain[depth];
+        let parent = depth.checked_sub(1).map(|p| chain[p]);
         let meta = &mut self.blocks[block as usize];
         meta.hash = hash;
         meta.parent = parent.unwrap_or_default();
-        meta.depth = depth;
+        meta.set_depth(depth as u32);
         meta.set(flags, true);
         meta.set(HAS_PARENT, parent.is_some());
         if !self.record_events {
@@ -491,39 +553,31 @@ impl KvPool {
         }
     }
 
-    /// Commits consecutive blocks of one prompt: `blocks[i]` under `hashes[i]`, at depth
-    /// `first_depth + i`, each after the one before it (the first after `parent`), as that many
-    /// [`commit`](Self::commit) calls would, with the cache's lines fetched ahead. Returns how
-    /// many were committed (the rest were cached already, see `commit`).
-    pub fn commit_many(
-        &mut self,
-        blocks: &[BlockId],
-        parent: Option<BlockHash>,
-        hashes: &[BlockHash],
-        first_depth: u32,
-    ) -> usize {
-        debug_assert_eq!(blocks.len(), hashes.len());
-        let mut parent = parent;
+    /// Commits consecutive blocks of one prompt: `blocks[i]` under `chain[from + i]` (`chain`:
+    /// the prompt's block hashes from its first through the last block committed), as that
+    /// many [`commit`](Self::commit) calls would, with the cache's lines fetched ahead.
+    /// Returns how many were committed (the rest were cached already, see `commit`).
+    pub fn commit_many(&mut self, blocks: &[BlockId], chain: &[BlockHash], from: usize) -> usize {
+        debug_assert_eq!(from + blocks.len(), chain.len());
         let mut committed = 0;
-        // An insertion into the map (at most a quarter full) rarely leaves its key's home line,
-        // so only that line is fetched ahead; a removal reads on to the next empty slot, so
-        // evictions fetch two. Measured on the simulator's large run (then with 16-byte
-        // slots): one line here and two for evictions took it from 11.4-12.5 to 11.0-12.1 s
-        // (five alternated pairs, each won); one line for evictions too made it 13.4-13.8 s,
-        // and lost again with 8-byte slots.
-        for (&b, &h) in blocks.iter().zip(hashes).take(TOUCH_AHEAD) {
-            self.touch_block(b);
-            self.cached.touch_home(h);
-        }
-        for (i, (&b, &h)) in blocks.iter().zip(hashes).enumerate() {
-            if let (Some(&block), Some(&hash)) =
-                (blocks.get(i + TOUCH_AHEAD), hashes.get(i + TOUCH_AHEAD))
-            {
-                self.touch_block(block);
-                self.cached.touch_home(hash);
+        // A chain's run of 8 blocks shares a home line (`tag_map::tag_at`): that line and the
+        // next (where the run spills when other entries took its slots) are fetched once per
+        // run.
+        let touch = |pool: &Self, i: usize| {
+            if let Some(&b) = blocks.get(i) {
+                pool.touch_block(b);
+                let d = from + i;
+                if d.is_multiple_of(tag_map::RUN) || i == 0 {
+                    pool.cached.touch(tag_at(chain, d));
+                }
             }
-            committed += usize::from(self.commit(b, parent, h, first_depth + i as u32));
-            parent = Some(h);
+        };
+        for i in 0..TOUCH_AHEAD.min(blocks.len()) {
+            touch(self, i);
+        }
+        for (i, &b) in blocks.iter().enumerate() {
+            touch(self, i + TOUCH_AHEAD);
+            committed += usize::from(self.commit_at(b, chain, from + i));
         }
         committed
     }
@@ -535,23 +589,15 @@ impl KvPool {
     /// the map, whose random lines are what commits and evictions wait for; a lookup of such
     /// a hash misses, as it would in a pool whose requests never repeat it. The blocks must be
     /// referenced and not cached. The engine never calls this.
-    pub fn commit_many_unindexed(
-        &mut self,
-        blocks: &[BlockId],
-        parent: Option<BlockHash>,
-        hashes: &[BlockHash],
-        first_depth: u32,
-    ) {
-        debug_assert_eq!(blocks.len(), hashes.len());
-        let mut parent = parent;
-        for (i, (&b, &h)) in blocks.iter().zip(hashes).enumerate() {
+    pub fn commit_many_unindexed(&mut self, blocks: &[BlockId], chain: &[BlockHash], from: usize) {
+        debug_assert_eq!(from + blocks.len(), chain.len());
+        for (i, &b) in blocks.iter().enumerate() {
             let meta = &self.blocks[b as usize];
             debug_assert!(meta.refs > 0 && !meta.cached(), "block {b} is {meta:?}");
             if meta.cached() {
                 continue;
             }
-            self.name(b, parent, h, first_depth + i as u32, CACHED | UNINDEXED);
-            parent = Some(h);
+            self.name(b, chain, from + i, CACHED | UNINDEXED);
         }
     }
 
@@ -580,7 +626,7 @@ impl KvPool {
             .blocks()
             .map(|b| &self.blocks[b as usize])
             .collect();
-        blocks.sort_unstable_by_key(|m| (m.depth, m.hash));
+        blocks.sort_unstable_by_key(|m| (m.depth(), m.hash));
         let mut events: Vec<KvEvent> = Vec::new();
         // Event index whose last hash is the key: a child extends it (first child only).
         let mut open: HashMap<BlockHash, usize> = HashMap::new();
@@ -611,12 +657,19 @@ impl KvPool {
     }
 
     /// Prefetches what evicting the LRU queue's entry `ahead` places behind its front will
-    /// touch: the block's line and, for a block in the map, its hash's slot.
-    fn touch_eviction(&self, ahead: usize) {
-        if let Some((b, hash)) = self.lru.front_ahead(ahead) {
-            self.touch_block(b);
-            if let Some(hash) = hash {
-                self.cached.touch(hash);
+    /// touch: the block's line and, for a block in the map, its tag's lines. Evictions come in
+    /// runs (a released sequence's blocks, tail first), whose metadata and map slots share
+    /// lines: a line `last` fetched is not fetched again.
+    fn touch_eviction(&self, ahead: usize, last: &mut Touched) {
+        if let Some((b, tag)) = self.lru.front_ahead(ahead) {
+            let meta = &self.blocks[b as usize];
+            if last.swap_block(line_of(meta)) {
+                dolphin_cluster::prefetch::prefetch(meta);
+            }
+            if let Some(tag) = tag
+                && last.swap_map(self.cached.home_line(tag))
+            {
+                self.cached.touch(tag);
             }
         }
     }
@@ -632,11 +685,11 @@ impl KvPool {
         if !meta.cached() {
             return;
         }
-        let indexed = meta.flags & UNINDEXED == 0;
+        let indexed = meta.flags() & UNINDEXED == 0;
         meta.set(CACHED | HAS_PARENT | UNINDEXED, false);
         let hash = meta.hash;
         if indexed {
-            let removed = self.cached.remove(hash, block);
+            let removed = self.cached.remove(meta.tag, block);
             debug_assert!(removed, "cached block {block} missing from the map");
         }
         if !self.record_events {
@@ -672,7 +725,7 @@ impl KvPool {
             }
             if let Some(h) = m.hash() {
                 assert_eq!(
-                    self.lookup(h),
+                    self.cached.get(m.tag, holds(&self.blocks, h)),
                     Some(i as BlockId),
                     "block {i} hash not indexed"
                 );

@@ -1,12 +1,21 @@
 //! The pool's prefix-cache map, block hash -> block, in 8-byte slots.
 //!
-//! A slot holds 32 bits of the hash (its tag) and the block. The full hash is not stored: the
-//! pool keeps it in the block's metadata, so a tag that matches is confirmed there (`get`'s
-//! `holds`), and the block is what a removal names. Against [`BlockMap`]'s 16-byte slots
-//! the map takes half the memory, a cache line holds 8 slots instead of 4, and a probe or a
-//! removal's shift leaves its home line half as often. Callers already read the block's
+//! A slot holds a 32-bit tag and the block. The full hash is not stored: the pool keeps it in
+//! the block's metadata, so a tag that matches is confirmed there (`get`'s `holds`), and the
+//! block is what a removal names. Against [`BlockMap`]'s 16-byte slots the map takes half the
+//! memory, and a cache line holds 8 slots instead of 4. Callers already read the block's
 //! metadata on every path that finds a block (to take a reference, or to evict it), so the
 //! confirmation costs a line only on lookups that do nothing else with the block.
+//!
+//! **Chains share lines.** Every walk over the map follows a prompt's chain of blocks in
+//! order (a lookup from its first block, a commit of the blocks a step filled, an eviction
+//! from a released sequence's tail back), so a block's tag is not its own hash's bits but its
+//! chain's ([`tag_at`]): each run of 8 blocks (depths `8k..8k + 8`) takes the bits of the
+//! run's first hash, and its depth within the run picks the slot within one home line. A
+//! 1,200-block document then sits in about 150 lines walked in order where it sat in 1,200
+//! random ones. A tag still names one prefix (chained hashes: a block's hash names its
+//! ancestors, the run's first block among them), so the pool computes it whenever it has the
+//! chain, and keeps each cached block's in its metadata for the eviction.
 //!
 //! The home slot is computed from the tag alone, so entries can be moved (backward-shift
 //! deletion, growth) without their hashes. Open addressing, linear probing, at most half full;
@@ -28,22 +37,30 @@ const SLOTS_PER_LINE: usize = 8;
 /// Fibonacci hashing's 32-bit multiplier.
 const SPREAD: u32 = 0x9e37_79b9;
 
-/// The 32 bits of `hash` a slot keeps.
+/// Blocks of a chain that share a home line: a line's slots.
+pub(super) const RUN: usize = SLOTS_PER_LINE;
+
+/// The tag of the block at `depth` of a prompt whose block hashes are `chain` (at least
+/// `depth + 1` of them): the high bits of the hash that starts its run of [`RUN`] blocks,
+/// with the block's place in the run in the low bits.
 #[inline]
-fn tag(hash: BlockHash) -> u32 {
-    (hash >> 32) as u32
+pub(super) fn tag_at(chain: &[BlockHash], depth: usize) -> u32 {
+    let start = depth - depth % RUN;
+    ((chain[start] >> 32) as u32 & !(RUN as u32 - 1)) | (depth % RUN) as u32
 }
 
-/// The home slot of `tag` in a table of `2^(32 - shift)` slots. A shift by 32 (a one-slot
-/// table) cannot happen: tables have at least `MIN_SLOTS`.
+/// The home slot of `tag` in a table of `2^(32 - shift)` slots: the run's line from the
+/// tag's high bits, the slot within it from its low bits. A table has at least `MIN_SLOTS`,
+/// so at least two lines.
 #[inline]
 fn home_of_tag(tag: u32, shift: u32) -> usize {
-    (tag.wrapping_mul(SPREAD) >> shift) as usize
+    let line = ((tag / RUN as u32).wrapping_mul(SPREAD) >> (shift + RUN.trailing_zeros())) as usize;
+    line * RUN + tag as usize % RUN
 }
 
 #[inline]
-fn slot(hash: BlockHash, block: BlockId) -> u64 {
-    (u64::from(tag(hash)) << 32) | (u64::from(block) + 1)
+fn slot(tag: u32, block: BlockId) -> u64 {
+    (u64::from(tag) << 32) | (u64::from(block) + 1)
 }
 
 #[inline]
@@ -96,35 +113,36 @@ impl TagMap {
     }
 
     #[inline]
-    fn home(&self, hash: BlockHash) -> usize {
-        self.home_of_tag(tag(hash))
-    }
-
-    #[inline]
     fn mask(&self) -> usize {
         self.slots.len() - 1
     }
 
-    /// Prefetches `hash`'s home line and the next one (a removal's shift reads on to the next
-    /// empty slot).
+    /// Prefetches `tag`'s home line and the next one (a removal's shift reads on to the next
+    /// empty slot, and a run's entries spill into it when the line was taken).
     #[inline]
-    pub(super) fn touch(&self, hash: BlockHash) {
-        let home = self.home(hash);
+    pub(super) fn touch(&self, tag: u32) {
+        let home = self.home_of_tag(tag);
         prefetch(&self.slots[home]);
         prefetch(&self.slots[(home + SLOTS_PER_LINE) & self.mask()]);
     }
 
-    /// Prefetches `hash`'s home line only (lookups and insertions rarely leave it).
+    /// The cache line `tag`'s home slot is in.
     #[inline]
-    pub(super) fn touch_home(&self, hash: BlockHash) {
-        prefetch(&self.slots[self.home(hash)]);
+    pub(super) fn home_line(&self, tag: u32) -> usize {
+        std::ptr::from_ref(&self.slots[self.home_of_tag(tag)]) as usize / 64
     }
 
-    /// The block of `hash`: the first block on its probe sequence whose tag matches and that
-    /// `holds(block)` confirms (the block is cached under `hash`).
+    /// Prefetches `tag`'s home line only.
     #[inline]
-    pub(super) fn get(&self, hash: BlockHash, holds: impl Fn(BlockId) -> bool) -> Option<BlockId> {
-        let (mask, t) = (self.mask(), tag(hash));
+    pub(super) fn touch_home(&self, tag: u32) {
+        prefetch(&self.slots[self.home_of_tag(tag)]);
+    }
+
+    /// The block tagged `t` that `holds(block)` confirms (the block is cached under the hash
+    /// the caller looks for): the first such block on the tag's probe sequence.
+    #[inline]
+    pub(super) fn get(&self, t: u32, holds: impl Fn(BlockId) -> bool) -> Option<BlockId> {
+        let mask = self.mask();
         let mut i = self.home_of_tag(t);
         loop {
             let s = self.slots[i];
@@ -138,19 +156,20 @@ impl TagMap {
         }
     }
 
-    /// Adds `hash` -> `block` unless `hash` is already there (a block with its tag that
-    /// `holds` confirms, as in [`get`](Self::get)): one probe for both. Returns whether it added.
+    /// Adds `block` under tag `t` unless its hash is already there (a block with tag `t`
+    /// that `holds` confirms, as in [`get`](Self::get)): one probe for both. Returns whether it
+    /// added.
     #[inline]
     pub(super) fn insert_if_absent(
         &mut self,
-        hash: BlockHash,
+        t: u32,
         block: BlockId,
         holds: impl Fn(BlockId) -> bool,
     ) -> bool {
         if (self.len + 1) * 2 > self.slots.len() {
             self.grow();
         }
-        let (mask, t) = (self.mask(), tag(hash));
+        let mask = self.mask();
         let mut i = self.home_of_tag(t);
         loop {
             let s = self.slots[i];
@@ -162,7 +181,7 @@ impl TagMap {
             }
             i = (i + 1) & mask;
         }
-        self.slots[i] = slot(hash, block);
+        self.slots[i] = slot(t, block);
         self.len += 1;
         true
     }
@@ -176,11 +195,11 @@ impl TagMap {
         self.slots[i] = s;
     }
 
-    /// Removes `hash` -> `block`; false if it is not there.
+    /// Removes `block`, tagged `t`; false if it is not there.
     #[inline]
-    pub(super) fn remove(&mut self, hash: BlockHash, block: BlockId) -> bool {
-        let (mask, want) = (self.mask(), slot(hash, block));
-        let mut i = self.home(hash);
+    pub(super) fn remove(&mut self, t: u32, block: BlockId) -> bool {
+        let (mask, want) = (self.mask(), slot(t, block));
+        let mut i = self.home_of_tag(t);
         loop {
             let s = self.slots[i];
             if s == EMPTY {
@@ -235,44 +254,68 @@ mod tests {
     use super::*;
 
     proptest! {
-        /// Against a std map, with hashes that share tags (the same high 32 bits) and a table
-        /// that grows: every present hash is found with its block, removed ones are not.
+        /// Against a std map, with hashes that share tags (a handful of tags, three lines' worth,
+        /// for many hashes) and a table that grows: every present hash is found with its block,
+        /// removed ones are not.
         #[test]
-        fn behaves_as_a_map(ops in prop::collection::vec((0u64..4, 0u64..40, any::<bool>()), 1..400)) {
+        fn behaves_as_a_map(ops in prop::collection::vec((0u32..24, 0u64..8, any::<bool>()), 1..400)) {
             let mut map = TagMap::with_capacity(2);
-            let mut model: HashMap<BlockHash, BlockId> = HashMap::new();
-            let mut next: BlockId = 0;
-            for (high, low, add) in ops {
-                let hash = (high << 32) | low;
+            // hash -> (tag, block), and each block's hash (what `holds` confirms against).
+            let mut model: HashMap<BlockHash, (u32, BlockId)> = HashMap::new();
+            let mut hash_of: Vec<BlockHash> = Vec::new();
+            for (t, low, add) in ops {
+                let hash = (u64::from(t) << 32) | low;
+                let holds = |b: BlockId| hash_of[b as usize] == hash && model.get(&hash).is_some_and(|&(_, mb)| mb == b);
                 match (add, model.get(&hash).copied()) {
                     (true, None) => {
-                        prop_assert!(map.insert_if_absent(hash, next, |_| false));
-                        model.insert(hash, next);
-                        next += 1;
+                        let next = hash_of.len() as BlockId;
+                        prop_assert!(map.insert_if_absent(t, next, |_| false));
+                        model.insert(hash, (t, next));
+                        hash_of.push(hash);
                     }
-                    (false, Some(b)) => {
-                        prop_assert!(map.remove(hash, b));
+                    (false, Some((t, b))) => {
+                        prop_assert!(map.remove(t, b));
                         model.remove(&hash);
                     }
                     (false, None) => {
-                        prop_assert!(!map.remove(hash, next));
+                        prop_assert!(!map.remove(t, hash_of.len() as BlockId));
                     }
-                    (true, Some(b)) => {
-                        prop_assert!(!map.insert_if_absent(hash, next, |x| x == b));
+                    (true, Some(_)) => {
+                        prop_assert!(!map.insert_if_absent(t, hash_of.len() as BlockId, holds));
                     }
                 }
-                let holds = |b: BlockId| model.iter().any(|(&h, &mb)| mb == b && h == hash);
-                prop_assert_eq!(map.get(hash, holds), model.get(&hash).copied());
+                let holds = |b: BlockId| hash_of[b as usize] == hash && model.get(&hash).is_some_and(|&(_, mb)| mb == b);
+                prop_assert_eq!(map.get(t, holds), model.get(&hash).map(|&(_, b)| b));
                 prop_assert_eq!(map.len(), model.len());
             }
-            for (&h, &b) in &model {
-                prop_assert_eq!(map.get(h, |x| x == b), Some(b));
+            for &(t, b) in model.values() {
+                prop_assert_eq!(map.get(t, |x| x == b), Some(b));
             }
             let mut blocks: Vec<BlockId> = map.blocks().collect();
             blocks.sort_unstable();
-            let mut want: Vec<BlockId> = model.values().copied().collect();
+            let mut want: Vec<BlockId> = model.values().map(|&(_, b)| b).collect();
             want.sort_unstable();
             prop_assert_eq!(blocks, want);
         }
+    }
+
+    /// A run of blocks shares its first hash's line: consecutive depths, consecutive home
+    /// slots, whatever the hashes of the run's other blocks.
+    #[test]
+    fn a_run_of_a_chain_shares_a_line() {
+        let chain: Vec<BlockHash> = (0..20u64)
+            .map(|i| i.wrapping_mul(0x9e37_79b9_7f4a_7c15))
+            .collect();
+        let shift = 32 - 16; // 2^16 slots
+        let homes: Vec<usize> = (0..chain.len())
+            .map(|d| home_of_tag(tag_at(&chain, d), shift))
+            .collect();
+        for run in homes.chunks(RUN) {
+            let line = run[0] / RUN;
+            for (i, &h) in run.iter().enumerate() {
+                assert_eq!((h / RUN, h % RUN), (line, i), "homes {homes:?}");
+            }
+        }
+        assert_ne!(homes[0] / RUN, homes[8] / RUN, "another run, another line");
     }
 }

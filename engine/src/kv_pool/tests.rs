@@ -14,9 +14,8 @@ fn take(pool: &mut KvPool, hits: &[BlockHash], new: u32) -> Vec<BlockId> {
 
 /// Commits every block of `table` under consecutive `hashes`.
 fn commit_all(pool: &mut KvPool, table: &[BlockId], hashes: &[BlockHash]) {
-    for (i, (&b, &h)) in table.iter().zip(hashes).enumerate() {
-        let parent = i.checked_sub(1).map(|p| hashes[p]);
-        pool.commit(b, parent, h, i as u32);
+    for (i, &b) in table.iter().enumerate().take(hashes.len()) {
+        pool.commit(b, &hashes[..=i]);
     }
 }
 
@@ -120,7 +119,7 @@ fn lru_evicts_least_recent_and_tail_blocks_first() {
 
     let c = take(&mut pool, &[], 1);
     assert_eq!(c, vec![a[1]]);
-    assert!(!pool.contains(h1[1]) && pool.contains(h1[0]));
+    assert!(!pool.contains(&h1[..2]) && pool.contains(&h1[..1]));
     let d = take(&mut pool, &[], 2);
     assert_eq!(d, vec![a[0], b[1]]);
     let events: Vec<_> = pool.drain_events().collect();
@@ -155,7 +154,7 @@ fn commit_emits_coalesced_stored_events_and_skips_duplicates() {
     let b = take(&mut pool, &[], 3);
     commit_all(&mut pool, &b, &hashes);
     assert_eq!(pool.drain_events().count(), 0);
-    assert!(!pool.commit(a[0], None, hashes[0], 0), "already cached");
+    assert!(!pool.commit(a[0], &hashes[..1]), "already cached");
     pool.release(&b);
     assert_eq!(
         pool.referenced(),
@@ -178,7 +177,7 @@ fn snapshot_lists_parents_first_and_coalesces_chains() {
     let bh = block_hashes(&branch, 4);
     let b = take(&mut pool, &bh[..1], 2);
     for i in 1..3 {
-        pool.commit(b[i], Some(bh[i - 1]), bh[i], i as u32);
+        pool.commit(b[i], &bh[..=i]);
     }
     let snap = pool.snapshot();
     // Replaying the snapshot rebuilds the cached set, and every parent precedes its child.
@@ -237,12 +236,12 @@ fn extending_a_hit_trades_reserved_blocks_for_cached_ones() {
     let mut table = Vec::new();
     assert!(pool.admit(&[], 4, &mut table));
     assert_eq!(pool.reserved(), 4);
-    assert_eq!(pool.extend_hit(&hashes[..2], &mut table), 2);
+    assert_eq!(pool.extend_hit(&hashes[..2], 0, &mut table), 2);
     assert_eq!(table, a[..2]);
     assert_eq!(pool.reserved(), 2);
     // Nothing cached past them: nothing changes.
     let other = block_hashes(&prompt(4, 1), 4);
-    assert_eq!(pool.extend_hit(&other, &mut table), 0);
+    assert_eq!(pool.extend_hit(&other, 0, &mut table), 0);
     assert_eq!((table.len(), pool.reserved()), (2, 2));
     pool.release(&table);
     pool.unreserve(2);
@@ -286,8 +285,8 @@ fn unindexed_blocks_are_cached_and_evicted_in_turn_but_never_found() {
     let mut pool = KvPool::new(3, 4);
     let a = block_hashes(&prompt(1, 2), 4);
     let t = take(&mut pool, &[], 2);
-    assert!(pool.commit(t[0], None, a[0], 0));
-    pool.commit_many_unindexed(&t[1..], Some(a[0]), &a[1..], 1);
+    assert!(pool.commit(t[0], &a[..1]));
+    pool.commit_many_unindexed(&t[1..], &a, 1);
     assert_eq!(pool.match_prefix(&a), 1, "the unindexed block is not found");
     assert_eq!(pool.cached_len(), 1);
     // It is announced as any cached block is, continuing its chain.

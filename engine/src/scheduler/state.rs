@@ -5,7 +5,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
-use dolphin_cluster::{BlockHash, ROOT_SEED, block_hashes_from, chain_hash_from};
+use dolphin_cluster::{ROOT_SEED, block_hashes_from, chain_hash_from};
 use tokio::sync::{broadcast, mpsc};
 use tokio::time::Instant;
 
@@ -389,13 +389,7 @@ pub(super) fn commit_blocks_through(pool: &mut KvPool, seq: &mut Seq, bs: u32, t
         let block = &seq.tokens[i * bs..(i + 1) * bs];
         seq.hashes.push(chain_hash_from(root, parent, block));
     }
-    let parent: Option<BlockHash> = from.checked_sub(1).map(|p| seq.hashes[p]);
-    pool.commit_many(
-        &seq.table[from..full],
-        parent,
-        &seq.hashes[from..full],
-        from as u32,
-    );
+    pool.commit_many(&seq.table[from..full], &seq.hashes[..full], from);
     seq.committed = full as u32;
 }
 
@@ -419,7 +413,7 @@ pub(super) fn late_hit(pool: &mut KvPool, seq: &mut Seq, bs: u32) -> u32 {
     if from >= max_hits {
         return 0;
     }
-    let n = pool.extend_hit(&seq.hashes[from..max_hits], &mut seq.table);
+    let n = pool.extend_hit(&seq.hashes[..max_hits], from, &mut seq.table);
     if n == 0 {
         return 0;
     }
