@@ -320,3 +320,37 @@ fn unindexed_blocks_are_cached_and_evicted_in_turn_but_never_found() {
     pool.release(&u);
     pool.check_invariants();
 }
+
+/// A pool's cached blocks of a chain are not always prefix-closed: a prompt computed by two
+/// sequences at once leaves the later one's duplicates private while its blocks past the
+/// other's end are cached, and the other's copies, released first, can be evicted while the
+/// child stays. A lookup that assumed closure (the binary search measured over the router's
+/// index, see "A chain's blocks share map lines" in `docs/architecture.md`) would count the
+/// whole chain here; the walk counts the head.
+#[test]
+fn concurrent_duplicates_can_leave_a_hole_in_a_chain() {
+    let mut pool = KvPool::new(6, 4);
+    let long = block_hashes(&prompt(5, 3), 4);
+    // Both admitted before either computed anything: `a` the first two blocks, `b` all three.
+    let a = take(&mut pool, &[], 2);
+    let b = take(&mut pool, &[], 3);
+    commit_all(&mut pool, &a, &long[..2]);
+    commit_all(&mut pool, &b, &long);
+    assert_eq!(
+        pool.cached_len(),
+        3,
+        "b's first two are duplicates, its third is cached"
+    );
+    pool.release(&a);
+    // Pressure evicts a's blocks, tail first: the chain's second block goes, b's third stays.
+    let c = take(&mut pool, &[], 2);
+    assert!(
+        pool.contains(&long[..3]),
+        "the child, held by b, stays cached"
+    );
+    assert!(!pool.contains(&long[..2]), "its parent was evicted");
+    assert_eq!(pool.match_prefix(&long), 1);
+    pool.release(&b);
+    pool.release(&c);
+    pool.check_invariants();
+}
