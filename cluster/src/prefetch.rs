@@ -8,6 +8,13 @@
 //! `unsafe` intrinsic; pulp (already the engine's SIMD layer) wraps it behind a token that
 //! proves the CPU has SSE, which every x86-64 CPU has.
 
+/// The cache line (of 64 bytes) `value` starts in: walks that touch runs of neighbours compare
+/// it to fetch each line once.
+#[inline(always)]
+pub fn line_of<T>(value: &T) -> usize {
+    std::ptr::from_ref(value) as usize / 64
+}
+
 /// Asks the CPU to bring `value`'s cache line into its caches; does nothing else.
 #[inline(always)]
 pub fn prefetch<T>(value: &T) {

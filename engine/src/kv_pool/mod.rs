@@ -116,11 +116,6 @@ impl Linked for BlockMeta {
     }
 }
 
-/// The cache line `x` starts in.
-fn line_of<T>(x: &T) -> usize {
-    std::ptr::from_ref(x) as usize / 64
-}
-
 /// The lines a walk fetched last (its metadata's and the map's), so that a run of blocks
 /// sharing them fetches them once.
 #[derive(Default)]
@@ -129,16 +124,9 @@ struct Touched {
     map: usize,
 }
 
-impl Touched {
-    /// Records `line` as the last metadata line; whether it is another than before.
-    fn swap_block(&mut self, line: usize) -> bool {
-        std::mem::replace(&mut self.block, line) != line
-    }
-
-    /// Records `line` as the last map line; whether it is another than before.
-    fn swap_map(&mut self, line: usize) -> bool {
-        std::mem::replace(&mut self.map, line) != line
-    }
+/// Records `line` as the `last` one fetched; whether it is another than before.
+fn moved(last: &mut usize, line: usize) -> bool {
+    std::mem::replace(last, line) != line
 }
 
 /// Whether a block is cached under `hash`: how the pool's map confirms a matching tag.
@@ -268,16 +256,11 @@ impl KvPool {
             return 0;
         };
         hit(b);
-        let touch_run = |d: usize| {
-            if d < chain.len() && (d.is_multiple_of(tag_map::RUN) || d == from + 1) {
-                self.cached.touch(tag_at(chain, d));
-            }
-        };
         for d in from + 1..(from + 1 + TOUCH_AHEAD).min(chain.len()) {
-            touch_run(d);
+            self.touch_run(chain, d, from + 1);
         }
         for d in from + 1..chain.len() {
-            touch_run(d + TOUCH_AHEAD);
+            self.touch_run(chain, d + TOUCH_AHEAD, from + 1);
             let Some(b) = self.lookup(chain, d) else {
                 return d - from;
             };
@@ -560,16 +543,10 @@ impl KvPool {
     pub fn commit_many(&mut self, blocks: &[BlockId], chain: &[BlockHash], from: usize) -> usize {
         debug_assert_eq!(from + blocks.len(), chain.len());
         let mut committed = 0;
-        // A chain's run of 8 blocks shares a home line (`tag_map::tag_at`): that line and the
-        // next (where the run spills when other entries took its slots) are fetched once per
-        // run.
         let touch = |pool: &Self, i: usize| {
             if let Some(&b) = blocks.get(i) {
                 pool.touch_block(b);
-                let d = from + i;
-                if d.is_multiple_of(tag_map::RUN) || i == 0 {
-                    pool.cached.touch(tag_at(chain, d));
-                }
+                pool.touch_run(chain, from + i, from);
             }
         };
         for i in 0..TOUCH_AHEAD.min(blocks.len()) {
@@ -663,14 +640,25 @@ impl KvPool {
     fn touch_eviction(&self, ahead: usize, last: &mut Touched) {
         if let Some((b, tag)) = self.lru.front_ahead(ahead) {
             let meta = &self.blocks[b as usize];
-            if last.swap_block(line_of(meta)) {
+            if moved(&mut last.block, dolphin_cluster::prefetch::line_of(meta)) {
                 dolphin_cluster::prefetch::prefetch(meta);
             }
             if let Some(tag) = tag
-                && last.swap_map(self.cached.home_line(tag))
+                && moved(&mut last.map, self.cached.home_line(tag))
             {
                 self.cached.touch(tag);
             }
+        }
+    }
+
+    /// Prefetches the map lines of `chain[depth]`'s run if `depth` starts a run or is `first`,
+    /// the first block a walk fetches ahead (whose run may have begun before it): a chain's
+    /// run of 8 blocks shares a home line (`tag_map::tag_at`), so that line and the next
+    /// (where the run spills when other entries took its slots) are fetched once per run.
+    #[inline]
+    fn touch_run(&self, chain: &[BlockHash], depth: usize, first: usize) {
+        if depth < chain.len() && (depth.is_multiple_of(tag_map::RUN) || depth == first) {
+            self.cached.touch(tag_at(chain, depth));
         }
     }
 

@@ -129,7 +129,7 @@ impl TagMap {
     /// The cache line `tag`'s home slot is in.
     #[inline]
     pub(super) fn home_line(&self, tag: u32) -> usize {
-        std::ptr::from_ref(&self.slots[self.home_of_tag(tag)]) as usize / 64
+        dolphin_cluster::prefetch::line_of(&self.slots[self.home_of_tag(tag)])
     }
 
     /// Prefetches `tag`'s home line only.
