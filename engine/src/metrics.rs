@@ -32,6 +32,9 @@ pub const KV_BLOCKS_FREE: &str = "dolphin_engine_kv_blocks_free";
 pub const KV_BLOCKS_USED: &str = "dolphin_engine_kv_blocks_used";
 /// Steps the backend failed, failing the requests in them.
 pub const STEP_FAILURES_TOTAL: &str = "dolphin_engine_step_failures_total";
+/// KV blocks a sequence computed while another computed the same prompt, given up for the
+/// cached copy (the prompt's work done twice: concurrent identical prefixes).
+pub const KV_BLOCKS_DEDUPLICATED_TOTAL: &str = "dolphin_engine_kv_blocks_deduplicated_total";
 
 /// Every name above (the dashboard test checks its queries against these).
 pub const ALL: &[&str] = &[
@@ -46,6 +49,7 @@ pub const ALL: &[&str] = &[
     KV_BLOCKS_FREE,
     KV_BLOCKS_USED,
     STEP_FAILURES_TOTAL,
+    KV_BLOCKS_DEDUPLICATED_TOTAL,
 ];
 
 /// Registers descriptions and units with the installed recorder; call once at start.
@@ -73,4 +77,9 @@ pub fn describe() {
     describe_gauge!(KV_BLOCKS_FREE, "KV blocks a new request can still get.");
     describe_gauge!(KV_BLOCKS_USED, "KV blocks in use.");
     describe_counter!(STEP_FAILURES_TOTAL, "Backend steps that failed.");
+    describe_counter!(
+        KV_BLOCKS_DEDUPLICATED_TOTAL,
+        Unit::Count,
+        "KV blocks computed twice by concurrent identical prompts, given up for the cached copy."
+    );
 }

@@ -665,16 +665,16 @@ pub(crate) fn shared_prefixes(reqs: &[SimRequest]) -> Vec<u32> {
 }
 
 /// For every worker of a pool, how many leading `hashes` it caches, into `out[slot]`: what the
-/// pool's index answers when every cache event has reached it. The first hash's lines are
-/// fetched for every worker at once, so their misses overlap.
+/// pool's index answers when every cache event has reached it. The lines of the first and the
+/// last hash are fetched for every worker at once, so their misses overlap.
 fn lookup_pools(workers: &mut [Worker], hashes: &[u64], out: &mut Vec<u32>) {
     out.clear();
-    let Some(&first) = hashes.first() else {
+    if hashes.is_empty() {
         out.resize(workers.len(), 0);
         return;
-    };
+    }
     for w in workers.iter() {
-        w.touch_cached(first);
+        w.touch_cached(hashes);
     }
     out.extend(workers.iter_mut().map(|w| w.cached_prefix(hashes)));
 }

@@ -94,8 +94,8 @@ struct Entry {
 }
 
 /// Prompts whose start recurs across requests (a document many questions share) are walked
-/// over and over: by the router's lookup on every worker of a pool and by the admission of the
-/// worker chosen. This memo keeps the blocks a walk found, by the prompt's first hash, so the
+/// over and over by the admissions of the workers chosen (the router's counts need no walk: they
+/// binary-search the pool's map, `KvPool::match_prefix`). This memo keeps the blocks a walk found, by the prompt's first hash, so the
 /// next walk over the same start checks those blocks' metadata (neighbouring lines, as a
 /// prompt's blocks are allocated together) instead of probing the cache's map (a miss per
 /// block). [`KvPool::cached_blocks`] checks every remembered block, so answers are exact.
@@ -487,16 +487,16 @@ impl Worker {
         self.pool.record_events(false);
     }
 
-    /// Prefetches the pool's cache line for `hash`, so that [`cached_prefix`]
-    /// (Self::cached_prefix) on many workers overlaps their misses.
-    pub fn touch_cached(&self, hash: u64) {
-        self.pool.touch_cached(hash);
+    /// Prefetches the pool's cache lines where [`cached_prefix`](Self::cached_prefix) of
+    /// `hashes` starts, so that it on many workers overlaps their misses.
+    pub fn touch_cached(&self, hashes: &[u64]) {
+        self.pool.touch_ends(hashes);
     }
 
     /// How many leading `hashes` the pool caches (what the router's index holds for this
     /// worker when every event has reached it).
     pub fn cached_prefix(&mut self, hashes: &[u64]) -> u32 {
-        self.memo.walk(&self.pool, hashes) as u32
+        self.pool.match_prefix(hashes) as u32
     }
 
     /// Publishes the pool's cache changes to the router's index (the `Worker.Subscribe` feed).
@@ -594,14 +594,23 @@ fn commit_blocks(pool: &mut KvPool, s: &mut Seq, r: &SimRequest, bs: u32) {
     commit_blocks_through(pool, s, r, bs, s.computed);
 }
 
-/// Offers the prompt blocks that the first `tokens` positions fill to the prefix cache.
+/// Offers the prompt blocks that the first `tokens` positions fill to the prefix cache. A
+/// block whose prompt another sequence computed first gives way to the cached copy
+/// (`KvPool::commit_many`) and goes back to the pool at once: no KV is written here.
 fn commit_blocks_through(pool: &mut KvPool, s: &mut Seq, r: &SimRequest, bs: u32, tokens: u32) {
     let full = ((tokens / bs) as usize).min(r.hashes.len());
     let from = s.committed as usize;
     if from < full {
         let split = (s.indexed as usize).clamp(from, full);
-        pool.commit_many(&s.table[from..split], &r.hashes[..split], from);
-        pool.commit_many_unindexed(&s.table[split..full], &r.hashes[..full], split);
+        let mut displaced = Vec::new();
+        pool.commit_many(
+            &mut s.table[..split],
+            &r.hashes[..split],
+            from,
+            &mut displaced,
+        );
+        pool.release(&displaced);
+        pool.commit_many_unindexed(&s.table[..full], &r.hashes[..full], split);
         s.committed = full as u32;
     }
 }

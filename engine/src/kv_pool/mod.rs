@@ -9,9 +9,12 @@
 //! - **free**: unreferenced and uncached.
 //!
 //! Admission reserves capacity (`admit`), so later `allocate` calls of an admitted sequence
-//! cannot fail and no sequence ever has to be preempted. Only full blocks are cached (`commit`),
-//! whether the prompt or generated tokens filled them. Every change to the set of cached hashes
-//! queues a [`KvEvent`]; the owner drains them (`drain_events`) and publishes them in order.
+//! cannot fail and no sequence ever has to be preempted. Only full blocks are cached
+//! (`commit_many`), whether the prompt or generated tokens filled them, and a chain's cached
+//! blocks are always prefix-closed (a cached block's parent is cached, and held by whoever
+//! holds the block), so a lookup may stop at the first miss, or search a chain, and never step
+//! over a hole. Every change to the set of cached hashes queues a [`KvEvent`]; the owner drains
+//! them (`drain_events`) and publishes them in order.
 
 mod lru;
 #[cfg(test)]
@@ -232,14 +235,43 @@ impl KvPool {
             .get(tag_at(chain, depth), holds(&self.blocks, hash))
     }
 
-    /// Prefetches the cache's home line for a prompt whose first block hash is `first`.
-    pub fn touch_cached(&self, first: BlockHash) {
-        self.cached.touch_home(tag_at(&[first], 0));
+    /// Prefetches the cache's home lines of the first and the last block of `chain` (a
+    /// prompt's block hashes from its first): the probes [`match_prefix`](Self::match_prefix)
+    /// starts with, so a caller about to ask many pools overlaps their misses.
+    pub fn touch_ends(&self, chain: &[BlockHash]) {
+        if let Some(last) = chain.len().checked_sub(1) {
+            self.cached.touch_home(tag_at(chain, 0));
+            self.cached.touch_home(tag_at(chain, last));
+        }
     }
 
-    /// Number of leading `hashes` present in the cache.
+    /// Number of leading `hashes` (a prompt's block hashes from its first) present in the
+    /// cache. A chain's cached blocks are prefix-closed, so this is a binary search: the first
+    /// block (a prompt nobody shares misses at once), the last (a prompt cached whole), then
+    /// halves, each probe's two possible successors fetched ahead so their misses overlap it:
+    /// about log2(n) probes instead of n.
     pub fn match_prefix(&self, hashes: &[BlockHash]) -> usize {
-        self.walk_cached(hashes, 0, |_| {})
+        let n = hashes.len();
+        if n == 0 || self.lookup(hashes, 0).is_none() {
+            return 0;
+        }
+        if self.lookup(hashes, n - 1).is_some() {
+            return n;
+        }
+        // `hashes[lo]` is cached and `hashes[hi]` is not.
+        let (mut lo, mut hi) = (0, n - 1);
+        while hi - lo > 1 {
+            let mid = lo + (hi - lo) / 2;
+            for next in [lo + (mid - lo) / 2, mid + (hi - mid) / 2] {
+                self.cached.touch_home(tag_at(hashes, next));
+            }
+            if self.lookup(hashes, mid).is_some() {
+                lo = mid;
+            } else {
+                hi = mid;
+            }
+        }
+        lo + 1
     }
 
     /// Walks the blocks of `chain` (a prompt's block hashes from its first) cached from depth
@@ -478,34 +510,52 @@ impl KvPool {
         }
     }
 
-    /// Puts a full, referenced block into the prefix cache under the last hash of `chain` (the
-    /// prompt's block hashes from its first through this block's). Returns false if the block
-    /// is already cached or another block already holds that hash (computed concurrently):
-    /// this block then stays private and is freed normally.
-    pub fn commit(&mut self, block: BlockId, chain: &[BlockHash]) -> bool {
-        let Some(depth) = chain.len().checked_sub(1) else {
-            return false;
-        };
-        self.commit_at(block, chain, depth)
-    }
-
-    /// [`commit`](Self::commit) of `block` under `chain[depth]`.
-    fn commit_at(&mut self, block: BlockId, chain: &[BlockHash], depth: usize) -> bool {
+    /// Commits `table[depth]` under `chain[depth]` (see [`commit_many`](Self::commit_many));
+    /// whether it was newly cached.
+    fn commit_at(
+        &mut self,
+        table: &mut [BlockId],
+        chain: &[BlockHash],
+        depth: usize,
+        displaced: &mut Vec<BlockId>,
+    ) -> bool {
+        let block = table[depth];
         let meta = &self.blocks[block as usize];
         debug_assert!(meta.refs > 0, "committing unreferenced block {block}");
         if meta.cached() {
             return false;
         }
+        if let Some(parent) = depth.checked_sub(1)
+            && self.blocks[table[parent] as usize].hash().is_none()
+        {
+            // After a private block: cached, it could outlive the parent no one holds for it.
+            return false;
+        }
         let (hash, tag) = (chain[depth], tag_at(chain, depth));
-        if !self
+        if self
             .cached
             .insert_if_absent(tag, block, holds(&self.blocks, hash))
         {
-            return false;
+            self.blocks[block as usize].tag = tag;
+            self.name(block, chain, depth, CACHED);
+            return true;
         }
-        self.blocks[block as usize].tag = tag;
-        self.name(block, chain, depth, CACHED);
-        true
+        // Computed concurrently: hold the cached copy instead, unless reviving it (taking it
+        // out of the evictable set while this block waits for release) does not fit.
+        let Some(copy) = self.cached.get(tag, holds(&self.blocks, hash)) else {
+            return false;
+        };
+        let meta = &mut self.blocks[copy as usize];
+        if meta.refs == 0 {
+            if self.reserved >= self.free.len() as u32 + self.lru.len() {
+                return false;
+            }
+            self.lru.unlink(meta);
+        }
+        meta.refs += 1;
+        table[depth] = copy;
+        displaced.push(block);
+        false
     }
 
     /// Names `block` `chain[depth]` in its metadata (`flags`: `CACHED`, and `UNINDEXED` when
@@ -536,25 +586,42 @@ impl KvPool {
         }
     }
 
-    /// Commits consecutive blocks of one prompt: `blocks[i]` under `chain[from + i]` (`chain`:
-    /// the prompt's block hashes from its first through the last block committed), as that
-    /// many [`commit`](Self::commit) calls would, with the cache's lines fetched ahead.
-    /// Returns how many were committed (the rest were cached already, see `commit`).
-    pub fn commit_many(&mut self, blocks: &[BlockId], chain: &[BlockHash], from: usize) -> usize {
-        debug_assert_eq!(from + blocks.len(), chain.len());
+    /// Puts a sequence's newly full blocks into the prefix cache: `table[i]` under `chain[i]`
+    /// for `i` in `from..chain.len()` (`chain`: the prompt's block hashes from its first
+    /// through the last block committed; `table`: the sequence's blocks, `table[..from]`
+    /// committed before). Returns how many were newly cached. Every chain's cached blocks stay
+    /// prefix-closed, and each is held by whoever holds its children, so no eviction opens a
+    /// hole a lookup could step over:
+    /// - a block whose hash another block holds already (the prompt computed concurrently) is
+    ///   replaced in `table` by that block, which the sequence now references (one copy, as
+    ///   SGLang's radix cache keeps), and the replaced block goes to `displaced`, for the
+    ///   caller to [`release`](Self::release) once no running step writes it;
+    /// - a block after a private one stays private (freed normally): the copy was evictable
+    ///   and reviving it did not fit, or its predecessor left the cache
+    ///   ([`forget`](Self::forget)).
+    ///
+    /// The cache's lines are fetched ahead.
+    pub fn commit_many(
+        &mut self,
+        table: &mut [BlockId],
+        chain: &[BlockHash],
+        from: usize,
+        displaced: &mut Vec<BlockId>,
+    ) -> usize {
+        debug_assert!(table.len() >= chain.len());
         let mut committed = 0;
-        let touch = |pool: &Self, i: usize| {
-            if let Some(&b) = blocks.get(i) {
-                pool.touch_block(b);
-                pool.touch_run(chain, from + i, from);
+        let touch = |pool: &Self, table: &[BlockId], d: usize| {
+            if d < chain.len() {
+                pool.touch_block(table[d]);
+                pool.touch_run(chain, d, from);
             }
         };
-        for i in 0..TOUCH_AHEAD.min(blocks.len()) {
-            touch(self, i);
+        for d in from..(from + TOUCH_AHEAD).min(chain.len()) {
+            touch(self, table, d);
         }
-        for (i, &b) in blocks.iter().enumerate() {
-            touch(self, i + TOUCH_AHEAD);
-            committed += usize::from(self.commit_at(b, chain, from + i));
+        for d in from..chain.len() {
+            touch(self, table, d + TOUCH_AHEAD);
+            committed += usize::from(self.commit_at(table, chain, d, displaced));
         }
         committed
     }
@@ -564,17 +631,24 @@ impl KvPool {
     /// other request shares. They are cached as far as the pool's capacity and LRU order go
     /// (evictable once released, evicted in turn, with the same events) but not entered in
     /// the map, whose random lines are what commits and evictions wait for; a lookup of such
-    /// a hash misses, as it would in a pool whose requests never repeat it. The blocks must be
-    /// referenced and not cached. The engine never calls this.
-    pub fn commit_many_unindexed(&mut self, blocks: &[BlockId], chain: &[BlockHash], from: usize) {
-        debug_assert_eq!(from + blocks.len(), chain.len());
-        for (i, &b) in blocks.iter().enumerate() {
+    /// a hash misses, as it would in a pool whose requests never repeat it. `table[i]` goes
+    /// under `chain[i]` for `i` in `from..chain.len()`; those blocks must be referenced and
+    /// not cached. After a private block they stay private, as `commit_many` leaves them, so
+    /// the pool holds what it would hold had they been indexed. The engine never calls this.
+    pub fn commit_many_unindexed(&mut self, table: &[BlockId], chain: &[BlockHash], from: usize) {
+        debug_assert!(table.len() >= chain.len());
+        if let Some(parent) = from.checked_sub(1)
+            && !self.blocks[table[parent] as usize].cached()
+        {
+            return;
+        }
+        for (i, &b) in table[..chain.len()].iter().enumerate().skip(from) {
             let meta = &self.blocks[b as usize];
             debug_assert!(meta.refs > 0 && !meta.cached(), "block {b} is {meta:?}");
             if meta.cached() {
                 continue;
             }
-            self.name(b, chain, from + i, CACHED | UNINDEXED);
+            self.name(b, chain, i, CACHED | UNINDEXED);
         }
     }
 
@@ -724,6 +798,18 @@ impl KvPool {
             assert!(h.is_some(), "map entry -> {b} is stale");
         }
         let named = self.blocks.iter().filter(|m| m.hash().is_some()).count();
+        let indexed: std::collections::HashSet<BlockHash> =
+            self.blocks.iter().filter_map(BlockMeta::hash).collect();
+        for (i, m) in self.blocks.iter().enumerate() {
+            if m.hash().is_some()
+                && let Some(p) = m.parent()
+            {
+                assert!(
+                    indexed.contains(&p),
+                    "block {i}'s parent {p:x} is not cached"
+                );
+            }
+        }
         assert_eq!(
             self.cached.len(),
             named,

@@ -15,12 +15,17 @@ const BS: u32 = 4;
 enum Op {
     /// Admit a prompt whose block `j` is variant `choices[j]` (few variants: prefixes collide),
     /// with `extra` blocks reserved for generation; `resolved`: its hits found as blocks
-    /// (`cached_blocks` with the latest lookup's answer as the hint, then `admit_blocks`).
+    /// (`cached_blocks` with the latest lookup's answer as the hint, then `admit_blocks`);
+    /// `computed`: its prompt blocks committed at once, else by a later `Compute` (so
+    /// sequences admitted meanwhile compute the same blocks concurrently).
     Admit {
         choices: Vec<u8>,
         extra: u32,
         resolved: bool,
+        computed: bool,
     },
+    /// Commit a live sequence's prompt blocks (its prefill finished).
+    Compute { seq: usize },
     /// Allocate one reserved block of a live sequence (a block filled by generation).
     Grow { seq: usize, commit: bool },
     /// Release a live sequence.
@@ -38,8 +43,11 @@ fn op() -> impl Strategy<Value = Op> {
     // the map's runs of 8 blocks (`tag_map::tag_at`).
     let choices = prop::collection::vec(prop_oneof![4 => Just(0u8), 1 => Just(1u8)], 1..14);
     prop_oneof![
-        3 => (choices.clone(), 0u32..3, any::<bool>())
-            .prop_map(|(choices, extra, resolved)| Op::Admit { choices, extra, resolved }),
+        3 => (choices.clone(), 0u32..3, any::<bool>(), any::<bool>())
+            .prop_map(|(choices, extra, resolved, computed)| {
+                Op::Admit { choices, extra, resolved, computed }
+            }),
+        2 => any::<usize>().prop_map(|seq| Op::Compute { seq }),
         2 => (any::<usize>(), any::<bool>()).prop_map(|(seq, commit)| Op::Grow { seq, commit }),
         2 => any::<usize>().prop_map(|seq| Op::Release { seq }),
         1 => (choices, prop::collection::vec(0u32..40, 0..3))
@@ -60,6 +68,22 @@ struct Held {
     table: Vec<BlockId>,
     hashes: Vec<BlockHash>,
     reserved: u32,
+    /// Blocks committed (or hit) so far.
+    committed: usize,
+}
+
+/// Commits `held`'s blocks from `committed` through its last hash, releasing what cached
+/// copies displace.
+fn commit_held(pool: &mut KvPool, held: &mut Held) {
+    let mut displaced = Vec::new();
+    pool.commit_many(
+        &mut held.table,
+        &held.hashes,
+        held.committed,
+        &mut displaced,
+    );
+    pool.release(&displaced);
+    held.committed = held.hashes.len();
 }
 
 /// Applies queued events to `cached`, checking each is consistent with what came before.
@@ -102,7 +126,7 @@ proptest! {
 
         for op in ops {
             match op {
-                Op::Admit { choices, extra, resolved } => {
+                Op::Admit { choices, extra, resolved, computed } => {
                     let hashes = block_hashes(&tokens(&choices), BS as usize);
                     let hits = pool.match_prefix(&hashes);
                     let new = (hashes.len() - hits) as u32;
@@ -116,12 +140,14 @@ proptest! {
                         pool.admit(&hashes[..hits], new + extra, &mut table)
                     };
                     if admitted {
-                        for i in hits..hashes.len() {
-                            let b = pool.allocate().expect("reserved");
-                            table.push(b);
-                            pool.commit(b, &hashes[..=i]);
+                        for _ in hits..hashes.len() {
+                            table.push(pool.allocate().expect("reserved"));
                         }
-                        live.push(Held { table, hashes, reserved: extra });
+                        let mut held = Held { table, hashes, reserved: extra, committed: hits };
+                        if computed {
+                            commit_held(&mut pool, &mut held);
+                        }
+                        live.push(held);
                     } else {
                         prop_assert!(table.is_empty());
                         prop_assert_eq!(before, (pool.available(), pool.referenced()));
@@ -135,13 +161,19 @@ proptest! {
                     let b = pool.allocate().expect("reserved block must be available");
                     held.reserved -= 1;
                     held.table.push(b);
-                    if commit {
-                        // A generated block: chain it onto the sequence's last hash.
+                    if commit && held.committed + 1 == held.table.len() {
+                        // A generated block after a computed prompt and committed blocks:
+                        // chain it onto the sequence's last hash.
                         let parent = held.hashes.last().copied();
                         let h = dolphin_cluster::chain_hash(parent, &[b, 0xdead, held.table.len() as u32, 1]);
                         held.hashes.push(h);
-                        pool.commit(b, &held.hashes);
+                        commit_held(&mut pool, held);
                     }
+                }
+                Op::Compute { seq } => {
+                    if live.is_empty() { continue; }
+                    let n = live.len();
+                    commit_held(&mut pool, &mut live[seq % n]);
                 }
                 Op::Release { seq } => {
                     if live.is_empty() { continue; }

@@ -12,11 +12,12 @@ fn take(pool: &mut KvPool, hits: &[BlockHash], new: u32) -> Vec<BlockId> {
     table
 }
 
-/// Commits every block of `table` under consecutive `hashes`.
-fn commit_all(pool: &mut KvPool, table: &[BlockId], hashes: &[BlockHash]) {
-    for (i, &b) in table.iter().enumerate().take(hashes.len()) {
-        pool.commit(b, &hashes[..=i]);
-    }
+/// Commits every block of `table` under consecutive `hashes`; returns the blocks displaced by
+/// cached copies (still referenced: the caller releases them).
+fn commit_all(pool: &mut KvPool, table: &mut [BlockId], hashes: &[BlockHash]) -> Vec<BlockId> {
+    let mut displaced = Vec::new();
+    pool.commit_many(table, hashes, 0, &mut displaced);
+    displaced
 }
 
 fn prompt(seed: u32, blocks: usize) -> Vec<u32> {
@@ -59,8 +60,8 @@ fn reservation_is_held_until_allocated_or_returned() {
 fn prefix_hits_share_blocks_and_count_references() {
     let mut pool = KvPool::new(8, 4);
     let hashes = block_hashes(&prompt(1, 3), 4);
-    let a = take(&mut pool, &[], 3);
-    commit_all(&mut pool, &a, &hashes);
+    let mut a = take(&mut pool, &[], 3);
+    commit_all(&mut pool, &mut a, &hashes);
     assert_eq!(pool.match_prefix(&hashes), 3);
 
     // A second prompt sharing the first two blocks reuses them while `a` still holds them.
@@ -93,8 +94,8 @@ fn prefix_hits_share_blocks_and_count_references() {
 fn admission_counts_revived_blocks_against_capacity() {
     let mut pool = KvPool::new(3, 4);
     let hashes = block_hashes(&prompt(2, 2), 4);
-    let a = take(&mut pool, &[], 2);
-    commit_all(&mut pool, &a, &hashes);
+    let mut a = take(&mut pool, &[], 2);
+    commit_all(&mut pool, &mut a, &hashes);
     pool.release(&a);
     // Both cached blocks are evictable: the 3 blocks are all available, but reviving the 2
     // hits leaves only 1 for new blocks.
@@ -109,10 +110,10 @@ fn lru_evicts_least_recent_and_tail_blocks_first() {
     let mut pool = KvPool::new(4, 4);
     let h1 = block_hashes(&prompt(1, 2), 4);
     let h2 = block_hashes(&prompt(2, 2), 4);
-    let a = take(&mut pool, &[], 2);
-    commit_all(&mut pool, &a, &h1);
-    let b = take(&mut pool, &[], 2);
-    commit_all(&mut pool, &b, &h2);
+    let mut a = take(&mut pool, &[], 2);
+    commit_all(&mut pool, &mut a, &h1);
+    let mut b = take(&mut pool, &[], 2);
+    commit_all(&mut pool, &mut b, &h2);
     pool.release(&a); // a's blocks become evictable first: tail (h1[1]) before head (h1[0])
     pool.release(&b);
     pool.drain_events().for_each(drop);
@@ -139,8 +140,8 @@ fn lru_evicts_least_recent_and_tail_blocks_first() {
 fn commit_emits_coalesced_stored_events_and_skips_duplicates() {
     let mut pool = KvPool::new(8, 4);
     let hashes = block_hashes(&prompt(3, 3), 4);
-    let a = take(&mut pool, &[], 3);
-    commit_all(&mut pool, &a, &hashes);
+    let mut a = take(&mut pool, &[], 3);
+    commit_all(&mut pool, &mut a, &hashes);
     let events: Vec<_> = pool.drain_events().collect();
     assert_eq!(
         events,
@@ -150,17 +151,31 @@ fn commit_emits_coalesced_stored_events_and_skips_duplicates() {
         }]
     );
 
-    // The same prompt computed concurrently in other blocks: nothing new is cached.
-    let b = take(&mut pool, &[], 3);
-    commit_all(&mut pool, &b, &hashes);
+    // The same prompt computed concurrently in other blocks: nothing new is cached, and the
+    // sequence holds the cached copies instead of its own.
+    let mut b = take(&mut pool, &[], 3);
+    let own = b.clone();
+    let displaced = commit_all(&mut pool, &mut b, &hashes);
     assert_eq!(pool.drain_events().count(), 0);
-    assert!(!pool.commit(a[0], &hashes[..1]), "already cached");
-    pool.release(&b);
+    assert_eq!((&b, &displaced), (&a, &own));
+    assert_eq!(
+        pool.referenced(),
+        6,
+        "b's own blocks wait for their release"
+    );
+    pool.release(&displaced);
     assert_eq!(
         pool.referenced(),
         3,
-        "b's private duplicates went back to the free list"
+        "b's own blocks went back to the free list"
     );
+    assert!(
+        commit_all(&mut pool, &mut a, &hashes).is_empty(),
+        "already cached"
+    );
+    assert_eq!(pool.drain_events().count(), 0);
+    pool.release(&b);
+    assert_eq!(pool.referenced(), 3, "a still holds its blocks");
     pool.check_invariants();
 }
 
@@ -169,16 +184,14 @@ fn snapshot_lists_parents_first_and_coalesces_chains() {
     let mut pool = KvPool::new(16, 4);
     let base = prompt(4, 3);
     let hashes = block_hashes(&base, 4);
-    let a = take(&mut pool, &[], 3);
-    commit_all(&mut pool, &a, &hashes);
+    let mut a = take(&mut pool, &[], 3);
+    commit_all(&mut pool, &mut a, &hashes);
     // A branch sharing the first block.
     let mut branch = base.clone();
     branch[4] = 99;
     let bh = block_hashes(&branch, 4);
-    let b = take(&mut pool, &bh[..1], 2);
-    for i in 1..3 {
-        pool.commit(b[i], &bh[..=i]);
-    }
+    let mut b = take(&mut pool, &bh[..1], 2);
+    assert_eq!(pool.commit_many(&mut b, &bh, 1, &mut Vec::new()), 2);
     let snap = pool.snapshot();
     // Replaying the snapshot rebuilds the cached set, and every parent precedes its child.
     let mut known = std::collections::HashSet::new();
@@ -199,8 +212,8 @@ fn snapshot_lists_parents_first_and_coalesces_chains() {
 fn forgetting_a_block_takes_it_out_of_the_cache_whoever_holds_it() {
     let mut pool = KvPool::new(4, 4);
     let hashes = block_hashes(&prompt(1, 2), 4);
-    let t = take(&mut pool, &[], 2);
-    commit_all(&mut pool, &t, &hashes);
+    let mut t = take(&mut pool, &[], 2);
+    commit_all(&mut pool, &mut t, &hashes);
     pool.drain_events().for_each(drop);
     // Held: it leaves the cache now and is freed on release, not kept as evictable.
     pool.forget(t[1]);
@@ -230,8 +243,8 @@ fn forgetting_a_block_takes_it_out_of_the_cache_whoever_holds_it() {
 fn extending_a_hit_trades_reserved_blocks_for_cached_ones() {
     let mut pool = KvPool::new(8, 4);
     let hashes = block_hashes(&prompt(3, 3), 4);
-    let a = take(&mut pool, &[], 3);
-    commit_all(&mut pool, &a, &hashes);
+    let mut a = take(&mut pool, &[], 3);
+    commit_all(&mut pool, &mut a, &hashes);
     // A sequence admitted before those were cached reserved 4 blocks of its own.
     let mut table = Vec::new();
     assert!(pool.admit(&[], 4, &mut table));
@@ -254,13 +267,13 @@ fn a_silenced_pool_caches_and_evicts_without_queueing_events() {
     let mut pool = KvPool::new(2, 4);
     pool.record_events(false);
     let a = block_hashes(&prompt(1, 2), 4);
-    let t = take(&mut pool, &[], 2);
-    commit_all(&mut pool, &t, &a);
+    let mut t = take(&mut pool, &[], 2);
+    commit_all(&mut pool, &mut t, &a);
     pool.release(&t);
     assert_eq!(pool.match_prefix(&a), 2, "cached as before");
     let b = block_hashes(&prompt(2, 1), 4);
-    let t = take(&mut pool, &[], 1);
-    commit_all(&mut pool, &t, &b);
+    let mut t = take(&mut pool, &[], 1);
+    commit_all(&mut pool, &mut t, &b);
     assert_eq!(
         pool.match_prefix(&a),
         1,
@@ -284,9 +297,9 @@ fn unindexed_blocks_are_cached_and_evicted_in_turn_but_never_found() {
     // and takes the free one and the least recently used: a's tail, the unindexed block.
     let mut pool = KvPool::new(3, 4);
     let a = block_hashes(&prompt(1, 2), 4);
-    let t = take(&mut pool, &[], 2);
-    assert!(pool.commit(t[0], &a[..1]));
-    pool.commit_many_unindexed(&t[1..], &a, 1);
+    let mut t = take(&mut pool, &[], 2);
+    assert_eq!(pool.commit_many(&mut t, &a[..1], 0, &mut Vec::new()), 1);
+    pool.commit_many_unindexed(&t, &a, 1);
     assert_eq!(pool.match_prefix(&a), 1, "the unindexed block is not found");
     assert_eq!(pool.cached_len(), 1);
     // It is announced as any cached block is, continuing its chain.
@@ -303,7 +316,7 @@ fn unindexed_blocks_are_cached_and_evicted_in_turn_but_never_found() {
     assert_eq!((pool.unreferenced(), pool.available()), (3, 3));
     pool.check_invariants();
     let b = block_hashes(&prompt(2, 2), 4);
-    let u = take(&mut pool, &[], 2);
+    let mut u = take(&mut pool, &[], 2);
     assert_eq!(
         u,
         vec![2, t[1]],
@@ -313,7 +326,7 @@ fn unindexed_blocks_are_cached_and_evicted_in_turn_but_never_found() {
         pool.drain_events().collect::<Vec<_>>(),
         vec![KvEvent::Removed { hashes: vec![a[1]] }]
     );
-    commit_all(&mut pool, &u, &b);
+    commit_all(&mut pool, &mut u, &b);
     assert_eq!(pool.match_prefix(&b), 2);
     assert_eq!(pool.match_prefix(&a), 1, "a's head stays");
     pool.check_invariants();
@@ -321,36 +334,83 @@ fn unindexed_blocks_are_cached_and_evicted_in_turn_but_never_found() {
     pool.check_invariants();
 }
 
-/// A pool's cached blocks of a chain are not always prefix-closed: a prompt computed by two
-/// sequences at once leaves the later one's duplicates private while its blocks past the
-/// other's end are cached, and the other's copies, released first, can be evicted while the
-/// child stays. A lookup that assumed closure (the binary search measured over the router's
-/// index, see "A chain's blocks share map lines" in `docs/architecture.md`) would count the
-/// whole chain here; the walk counts the head.
+/// A prompt computed by two sequences at once: the later one's duplicates give way to the
+/// cached copies, which it holds from then on, so its blocks past the other's end are cached as
+/// their children and no eviction leaves one without its parent (a lookup that assumes
+/// closure, as the router's index does, would count the whole chain across such a hole).
 #[test]
-fn concurrent_duplicates_can_leave_a_hole_in_a_chain() {
+fn concurrent_duplicates_hold_the_cached_copies_and_chains_stay_prefix_closed() {
     let mut pool = KvPool::new(6, 4);
     let long = block_hashes(&prompt(5, 3), 4);
     // Both admitted before either computed anything: `a` the first two blocks, `b` all three.
-    let a = take(&mut pool, &[], 2);
-    let b = take(&mut pool, &[], 3);
-    commit_all(&mut pool, &a, &long[..2]);
-    commit_all(&mut pool, &b, &long);
-    assert_eq!(
-        pool.cached_len(),
-        3,
-        "b's first two are duplicates, its third is cached"
-    );
+    let mut a = take(&mut pool, &[], 2);
+    let mut b = take(&mut pool, &[], 3);
+    assert!(commit_all(&mut pool, &mut a, &long[..2]).is_empty());
+    let own = b.clone();
+    let displaced = commit_all(&mut pool, &mut b, &long);
+    assert_eq!(displaced, own[..2], "b's duplicates give way");
+    assert_eq!(b, [a[0], a[1], own[2]], "b holds the cached copies");
+    assert_eq!(pool.cached_len(), 3);
+    pool.release(&displaced);
     pool.release(&a);
-    // Pressure evicts a's blocks, tail first: the chain's second block goes, b's third stays.
-    let c = take(&mut pool, &[], 2);
-    assert!(
-        pool.contains(&long[..3]),
-        "the child, held by b, stays cached"
-    );
-    assert!(!pool.contains(&long[..2]), "its parent was evicted");
-    assert_eq!(pool.match_prefix(&long), 1);
+    assert_eq!(pool.referenced(), 3, "b holds the whole chain");
+    pool.check_invariants();
+    // Pressure once b is gone evicts the chain tail first: it shrinks and never splits.
     pool.release(&b);
+    let c = take(&mut pool, &[], 4);
+    assert_eq!(pool.match_prefix(&long), 2);
+    let d = take(&mut pool, &[], 1);
+    assert_eq!(pool.match_prefix(&long), 1);
+    pool.check_invariants();
     pool.release(&c);
+    pool.release(&d);
+    pool.check_invariants();
+}
+
+/// A copy that is evictable is held only if reviving it fits beside the reservations; when it
+/// does not, the duplicate stays private and so do the blocks after it.
+#[test]
+fn a_duplicate_whose_copy_cannot_be_revived_stays_private_with_its_children() {
+    let mut pool = KvPool::new(5, 4);
+    let long = block_hashes(&prompt(6, 3), 4);
+    let mut a = take(&mut pool, &[], 1);
+    assert!(commit_all(&mut pool, &mut a, &long[..1]).is_empty());
+    pool.release(&a);
+    // b computed the same first block and two more; the last free block is reserved.
+    let mut b = take(&mut pool, &[], 3);
+    assert!(pool.admit(&[], 2, &mut Vec::new()));
+    assert_eq!(pool.available(), 0);
+    let own = b.clone();
+    assert!(commit_all(&mut pool, &mut b, &long).is_empty());
+    assert_eq!(b, own, "nothing adopted");
+    assert_eq!(pool.cached_len(), 1, "only a's copy is cached");
+    assert!(!pool.contains(&long[..2]));
+    pool.check_invariants();
+    pool.release(&b);
+    pool.unreserve(2);
+    assert_eq!(pool.available(), 5);
+    pool.check_invariants();
+}
+
+/// `match_prefix` binary-searches a chain: exact wherever the cached run ends, for a query the
+/// length of the chain or longer, as the chain's tail is evicted block by block.
+#[test]
+fn match_prefix_finds_where_a_long_chain_ends_as_its_tail_is_evicted() {
+    let mut pool = KvPool::new(40, 4);
+    let hashes = block_hashes(&prompt(9, 40), 4);
+    let longer = block_hashes(&prompt(9, 45), 4);
+    let mut t = take(&mut pool, &[], 40);
+    assert!(commit_all(&mut pool, &mut t, &hashes).is_empty());
+    pool.release(&t);
+    let mut pressure = Vec::new();
+    for cached in (0..=40).rev() {
+        assert_eq!(pool.match_prefix(&hashes), cached);
+        assert_eq!(pool.match_prefix(&longer), cached);
+        assert_eq!(pool.walk_cached(&longer, 0, |_| {}), cached);
+        if cached > 0 {
+            pressure.extend(take(&mut pool, &[], 1));
+        }
+    }
+    pool.release(&pressure);
     pool.check_invariants();
 }

@@ -368,14 +368,26 @@ impl<B: Backend> Core<B> {
 }
 
 /// Offers a sequence's newly full blocks to the prefix cache (prompt blocks and blocks filled
-/// by generated tokens alike), hashing generated blocks as they fill.
+/// by generated tokens alike), hashing generated blocks as they fill. The sequence is in no
+/// running step: the blocks that cached copies displace go back to the pool at once.
 pub(super) fn commit_blocks(pool: &mut KvPool, seq: &mut Seq, bs: u32) {
-    commit_blocks_through(pool, seq, bs, seq.computed);
+    let mut displaced = Vec::new();
+    commit_blocks_through(pool, seq, bs, seq.computed, &mut displaced);
+    pool.release(&displaced);
 }
 
 /// Offers the blocks that the sequence's first `tokens` positions fill to the prefix cache
-/// (those past `computed` are being computed by the step that scheduled them).
-pub(super) fn commit_blocks_through(pool: &mut KvPool, seq: &mut Seq, bs: u32, tokens: u32) {
+/// (those past `computed` are being computed by the step that scheduled them). A block whose
+/// prompt another sequence computed first gives way to the cached copy (`KvPool::commit_many`)
+/// and is appended to `displaced`, still referenced, for the caller to release once no running
+/// step writes it.
+pub(super) fn commit_blocks_through(
+    pool: &mut KvPool,
+    seq: &mut Seq,
+    bs: u32,
+    tokens: u32,
+    displaced: &mut Vec<BlockId>,
+) {
     let full = (tokens / bs) as usize;
     let from = seq.committed as usize;
     if from >= full {
@@ -389,8 +401,13 @@ pub(super) fn commit_blocks_through(pool: &mut KvPool, seq: &mut Seq, bs: u32, t
         let block = &seq.tokens[i * bs..(i + 1) * bs];
         seq.hashes.push(chain_hash_from(root, parent, block));
     }
-    pool.commit_many(&seq.table[from..full], &seq.hashes[..full], from);
+    let before = displaced.len();
+    pool.commit_many(&mut seq.table[..full], &seq.hashes[..full], from, displaced);
     seq.committed = full as u32;
+    if displaced.len() > before {
+        metrics::counter!(crate::metrics::KV_BLOCKS_DEDUPLICATED_TOTAL)
+            .increment((displaced.len() - before) as u64);
+    }
 }
 
 /// Looks a prompt up in the prefix cache again before its first chunk, as vLLM's scheduler

@@ -81,6 +81,7 @@ impl<B: Backend> Core<B> {
             // before their KV exists, nor prompts counting on them.
             share_in_step: self.cfg.batch_wait.min_batch <= 1,
             step_commits: &mut self.step_commits,
+            displaced: Vec::new(),
         };
         let limits = StepLimits {
             max_batched_tokens: self.cfg.max_batched_tokens,
@@ -88,6 +89,10 @@ impl<B: Backend> Core<B> {
             mixed_prefill_tokens: self.cfg.mixed_prefill_tokens,
         };
         compose_step(&self.running, limits, &mut step);
+        // The step writes the blocks cached copies displaced: they go back when it returns.
+        if !step.displaced.is_empty() {
+            self.deferred.push(std::mem::take(&mut step.displaced));
+        }
         batch.kv_blocks_read = batch.context_blocks(self.info.block_size);
         batch.kv_blocks_total = self.pool.total();
         for (id, e) in failed.drain(..) {
@@ -338,6 +343,9 @@ struct BatchBuilder<'a> {
     share_in_step: bool,
     /// The blocks cached that way in this step.
     step_commits: &'a mut Vec<BlockId>,
+    /// Blocks of this step's entries that cached copies replaced in their tables (the prompt
+    /// computed concurrently): the step still writes them, so they are released after it.
+    displaced: Vec<BlockId>,
 }
 
 impl StepBuilder<SeqId> for BatchBuilder<'_> {
@@ -367,9 +375,18 @@ impl StepBuilder<SeqId> for BatchBuilder<'_> {
         if self.share_in_step && pos < seq.prompt_len {
             let from = seq.committed as usize;
             let through = (pos + tokens).min(seq.prompt_len);
-            commit_blocks_through(self.pool, seq, self.block_size, through);
-            let to = (seq.committed as usize).max(from);
+            // The sequence's own blocks, before cached copies displace any: those it caches
+            // are unwritten until the step returns (the rest are not cached, and forgetting
+            // them after a failed step changes nothing).
+            let to = ((through / self.block_size) as usize).clamp(from, seq.table.len());
             self.step_commits.extend_from_slice(&seq.table[from..to]);
+            commit_blocks_through(
+                self.pool,
+                seq,
+                self.block_size,
+                through,
+                &mut self.displaced,
+            );
         }
         true
     }

@@ -67,13 +67,27 @@ impl Backend for Recorder {
             return Err(BackendError::Invalid("injected failure".into()));
         }
         let mut log = Vec::new();
+        // Which entry writes each block: two writing one block would corrupt it.
+        let mut writer = std::collections::HashMap::new();
+        let bs = self.info.block_size;
         for (i, e) in batch.entries().iter().enumerate() {
             let end = e.position + e.len();
-            if batch.table(e).len() as u32 * self.info.block_size < end {
+            let table = batch.table(e);
+            if table.len() as u32 * bs < end {
                 return Err(BackendError::Invalid(format!(
                     "seq {} has no block for position {end}",
                     e.seq
                 )));
+            }
+            for b in e.position / bs..end.div_ceil(bs) {
+                if let Some(other) = writer.insert(table[b as usize], e.seq)
+                    && other != e.seq
+                {
+                    return Err(BackendError::Invalid(format!(
+                        "seqs {other} and {} both write block {}",
+                        e.seq, table[b as usize]
+                    )));
+                }
             }
             if e.sample {
                 sampled[i] = Some(crate::types::Sampled::token(if self.eos_at == Some(end) {
@@ -97,6 +111,7 @@ struct Setup {
     eos_at: Option<u32>,
     fail_first: bool,
     policy: SchedulingPolicy,
+    prefill_chunk_tokens: u32,
 }
 
 impl Default for Setup {
@@ -108,6 +123,7 @@ impl Default for Setup {
             eos_at: None,
             fail_first: false,
             policy: SchedulingPolicy::Fcfs,
+            prefill_chunk_tokens: 0,
         }
     }
 }
@@ -139,6 +155,7 @@ fn engine(s: Setup) -> (Arc<Scheduler<Recorder>>, Arc<Mutex<Vec<StepLog>>>) {
         max_waiting: s.max_waiting,
         event_capacity: 64,
         policy: s.policy,
+        prefill_chunk_tokens: s.prefill_chunk_tokens,
         ..SchedulerConfig::default()
     };
     (Scheduler::spawn(backend, cfg).expect("valid config"), log)
@@ -678,6 +695,62 @@ async fn prompts_in_one_step_share_the_prefix_the_first_schedules() {
         .collect();
     assert_eq!(first, [(0, 14, true), (12, 2, true), (12, 2, true)]);
     until(&engine, |l| l.free_blocks == 64 && l.running == 0).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_prompt_computed_twice_at_once_keeps_one_cached_copy() {
+    // Two requests with one new 40-token prompt, queued together, in 6-token chunks two to a
+    // step. A chunk ends mid-block, so neither finds the other's blocks before its next chunk
+    // (it holds a block of its own): each step, one completes a block the other cached a step
+    // before. It gives its copy up for the cached one (the step still writes it, so it goes
+    // back when the step returns): one copy of the prompt is cached, both generate as if
+    // alone, and every block comes back.
+    let (engine, log) = engine(Setup {
+        max_batched_tokens: 12,
+        prefill_chunk_tokens: 6,
+        ..Setup::default()
+    });
+    let (_, mut events) = engine.subscribe();
+    let prompt: Vec<u32> = (20..60).collect();
+    let streams = [
+        engine
+            .generate(with_prefix("a", &prompt, &[], 3))
+            .await
+            .expect("ok"),
+        engine
+            .generate(with_prefix("b", &prompt, &[], 3))
+            .await
+            .expect("ok"),
+    ];
+    for s in streams {
+        let (tokens, reason, _) = collect(s).await;
+        assert_eq!(
+            (tokens, reason),
+            (expected_tokens(40, 3), FinishReason::Length)
+        );
+    }
+    // Both computed much of the prompt: the overlap really happened.
+    let mut computed = std::collections::BTreeMap::<SeqId, u32>::new();
+    for &(seq, position, len, _) in log.lock().iter().flatten() {
+        if position < 40 {
+            *computed.entry(seq).or_default() += len;
+        }
+    }
+    assert!(
+        computed.len() == 2 && computed.values().sum::<u32>() >= 56,
+        "at least 16 tokens computed twice: {computed:?}"
+    );
+    until(&engine, |l| l.free_blocks == 64 && l.running == 0).await;
+    // Each of the prompt's 10 blocks was stored once, and the snapshot holds one chain.
+    let mut stored = Vec::new();
+    while let Ok(ev) = events.try_recv() {
+        if let KvEvent::Stored { hashes, .. } = ev {
+            stored.extend(hashes);
+        }
+    }
+    assert_eq!(stored, block_hashes(&prompt, BS as usize));
+    let snapshot = engine.subscribe().0;
+    assert_eq!(snapshot.len(), 1, "one chain: {snapshot:?}");
 }
 
 #[tokio::test(start_paused = true)]
