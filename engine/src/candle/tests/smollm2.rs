@@ -265,3 +265,52 @@ async fn smollm2_follows_formats_on_both_paths_and_after_a_move() {
         "{failed}"
     );
 }
+
+/// One prompt asked twice at once, in 40-token chunks (not a multiple of the 16-token block,
+/// so each sequence holds a block of its own when it would find the other's): every step, one
+/// completes blocks the other cached a step before and gives its copies up for those
+/// (`KvPool::commit_many`), reading the other's KV from then on while the step that still
+/// writes its own finishes. Both answers equal the prompt's answer on an engine of its own,
+/// and every block comes back.
+#[tokio::test]
+async fn smollm2_one_prompt_computed_twice_at_once_answers_as_alone() {
+    let Some(path) = model() else { return };
+    let tok = ModelTokenizer::from_file(&path).expect("tokenizer");
+    let stops = tok.stop_token_ids().to_vec();
+    let facts: String = (1..=12)
+        .map(|i| format!("Fact {i}: the number {i} doubled is {}. ", 2 * i))
+        .collect();
+    let prompt = chat(&tok, &format!("{facts}\nWhat is the number 5 doubled?"));
+    assert!(prompt.len() > 160, "{} tokens", prompt.len());
+    let mut cfg = CandleConfig::new(&path);
+    cfg.max_batched_tokens = 80;
+    cfg.prefill_chunk_tokens = 40;
+    let alone = candle_scheduler(cfg.clone()).expect("engine");
+    let (expected, _, _) = collect(
+        alone
+            .generate(request("alone", prompt.clone(), 12, &stops))
+            .await
+            .expect("generate"),
+    )
+    .await;
+    let twice = candle_scheduler(cfg).expect("engine");
+    let free = twice.load().free_blocks;
+    let a = twice
+        .generate(request("a", prompt.clone(), 12, &stops))
+        .await
+        .expect("generate");
+    let b = twice
+        .generate(request("b", prompt, 12, &stops))
+        .await
+        .expect("generate");
+    let ((a, _, _), (b, _, _)) = tokio::join!(collect(a), collect(b));
+    assert_eq!(a, expected, "{:?}", tok.decode(&a));
+    assert_eq!(b, expected, "{:?}", tok.decode(&b));
+    for _ in 0..200 {
+        if twice.load().free_blocks == free {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    panic!("blocks not all back: {:?}", twice.load());
+}
