@@ -386,11 +386,7 @@ impl KvPool {
             return false;
         }
         for &b in hits {
-            let meta = &mut self.blocks[b as usize];
-            if meta.refs == 0 {
-                self.lru.unlink(meta);
-            }
-            meta.refs += 1;
+            self.hold(b);
         }
         self.reserved += new_blocks;
         true
@@ -532,30 +528,33 @@ impl KvPool {
             return false;
         }
         let (hash, tag) = (chain[depth], tag_at(chain, depth));
-        if self
+        let Some(copy) = self
             .cached
-            .insert_if_absent(tag, block, holds(&self.blocks, hash))
-        {
+            .insert_or_get(tag, block, holds(&self.blocks, hash))
+        else {
             self.blocks[block as usize].tag = tag;
             self.name(block, chain, depth, CACHED);
             return true;
-        }
+        };
         // Computed concurrently: hold the cached copy instead, unless reviving it (taking it
         // out of the evictable set while this block waits for release) does not fit.
-        let Some(copy) = self.cached.get(tag, holds(&self.blocks, hash)) else {
+        if self.blocks[copy as usize].refs == 0 && self.available() == 0 {
             return false;
-        };
-        let meta = &mut self.blocks[copy as usize];
-        if meta.refs == 0 {
-            if self.reserved >= self.free.len() as u32 + self.lru.len() {
-                return false;
-            }
-            self.lru.unlink(meta);
         }
-        meta.refs += 1;
+        self.hold(copy);
         table[depth] = copy;
         displaced.push(block);
         false
+    }
+
+    /// Takes a reference on cached block `b`, reviving it (out of the evictable set) if it had
+    /// none.
+    fn hold(&mut self, b: BlockId) {
+        let meta = &mut self.blocks[b as usize];
+        if meta.refs == 0 {
+            self.lru.unlink(meta);
+        }
+        meta.refs += 1;
     }
 
     /// Names `block` `chain[depth]` in its metadata (`flags`: `CACHED`, and `UNINDEXED` when

@@ -157,15 +157,15 @@ impl TagMap {
     }
 
     /// Adds `block` under tag `t` unless its hash is already there (a block with tag `t`
-    /// that `holds` confirms, as in [`get`](Self::get)): one probe for both. Returns whether it
-    /// added.
+    /// that `holds` confirms, as in [`get`](Self::get)): one probe for both. Returns the block
+    /// already there, or `None` when it added.
     #[inline]
-    pub(super) fn insert_if_absent(
+    pub(super) fn insert_or_get(
         &mut self,
         t: u32,
         block: BlockId,
         holds: impl Fn(BlockId) -> bool,
-    ) -> bool {
+    ) -> Option<BlockId> {
         if (self.len + 1) * 2 > self.slots.len() {
             self.grow();
         }
@@ -177,13 +177,13 @@ impl TagMap {
                 break;
             }
             if slot_tag(s) == t && holds(slot_block(s)) {
-                return false;
+                return Some(slot_block(s));
             }
             i = (i + 1) & mask;
         }
         self.slots[i] = slot(t, block);
         self.len += 1;
-        true
+        None
     }
 
     fn place(&mut self, s: u64) {
@@ -269,7 +269,7 @@ mod tests {
                 match (add, model.get(&hash).copied()) {
                     (true, None) => {
                         let next = hash_of.len() as BlockId;
-                        prop_assert!(map.insert_if_absent(t, next, |_| false));
+                        prop_assert_eq!(map.insert_or_get(t, next, |_| false), None);
                         model.insert(hash, (t, next));
                         hash_of.push(hash);
                     }
@@ -280,8 +280,8 @@ mod tests {
                     (false, None) => {
                         prop_assert!(!map.remove(t, hash_of.len() as BlockId));
                     }
-                    (true, Some(_)) => {
-                        prop_assert!(!map.insert_if_absent(t, hash_of.len() as BlockId, holds));
+                    (true, Some((_, b))) => {
+                        prop_assert_eq!(map.insert_or_get(t, hash_of.len() as BlockId, holds), Some(b));
                     }
                 }
                 let holds = |b: BlockId| hash_of[b as usize] == hash && model.get(&hash).is_some_and(|&(_, mb)| mb == b);
